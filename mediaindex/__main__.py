@@ -1,0 +1,3 @@
+from mediaindex.cli import main
+
+main()

@@ -1,0 +1,26 @@
+"""Errors that carry a message meant for the user, not a stack trace."""
+
+
+class MediaIndexError(Exception):
+    """Base class: the message is shown to the user as is."""
+
+
+class MediaError(MediaIndexError):
+    """A media file cannot be read or has nothing to index."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class ConfigError(MediaIndexError):
+    """The configuration is invalid or names something that cannot be loaded."""
+
+
+class ModelLoadError(MediaIndexError):
+    """A configured model could not be found or loaded."""
+
+
+class IndexSchemaError(MediaIndexError):
+    """The index on disk was written by an incompatible version."""
