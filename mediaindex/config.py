@@ -8,9 +8,9 @@ e.g. ``MEDIAINDEX_SPEECH__MODEL=tiny.en``.
 from __future__ import annotations
 
 import getpass
-from contextvars import ContextVar
 import os
 import tempfile
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 

@@ -13,6 +13,10 @@ class MediaError(MediaIndexError):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Ray pickles errors raised inside workers; keep the two-argument constructor working.
+        return (MediaError, (self.path, self.reason))
+
 
 class ConfigError(MediaIndexError):
     """The configuration is invalid or names something that cannot be loaded."""

@@ -1,0 +1,103 @@
+"""The catalog of indexed files (SQLite beside the vectors): what was indexed, from which bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS videos (
+    video_id TEXT PRIMARY KEY,
+    source TEXT UNIQUE NOT NULL,
+    content_hash TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    duration REAL,
+    language TEXT,
+    segments INTEGER NOT NULL,
+    probe TEXT,
+    indexed_at REAL NOT NULL
+);
+"""
+
+
+def content_hash(path: Path, chunk: int = 8 * 1024**2) -> str:
+    digest = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def video_id_for(hash_hex: str) -> str:
+    return hash_hex[:16]
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    video_id: str
+    source: str
+    content_hash: str
+    size: int
+    mtime_ns: int
+    duration: float | None
+    language: str | None
+    segments: int
+    probe: dict[str, Any]
+    indexed_at: float
+
+
+class Catalog:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.executescript(_SCHEMA)
+
+    def by_source(self, source: str) -> VideoRecord | None:
+        row = self._db.execute("SELECT * FROM videos WHERE source = ?", (source,)).fetchone()
+        return self._record(row)
+
+    def get(self, video_id: str) -> VideoRecord | None:
+        row = self._db.execute("SELECT * FROM videos WHERE video_id = ?", (video_id,)).fetchone()
+        return self._record(row)
+
+    def all(self) -> list[VideoRecord]:
+        return [self._record(r) for r in self._db.execute("SELECT * FROM videos ORDER BY source")]  # type: ignore[misc]
+
+    def upsert(self, record: VideoRecord) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM videos WHERE source = ? OR video_id = ?", (record.source, record.video_id))
+            self._db.execute(
+                "INSERT INTO videos VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (record.video_id, record.source, record.content_hash, record.size, record.mtime_ns,
+                 record.duration, record.language, record.segments, json.dumps(record.probe), record.indexed_at),
+            )
+
+    def touch(self, source: str, size: int, mtime_ns: int) -> None:
+        with self._db:
+            self._db.execute("UPDATE videos SET size = ?, mtime_ns = ? WHERE source = ?", (size, mtime_ns, source))
+
+    def delete(self, video_id: str) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM videos WHERE video_id = ?", (video_id,))
+
+    def close(self) -> None:
+        self._db.close()
+
+    @staticmethod
+    def _record(row: sqlite3.Row | None) -> VideoRecord | None:
+        if row is None:
+            return None
+        data = dict(row)
+        data["probe"] = json.loads(data["probe"] or "{}")
+        return VideoRecord(**data)
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,48 @@
+"""The unit of work that flows through the ingestion stages, one per media file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mediaindex.pipeline.decode import Frame
+from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.segments import Segment
+
+
+@dataclass
+class Keyframe:
+    time: float
+    end: float  # the frame stands for [time, end)
+    image: np.ndarray
+    thumbnail: str | None  # relative to the index's thumbnail folder
+
+
+@dataclass
+class MediaItem:
+    source: str  # absolute path
+    video_id: str
+    content_hash: str
+    size: int
+    mtime_ns: int
+    info: MediaInfo
+    audio: np.ndarray | None = None  # 16 kHz mono float32; dropped after the speech stage
+    keyframes: list[Keyframe] = field(default_factory=list)  # dropped after the vision stage
+    segments: list[Segment] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    language: str | None = None
+    notes: list[str] = field(default_factory=list)  # non-fatal problems, shown to the user
+
+    def thumbnail_at(self, t: float) -> str | None:
+        """The thumbnail of the keyframe nearest before time t."""
+        best = None
+        for frame in self.keyframes:
+            if frame.time <= t + 1e-6:
+                best = frame.thumbnail
+            else:
+                break
+        return best if best is not None else (self.keyframes[0].thumbnail if self.keyframes else None)
+
+
+__all__ = ["Frame", "Keyframe", "MediaItem"]

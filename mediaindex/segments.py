@@ -1,0 +1,47 @@
+"""Time-stamped segments: what every stage produces and the index stores."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MODALITIES = ("speech", "ocr", "visual")
+_POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
+
+
+@dataclass
+class Segment:
+    video_id: str
+    source: str  # absolute path of the media file as ingested
+    start: float
+    end: float
+    modality: str  # one of MODALITIES
+    text: str
+    language: str | None = None
+    confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence
+    thumbnail: str | None = None  # path relative to the index's thumbnail folder
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def point_id(self, index: int) -> str:
+        """Stable id: re-ingesting the same content writes the same points."""
+        return str(uuid.uuid5(_POINT_NAMESPACE, f"{self.video_id}:{self.modality}:{index}"))
+
+    def payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Hit:
+    source: str
+    video_id: str
+    start: float
+    end: float
+    score: float
+    modality: str
+    text: str
+    language: str | None = None
+    thumbnail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,43 @@
+"""Start Ray: a local instance with bounded memory by default, or join a cluster when configured."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from mediaindex.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def ensure_ray(settings: Settings) -> None:
+    """Start (or join) Ray once per process; later calls reuse the running instance."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    if settings.ray.address:
+        ray.init(address=settings.ray.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        log.info("joined the Ray cluster at %s", settings.ray.address)
+        return
+    settings.temp_dir.mkdir(parents=True, exist_ok=True)
+    ray.init(
+        # Logical CPUs: stage actors reserve fractions, so a 2-core laptop still runs every stage.
+        num_cpus=settings.ray.num_cpus or max(os.cpu_count() or 1, 4),
+        num_gpus=settings.ray.num_gpus,
+        object_store_memory=settings.ray.object_store_memory,
+        _temp_dir=str(settings.temp_dir / "ray"),
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": env},
+    )
+    log.info("started a local Ray instance")
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,81 @@
+"""Shared fixtures: real media from the shared folder, one Ray and one model load per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import mediaindex.workers  # noqa: F401  (Ray's environment must be set before Ray is imported)
+from mediaindex.config import Settings, load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+MEDIA = Path(os.environ.get("MEDIAINDEX_MEDIA_DIR", REPO.parent / "shared" / "media")).resolve()
+
+
+def media(rel: str) -> Path:
+    path = MEDIA / rel
+    if not path.exists():
+        pytest.fail(f"test media missing: {path} (set MEDIAINDEX_MEDIA_DIR to the shared media folder)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Joined bundled models are reused across test runs: keep them in the user cache when writable.
+    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR", Path.home() / ".cache" / "mediaindex"))
+
+
+def make_settings(index_dir: Path, cache_dir: Path, **overrides) -> Settings:
+    return load_settings("cpu", index_dir=index_dir, cache_dir=cache_dir, **overrides)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, cache_dir: Path) -> Settings:
+    return make_settings(tmp_path / "index", cache_dir)
+
+
+@pytest.fixture(scope="session")
+def session_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Settings:
+    return make_settings(tmp_path_factory.mktemp("index"), cache_dir)
+
+
+@pytest.fixture(scope="session")
+def ray_runtime(session_settings: Settings) -> Iterator[None]:
+    from mediaindex.workers.runtime import ensure_ray, shutdown_ray
+
+    ensure_ray(session_settings)
+    yield
+    shutdown_ray()
+
+
+@pytest.fixture(scope="session")
+def pipeline(ray_runtime: None, session_settings: Settings):
+    from mediaindex.pipeline.ingest import Pipeline
+
+    p = Pipeline(session_settings)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def embedder(session_settings: Settings):
+    from mediaindex.models.text_embed import load_text_embedder
+
+    return load_text_embedder(session_settings.embed)
+
+
+@pytest.fixture
+def copy_media(tmp_path: Path):
+    """Copy a shared media file into the test's folder (to rename, truncate or change it)."""
+
+    def _copy(rel: str, name: str | None = None) -> Path:
+        target = tmp_path / "media" / (name or Path(rel).name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(media(rel), target)
+        return target
+
+    return _copy

@@ -1,0 +1,86 @@
+"""The CLI contract, run as a user runs it: a separate process per command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, media
+
+pytestmark = pytest.mark.slow
+
+
+def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mediaindex", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("cli-index"))
+    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
+    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("tmp"))
+    env.pop("RAY_AUTH_TOKEN", None)  # the CLI starts its own Ray
+    env.pop("RAY_AUTH_MODE", None)
+    return env
+
+
+def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> None:
+    junk = tmp_path / "junk.mp4"
+    junk.write_text("not media")
+    result = run("ingest", str(media("audio/jfk.flac")), str(junk), env=cli_env)
+    assert result.returncode == 0, result.stderr
+    assert f"{junk}: not a readable media file" in result.stderr.replace("\n", " ")
+    assert "1 indexed" in result.stderr
+
+    result = run("search", "ask not what your country can do", "--json", "--limit", "2", env=cli_env)
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert 1 <= len(hits) <= 2
+    best = hits[0]
+    assert best["source"] == str(media("audio/jfk.flac"))
+    assert {"source", "video_id", "start", "end", "score", "modality", "text"} <= set(best)
+    assert isinstance(best["start"], float) and isinstance(best["end"], float)
+    assert best["modality"] == "speech" and "country" in best["text"]
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+    # the --index flag wins over the environment
+    other = tmp_path / "empty-index"
+    result = run("search", "anything", "--index", str(other), env=cli_env)
+    assert result.returncode != 0 and "no index" in result.stderr
+
+
+def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Path) -> None:
+    junk = tmp_path / "a.wav"
+    junk.write_bytes(b"RIFF")
+    result = run("ingest", str(junk), str(tmp_path / "missing.mp3"), env=cli_env)
+    assert result.returncode == 1
+    assert "missing.mp3: file not found" in result.stderr.replace("\n", " ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["search", "   "], "query is empty"),
+        (["search", "x", "--limit", "0"], "--limit"),
+        (["search", "x", "--config", "nosuch"], "unknown config profile"),
+        (["frobnicate"], "No such command"),
+    ],
+)
+def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:
+    result = run(*args, env=cli_env)
+    assert result.returncode != 0
+    assert message in result.stderr.replace("\n", " ")
+    assert "Traceback" not in result.stderr
+
+
+def test_models_lists_roles(cli_env: dict[str, str]) -> None:
+    result = run("models", env=cli_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "speech" in result.stdout and "whisper-base" in result.stdout and "ok" in result.stdout
