@@ -22,13 +22,18 @@ class Segment:
     confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence
     thumbnail: str | None = None  # path relative to the index's thumbnail folder
     extra: dict[str, Any] = field(default_factory=dict)
+    # Named vectors other than the text embedding (e.g. "image" from a CLIP-family model),
+    # stored as vectors of the same point, never in the payload.
+    vectors: dict[str, list[float]] = field(default_factory=dict)
 
     def point_id(self, index: int) -> str:
         """Stable id: re-ingesting the same content writes the same points."""
         return str(uuid.uuid5(_POINT_NAMESPACE, f"{self.video_id}:{self.modality}:{index}"))
 
     def payload(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["vectors"]
+        return data
 
 
 @dataclass

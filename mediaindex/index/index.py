@@ -7,15 +7,17 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.schema import check_or_write
-from mediaindex.index.store import EdgeStore, VectorStore
+from mediaindex.index.store import TEXT_VECTOR, EdgeStore, VectorStore
 from mediaindex.segments import Segment
 
 
 class MediaIndex:
-    def __init__(self, settings: Settings, text_dim: int, embedder_name: str) -> None:
+    def __init__(
+        self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None
+    ) -> None:
         self.dir = settings.index_dir
         check_or_write(self.dir, text_dim, embedder_name)
-        self.store: VectorStore = EdgeStore(self.dir / "qdrant", text_dim)
+        self.store: VectorStore = EdgeStore(self.dir / "qdrant", {TEXT_VECTOR: text_dim, **(extra_dims or {})})
         self.catalog = Catalog(self.dir / "catalog.db")
 
     def replace_video(self, record: VideoRecord, segments: list[Segment], vectors: np.ndarray) -> None:

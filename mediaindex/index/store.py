@@ -21,11 +21,15 @@ class SearchFilters:
 
 
 class VectorStore(Protocol):
+    """`dims` names every dense vector of a point: "text" always, others (e.g. "image") when configured."""
+
     def upsert(self, segments: list[Segment], vectors: np.ndarray) -> None: ...
 
     def delete_video(self, video_id: str) -> None: ...
 
-    def search(self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None) -> list[Hit]: ...
+    def search(
+        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
+    ) -> list[Hit]: ...
 
     def count(self) -> int: ...
 
@@ -49,11 +53,14 @@ def _hit(payload: dict, score: float) -> Hit:
 class EdgeStore:
     """Qdrant's engine in-process, on disk under the index directory; no server needed."""
 
-    def __init__(self, path: Path, text_dim: int) -> None:
+    def __init__(self, path: Path, dims: dict[str, int]) -> None:
         from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
 
         self.path = path
-        config = EdgeConfig(vectors={TEXT_VECTOR: EdgeVectorParams(size=text_dim, distance=Distance.Cosine)})
+        self.dims = dims
+        config = EdgeConfig(
+            vectors={name: EdgeVectorParams(size=dim, distance=Distance.Cosine) for name, dim in dims.items()}
+        )
         if path.exists() and any(path.iterdir()):
             self._shard = EdgeShard.load(str(path), config)
         else:
@@ -65,7 +72,11 @@ class EdgeStore:
         if not segments:
             return
         points = [
-            Point(id=seg.point_id(i), vector={TEXT_VECTOR: vec.tolist()}, payload=seg.payload())
+            Point(
+                id=seg.point_id(i),
+                vector={TEXT_VECTOR: vec.tolist(), **{k: list(v) for k, v in seg.vectors.items() if k in self.dims}},
+                payload=seg.payload(),
+            )
             for i, (seg, vec) in enumerate(zip(segments, vectors, strict=True))
         ]
         self._shard.update(UpdateOperation.upsert_points(points))
@@ -91,12 +102,14 @@ class EdgeStore:
         ]
         return Filter(must=conditions) if conditions else None
 
-    def search(self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None) -> list[Hit]:
+    def search(
+        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
+    ) -> list[Hit]:
         from qdrant_edge import Query, QueryRequest
 
         request = QueryRequest(
             limit=limit,
-            query=Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=TEXT_VECTOR),
+            query=Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=using),
             with_payload=True,
             filter=self._filter(filters),
         )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import ray
 
 from mediaindex.config import Settings
+from mediaindex.pipeline.decode_stage import decode_media
+from mediaindex.pipeline.embed_stage import EmbedStage
 from mediaindex.pipeline.item import MediaItem
-from mediaindex.pipeline.stages import EmbedStage, SpeechStage, decode_media
+from mediaindex.pipeline.speech_stage import SpeechStage
 
 
 @ray.remote(num_cpus=0.5, max_retries=0)

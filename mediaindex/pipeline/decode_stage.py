@@ -1,4 +1,4 @@
-"""The ingestion stages as plain classes: `process(item) -> item`. Ray actors wrap them thinly."""
+"""The first stage: probe, hash and decode a file into audio and keyframes (with thumbnails)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.pipeline.decode import decode_audio, sample_frames
 from mediaindex.pipeline.item import Keyframe, MediaItem
 from mediaindex.pipeline.probe import probe
-from mediaindex.segments import Segment
 
 
 def write_thumbnail(image: np.ndarray, thumbs_dir: Path, video_id: str, t: float, side: int) -> str:
@@ -62,39 +61,3 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         if not frames and item.audio is None:
             raise MediaError(path, "no decodable frames and no audio")
     return item
-
-
-class SpeechStage:
-    def __init__(self, settings: Settings) -> None:
-        from mediaindex.models.speech import SpeechModel
-
-        self.model = SpeechModel(settings.speech, settings.cache_dir)
-
-    def process(self, item: MediaItem) -> MediaItem:
-        if item.audio is None:
-            return item
-        transcript = self.model.transcribe(item.audio)
-        item.audio = None
-        item.language = transcript.language
-        for seg in transcript.segments:
-            item.segments.append(Segment(
-                video_id=item.video_id, source=item.source, start=seg.start, end=seg.end,
-                modality="speech", text=seg.text, language=transcript.language,
-                confidence=seg.avg_logprob, thumbnail=item.thumbnail_at(seg.start),
-                extra={"words": [[w.start, w.end, w.text] for w in seg.words]},
-            ))
-        if not transcript.segments:
-            item.notes.append("no speech found")
-        return item
-
-
-class EmbedStage:
-    def __init__(self, settings: Settings) -> None:
-        from mediaindex.models.text_embed import load_text_embedder
-
-        self.embedder = load_text_embedder(settings.embed)
-
-    def process(self, item: MediaItem) -> MediaItem:
-        item.keyframes = [Keyframe(k.time, k.end, np.empty((0, 0, 3), np.uint8), k.thumbnail) for k in item.keyframes]
-        item.vectors = self.embedder.embed_passages([s.text for s in item.segments])
-        return item
