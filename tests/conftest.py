@@ -13,7 +13,19 @@ import mediaindex.workers  # noqa: F401  (Ray's environment must be set before R
 from mediaindex.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-MEDIA = Path(os.environ.get("MEDIAINDEX_MEDIA_DIR", REPO.parent / "shared" / "media")).resolve()
+
+
+def _find_media() -> Path:
+    """The shared media folder: $MEDIAINDEX_MEDIA_DIR, else `shared/media` beside the checkout (or above it)."""
+    if os.environ.get("MEDIAINDEX_MEDIA_DIR"):
+        return Path(os.environ["MEDIAINDEX_MEDIA_DIR"]).resolve()
+    for parent in REPO.parents:
+        if (parent / "shared" / "media").is_dir():
+            return (parent / "shared" / "media").resolve()
+    return (REPO.parent / "shared" / "media").resolve()
+
+
+MEDIA = _find_media()
 
 
 def media(rel: str) -> Path:
