@@ -64,7 +64,7 @@ class VisionSettings(_Section):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=16, ge=1)
     threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4
-    label_threshold: float = Field(default=0.15, gt=0, le=1)  # class probability a label needs
+    label_threshold: float = Field(default=0.15, gt=0, le=1)  # class probability for labels after the best one
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at

@@ -50,7 +50,7 @@ def test_classifier_names_what_is_in_the_picture(classifier, name: str, expected
 
 def test_classifier_description_adds_the_broad_kind(classifier) -> None:
     pred = classifier.predict([load_image(media("images/skimage_chelsea.png"))])[0]
-    assert pred.description().endswith(", cat")
+    assert pred.description().startswith("a photo of a tiger cat") and pred.description().endswith(", a cat")
 
 
 def test_batched_and_single_predictions_agree(classifier) -> None:

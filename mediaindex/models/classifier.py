@@ -28,11 +28,21 @@ class Prediction:
     feature: np.ndarray  # L2-normalised pooled feature (FEATURE_DIM,)
 
     def description(self) -> str:
-        """A short text for the text embedder: the labels, then the broad kinds they belong to."""
+        """A short text for the text embedder: "a photo of a macaw, a bird, a parrot".
+
+        The labels come first, then the broad kinds they belong to; the caption-like phrasing
+        matched plain-language queries better than bare labels with the multilingual embedder.
+        """
         words = [name for name, _ in self.labels]
         for index in self.top:
             words += [g for g in groups_of(index) if g not in words]
-        return ", ".join(words)
+        return "a photo of " + ", ".join(_article(w) for w in words)
+
+
+def _article(word: str) -> str:
+    if word[:1].isupper():  # breed and brand names read better without one
+        return word
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
 
 
 class ImageClassifier:
@@ -82,9 +92,9 @@ class ImageClassifier:
                 feats = torch.nn.functional.normalize(feats.float(), dim=1).cpu().numpy()
             for p, f in zip(probs, feats, strict=True):
                 order = np.argsort(-p)[: self.max_labels]
-                # The best label always counts when it is confident enough on its own; the rest must
-                # each pass the threshold too.
-                keep = [int(k) for k in order if p[k] >= self.threshold]
+                # The best label always describes the frame: an empty description would embed as a
+                # generic text close to every query. Further labels must pass the threshold.
+                keep = [int(order[0])] + [int(k) for k in order[1:] if p[k] >= self.threshold]
                 out.append(Prediction([(LABELS[k], float(p[k])) for k in keep], keep, f.astype(np.float32)))
         return out
 
