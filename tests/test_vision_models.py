@@ -159,3 +159,14 @@ def test_bad_vision_settings_are_refused(monkeypatch) -> None:
     with pytest.raises(ModelLoadError, match="does not exist"):
         vector_dims(VisionSettings(clip="./no/such/clip-model"))
     assert vector_dims(VisionSettings(enabled=False)) == {}
+
+
+def test_exif_orientation_is_applied(tmp_path) -> None:
+    upright = Image.open(media("images/skimage_chelsea.png")).convert("RGB")
+    sideways = upright.transpose(Image.Transpose.ROTATE_90)  # stored turned, tagged to be turned back
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to view
+    sideways.save(tmp_path / "photo.jpg", exif=exif.tobytes(), quality=95)
+    loaded = load_image(tmp_path / "photo.jpg")
+    assert loaded.shape == (upright.height, upright.width, 3)
+    assert np.abs(loaded.astype(int) - np.asarray(upright, dtype=int)).mean() < 8

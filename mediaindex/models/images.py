@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from mediaindex.errors import MediaIndexError
 
@@ -39,7 +39,10 @@ def load_image(path: str | Path) -> np.ndarray:
         with Image.open(path) as img:
             img.seek(0)  # first frame of an animation
             img.load()
-            rgb = _to_rgb(img)
+            # Camera photos are often stored sideways with an EXIF orientation tag.
+            rgb = _to_rgb(ImageOps.exif_transpose(img))
+    except Image.DecompressionBombError as exc:
+        raise ImageInputError(f"{path}: image too large to open safely ({exc})") from exc
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise ImageInputError(f"{path}: not a readable image ({exc})") from exc
     return check_image(np.asarray(rgb), str(path))
@@ -49,20 +52,20 @@ def check_image(image: np.ndarray, name: str = "image") -> np.ndarray:
     """Validate an array as an image and bring it to H x W x 3 uint8 RGB."""
     image = np.asarray(image)
     if image.ndim == 2:
-        image = np.repeat(image[:, :, None], 3, axis=2)
+        image = image[:, :, None]
     if image.ndim != 3 or image.shape[2] not in (1, 3, 4):
         raise ImageInputError(f"{name}: expected an H x W x 3 image, got an array of shape {image.shape}")
-    if image.shape[2] == 1:
-        image = np.repeat(image, 3, axis=2)
-    if image.shape[2] == 4:
-        image = np.asarray(_to_rgb(Image.fromarray(image.astype(np.uint8), "RGBA")))
-    if image.dtype != np.uint8:
+    if image.dtype != np.uint8:  # bring values to 8 bits first, then channels
         if image.dtype == np.uint16:
             image = (image.astype(np.float32) / 257.0 + 0.5).astype(np.uint8)
         elif np.issubdtype(image.dtype, np.floating) and float(np.nanmax(image, initial=0)) <= 1.0:
             image = (np.nan_to_num(image) * 255.0 + 0.5).clip(0, 255).astype(np.uint8)
         else:
             image = np.nan_to_num(image).clip(0, 255).astype(np.uint8)
+    if image.shape[2] == 1:
+        image = np.repeat(image, 3, axis=2)
+    if image.shape[2] == 4:
+        image = np.asarray(_to_rgb(Image.fromarray(image, "RGBA")))
     height, width = image.shape[:2]
     if min(height, width) < MIN_SIDE:
         raise ImageInputError(
