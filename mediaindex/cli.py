@@ -37,9 +37,22 @@ def _settings(config: str | None, index: Path | None) -> Settings:
 def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
     from mediaindex.index.index import MediaIndex
     from mediaindex.models.text_embed import load_text_embedder
+    from mediaindex.models.vision import vector_dims
 
     embedder = load_text_embedder(settings.embed)
-    return MediaIndex(settings, embedder.dim, embedder.name), embedder
+    extra = vector_dims(settings.vision)
+    try:
+        return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
+    except MediaIndexError:
+        raise
+    except Exception as exc:  # the vector store refuses an index built with other named vectors
+        if "incompatible" not in str(exc).lower():
+            raise
+        raise MediaIndexError(
+            f"the index in {settings.index_dir} was built with other image vectors than configured now "
+            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
+            f"`mediaindex index reset --index {settings.index_dir}` and ingest again"
+        ) from exc
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -99,7 +112,8 @@ def ingest(
 
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(help="What to look for, in any language.")],
+    query: Annotated[str | None, typer.Argument(help="What to look for, in any language.")] = None,
+    image: Annotated[Path | None, typer.Option("--image", help="Find shots that look like this picture.")] = None,
     index: IndexOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Number of hits.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
@@ -107,20 +121,31 @@ def search(
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr or visual.")] = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Search the index in plain language; hits are moments (file + time range)."""
+    """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
     from mediaindex.index.search import search as run_search
     from mediaindex.index.store import SearchFilters
+    from mediaindex.models.images import load_image
+    from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
 
-    if not query.strip():
+    if image is not None and query is not None:
+        raise _fail("give a text query or --image FILE, not both")
+    if image is None and (query is None or not query.strip()):
         raise _fail("the search query is empty")
     try:
         settings = _settings(config, index)
+        picture = load_image(image) if image is not None else None
         if not (settings.index_dir / "schema.json").exists():
             raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
         media_index, embedder = _open_index(settings)
         try:
             filters = SearchFilters(video_id=video, modality=modality)
-            hits = run_search(media_index, embedder, query, limit=limit, filters=filters)
+            if picture is not None:
+                hits = search_image(media_index, settings.vision, picture, limit=limit, filters=filters)
+            else:
+                assert query is not None
+                hits = run_search(media_index, embedder, query, limit=limit, filters=filters)
+                # With a CLIP model, the query also meets the frames in the shared text-image space.
+                hits = fuse([hits, clip_text_hits(media_index, settings.vision, query, limit, filters)], limit)
         finally:
             media_index.close()
     except (MediaIndexError, ValueError) as exc:

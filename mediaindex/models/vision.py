@@ -1,0 +1,54 @@
+"""The vision models of a configuration: which named vectors they add to the index, loaded once."""
+
+from __future__ import annotations
+
+from mediaindex.config import VisionSettings
+from mediaindex.models.cache import cached
+
+FRAME_VECTOR = "frame"  # the classifier's pooled feature: image-to-image similarity
+IMAGE_VECTOR = "image"  # a CLIP-family image embedding: shares a space with its text tower
+
+
+def vector_dims(settings: VisionSettings) -> dict[str, int]:
+    """The extra vectors an index needs for this configuration, from configs only (no weights load)."""
+    from mediaindex.models.classifier import feature_dim
+
+    if not settings.enabled:
+        return {}
+    dims: dict[str, int] = {}
+    if settings.classifier:
+        dims[FRAME_VECTOR] = feature_dim(settings.classifier)
+    if settings.clip:
+        from mediaindex.models.clip import clip_dim
+
+        dims[IMAGE_VECTOR] = cached(("clip-dim", settings.clip), lambda: clip_dim(settings.clip))
+    return dims
+
+
+def load_classifier(settings: VisionSettings):  # -> ImageClassifier | None
+    from mediaindex.models.classifier import ImageClassifier
+
+    if not (settings.enabled and settings.classifier):
+        return None
+    key = ("classifier", settings.classifier, settings.device, settings.batch_size, settings.label_threshold,
+           settings.max_labels)
+    return cached(key, lambda: ImageClassifier(settings.classifier, settings.device, settings.batch_size,
+                                               settings.label_threshold, settings.max_labels))
+
+
+def load_text_reader(settings: VisionSettings):  # -> TextReader | None
+    from mediaindex.models.ocr import TextReader
+
+    if not (settings.enabled and settings.ocr):
+        return None
+    key = ("ocr", settings.ocr_min_confidence, settings.ocr_side, settings.threads)
+    return cached(key, lambda: TextReader(settings.ocr_min_confidence, settings.ocr_side, settings.threads))
+
+
+def load_clip(settings: VisionSettings):  # -> ClipEmbedder | None
+    from mediaindex.models.clip import ClipEmbedder
+
+    if not (settings.enabled and settings.clip):
+        return None
+    return cached(("clip", settings.clip, settings.device, settings.batch_size),
+                  lambda: ClipEmbedder(settings.clip, settings.device, settings.batch_size))

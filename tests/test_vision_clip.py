@@ -1,0 +1,134 @@
+"""The CLIP path on a small random-initialised model saved and loaded like a real checkpoint:
+shapes, normalisation, batching, the stage, the store and both query directions."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mediaindex.config import Settings, VisionSettings
+from mediaindex.errors import ModelLoadError
+from mediaindex.index.index import MediaIndex
+from mediaindex.models.images import load_image
+from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
+from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
+from mediaindex.pipeline.decode_stage import decode_media
+from mediaindex.pipeline.embed_stage import EmbedStage
+from mediaindex.pipeline.ingest import _write
+from mediaindex.pipeline.vision_stage import VisionStage
+from tests.conftest import make_settings, media
+
+PROJECTION = 24
+
+
+def _tiny_clip(target: Path) -> Path:
+    """A CLIP checkpoint directory (config, weights, tokenizer, image processor) with random weights."""
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
+
+    target.mkdir(parents=True)
+    # A real byte-pair vocabulary, just a small one: characters, a few merges, the special tokens.
+    chars = list(string.ascii_lowercase + string.digits + string.punctuation)
+    merges = ["t h", "th e</w>", "a n", "an d</w>"]
+    tokens = chars + [c + "</w>" for c in chars] + [m.replace(" ", "") for m in merges]
+    tokens += ["<|startoftext|>", "<|endoftext|>"]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    (target / "vocab.json").write_text(json.dumps(vocab))
+    (target / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    tokenizer = CLIPTokenizer(str(target / "vocab.json"), str(target / "merges.txt"))
+    eos = vocab["<|endoftext|>"]
+    config = CLIPConfig(
+        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, max_position_embeddings=32, bos_token_id=vocab["<|startoftext|>"],
+                         eos_token_id=eos, pad_token_id=eos),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        projection_dim=PROJECTION,
+    )
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(target)
+    processor = CLIPProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+        tokenizer=tokenizer,
+    )
+    processor.save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_clip(tmp_path_factory.mktemp("clip") / "tiny-clip")
+
+
+@pytest.fixture(scope="module")
+def clip_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, clip_dir: Path) -> Settings:
+    # OCR is not what this module tests; it is left off to keep the run short.
+    return make_settings(tmp_path_factory.mktemp("clip-index"), cache_dir,
+                         vision={"clip": str(clip_dir), "ocr": False, "batch_size": 2})
+
+
+def test_dimension_is_read_from_the_config_alone(clip_dir: Path) -> None:
+    assert vector_dims(VisionSettings(clip=str(clip_dir))) == {FRAME_VECTOR: 1280, IMAGE_VECTOR: PROJECTION}
+
+
+def test_embeddings_are_normalised_and_batching_does_not_change_them(clip_settings: Settings) -> None:
+    clip = load_clip(clip_settings.vision)
+    images = [load_image(media(f"images/{n}")) for n in ("skimage_chelsea.png", "skimage_coffee.png", "skimage_rocket.jpg")]
+    batched = clip.embed_images(images)  # batch_size 2: two batches
+    assert batched.shape == (3, PROJECTION) and batched.dtype == np.float32
+    assert np.allclose(np.linalg.norm(batched, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(clip.embed_images(images[1:2])[0], batched[1], atol=1e-5)
+    texts = clip.embed_texts(["a cat", "the coffee and the cup"])
+    assert texts.shape == (2, PROJECTION)
+    assert np.allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-5)
+    assert clip is load_clip(clip_settings.vision)  # loaded once per process
+
+
+def test_store_and_query_round_trip(clip_settings: Settings) -> None:
+    stage, embed = VisionStage(clip_settings), EmbedStage(clip_settings)
+    item = decode_media(str(media("video/testvideo.mp4")), clip_settings)
+    pictures = [(k.time, k.image.copy()) for k in item.keyframes]
+    item = embed.process(stage.process(item))
+    visual = [s for s in item.segments if s.modality == "visual"]
+    assert visual and all(len(s.vectors[IMAGE_VECTOR]) == PROJECTION for s in visual)
+    assert all(len(s.vectors[FRAME_VECTOR]) == 1280 for s in visual)
+
+    dims = vector_dims(clip_settings.vision)
+    with MediaIndex(clip_settings, embed.embedder.dim, embed.embedder.name, extra_dims=dims) as index:
+        assert _write(index, item).status == "indexed"
+        # The CLIP vector alone (classifier off): a keyframe finds its own shot, near score 1.
+        clip_only = clip_settings.vision.model_copy(update={"classifier": None})
+        for t, picture in pictures:
+            hit = index.store.search(load_clip(clip_only).embed_images([picture])[0], 1, using=IMAGE_VECTOR)[0]
+            assert hit.start <= t < hit.end and hit.score > 0.99
+        # Both vectors together: the lists are fused by rank.
+        t, picture = pictures[-1]
+        fused = search_image(index, clip_settings.vision, picture, limit=3)
+        assert fused[0].start <= t < fused[0].end and fused[0].modality == "visual"
+        # Text through the CLIP text tower lands on image vectors (a random model: any shot, well formed).
+        hits = clip_text_hits(index, clip_settings.vision, "a cat", limit=2)
+        assert len(hits) == 2 and all(h.modality == "visual" and -1.0 <= h.score <= 1.0 for h in hits)
+
+
+def test_fuse_keeps_a_lone_list_and_merges_by_rank() -> None:
+    from mediaindex.segments import Hit
+
+    a = Hit("/a", "v1", 0.0, 5.0, 0.9, "visual", "")
+    b = Hit("/b", "v2", 0.0, 5.0, 0.8, "visual", "")
+    assert fuse([[a, b], []], 5) == [a, b]
+    merged = fuse([[a, b], [b, a], [b]], 5)
+    assert [h.video_id for h in merged] == ["v2", "v1"]
+
+
+def test_bad_clip_models_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        vector_dims(VisionSettings(clip=str(tmp_path / "empty")))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="cannot read the config"):
+        vector_dims(VisionSettings(clip=str(tmp_path / "bad")))
