@@ -86,8 +86,8 @@ class BlockManager:
     def match_prefix(self, seq: Sequence) -> list[int]:
         """Pages already holding seq's leading full pages. The last prompt token is never matched: the model must
         run at least one token to produce logits."""
-        if not self.enable_prefix_sharing:
-            return []
+        if not self.enable_prefix_sharing or seq.params.prompt_logprobs:
+            return []  # scoring needs logits at every prompt position, so nothing may be skipped
         ids = seq.all_ids
         ps = self.page_size
         matched: list[int] = []

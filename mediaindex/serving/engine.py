@@ -20,7 +20,7 @@ from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
-from mediaindex.serving.model_runner import ModelRunner, load_pretrained, load_smollm2
+from mediaindex.serving.model_runner import LogitRows, ModelRunner, load_pretrained, load_smollm2
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
 from mediaindex.serving.sequence import Sequence, Status
@@ -40,6 +40,7 @@ class RequestOutput:
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     error: Exception | None = None
+    prompt_logprobs: list[float] | None = None  # only when SamplingParams.prompt_logprobs
 
 
 @dataclass
@@ -209,6 +210,7 @@ class LLMEngine:
             finished=seq.finished,
             finish_reason=seq.finish_reason,
             error=seq.error,
+            prompt_logprobs=list(seq.prompt_logprobs) if seq.params.prompt_logprobs else None,
         )
 
     def has_unfinished(self) -> bool:
@@ -252,13 +254,20 @@ class LLMEngine:
             return out
 
         t0 = time.perf_counter()
-        logits, logit_seqs = self.runner.run(batch)
-        n_prefill = sum(n for _, n in batch if n > 1)
-        n_decode = len(batch) - sum(1 for _, n in batch if n > 1)
+        logits, row_map = self.runner.run(batch)
+        # Decode = feeding back a generated token; everything else (prompts, recompute after preemption) is prefill.
+        n_decode = sum(1 for s, n in batch if n == 1 and s.num_computed >= len(s.prompt_ids))
+        n_prefill = sum(n for _, n in batch) - n_decode
         for seq, n in batch:
             seq.num_computed += n
             self.block_manager.register_full_pages(seq)
-        tokens = self.sampler(logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
+        for rows in row_map:
+            if rows.seq.params.prompt_logprobs:
+                self._record_prompt_logprobs(rows, logits)
+        sampled = [r for r in row_map if r.samples]
+        logit_seqs = [r.seq for r in sampled]
+        sample_logits = logits[[r.first_row + r.count - 1 for r in sampled]]
+        tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
         now = time.perf_counter()
         for seq, tok in zip(logit_seqs, tokens, strict=True):
             seq.output_ids.append(tok)
@@ -278,6 +287,20 @@ class LLMEngine:
         self._steps += 1
         out, self._pending = self._pending, []
         return out
+
+    @staticmethod
+    def _record_prompt_logprobs(rows: LogitRows, logits: torch.Tensor) -> None:
+        seq = rows.seq
+        ids = seq.prompt_ids
+        # Positions already scored (before a preemption, or via shared prefix pages skipped) are not repeated.
+        lo = max(rows.first_pos, len(seq.prompt_logprobs))
+        hi = min(rows.first_pos + rows.count, len(ids) - 1)
+        if lo >= hi or lo != len(seq.prompt_logprobs):
+            return
+        part = logits[rows.first_row + lo - rows.first_pos : rows.first_row + hi - rows.first_pos].float()
+        targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
+        lp = part.log_softmax(-1).gather(1, targets[:, None])[:, 0]
+        seq.prompt_logprobs.extend(lp.tolist())
 
     def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
         p = seq.params

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -82,6 +83,18 @@ def use_paged_attention(model: PreTrainedModel) -> None:
             cfg._attn_implementation = name
 
 
+@dataclass
+class LogitRows:
+    """Rows [first_row, first_row + count) of the step's logits belong to seq and predict the tokens after
+    positions first_pos, first_pos + 1, ...; the last row is sampled when `samples`."""
+
+    seq: Sequence
+    first_row: int
+    count: int
+    first_pos: int
+    samples: bool
+
+
 class ModelRunner:
     """Packs scheduled tokens into one flat batch (decode tokens first, then prefill chunks) with explicit
     positions, runs the model with the paged attention function, and returns logits for requests that reached
@@ -100,15 +113,18 @@ class ModelRunner:
         return [table[p // ps] * ps + p % ps for p in range(start, end)]
 
     @torch.inference_mode()
-    def run(self, batch: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
-        """Run one step. Returns (logits [R, vocab], the R sequences they belong to, in order)."""
+    def run(self, batch: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[LogitRows]]:
+        """Run one step. Returns logits [R, vocab] and which rows belong to which sequence.
+
+        A sequence gets a row for its last token when the step reaches the end of what it has to compute (that
+        row is sampled); sequences asking for prompt log-probabilities get a row for every token of the chunk."""
         decodes = [(s, n) for s, n in batch if n == 1]
         prefills = [(s, n) for s, n in batch if n > 1]
         ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
         logit_rows: list[int] = []
-        logit_seqs: list[Sequence] = []
+        row_map: list[LogitRows] = []
         prefill_spans: list[tuple[int, int, int, list[int]]] = []
         ps = self.page_size
         for seq, n in decodes + prefills:
@@ -120,9 +136,13 @@ class ModelRunner:
             slots.extend(self._slots(seq, start, start + n))
             if n > 1:
                 prefill_spans.append((offset, offset + n, start, seq.page_table[: -(-start // ps)]))
-            if start + n == len(seq):
+            samples = start + n == len(seq)
+            if seq.params.prompt_logprobs and start < len(seq.prompt_ids) - 1:
+                row_map.append(LogitRows(seq, len(logit_rows), n, start, samples))
+                logit_rows.extend(range(offset, offset + n))
+            elif samples:
+                row_map.append(LogitRows(seq, len(logit_rows), 1, start + n - 1, True))
                 logit_rows.append(offset + n - 1)
-                logit_seqs.append(seq)
 
         dev = self.device
         meta = StepMetadata(
@@ -151,4 +171,4 @@ class ModelRunner:
                 logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=dev),
             )
         logits = out.logits[0] if logit_rows else out.logits[0, :0]
-        return logits, logit_seqs
+        return logits, row_map

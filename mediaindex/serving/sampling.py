@@ -25,6 +25,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False
+    prompt_logprobs: bool = False  # report log p(prompt token i+1 | tokens <= i), e.g. for perplexity
 
     def __post_init__(self) -> None:
         self.validate()
