@@ -199,8 +199,6 @@ class LLMEngine:
     def _output(self, seq: Sequence) -> RequestOutput:
         new = seq.output_ids[seq.num_emitted :]
         seq.num_emitted = len(seq.output_ids)
-        if seq.finished:
-            self._requests.pop(seq.request_id, None)
         return RequestOutput(
             request_id=seq.request_id,
             prompt_token_ids=seq.prompt_ids,
@@ -225,8 +223,7 @@ class LLMEngine:
 
     def _step(self) -> list[RequestOutput]:
         if not self.scheduler.has_unfinished():
-            out, self._pending = self._pending, []
-            return out
+            return self._flush()
         batch = self.scheduler.schedule()
         if self.tracker.enabled:
             for err in self.tracker.check(self.scheduler.running):
@@ -250,8 +247,7 @@ class LLMEngine:
                         f"{self.block_manager.num_pages} pages are free"
                     ),
                 )
-            out, self._pending = self._pending, []
-            return out
+            return self._flush()
 
         t0 = time.perf_counter()
         logits, row_map = self.runner.run(batch)
@@ -285,8 +281,7 @@ class LLMEngine:
         self._prefill_tokens += n_prefill
         self._decode_tokens += n_decode
         self._steps += 1
-        out, self._pending = self._pending, []
-        return out
+        return self._flush()
 
     @staticmethod
     def _record_prompt_logprobs(rows: LogitRows, logits: torch.Tensor) -> None:
@@ -301,6 +296,14 @@ class LLMEngine:
         targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
         lp = part.log_softmax(-1).gather(1, targets[:, None])[:, 0]
         seq.prompt_logprobs.extend(lp.tolist())
+
+    def _flush(self) -> list[RequestOutput]:
+        """Hand out pending outputs; a finished request is forgotten once its final output is handed out."""
+        out, self._pending = self._pending, []
+        for o in out:
+            if o.finished:
+                self._requests.pop(o.request_id, None)
+        return out
 
     def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
         p = seq.params
