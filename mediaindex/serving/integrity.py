@@ -187,15 +187,17 @@ class FaultInjector:
         return rec
 
     def swap_page_table_entries(self, request_a: str, request_b: str | None = None) -> FaultRecord | None:
-        """Swap two entries of one request's page table, or one entry each of two requests."""
+        """Swap two page-table entries: one request's first and last page (the one being written; swapping two
+        context pages alone would go unnoticed by attention, which does not depend on key order), or the last
+        full page of two different requests."""
         a = self._running(request_a)
         ps = self.engine.block_manager.page_size
         if request_b is None:
-            full = min(a.num_computed // ps, len(a.page_table))
-            if full < 2 or a.page_table[0] == a.page_table[1]:
+            table = a.page_table
+            if len(table) < 2 or table[0] == table[-1]:
                 return None
-            a.page_table[0], a.page_table[1] = a.page_table[1], a.page_table[0]
-            rec = FaultRecord("swap", [a.page_table[0], a.page_table[1]], {a.request_id})
+            table[0], table[-1] = table[-1], table[0]
+            rec = FaultRecord("swap", [table[0], table[-1]], {a.request_id})
         else:
             b = self._running(request_b)
             fa = min(a.num_computed // ps, len(a.page_table))
