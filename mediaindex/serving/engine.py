@@ -41,6 +41,7 @@ class RequestOutput:
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     error: Exception | None = None
     prompt_logprobs: list[float] | None = None  # only when SamplingParams.prompt_logprobs
+    prompt_argmax: list[int] | None = None  # the model's top token after each prompt position (same condition)
 
 
 @dataclass
@@ -209,6 +210,7 @@ class LLMEngine:
             finish_reason=seq.finish_reason,
             error=seq.error,
             prompt_logprobs=list(seq.prompt_logprobs) if seq.params.prompt_logprobs else None,
+            prompt_argmax=list(seq.prompt_argmax) if seq.params.prompt_logprobs else None,
         )
 
     def has_unfinished(self) -> bool:
@@ -294,8 +296,9 @@ class LLMEngine:
             return
         part = logits[rows.first_row + lo - rows.first_pos : rows.first_row + hi - rows.first_pos].float()
         targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
-        lp = part.log_softmax(-1).gather(1, targets[:, None])[:, 0]
-        seq.prompt_logprobs.extend(lp.tolist())
+        logprobs = part.log_softmax(-1)
+        seq.prompt_logprobs.extend(logprobs.gather(1, targets[:, None])[:, 0].tolist())
+        seq.prompt_argmax.extend(logprobs.argmax(-1).tolist())
 
     def _flush(self) -> list[RequestOutput]:
         """Hand out pending outputs; a finished request is forgotten once its final output is handed out."""

@@ -25,7 +25,8 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     ignore_eos: bool = False
-    prompt_logprobs: bool = False  # report log p(prompt token i+1 | tokens <= i), e.g. for perplexity
+    # report log p(prompt token i+1 | tokens <= i) and the top token at each prompt position (perplexity, agreement)
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         self.validate()

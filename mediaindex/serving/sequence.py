@@ -50,6 +50,7 @@ class Sequence:
     # chain hashes of this sequence's full pages, for prefix sharing (index i covers tokens [0, (i+1)*page_size))
     page_hashes: list[int] = field(default_factory=list)
     prompt_logprobs: list[float] = field(default_factory=list)
+    prompt_argmax: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:
