@@ -108,6 +108,9 @@ class LLMEngine:
         self._decode_time = 0.0
         self._steps = 0
         self._integrity_aborts = 0
+        # Benchmarks set this to keep each finished request's token timestamps (perf_counter) by request id.
+        self.record_token_times = False
+        self.last_token_times: dict[str, list[float]] = {}
 
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -195,6 +198,8 @@ class LLMEngine:
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.error = error
+        if self.record_token_times:
+            self.last_token_times[seq.request_id] = seq.token_times
         self._pending.append(self._output(seq))
 
     def _output(self, seq: Sequence) -> RequestOutput:
