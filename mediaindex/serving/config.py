@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KVCacheDType = Literal["auto", "bf16", "fp32", "fp8_e4m3"]
@@ -37,11 +36,6 @@ class EngineConfig(BaseModel):
             # A modest default keeps tests and laptops safe; servers set a budget explicitly.
             self.kv_cache_memory_bytes = 256 * 1024 * 1024
         return self
-
-    def storage_dtype(self) -> torch.dtype:
-        """The dtype K/V values have when read back (fp8 pages are dequantised to the compute dtype)."""
-        kind = self.resolved_kv_dtype()
-        return {"bf16": torch.bfloat16, "fp32": torch.float32, "fp8_e4m3": torch.float8_e4m3fn}[kind]
 
     def resolved_kv_dtype(self) -> Literal["bf16", "fp32", "fp8_e4m3"]:
         if self.kv_cache_dtype == "auto":

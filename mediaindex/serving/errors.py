@@ -28,11 +28,12 @@ class KVIntegrityError(ServingError):
     """
 
     def __init__(self, request_id: str, page: int, expected_tag: int, found_tag: int, found_page: int) -> None:
-        where = f"page {page}" if found_page == page else f"page {page} (page table now points at page {found_page})"
-        super().__init__(
-            f"KV integrity check failed for request {request_id!r}: {where} expected tag {expected_tag}, "
-            f"found tag {found_tag}; the request was aborted"
-        )
+        if page < 0:  # the page table changed length behind the allocator's back
+            what = f"its page table has {found_tag} entries where {expected_tag} pages were acquired"
+        else:
+            where = f"page {page}" if found_page == page else f"page {page} (the page table now points at {found_page})"
+            what = f"{where} expected tag {expected_tag}, found tag {found_tag}"
+        super().__init__(f"KV integrity check failed for request {request_id!r}: {what}; the request was aborted")
         self.request_id = request_id
         self.page = page
         self.expected_tag = expected_tag

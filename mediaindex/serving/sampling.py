@@ -71,7 +71,8 @@ class Sampler:
         for row, p in enumerate(params):
             if p.greedy:
                 continue
-            out[row] = self._sample_row(logits[row], p, generators[row])
+            # Per-request generators live on the CPU; one vocabulary-sized row per sampled request is cheap to move.
+            out[row] = self._sample_row(logits[row].cpu(), p, generators[row])
         return out
 
     @staticmethod
