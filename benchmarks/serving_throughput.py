@@ -145,11 +145,15 @@ def main() -> None:
     summary["throughput_loss_pct"] = 100 * thr_loss
     summary["p95_latency_increase_pct"] = 100 * lat_inc
     summary["checks_run"] = engines[True].tracker.num_checks
+    # Direct cost accounting, insensitive to machine-load drift between runs: time inside the check / step time.
+    extra = engines[True].metrics().extra
+    summary["check_time_share_pct"] = 100 * extra["integrity_check_seconds"] / extra["step_seconds"]
     results["integrity"] = summary
     print(f"integrity checks: throughput {summary['noop']['best_tok_per_s']:.1f} -> "
           f"{summary['checking']['best_tok_per_s']:.1f} tok/s ({100 * thr_loss:+.2f}% loss), p95 per-token latency "
           f"{summary['noop']['median_p95_ms']:.1f} -> {summary['checking']['median_p95_ms']:.1f} ms "
-          f"({100 * lat_inc:+.2f}%)")
+          f"({100 * lat_inc:+.2f}%); time inside the check: {summary['check_time_share_pct']:.3f}% of step time "
+          f"over {summary['checks_run']} checks")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

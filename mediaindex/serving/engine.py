@@ -108,6 +108,8 @@ class LLMEngine:
         self._decode_time = 0.0
         self._steps = 0
         self._integrity_aborts = 0
+        self._check_time = 0.0
+        self._step_time = 0.0
         # Benchmarks set this to keep each finished request's token timestamps (perf_counter) by request id.
         self.record_token_times = False
         self.last_token_times: dict[str, list[float]] = {}
@@ -226,14 +228,21 @@ class LLMEngine:
         """Schedule, check page integrity, run the model once, sample. Returns outputs of requests that produced
         tokens, finished, were aborted or failed since the previous step."""
         with self._lock:
-            return self._step()
+            t0 = time.perf_counter()
+            try:
+                return self._step()
+            finally:
+                self._step_time += time.perf_counter() - t0
 
     def _step(self) -> list[RequestOutput]:
         if not self.scheduler.has_unfinished():
             return self._flush()
         batch = self.scheduler.schedule()
         if self.tracker.enabled:
-            for err in self.tracker.check(self.scheduler.running):
+            t_check = time.perf_counter()
+            errors = self.tracker.check(self.scheduler.running)
+            self._check_time += time.perf_counter() - t_check
+            for err in errors:
                 seq = self._requests[err.request_id]
                 log.error("%s", err)
                 self._integrity_aborts += 1
@@ -396,4 +405,5 @@ class LLMEngine:
             prefix_hit_tokens=bm.prefix_hit_tokens,
             integrity_aborts=self._integrity_aborts,
             kv_cache_dtype=self.kv_cache.kind,
+            extra={"step_seconds": self._step_time, "integrity_check_seconds": self._check_time},
         )
