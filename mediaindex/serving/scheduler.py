@@ -54,6 +54,7 @@ class Scheduler:
 
     def schedule(self) -> list[tuple[Sequence, int]]:
         budget = self.max_num_batched_tokens
+        preemptions_before = self.num_preemptions
         scheduled: list[tuple[Sequence, int]] = []
         taken: set[int] = set()
         ordered = sorted(self.running, key=lambda s: (s.in_prefill, s.arrival))
@@ -74,7 +75,10 @@ class Scheduler:
                 taken.add(id(seq))
                 budget -= n
 
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+        # After a preemption the pool is known to be short: admitting now would only take back the pages just
+        # freed and force the same preemption next step.
+        admit = self.num_preemptions == preemptions_before
+        while admit and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             # Shared prefix pages count as computed: the chunk covers only the rest.
             n = self.bm.admit(seq, budget)
