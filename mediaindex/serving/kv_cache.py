@@ -65,6 +65,18 @@ def pages_for_budget(budget_bytes: int, layout: KVLayout, page_size: int, kind: 
     return max(0, usable // (bytes_per_page(layout, page_size, kind) + PER_PAGE_METADATA_BYTES))
 
 
+def fp8_bytes_to_float(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Decode float8_e4m3fn bytes. On CPU, torch's element-wise float8 conversion is slow; moving the bits into an
+    fp16 pattern (sign, exponent, mantissa shifted into place) and rescaling by 2**8 for the exponent-bias difference
+    (15 - 7) is exact for every finite e4m3 value, subnormals included, and several times cheaper. Pages never hold
+    the NaN code (writes saturate)."""
+    if b.device.type != "cpu":
+        return b.view(torch.float8_e4m3fn).to(dtype)
+    x = b.to(torch.int16)
+    bits = ((x & 0x7F) << 7) | ((x & 0x80) << 8)
+    return bits.view(torch.float16).to(dtype) * 256.0
+
+
 class PagedKVCache:
     def __init__(
         self,
@@ -127,8 +139,8 @@ class PagedKVCache:
         k = self.k[layer][block_tables].flatten(1, 2)
         v = self.v[layer][block_tables].flatten(1, 2)
         if self.is_fp8:
-            k = k.view(torch.float8_e4m3fn).to(dtype) * self.k_scale[layer].to(dtype)[:, None]
-            v = v.view(torch.float8_e4m3fn).to(dtype) * self.v_scale[layer].to(dtype)[:, None]
+            k = fp8_bytes_to_float(k, dtype) * self.k_scale[layer].to(dtype)[:, None]
+            v = fp8_bytes_to_float(v, dtype) * self.v_scale[layer].to(dtype)[:, None]
         else:
             k = k.to(dtype)
             v = v.to(dtype)

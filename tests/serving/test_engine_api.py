@@ -286,6 +286,14 @@ def test_fp8_pages_store_bytes_with_data_scales(arch, tiny_models, char_tokenize
         assert torch.allclose(torch.tensor(o.prompt_logprobs), torch.tensor(r.prompt_logprobs), atol=0.05)
 
 
+def test_fp8_byte_decoding_is_exact_for_every_finite_code():
+    from mediaindex.serving.kv_cache import fp8_bytes_to_float
+
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    expected = codes.view(torch.float8_e4m3fn).float()
+    assert torch.equal(fp8_bytes_to_float(codes, torch.float32), expected)
+
+
 def test_fp8_capacity_is_about_twice_bf16():
     from transformers import LlamaConfig
 
