@@ -96,7 +96,9 @@ def _module_entry(module: QuantLinear | QuantExperts) -> dict[str, Any]:
 def _config_dict(model: nn.Module) -> dict[str, Any]:
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
-        raise QuantizationError("only transformers models (with a .config) can be saved as quantized checkpoints")
+        raise QuantizationError(
+            "only transformers models (with a .config) can be saved as quantized checkpoints"
+        )
     return json.loads(config.to_json_string(use_diff=False))
 
 
@@ -166,7 +168,15 @@ def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{meta_path}: checkpoint format version {version!r} is not supported (this build reads {FORMAT_VERSION});"
             " re-quantize the model"
         )
-    for key in ("quant_config", "model_class", "model_config", "modules", "tensors", "aliases", "weights_sha256"):
+    for key in (
+        "quant_config",
+        "model_class",
+        "model_config",
+        "modules",
+        "tensors",
+        "aliases",
+        "weights_sha256",
+    ):
         if key not in meta:
             raise QuantCheckpointError(f"{meta_path}: checkpoint metadata lacks {key!r}")
     return meta
@@ -181,7 +191,9 @@ def _check_config(stored: dict[str, Any], expected: Any) -> None:
         if key not in _CONFIG_KEYS_IGNORED and stored.get(key) != expected.get(key)
     )
     if diffs:
-        shown = ", ".join(f"{k}: checkpoint={stored.get(k)!r} expected={expected.get(k)!r}" for k in diffs[:5])
+        shown = ", ".join(
+            f"{k}: checkpoint={stored.get(k)!r} expected={expected.get(k)!r}" for k in diffs[:5]
+        )
         raise QuantCheckpointError(f"checkpoint was made for a different model config ({shown})")
 
 
@@ -223,7 +235,9 @@ def _skeleton_module(entry: dict[str, Any], original: nn.Module, name: str) -> n
         dtype = dtype_from_name(entry["compute_dtype"])
         if entry["kind"] == "linear":
             if not isinstance(original, nn.Linear):
-                raise QuantCheckpointError(f"checkpoint quantized {name} as a linear layer, the model has a {type(original).__name__}")
+                raise QuantCheckpointError(
+                    f"checkpoint quantized {name} as a linear layer, the model has a {type(original).__name__}"
+                )
             if (original.in_features, original.out_features) != (entry["in_features"], entry["out_features"]):
                 raise QuantCheckpointError(
                     f"{name}: checkpoint has {entry['out_features']}x{entry['in_features']}, "
@@ -311,7 +325,9 @@ def load_quantized(
         try:
             original = model.get_submodule(name)
         except AttributeError as exc:
-            raise QuantCheckpointError(f"checkpoint quantized module {name}, which this model does not have") from exc
+            raise QuantCheckpointError(
+                f"checkpoint quantized module {name}, which this model does not have"
+            ) from exc
         _set_module(model, name, _skeleton_module(entry, original, name))
 
     aliases: dict[str, str] = meta["aliases"]

@@ -70,7 +70,9 @@ class PackSpec:
         return None
 
 
-def quantize_weight(weight: Tensor, spec: PackSpec, *, optimize: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+def quantize_weight(
+    weight: Tensor, spec: PackSpec, *, optimize: bool = True
+) -> tuple[Tensor, Tensor, Tensor]:
     """Quantize one ``[out, in]`` weight with HQQ; returns (packed uint8 codes, scale, zero)."""
     reason = spec.check()
     if reason is not None:
@@ -104,7 +106,9 @@ def unpack_codes(codes: Tensor, bits: int, dtype: torch.dtype = torch.float32) -
     return BitPack.unpack_8bit_u8(codes, dtype=dtype)
 
 
-def dequantize_weight(codes: Tensor, scale: Tensor, zero: Tensor, spec: PackSpec, dtype: torch.dtype) -> Tensor:
+def dequantize_weight(
+    codes: Tensor, scale: Tensor, zero: Tensor, spec: PackSpec, dtype: torch.dtype
+) -> Tensor:
     """HQQ's dequantization ``(q - zero) * scale``, computed in fp32 and cast once at the end."""
     q = unpack_codes(codes, spec.bits)
     s = scale.float()
@@ -265,11 +269,19 @@ class QuantExperts(nn.Module):
         for spec in (self.gate_up_spec, self.down_spec):
             reason = spec.check()
             if reason is not None:
-                raise QuantizationError(f"cannot quantize experts with weights {spec.out_features}x{spec.in_features}: {reason}")
+                raise QuantizationError(
+                    f"cannot quantize experts with weights {spec.out_features}x{spec.in_features}: {reason}"
+                )
         for prefix, spec in (("gate_up", self.gate_up_spec), ("down", self.down_spec)):
-            self.register_buffer(f"{prefix}_W_q", _empty((num_experts, *spec.codes_shape), torch.uint8, device))
-            self.register_buffer(f"{prefix}_scale", _empty((num_experts, *spec.meta_shape), META_DTYPE, device))
-            self.register_buffer(f"{prefix}_zero", _empty((num_experts, *spec.meta_shape), META_DTYPE, device))
+            self.register_buffer(
+                f"{prefix}_W_q", _empty((num_experts, *spec.codes_shape), torch.uint8, device)
+            )
+            self.register_buffer(
+                f"{prefix}_scale", _empty((num_experts, *spec.meta_shape), META_DTYPE, device)
+            )
+            self.register_buffer(
+                f"{prefix}_zero", _empty((num_experts, *spec.meta_shape), META_DTYPE, device)
+            )
         # Per-expert GPU kernels (gate_up, down), attached by the backend; not part of state_dict.
         self._kernels: list[tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]] | None = None
 
@@ -278,7 +290,9 @@ class QuantExperts(nn.Module):
         return self.gate_up_spec.bits
 
     @classmethod
-    def skeleton_like(cls, experts: nn.Module, config: QuantConfig, device: torch.device | str | None) -> QuantExperts:
+    def skeleton_like(
+        cls, experts: nn.Module, config: QuantConfig, device: torch.device | str | None
+    ) -> QuantExperts:
         n_experts, hidden, inter = check_experts_layout(experts)
         weight: Tensor = experts.gate_up_proj  # type: ignore[assignment]
         act_fn: Any = experts.act_fn
@@ -314,7 +328,11 @@ class QuantExperts(nn.Module):
     def dequantize_expert(self, expert: int, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
         dtype = dtype or self.compute_dtype
         gate_up = dequantize_weight(
-            self.gate_up_W_q[expert], self.gate_up_scale[expert], self.gate_up_zero[expert], self.gate_up_spec, dtype
+            self.gate_up_W_q[expert],
+            self.gate_up_scale[expert],
+            self.gate_up_zero[expert],
+            self.gate_up_spec,
+            dtype,
         )
         down = dequantize_weight(
             self.down_W_q[expert], self.down_scale[expert], self.down_zero[expert], self.down_spec, dtype

@@ -52,7 +52,9 @@ def plan_quantization(model: nn.Module, config: QuantConfig) -> QuantPlan:
             if config.skips(name):
                 plan.kept[name] = "skipped by config"
                 continue
-            spec = PackSpec(module.out_features, module.in_features, config.bits, config.group_size, config.axis)
+            spec = PackSpec(
+                module.out_features, module.in_features, config.bits, config.group_size, config.axis
+            )
             reason = spec.check()
             if reason is not None:
                 plan.kept[name] = reason
@@ -63,9 +65,10 @@ def plan_quantization(model: nn.Module, config: QuantConfig) -> QuantPlan:
                 plan.kept[name] = "skipped by config"
                 continue
             _, hidden, inter = check_experts_layout(module)
-            reason = PackSpec(2 * inter, hidden, config.bits, config.group_size, config.axis).check() or PackSpec(
-                hidden, inter, config.bits, config.group_size, config.axis
-            ).check()
+            reason = (
+                PackSpec(2 * inter, hidden, config.bits, config.group_size, config.axis).check()
+                or PackSpec(hidden, inter, config.bits, config.group_size, config.axis).check()
+            )
             if reason is not None:
                 plan.kept[name] = reason
                 continue
