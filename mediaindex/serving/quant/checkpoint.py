@@ -234,7 +234,7 @@ def _skeleton_module(entry: dict[str, Any], original: nn.Module, name: str) -> n
         config = QuantConfig(bits=entry["bits"], group_size=entry["group_size"], axis=entry["axis"])
         dtype = dtype_from_name(entry["compute_dtype"])
         if entry["kind"] == "linear":
-            if not isinstance(original, nn.Linear):
+            if not isinstance(original, (nn.Linear, QuantLinear)):
                 raise QuantCheckpointError(
                     f"checkpoint quantized {name} as a linear layer, the model has a {type(original).__name__}"
                 )
@@ -254,8 +254,22 @@ def _skeleton_module(entry: dict[str, Any], original: nn.Module, name: str) -> n
                 device="meta",
             )
         if entry["kind"] == "experts":
-            layer = QuantExperts.skeleton_like(original, config, "meta")
-            layer.compute_dtype = dtype
+            if isinstance(original, QuantExperts):
+                # Split precision: the module being replaced is already another quantized set.
+                layer = QuantExperts(
+                    original.num_experts,
+                    original.hidden_dim,
+                    original.intermediate_dim,
+                    original.act_fn,
+                    bits=config.bits,
+                    group_size=config.group_size,
+                    axis=config.axis,
+                    compute_dtype=dtype,
+                    device="meta",
+                )
+            else:
+                layer = QuantExperts.skeleton_like(original, config, "meta")
+                layer.compute_dtype = dtype
             if (layer.num_experts, layer.hidden_dim, layer.intermediate_dim) != (
                 entry["num_experts"],
                 entry["hidden_dim"],
@@ -263,7 +277,7 @@ def _skeleton_module(entry: dict[str, Any], original: nn.Module, name: str) -> n
             ):
                 raise QuantCheckpointError(f"{name}: checkpoint experts shape differs from the model's")
             return layer
-    except (KeyError, TypeError, QuantizationError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, QuantizationError, AttributeError) as exc:
         if isinstance(exc, QuantCheckpointError):
             raise
         raise QuantCheckpointError(f"checkpoint entry for {name} is invalid: {exc}") from exc
