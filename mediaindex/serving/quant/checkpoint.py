@@ -289,7 +289,12 @@ def _assign(model: nn.Module, name: str, tensor: torch.Tensor, is_param: bool) -
     owner = model.get_submodule(owner_name) if owner_name else model
     if is_param:
         old = owner._parameters[attr]
-        value: torch.Tensor = nn.Parameter(tensor, requires_grad=bool(old is not None and old.requires_grad))
+        # A tied alias gets the very same Parameter object, as transformers' own tying does.
+        value: torch.Tensor = (
+            tensor
+            if isinstance(tensor, nn.Parameter)
+            else nn.Parameter(tensor, requires_grad=bool(old is not None and old.requires_grad))
+        )
         owner._parameters[attr] = value  # type: ignore[assignment]
     else:
         value = tensor
@@ -361,10 +366,18 @@ def load_quantized(
             stored = set(fh.keys())
             if stored != set(recorded):
                 raise QuantCheckpointError(f"{weights}: tensor list differs from {META_FILE}")
+            quant_names = set(meta["modules"])
             for name in sorted(expected):
                 slot, is_param = slots[name]
                 tensor = fh.get_tensor(name)
-                if tuple(tensor.shape) != tuple(slot.shape) or tensor.dtype != slot.dtype:
+                # High-precision tensors keep the dtype they were saved in (a model cast to bf16
+                # still says float32 in its config); quantized buffers must match exactly.
+                dtype_ok = tensor.dtype == slot.dtype or (
+                    name.rpartition(".")[0] not in quant_names
+                    and tensor.is_floating_point()
+                    and slot.is_floating_point()
+                )
+                if tuple(tensor.shape) != tuple(slot.shape) or not dtype_ok:
                     raise QuantCheckpointError(
                         f"{name}: checkpoint has {tensor.dtype} {tuple(tensor.shape)}, "
                         f"the model expects {slot.dtype} {tuple(slot.shape)}"

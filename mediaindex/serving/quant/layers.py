@@ -10,7 +10,8 @@ device and filled later without ever holding the full-precision weight.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from mediaindex.serving.quant.config import QuantConfig, QuantizationError
 # Scales and zero points stay fp16 whatever the compute dtype: bf16 has too few mantissa bits for
 # an 8-bit zero point (values up to 255), and fp32 would push 4-bit weights past 30% of bf16 size.
 META_DTYPE = torch.float16
+_SMALL_WEIGHT = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,20 @@ class PackSpec:
         return None
 
 
+@contextmanager
+def _threads_for(numel: int) -> Iterator[None]:
+    # HQQ's solver runs ~20 elementwise passes; on small weights the thread pool's start-up cost
+    # dominates (over 50x slower with 2 threads on a busy machine), so those run single-threaded.
+    previous = torch.get_num_threads()
+    if numel < _SMALL_WEIGHT and previous > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
 def quantize_weight(
     weight: Tensor, spec: PackSpec, *, optimize: bool = True
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -77,18 +93,19 @@ def quantize_weight(
     reason = spec.check()
     if reason is not None:
         raise QuantizationError(f"cannot quantize a {tuple(weight.shape)} weight: {reason}")
-    codes, meta = Quantizer.quantize(
-        weight.detach(),
-        nbits=spec.bits,
-        channel_wise=True,
-        group_size=spec.group_size,
-        optimize=optimize,
-        # HQQ rounds 4-bit zero points (they are then exact in fp16); 8-bit ones stay fractional.
-        round_zero=spec.bits == 4,
-        axis=spec.axis,
-        bitpack=True,
-        device=str(weight.device),
-    )
+    with _threads_for(spec.numel):
+        codes, meta = Quantizer.quantize(
+            weight.detach(),
+            nbits=spec.bits,
+            channel_wise=True,
+            group_size=spec.group_size,
+            optimize=optimize,
+            # Same choice as HQQ's own default config (hqq_base_quant_config).
+            round_zero=spec.bits == 4,
+            axis=spec.axis,
+            bitpack=True,
+            device=str(weight.device),
+        )
     codes = codes.to(torch.uint8).contiguous()
     scale = meta["scale"].to(META_DTYPE).contiguous()
     zero = meta["zero"].to(META_DTYPE).contiguous()

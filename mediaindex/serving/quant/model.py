@@ -101,9 +101,15 @@ def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> nn.Mo
         _set_module(model, name, QuantLinear.from_linear(linear, config))
     for name in plan.experts:
         _set_module(model, name, QuantExperts.from_experts(model.get_submodule(name), config))
-    for name, reason in plan.kept.items():
-        if reason != "skipped by config":
-            log.warning("kept %s in high precision: %s", name, reason)
+    unfit = {name: reason for name, reason in plan.kept.items() if reason != "skipped by config"}
+    if unfit:
+        shown = "; ".join(f"{n}: {r}" for n, r in list(unfit.items())[:3])
+        log.warning(
+            "kept %d linear layers in high precision (%s%s)",
+            len(unfit),
+            shown,
+            "; ..." if len(unfit) > 3 else "",
+        )
     log.info(
         "quantized %d linear layers and %d experts modules to %d bits (group size %d)",
         len(plan.linears),
