@@ -454,23 +454,33 @@ def test_loading_never_builds_full_precision_weights(saved_checkpoint: tuple[Pat
 
 _RSS_SCRIPT = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, sys
     import torch
     torch.set_num_threads(1)
-    import transformers  # noqa: F401
+    import transformers
     from mediaindex.serving.quant import load_quantized, weight_bytes
     from mediaindex.serving.quant.checkpoint import _build_skeleton, _build_config, read_checkpoint_meta
-    # Warm the import paths that loading uses, so the baseline includes them.
+
+    def status(key):
+        with open("/proc/self/status") as fh:
+            return next(int(l.split()[1]) * 1024 for l in fh if l.startswith(key + ":"))
+
+    # Warm the code paths that loading uses, so the baseline includes them.
     meta = read_checkpoint_meta(sys.argv[1])
     _build_skeleton(transformers.Qwen3MoeForCausalLM, _build_config(meta["model_config"]))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/clear_refs", "w") as fh:  # reset the peak (VmHWM) to the current RSS
+        fh.write("5")
+    before = status("VmRSS")
     model = load_quantized(sys.argv[1], verify=False)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak_growth": after - before, "weights": weight_bytes(model)["total"]}))
+    # Touch every page (4 KiB >= 1024 elements of any dtype) so lazily mapped file pages count too.
+    for t in [*model.parameters(), *model.buffers()]:
+        t.view(-1)[:: 1024].float().sum()
+    print(json.dumps({"peak_growth": status("VmHWM") - before, "weights": weight_bytes(model)["total"]}))
     """
 )
 
 
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc to read peak RSS")
 def test_loading_4bit_checkpoint_peak_memory_stays_near_4bit_size(tmp_path: Path) -> None:
     """Peak RSS while loading a ~100M-parameter 4-bit MoE checkpoint stays far below its bf16 size."""
     config = Qwen3MoeConfig(
@@ -507,8 +517,9 @@ def test_loading_4bit_checkpoint_peak_memory_stays_near_4bit_size(tmp_path: Path
     print("load peak RSS growth", result, "bf16 bytes", bf16_bytes)
     assert bf16_bytes > 180e6
     assert result["weights"] < 0.30 * bf16_bytes
-    # Materialising the bf16 weights would add at least bf16_bytes; the 4-bit tensors are ~28% of it.
-    assert result["peak_growth"] < 0.5 * bf16_bytes, result
+    # Materialising the bf16 weights would add at least bf16_bytes; the 4-bit tensors are ~29% of it
+    # and the peak stays within a few MB of them.
+    assert result["peak_growth"] < 0.4 * bf16_bytes, result
 
 
 # -------------------------------------------------------------------------------------- split precision
