@@ -202,7 +202,9 @@ class QuantLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self._kernel is not None:
-            return self._kernel(x.to(self.compute_dtype)).to(x.dtype)
+            # Kernels take 2-D activations; keep the caller's leading dimensions.
+            flat = x.reshape(-1, self.in_features).to(self.compute_dtype)
+            return self._kernel(flat).reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         out = F.linear(x.to(self.compute_dtype), self.dequantize(), self.bias)
         return out.to(x.dtype)
 
