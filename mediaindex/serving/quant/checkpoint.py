@@ -310,12 +310,15 @@ def load_quantized(
     expected_config: Any = None,
     model_class: type[nn.Module] | None = None,
     verify: bool = True,
+    backend: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> nn.Module:
     """Load a checkpoint written by :func:`save_quantized` into a ready-to-run model on ``device``.
 
     ``expected_config`` (a transformers config or dict) makes the load fail unless the checkpoint was
     made for that architecture. ``verify`` checks the weights file's size and SHA-256 first (reads
-    the whole file once). The returned model is in eval mode and carries ``quant_config``.
+    the whole file once). ``backend`` overrides the saved ``QuantConfig.backend``; ``data_dir`` holds
+    Gemlite's autotune cache. The returned model is in eval mode and carries ``quant_config``.
     """
     root = Path(path)
     meta = read_checkpoint_meta(root)
@@ -400,4 +403,7 @@ def load_quantized(
         experts=[n for n, e in meta["modules"].items() if e.get("kind") == "experts"],
         kept=dict(meta.get("kept_high_precision", {})),
     )
+    from mediaindex.serving.quant.backends import apply_backend
+
+    apply_backend(model, backend or quant_config.backend, data_dir=data_dir)  # type: ignore[arg-type]
     return model

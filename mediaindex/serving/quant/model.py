@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -83,15 +84,21 @@ def _set_module(root: nn.Module, name: str, new: nn.Module) -> None:
 
 
 @torch.no_grad()
-def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> nn.Module:
-    """Quantize ``model`` in place with HQQ and return it.
+def quantize_model(
+    model: nn.Module,
+    config: QuantConfig | None = None,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+) -> nn.Module:
+    """Quantize ``model`` in place with HQQ, attach the matmul backend and return the model.
 
     Every ``nn.Linear`` not matched by ``config.skip`` becomes a :class:`QuantLinear`; every fused
     experts module (3-D ``gate_up_proj`` / ``down_proj``) becomes a :class:`QuantExperts` with each
     expert quantized separately. Embeddings, norms, router gates and the output head are untouched
     by default. The plan actually applied is stored on ``model.quant_plan`` and the settings on
     ``model.quant_config``. Layers whose shape does not fit the group size stay in high precision
-    and are logged.
+    and are logged. The backend is ``config.backend`` (see :func:`apply_backend`); ``data_dir`` is
+    where Gemlite's autotune cache lives.
     """
     config = config or QuantConfig()
     plan = plan_quantization(model, config)
@@ -119,6 +126,10 @@ def quantize_model(model: nn.Module, config: QuantConfig | None = None) -> nn.Mo
     )
     model.quant_plan = plan  # type: ignore[assignment]
     model.quant_config = config  # type: ignore[assignment]
+    if plan.linears or plan.experts:
+        from mediaindex.serving.quant.backends import apply_backend  # backends imports this module
+
+        apply_backend(model, config.backend, data_dir=data_dir)
     return model
 
 

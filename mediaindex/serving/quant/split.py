@@ -159,7 +159,12 @@ def build_split_precision(
 
 @torch.no_grad()
 def _attach_quantized(
-    base: nn.Module, path: str | os.PathLike[str], *, device: str | torch.device, verify: bool
+    base: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    device: str | torch.device,
+    verify: bool,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> nn.Module:
     """A clone of ``base`` whose quantized modules come from the checkpoint at ``path``; all other
     modules are shared with ``base``. Only the quantized tensors of the checkpoint are read."""
@@ -203,6 +208,9 @@ def _attach_quantized(
     except SafetensorError as exc:
         raise QuantCheckpointError(f"{weights}: unreadable safetensors file: {exc}") from exc
     clone.quant_config = QuantConfig.model_validate(meta["quant_config"])  # type: ignore[assignment]
+    from mediaindex.serving.quant.backends import apply_backend
+
+    apply_backend(clone, clone.quant_config.backend, data_dir=data_dir)
     return clone.eval()
 
 
@@ -219,6 +227,7 @@ def load_split_precision(
     *,
     device: str | torch.device = "cpu",
     verify: bool = True,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> SplitPrecisionModel:
     """Split precision from saved weights, without re-quantizing.
 
@@ -227,9 +236,11 @@ def load_split_precision(
     quantized tensors are read; all other modules come from the prefill side and are shared.
     """
     prefill_model = (
-        prefill if isinstance(prefill, nn.Module) else load_quantized(prefill, device=device, verify=verify)
+        prefill
+        if isinstance(prefill, nn.Module)
+        else load_quantized(prefill, device=device, verify=verify, data_dir=data_dir)
     )
-    decode_model = _attach_quantized(prefill_model, decode, device=device, verify=verify)
+    decode_model = _attach_quantized(prefill_model, decode, device=device, verify=verify, data_dir=data_dir)
     return SplitPrecisionModel(
         prefill_model, decode_model, _precision_name(prefill_model), _precision_name(decode_model)
     )
