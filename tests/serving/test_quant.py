@@ -713,7 +713,7 @@ def test_gemlite_backend_wiring_with_a_stand_in_kernel(
     cache.write_text("{}")
 
     fp = _seeded(_qwen3_moe).to(torch.bfloat16)
-    model = quantize_model(copy.deepcopy(fp), QuantConfig(bits=4))
+    model = quantize_model(copy.deepcopy(fp), QuantConfig(bits=4, backend="pytorch"))
     ids = _ids()
     want = _logits(model, ids)
     assert apply_backend(model, "gemlite", data_dir=tmp_path) == "gemlite"
