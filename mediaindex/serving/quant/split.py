@@ -125,13 +125,14 @@ def build_split_precision(
     prefill: str = "bf16",
     decode: str = "int4",
     config: QuantConfig | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> SplitPrecisionModel:
     """Make prefill and decode weight sets from a full-precision ``model``.
 
     ``bf16`` means the model's own high-precision weights (load the model in bf16 for that); ``int8``
     / ``int4`` are HQQ with ``config``'s group size, axis, skip list and backend. ``model`` itself
     becomes the prefill view (quantized in place when ``prefill="int8"``); the decode view is a
-    clone sharing every module that is not quantized.
+    clone sharing every module that is not quantized. ``data_dir`` holds Gemlite's autotune cache.
     """
     _check_choice(prefill, decode)
     base = config or QuantConfig()
@@ -144,16 +145,16 @@ def build_split_precision(
         # view is then quantized in place.
         plan = plan_quantization(model, base.model_copy(update={"bits": _BITS[prefill]}))
         decode_model = _clone_along(model, plan.linears + plan.experts)
-        quantize_model(model, base.model_copy(update={"bits": _BITS[prefill]}))
+        quantize_model(model, base.model_copy(update={"bits": _BITS[prefill]}), data_dir=data_dir)
         return SplitPrecisionModel(model, decode_model, prefill, decode)
     decode_config = base.model_copy(update={"bits": _BITS[decode]})
     plan = plan_quantization(model, decode_config)
     decode_model = _clone_along(model, plan.linears + plan.experts)
-    quantize_model(decode_model, decode_config)
+    quantize_model(decode_model, decode_config, data_dir=data_dir)
     if prefill == "int8":
         if decode == "int8":
             return SplitPrecisionModel(decode_model, decode_model, prefill, decode)
-        quantize_model(model, base.model_copy(update={"bits": 8}))
+        quantize_model(model, base.model_copy(update={"bits": 8}), data_dir=data_dir)
     return SplitPrecisionModel(model, decode_model, prefill, decode)
 
 
