@@ -54,6 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument(
+        "--no-generate", action="store_true", help="perplexity and teacher-forced agreement only"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -89,6 +92,7 @@ def main() -> None:
             "quantize_seconds": round(t.seconds, 1),
             "answers": [tokenizer.decode(o) for o in outs],
         }
+        print(f"int{bits}", results[f"int{bits}"], flush=True)
         del model
     base = float(results["bf16"]["perplexity"])  # type: ignore[arg-type]
     for key in ("int8", "int4"):
