@@ -96,9 +96,41 @@ def probe(path: str | Path) -> MediaInfo:
                 bit_rate=container.bit_rate or None,
             )
     except av.error.FFmpegError as exc:
+        damage = _iso_media_damage(path)
+        if damage:
+            raise MediaError(str(path), f"not a readable media file: {damage}") from exc
         raise MediaError(str(path), f"not a readable media file ({exc.strerror or type(exc).__name__})") from exc
     except (UnicodeDecodeError, ValueError, OverflowError, ZeroDivisionError) as exc:
         raise MediaError(str(path), f"not a readable media file ({exc})") from exc
+
+
+def _iso_media_damage(path: Path) -> str | None:
+    """Why an MP4/MOV file that FFmpeg refused is broken, from its top-level boxes: a file cut short
+    loses the index ("moov") that players need, which FFmpeg only reports as invalid data."""
+    size = path.stat().st_size
+    seen: list[bytes] = []
+    with open(path, "rb") as f:
+        pos = 0
+        while pos + 8 <= size and len(seen) < 1000:
+            f.seek(pos)
+            header = f.read(16)
+            box_size, kind = int.from_bytes(header[:4], "big"), header[4:8]
+            if not seen and kind != b"ftyp":
+                return None  # not an ISO media file
+            if box_size == 1 and len(header) == 16:
+                box_size = int.from_bytes(header[8:16], "big")
+            elif box_size == 0:
+                box_size = size - pos
+            if box_size < 8:
+                return "damaged MP4/MOV box structure"
+            seen.append(kind)
+            if pos + box_size > size:
+                return (f"truncated MP4/MOV file (ends at {size} bytes inside its '{kind.decode('latin-1')}' box, "
+                        "so the index of its samples is missing)")
+            pos += box_size
+    if seen and b"moov" not in seen:
+        return "incomplete MP4/MOV file (no 'moov' index box)"
+    return None
 
 
 def _is_cover_art(stream: Any) -> bool:

@@ -37,6 +37,8 @@ class SpeechStage:
                 return item
             if stream.warning:
                 item.notes.append(stream.warning)
+            elif item.info.duration - stream.decoded_seconds > 1.0:
+                item.notes.append(f"audio ends early at {stream.decoded_seconds:.1f} s of {item.info.duration:.1f} s")
         else:
             return item
         item.language = transcript.language
