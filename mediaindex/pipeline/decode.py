@@ -72,7 +72,7 @@ class AudioStream:
         finished = threading.Event()
 
         def watch() -> None:
-            while not finished.wait(0.2):
+            while not finished.wait(min(0.2, (self.timeout or 1) / 4)):
                 since = reading_since[0]
                 if since is not None and waited + time.monotonic() - since > (self.timeout or 0):
                     timed_out.set()
