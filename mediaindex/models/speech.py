@@ -135,6 +135,31 @@ def pause_cut(audio: np.ndarray, tail_seconds: float = 30.0) -> int:
     return tail_start + at + width // 2
 
 
+def group_passages(segments: list[SpeechSegment], target: float, max_seconds: float = 20.0,
+                   max_gap: float = 2.0) -> list[SpeechSegment]:
+    """Join whisper's short segments (often a clause) into passages of about `target` seconds.
+
+    A search hit should point at a moment with enough words around it for the text embedding to
+    carry its meaning; a passage never spans a long pause or grows past `max_seconds`.
+    """
+    out: list[SpeechSegment] = []
+    for seg in segments:
+        prev = out[-1] if out else None
+        if (prev is not None and prev.end - prev.start < target and seg.start - prev.end <= max_gap
+                and seg.end - prev.start <= max_seconds):
+            a, b = prev.end - prev.start, seg.end - seg.start
+            weight = a / (a + b) if a + b > 0 else 0.5
+            out[-1] = SpeechSegment(
+                start=prev.start, end=seg.end, text=f"{prev.text} {seg.text}".strip(),
+                avg_logprob=round(weight * prev.avg_logprob + (1 - weight) * seg.avg_logprob, 4),
+                no_speech_prob=max(prev.no_speech_prob, seg.no_speech_prob), words=prev.words + seg.words,
+                compression_ratio=compression_ratio(f"{prev.text} {seg.text}"),
+            )
+        else:
+            out.append(seg)
+    return out
+
+
 class SpeechModel:
     """faster-whisper behind `transcribe(audio)` and `transcribe_stream(chunks)`; loads the model once."""
 
@@ -247,6 +272,7 @@ class SpeechModel:
                 out.dropped += 1
                 continue
             kept.extend(split_sentences(piece))
+        kept = group_passages(kept, s.segment_seconds) if s.segment_seconds > 0 else kept
         if kept and out.language is None:
             out.language = info.language
             out.language_probability = float(info.language_probability)
