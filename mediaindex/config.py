@@ -43,7 +43,7 @@ class SpeechSettings(_Section):
     language: str | None = None  # None: detected once per file
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
-    chunk_seconds: float = Field(default=300.0, ge=30.0)
+    chunk_seconds: float = Field(default=120.0, ge=30.0)
     # Whisper's segments are joined into passages of about this many seconds (0 keeps them as is).
     segment_seconds: float = Field(default=10.0, ge=0)
     # Segments that look like hallucinations are dropped: no speech and low confidence, or text
