@@ -1,3 +1,4 @@
+import copy
 import re
 from pathlib import Path
 
@@ -79,8 +80,8 @@ def test_long_audio_is_cut_in_pauses_between_chunks(whisper_base: SpeechModel) -
     at the right times, and the silence costs no decoding."""
     jfk = decode_audio(media("audio/jfk.flac"))
     audio = np.concatenate([jfk, np.zeros(16_000 * 40, np.float32), jfk])
-    model = SpeechModel(whisper_base.settings.model_copy(update={"chunk_seconds": 30.0}), Path("."))
-    model.model, model.batched, model.multilingual = whisper_base.model, whisper_base.batched, True
+    model = copy.copy(whisper_base)  # the loaded model, other settings
+    model.settings = whisper_base.settings.model_copy(update={"chunk_seconds": 30.0})
     chunks = [audio[i : i + 16_000 * 7] for i in range(0, len(audio), 16_000 * 7)]
     transcript = model.transcribe_stream(chunks)
     assert _words(transcript.text) == f"{JFK} {JFK}"
@@ -104,8 +105,8 @@ def test_manifesto_words_meet_the_captions(whisper_base: SpeechModel) -> None:
 
 
 def test_sequential_decoding_gives_the_same_words(whisper_base: SpeechModel) -> None:
-    model = SpeechModel(whisper_base.settings.model_copy(update={"batched": False}), Path("."))
-    model.model, model.batched = whisper_base.model, whisper_base.batched
+    model = copy.copy(whisper_base)
+    model.settings = whisper_base.settings.model_copy(update={"batched": False})
     assert _words(model.transcribe(decode_audio(media("audio/jfk.flac"))).text) == JFK
 
 
