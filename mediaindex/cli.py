@@ -170,6 +170,42 @@ def _ts(t: float) -> str:
 
 
 @app.command()
+def transcript(
+    video: Annotated[str, typer.Argument(help="An ingested media file's path, or its video id.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt or json.")] = "srt",
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Print the transcript of an indexed file (from its stored speech segments)."""
+    from mediaindex.pipeline.transcript_export import FORMATS, export
+
+    if fmt not in FORMATS:
+        raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
+    try:
+        settings = _settings(config, index)
+        if not (settings.index_dir / "schema.json").exists():
+            raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+        media_index, _ = _open_index(settings)
+        try:
+            path = Path(video).expanduser()
+            record = media_index.catalog.get(video) or (
+                media_index.catalog.by_source(str(path.resolve())) if path.name else None)
+            if record is None:
+                raise _fail(f"{video}: not in the index at {settings.index_dir} (neither an ingested path nor a video id)")
+            segments = media_index.store.segments_of(record.video_id, modality="speech")
+        finally:
+            media_index.close()
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    meta = {"source": record.source, "video_id": record.video_id, "language": record.language,
+            "duration": record.duration}
+    if not segments:
+        err.print(f"{record.source}: no speech was found in this file", highlight=False, markup=False)
+    sys.stdout.write(export(segments, fmt, meta))
+    sys.stdout.flush()
+
+
+@app.command()
 def models(config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     from mediaindex.models.registry import check_models

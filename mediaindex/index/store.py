@@ -115,6 +115,22 @@ class EdgeStore:
         )
         return [_hit(p.payload or {}, p.score) for p in self._shard.query(request)]
 
+    def segments_of(self, video_id: str, modality: str | None = None) -> list[dict]:
+        """Every stored segment payload of one video (optionally one modality), in time order."""
+        from qdrant_edge import ScrollRequest
+
+        payloads: list[dict] = []
+        offset = None
+        flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
+        while True:
+            records, offset = self._shard.scroll(
+                ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)
+            )
+            payloads.extend(dict(r.payload or {}) for r in records)
+            if offset is None or not records:
+                break
+        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
+
     def count(self) -> int:
         from qdrant_edge import CountRequest
 

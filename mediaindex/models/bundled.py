@@ -30,6 +30,15 @@ def _join_split_model(name: str, part_packages: list[str], cache_dir: Path) -> P
     parts = sorted((f for d in data_dirs for f in d.glob("model.bin.part*")), key=lambda f: f.name)
     if len(parts) != len(part_packages):
         raise ModelLoadError(f"{name}: expected {len(part_packages)} weight parts in {part_packages}, found {len(parts)}")
+    extras = {f.name for d in data_dirs for f in d.iterdir() if not f.name.startswith("model.bin")}
+    missing = sorted({"config.json", "tokenizer.json"} - extras)
+    if missing:
+        size = sum(f.stat().st_size for f in parts) / 1024**2
+        raise ModelLoadError(
+            f"{name}: the installed packages {', '.join(part_packages)} hold an incomplete model "
+            f"({len(parts)} weight parts, {size:.0f} MiB, and no {', '.join(missing)}); use another speech "
+            "model (whisper-base, tiny.en, a local faster-whisper directory or a hub id)"
+        )
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir))
     try:

@@ -1,82 +1,257 @@
-"""Decode media with ffmpeg (through ffmpeg-python): 16 kHz mono audio and sampled frames."""
+"""Decode media, streamed: 16 kHz mono audio in chunks (ffmpeg), video frames in one pass (PyAV).
+
+Nothing here holds a whole file in memory: audio arrives in fixed-size chunks from ffmpeg's pipe,
+and each video frame is looked at once (for shot detection and, when it is a keyframe, kept small).
+"""
 
 from __future__ import annotations
 
+import collections
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
-import ffmpeg
+import cv2
 import numpy as np
 
 from mediaindex.errors import MediaError
 from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
+from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.pipeline.shots import ShotDetector, shots_from_cuts
 
 SAMPLE_RATE = 16_000
 
 
-def _last_error_line(stderr: bytes) -> str:
-    lines = [ln.strip() for ln in stderr.decode("utf-8", "replace").splitlines() if ln.strip()]
+def _last_error_line(stderr: bytes | str) -> str:
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else stderr
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[-1] if lines else "ffmpeg failed"
 
 
+def _timeout_reason(what: str, timeout: float) -> str:
+    return f"{what} took longer than {timeout:g} s (ingest.file_timeout) and was stopped"
+
+
+class AudioStream:
+    """The first audio stream as 16 kHz mono float32 chunks of `chunk_seconds`, read from ffmpeg.
+
+    A watchdog kills ffmpeg at the deadline, so a decode that hangs is stopped, not waited on.
+    After iterating, `decoded_seconds` and `warning` (set when a readable prefix ended in an error)
+    say what was read.
+    """
+
+    def __init__(self, path: str | Path, chunk_seconds: float = 300.0, timeout: float | None = None) -> None:
+        self.path = str(path)
+        self.chunk_samples = max(1, int(chunk_seconds * SAMPLE_RATE))
+        self.timeout = timeout
+        self.decoded_seconds = 0.0
+        self.warning: str | None = None
+
+    def _command(self) -> list[str]:
+        return [
+            ffmpeg_exe(), "-nostdin", "-hide_banner", "-loglevel", "error", "-i", self.path,
+            "-map", "0:a:0", "-vn", "-sn", "-dn", "-f", "f32le", "-acodec", "pcm_f32le",
+            "-ac", "1", "-ar", str(SAMPLE_RATE), "pipe:1",
+        ]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        stderr_tail: collections.deque[bytes] = collections.deque(maxlen=20)
+        drain = threading.Thread(target=lambda: stderr_tail.extend(iter(proc.stderr.readline, b"")), daemon=True)
+        drain.start()
+        # The limit counts time spent waiting for ffmpeg, not time the consumer spends on a chunk
+        # (transcribing a long file may rightly take longer than decoding it).
+        waited = 0.0
+        reading_since: list[float | None] = [None]
+        timed_out = threading.Event()
+        finished = threading.Event()
+
+        def watch() -> None:
+            while not finished.wait(min(0.2, (self.timeout or 1) / 4)):
+                since = reading_since[0]
+                if since is not None and waited + time.monotonic() - since > (self.timeout or 0):
+                    timed_out.set()
+                    proc.kill()
+                    return
+
+        watchdog = threading.Thread(target=watch, daemon=True) if self.timeout else None
+        if watchdog:
+            watchdog.start()
+        total = 0
+        try:
+            assert proc.stdout is not None
+            want = self.chunk_samples * 4
+            while True:
+                reading_since[0] = time.monotonic()
+                buf = proc.stdout.read(want)
+                waited += time.monotonic() - reading_since[0]
+                reading_since[0] = None
+                usable = len(buf) // 4 * 4
+                if usable and not timed_out.is_set():
+                    chunk = np.frombuffer(buf[:usable], dtype=np.float32).copy()
+                    total += len(chunk)
+                    self.decoded_seconds = total / SAMPLE_RATE
+                    yield chunk
+                if len(buf) < want:
+                    break
+            proc.wait()
+            drain.join(timeout=5)
+        finally:
+            finished.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if timed_out.is_set():
+            raise MediaError(self.path, _timeout_reason("audio decoding", self.timeout or 0))
+        if proc.returncode != 0:
+            reason = _last_error_line(b"".join(stderr_tail))
+            if total == 0:
+                raise MediaError(self.path, f"audio cannot be decoded: {reason}")
+            self.warning = f"audio ends early at {total / SAMPLE_RATE:.1f} s: {reason}"
+
+
 def decode_audio(path: str | Path, timeout: float | None = None) -> np.ndarray:
-    """The first audio stream as 16 kHz mono float32 samples in [-1, 1]."""
-    stream = (
-        ffmpeg.input(str(path))["a:0"]
-        .output("pipe:", format="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE)
-        .global_args("-nostdin", "-hide_banner", "-loglevel", "error")
-    )
-    try:
-        proc = subprocess.run(
-            stream.compile(cmd=ffmpeg_exe()), capture_output=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise MediaError(str(path), f"audio decoding took longer than {timeout:.0f} s and was stopped") from exc
-    if proc.returncode != 0:
-        raise MediaError(str(path), f"audio cannot be decoded: {_last_error_line(proc.stderr)}")
-    return np.frombuffer(proc.stdout, dtype=np.float32).copy()
+    """The whole first audio stream at once (short clips, tests and benchmarks)."""
+    chunks = list(AudioStream(path, chunk_seconds=60.0, timeout=timeout))
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
 
 
 @dataclass(frozen=True)
 class Frame:
     time: float  # presentation time in seconds
-    image: np.ndarray  # H x W x 3 uint8 RGB
+    image: np.ndarray  # H x W x 3 uint8 RGB, as displayed (aspect-corrected and rotated)
 
 
-def sample_frames(
-    path: str | Path, width: int, height: int, interval: float, max_side: int, timeout: float | None = None
-) -> Iterator[Frame]:
-    """Frames at a fixed interval, scaled so the longer side is at most `max_side`.
+@dataclass
+class VideoScan:
+    """What one decoding pass over the video found."""
 
-    Frames are streamed from ffmpeg's pipe one at a time, so a long video is never held whole.
+    keyframes: list[Frame] = field(default_factory=list)
+    spans: list[tuple[float, float]] = field(default_factory=list)  # what each keyframe stands for
+    shots: list[tuple[float, float]] = field(default_factory=list)
+    frames: int = 0
+    end: float = 0.0  # presentation time where the decoded video ends
+    variable_frame_rate: bool = False
+    warning: str | None = None
+
+
+def _keyframe_size(info: MediaInfo, max_side: int) -> tuple[int, int]:
+    """Output size before rotation: the coded size stretched by the pixel aspect, fitted in max_side."""
+    w, h = info.width or 2, info.height or 2
+    num, den = (int(x) for x in info.sample_aspect_ratio.split(":"))
+    sar = Fraction(num, den) if num > 0 and den > 0 else Fraction(1)
+    dw, dh = (float(w * sar), float(h)) if sar >= 1 else (float(w), float(h / sar))
+    scale = min(1.0, max_side / max(dw, dh))
+    return max(2, round(dw * scale)), max(2, round(dh * scale))
+
+
+def _display_image(bgr: np.ndarray, size: tuple[int, int], rotation: int) -> np.ndarray:
+    img = cv2.resize(bgr, size, interpolation=cv2.INTER_AREA) if (bgr.shape[1], bgr.shape[0]) != size else bgr
+    if rotation:
+        img = np.rot90(img, k={90: -1, 180: 2, 270: 1}.get(rotation, 0))
+    return np.ascontiguousarray(img[:, :, ::-1])  # BGR -> RGB
+
+
+def _thin(keyframes: list[Frame], keep_first: int = 1) -> None:
+    """Drop the keyframe that stands for the shortest time, so the list stays under its cap."""
+    if len(keyframes) <= keep_first + 1:
+        return
+    gaps = [keyframes[i + 1].time - keyframes[i].time for i in range(keep_first, len(keyframes) - 1)]
+    drop = keep_first + int(np.argmin(gaps)) + 1
+    del keyframes[drop]
+
+
+def scan_video(
+    path: str | Path,
+    info: MediaInfo,
+    interval: float,
+    max_side: int,
+    max_keyframes: int = 600,
+    shot_threshold: float = 27.0,
+    min_shot_len: float = 0.6,
+    deadline: float | None = None,
+    timeout: float | None = None,
+    on_frame: Callable[[float], None] | None = None,
+) -> VideoScan:
+    """Decode the first video stream once: detect shots and keep keyframes as frames go by.
+
+    Every shot gets its first frame as a keyframe; inside a shot, one more every `interval`
+    seconds. Memory is bounded by `max_keyframes` small images: the interval is widened for long
+    files so interval frames use at most half of the cap, and past the cap the keyframe standing
+    for the shortest time is dropped (its span merges into the one before).
     """
-    scale = min(1.0, max_side / max(width, height))
-    out_w, out_h = max(2, int(width * scale) // 2 * 2), max(2, int(height * scale) // 2 * 2)
-    stream = (
-        ffmpeg.input(str(path))["v:0"]
-        .filter("fps", fps=1.0 / interval, round="down")
-        .filter("scale", out_w, out_h)
-        .output("pipe:", format="rawvideo", pix_fmt="rgb24")
-        .global_args("-nostdin", "-hide_banner", "-loglevel", "error")
-    )
-    proc = subprocess.Popen(stream.compile(cmd=ffmpeg_exe()), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    frame_bytes = out_w * out_h * 3
-    index = 0
+    import av
+
+    scan = VideoScan()
+    if info.duration > 0:
+        interval = max(interval, info.duration * 2 / max_keyframes)
+    size = _keyframe_size(info, max_side)
+    last_kept = -1e9
+    gaps: list[float] = []
+    prev_t: float | None = None
     try:
-        assert proc.stdout is not None
-        while True:
-            buf = proc.stdout.read(frame_bytes)
-            if len(buf) < frame_bytes:
-                break
-            image = np.frombuffer(buf, dtype=np.uint8).reshape(out_h, out_w, 3)
-            yield Frame(time=round(index * interval, 3), image=image)
-            index += 1
-        _, stderr = proc.communicate(timeout=timeout)
-        if proc.returncode != 0 and index == 0:
-            raise MediaError(str(path), f"video cannot be decoded: {_last_error_line(stderr)}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
+            stream = next(v for v in container.streams.video if (v.codec_context.width or 0) > 0)
+            stream.thread_type = "AUTO"
+            rate = stream.average_rate or stream.guessed_rate or Fraction(25)
+            start_pts = stream.start_time or 0
+            detector = ShotDetector(stream.codec_context.width, Fraction(rate.numerator, rate.denominator),
+                                    threshold=shot_threshold, min_shot_len=min_shot_len)
+            big = stream.codec_context.width > 1920
+            for frame in container.decode(stream):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise MediaError(str(path), _timeout_reason("video decoding", timeout or 0))
+                if frame.pts is None:
+                    continue
+                pts = max(0, frame.pts - start_pts)
+                t = float(pts * frame.time_base)
+                if prev_t is not None and t <= prev_t:
+                    continue  # a repeated or out-of-order timestamp carries no new picture
+                if prev_t is not None:
+                    gaps.append(t - prev_t)
+                prev_t = t
+                if big:  # 4K and up: let swscale halve the work before the detector's own downscale
+                    bgr = frame.reformat(width=1280, height=max(2, round(frame.height * 1280 / frame.width)),
+                                         format="bgr24").to_ndarray()
+                else:
+                    bgr = frame.to_ndarray(format="bgr24")
+                cut = bool(detector.feed(pts, Fraction(frame.time_base.numerator, frame.time_base.denominator), bgr))
+                scan.frames += 1
+                if scan.frames == 1 or cut or t - last_kept >= interval - 1e-6:
+                    scan.keyframes.append(Frame(round(t, 3), _display_image(bgr, size, info.rotation)))
+                    last_kept = t
+                    if len(scan.keyframes) > max_keyframes:
+                        _thin(scan.keyframes)
+                if on_frame:
+                    on_frame(t)
+            detector.finish()
+    except MediaError:
+        raise
+    except (av.error.FFmpegError, StopIteration, ValueError, MemoryError) as exc:
+        if scan.frames == 0:
+            raise MediaError(str(path), f"video cannot be decoded: {_av_reason(exc)}") from exc
+        scan.warning = f"video ends early at {prev_t or 0:.1f} s: {_av_reason(exc)}"
+    if scan.frames == 0:
+        return scan
+    last_gap = float(np.median(gaps)) if gaps else 0.0
+    scan.end = round(max(prev_t or 0.0, 0.0) + last_gap, 3)
+    if info.duration > 0 and scan.warning is None and scan.end > info.duration - 1.0:
+        scan.end = max(scan.end, round(info.duration, 3))
+    elif info.duration > 0 and scan.end < info.duration - 1.0 and scan.warning is None:
+        scan.warning = f"video ends early at {scan.end:.1f} s of {info.duration:.1f} s"
+    scan.variable_frame_rate = bool(gaps) and (max(gaps) - min(gaps)) > 0.5 * float(np.median(gaps))
+    scan.shots = [(s.start, s.end) for s in shots_from_cuts(detector.cuts, scan.end)]
+    times = [k.time for k in scan.keyframes]
+    scan.spans = [(t, times[i + 1] if i + 1 < len(times) else scan.end) for i, t in enumerate(times)]
+    return scan
+
+
+def _av_reason(exc: BaseException) -> str:
+    if isinstance(exc, StopIteration):
+        return "no video stream with a picture size"
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__

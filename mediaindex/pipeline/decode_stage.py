@@ -1,39 +1,35 @@
-"""The first stage: probe, hash and decode a file into audio and keyframes (with thumbnails)."""
+"""The first stage: probe and hash a file, then decode its video once into shots and keyframes.
+
+Audio is not decoded here: the speech stage streams it from the file in chunks, so a long file's
+audio never travels between stages (or sits in memory) whole.
+"""
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import time
 from pathlib import Path
-
-import numpy as np
-from PIL import Image
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.index.catalog import content_hash, video_id_for
-from mediaindex.pipeline.decode import decode_audio, sample_frames
+from mediaindex.pipeline.decode import scan_video
 from mediaindex.pipeline.item import Keyframe, MediaItem
 from mediaindex.pipeline.probe import probe
+from mediaindex.pipeline.thumbnails import write_thumbnail
 
-
-def write_thumbnail(image: np.ndarray, thumbs_dir: Path, video_id: str, t: float, side: int) -> str:
-    rel = f"{video_id}/{int(round(t * 1000)):09d}.jpg"
-    target = thumbs_dir / rel
-    target.parent.mkdir(parents=True, exist_ok=True)
-    thumb = Image.fromarray(image)
-    thumb.thumbnail((side, side))
-    tmp = target.with_suffix(".tmp")
-    thumb.save(tmp, format="JPEG", quality=80)
-    os.replace(tmp, target)
-    return rel
+# Kept for callers of the earlier module layout.
+__all__ = ["decode_media", "write_thumbnail"]
 
 
 def decode_media(path: str, settings: Settings) -> MediaItem:
-    """Probe, hash and decode one file: audio for speech, keyframes (and thumbnails) for vision."""
+    """Probe, hash and scan one file: shots and keyframes (with thumbnails) for the vision stage."""
+    started = time.monotonic()
+    timeout = settings.ingest.file_timeout
     info = probe(path)
     if not info.has_audio and not info.has_video:
         raise MediaError(path, "no audio or video stream")
-    if info.duration <= 0:
+    if info.duration <= 0 and not info.has_video:
         raise MediaError(path, "zero duration")
     stat = Path(path).stat()
     digest = content_hash(Path(path))
@@ -41,23 +37,37 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         source=path, video_id=video_id_for(digest), content_hash=digest,
         size=stat.st_size, mtime_ns=stat.st_mtime_ns, info=info,
     )
-    timeout = settings.ingest.file_timeout
-    if info.has_audio:
-        try:
-            item.audio = decode_audio(path, timeout=timeout)
-        except MediaError as exc:
-            if not info.has_video:
-                raise
-            item.notes.append(f"audio skipped: {exc.reason}")
-    else:
+    if not info.has_audio:
         item.notes.append("no audio track: nothing to transcribe")
-    if info.has_video and info.width and info.height:
-        interval = settings.frames.interval
-        frames = list(sample_frames(path, info.width, info.height, interval, settings.frames.max_side, timeout))
-        for frame in frames:
-            thumb = write_thumbnail(frame.image, settings.thumbs_dir, item.video_id, frame.time,
-                                    settings.frames.thumbnail_side)
-            item.keyframes.append(Keyframe(frame.time, min(frame.time + interval, info.duration), frame.image, thumb))
-        if not frames and item.audio is None:
-            raise MediaError(path, "no decodable frames and no audio")
+    if not info.has_video:
+        return item
+    f = settings.frames
+    try:
+        scan = scan_video(
+            path, info, interval=f.interval, max_side=f.max_side, max_keyframes=f.max_keyframes,
+            shot_threshold=f.shot_threshold, min_shot_len=f.min_shot_len,
+            deadline=started + timeout, timeout=timeout,
+        )
+    except MediaError as exc:
+        if not info.has_audio or "took longer" in exc.reason:
+            raise
+        item.notes.append(f"video skipped: {exc.reason}")
+        return item
+    if scan.warning:
+        item.notes.append(scan.warning)
+    if scan.frames == 0:
+        if not info.has_audio:
+            raise MediaError(path, "no decodable video frames and no audio")
+        item.notes.append("video skipped: no decodable frames")
+        return item
+    item.info = dataclasses.replace(
+        info,
+        variable_frame_rate=info.variable_frame_rate or scan.variable_frame_rate,
+        duration=info.duration if info.duration > 0 else scan.end,
+    )
+    item.shots = scan.shots
+    for frame, (start, end) in zip(scan.keyframes, scan.spans, strict=True):
+        thumb = write_thumbnail(frame.image, settings.thumbs_dir, item.video_id, frame.time,
+                                f.thumbnail_side, fmt=f.thumbnail_format)
+        item.keyframes.append(Keyframe(start, end, frame.image, thumb))
     return item

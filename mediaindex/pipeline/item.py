@@ -29,6 +29,7 @@ class MediaItem:
     info: MediaInfo
     audio: np.ndarray | None = None  # 16 kHz mono float32; dropped after the speech stage
     keyframes: list[Keyframe] = field(default_factory=list)  # dropped after the vision stage
+    shots: list[tuple[float, float]] = field(default_factory=list)  # [start, end) of each shot, seconds
     segments: list[Segment] = field(default_factory=list)
     vectors: np.ndarray | None = None
     language: str | None = None

@@ -1,9 +1,14 @@
-"""Probe a media file before decoding: streams, duration, codecs, rotation, frame rate."""
+"""Probe a media file before decoding: streams, duration, codecs, rotation, aspect, frame rate.
+
+PyAV reads the container in-process (no ffprobe binary is needed). The result travels with the
+file through the stages and is stored in the catalog record, so it must stay JSON-serialisable.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +27,24 @@ class MediaInfo:
     sample_rate: int | None = None
     channels: int | None = None
     video_codec: str | None = None
-    width: int | None = None
+    width: int | None = None  # coded size, before rotation and aspect correction
     height: int | None = None
-    fps: float | None = None
-    rotation: int = 0
+    fps: float | None = None  # average frame rate
+    rotation: int = 0  # degrees clockwise a player turns the picture (0, 90, 180, 270)
     variable_frame_rate: bool = False
+    sample_aspect_ratio: str = "1:1"  # pixel shape; not 1:1 for anamorphic video
+    display_width: int | None = None  # the picture as shown: aspect-corrected, then rotated
+    display_height: int | None = None
+    audio_streams: int = 0
+    video_streams: int = 0
+    bit_rate: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def probe(path: str | Path) -> MediaInfo:
-    """Read container metadata with PyAV (FFmpeg's libraries, in-process; no ffprobe binary needed)."""
+    """Read container metadata with PyAV; refuse files that are not media with a specific reason."""
     import av
 
     path = Path(path)
@@ -47,43 +58,93 @@ def probe(path: str | Path) -> MediaInfo:
     if not os.access(path, os.R_OK):
         raise MediaError(str(path), "permission denied")
     try:
-        with av.open(str(path), metadata_errors="ignore") as container:
-            audio = next(iter(container.streams.audio), None)
-            video = next((v for v in container.streams.video if not _is_cover_art(v)), None)
+        # The I/O timeout turns a read that blocks (a stalled network mount) into an error.
+        with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
+            audios = list(container.streams.audio)
+            videos = [v for v in container.streams.video if not _is_cover_art(v)]
+            audio = next(iter(audios), None)
+            video = next(iter(videos), None)
             duration = _duration(container, audio, video)
             fps = float(video.average_rate) if video is not None and video.average_rate else None
             guessed = float(video.guessed_rate) if video is not None and video.guessed_rate else None
+            width = video.codec_context.width if video is not None else None
+            height = video.codec_context.height if video is not None else None
+            sar = _sample_aspect(video)
+            rotation = _rotation(container, video) if video is not None else 0
+            display = _display_size(width, height, sar, rotation)
             return MediaInfo(
                 path=str(path),
                 size=size,
                 duration=duration,
                 container=container.format.name,
                 has_audio=audio is not None,
-                has_video=video is not None,
+                has_video=video is not None and bool(width) and bool(height),
                 audio_codec=audio.codec_context.name if audio is not None else None,
                 sample_rate=audio.codec_context.sample_rate if audio is not None else None,
                 channels=audio.codec_context.channels if audio is not None else None,
                 video_codec=video.codec_context.name if video is not None else None,
-                width=video.codec_context.width if video is not None else None,
-                height=video.codec_context.height if video is not None else None,
-                fps=fps,
-                rotation=_rotation(video),
+                width=width,
+                height=height,
+                fps=round(fps, 4) if fps else None,
+                rotation=rotation,
                 variable_frame_rate=bool(fps and guessed and abs(fps - guessed) / guessed > 0.01),
+                sample_aspect_ratio=f"{sar.numerator}:{sar.denominator}",
+                display_width=display[0] if display else None,
+                display_height=display[1] if display else None,
+                audio_streams=len(audios),
+                video_streams=len(videos),
+                bit_rate=container.bit_rate or None,
             )
     except av.error.FFmpegError as exc:
+        damage = _iso_media_damage(path)
+        if damage:
+            raise MediaError(str(path), f"not a readable media file: {damage}") from exc
         raise MediaError(str(path), f"not a readable media file ({exc.strerror or type(exc).__name__})") from exc
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, OverflowError, ZeroDivisionError) as exc:
         raise MediaError(str(path), f"not a readable media file ({exc})") from exc
 
 
+def _iso_media_damage(path: Path) -> str | None:
+    """Why an MP4/MOV file that FFmpeg refused is broken, from its top-level boxes: a file cut short
+    loses the index ("moov") that players need, which FFmpeg only reports as invalid data."""
+    size = path.stat().st_size
+    seen: list[bytes] = []
+    with open(path, "rb") as f:
+        pos = 0
+        while pos + 8 <= size and len(seen) < 1000:
+            f.seek(pos)
+            header = f.read(16)
+            box_size, kind = int.from_bytes(header[:4], "big"), header[4:8]
+            if not seen and kind != b"ftyp":
+                return None  # not an ISO media file
+            if box_size == 1 and len(header) == 16:
+                box_size = int.from_bytes(header[8:16], "big")
+            elif box_size == 0:
+                box_size = size - pos
+            if box_size < 8:
+                return "damaged MP4/MOV box structure"
+            seen.append(kind)
+            if pos + box_size > size:
+                return (f"truncated MP4/MOV file (ends at {size} bytes inside its '{kind.decode('latin-1')}' box, "
+                        "so the index of its samples is missing)")
+            pos += box_size
+    if seen and b"moov" not in seen:
+        return "incomplete MP4/MOV file (no 'moov' index box)"
+    return None
+
+
 def _is_cover_art(stream: Any) -> bool:
-    return bool(stream.disposition & getattr(stream.disposition, "attached_pic", 0)) if hasattr(
-        stream, "disposition"
-    ) else False
+    """An album cover stored as a one-frame video stream is not video."""
+    import av
+
+    try:
+        return bool(stream.disposition & av.stream.Disposition.attached_pic)
+    except (AttributeError, TypeError):
+        return False
 
 
 def _duration(container: Any, audio: Any, video: Any) -> float:
-    if container.duration:
+    if container.duration and container.duration > 0:
         return container.duration / 1_000_000
     for stream in (video, audio):
         if stream is not None and stream.duration and stream.time_base:
@@ -91,14 +152,41 @@ def _duration(container: Any, audio: Any, video: Any) -> float:
     return 0.0
 
 
-def _rotation(video: Any) -> int:
-    if video is None:
-        return 0
+def _sample_aspect(video: Any) -> Fraction:
+    sar = video.sample_aspect_ratio if video is not None else None
+    if not sar or sar.numerator <= 0 or sar.denominator <= 0:
+        return Fraction(1, 1)
+    return Fraction(sar.numerator, sar.denominator)
+
+
+def _display_size(width: int | None, height: int | None, sar: Fraction, rotation: int) -> tuple[int, int] | None:
+    """Size of the picture as a player shows it: stretched by the pixel aspect, then turned."""
+    if not width or not height:
+        return None
+    w = round(width * sar) if sar >= 1 else width
+    h = height if sar >= 1 else round(height / sar)
+    return (h, w) if rotation in (90, 270) else (w, h)
+
+
+def _rotation(container: Any, video: Any) -> int:
+    """Clockwise display rotation in degrees, from the stream's display matrix.
+
+    PyAV exposes the display matrix on decoded frames (``VideoFrame.rotation``, counter-clockwise
+    degrees, as FFmpeg's av_display_rotation_get), not on the stream, so the first frame is
+    decoded. Older muxers wrote a ``rotate`` tag instead; that is the fallback.
+    """
+    import av
+
     try:
-        for side_data in video.side_data if hasattr(video, "side_data") else []:
-            if "rotation" in str(side_data).lower():
-                return int(round(float(getattr(side_data, "rotation", 0)))) % 360
-    except Exception:  # side data layouts differ across PyAV versions; rotation is informative only
-        return 0
+        for frame in container.decode(video):
+            angle = getattr(frame, "rotation", 0) or 0
+            if angle:
+                return int(round(-float(angle))) % 360
+            break
+    except (av.error.FFmpegError, ValueError):
+        pass  # an undecodable first frame is reported by the decoder, with its own reason
     rotate = (video.metadata or {}).get("rotate")
-    return int(rotate) % 360 if rotate and rotate.lstrip("-").isdigit() else 0
+    try:
+        return int(round(float(rotate))) % 360 if rotate else 0
+    except ValueError:
+        return 0

@@ -1,0 +1,128 @@
+"""The media stage over real files: probe, shots, keyframes, thumbnails, streamed decoding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mediaindex.errors import MediaError
+from mediaindex.pipeline.decode import AudioStream, decode_audio, scan_video
+from mediaindex.pipeline.decode_stage import decode_media
+from mediaindex.pipeline.probe import probe
+from tests.conftest import MEDIA, make_settings, media
+
+FRAME_24 = 1001 / 24000  # one frame at 23.976 fps
+
+
+def _gt_cuts(name: str, fps: float) -> list[float]:
+    data = json.loads((MEDIA / "groundtruth" / "pyscenedetect" / f"{name}.ContentDetector.default.json").read_text())
+    return [frame / fps for frame in data["cuts"]]
+
+
+def test_probe_reads_rotation_aspect_and_frame_rate() -> None:
+    rotated = probe(media("video/issue-134-rotate.mp4"))
+    assert rotated.rotation == 90  # display matrix says -90 degrees: shown turned clockwise
+    assert (rotated.width, rotated.height) == (1280, 544)
+    assert (rotated.display_width, rotated.display_height) == (544, 1280)
+
+    anamorphic = probe(media("video/issue-195-aspect-ratio.mp4"))
+    assert anamorphic.sample_aspect_ratio == "16:11"
+    assert (anamorphic.display_width, anamorphic.display_height) == (1024, 576)
+
+    vfr = probe(media("video/goldeneye-vfr-drop3.mp4"))
+    assert vfr.variable_frame_rate and not vfr.has_audio and vfr.has_video
+    assert not probe(media("video/testvideo.mp4")).variable_frame_rate
+
+    audio_only = probe(media("audio/jfk.flac"))
+    assert audio_only.has_audio and not audio_only.has_video and audio_only.display_width is None
+    assert abs(audio_only.duration - 11.0) < 0.05
+    json.dumps(rotated.to_dict())  # stored in the catalog as JSON
+
+
+@pytest.mark.parametrize("name", ["goldeneye-vfr-drop3.mp4", "issue-134-rotate.mp4"])
+def test_cuts_are_presentation_times_within_one_frame(name: str) -> None:
+    path = media(f"video/{name}")
+    info = probe(path)
+    scan = scan_video(path, info, interval=5.0, max_side=256)
+    cuts = [start for start, _ in scan.shots[1:]]
+    assert len(cuts) == 2
+    for found, expected in zip(cuts, [3.754, 8.759], strict=True):
+        assert abs(found - expected) <= FRAME_24
+    # Shots tile the video without gaps.
+    assert scan.shots[0][0] == 0.0 and abs(scan.shots[-1][1] - info.duration) < 0.1
+    assert all(a[1] == b[0] for a, b in zip(scan.shots, scan.shots[1:], strict=False))
+
+
+def test_cuts_match_pyscenedetect_reference() -> None:
+    path = media("video/testvideo.mp4")
+    info = probe(path)
+    scan = scan_video(path, info, interval=5.0, max_side=256)
+    expected = _gt_cuts("testvideo.mp4", 30000 / 1001)
+    found = [start for start, _ in scan.shots[1:]]
+    assert len(found) == len(expected)
+    assert all(abs(f - e) <= 1001 / 30000 for f, e in zip(found, expected, strict=True))
+
+
+def test_keyframes_per_shot_plus_interval_inside_long_shots(tmp_path: Path, cache_dir: Path) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir, frames={"interval": 2.0, "max_side": 320})
+    item = decode_media(str(media("video/testvideo.mp4")), settings)
+    times = [k.time for k in item.keyframes]
+    # Every shot starts with a keyframe.
+    for start, _ in item.shots:
+        assert any(abs(t - start) < 1e-3 for t in times)
+    # Inside the 11-second last shot there is one every ~2 s, not just one.
+    start, end = item.shots[-1]
+    inside = [t for t in times if start <= t < end]
+    assert len(inside) >= int((end - start) / 2.0)
+    assert all(b - a <= 2.0 + 0.05 for a, b in zip(inside, inside[1:], strict=False))
+    # Spans tile the video; each keyframe stands for [time, end).
+    assert all(a.end == pytest.approx(b.time) for a, b in zip(item.keyframes, item.keyframes[1:], strict=False))
+    assert item.keyframes[-1].end == pytest.approx(item.shots[-1][1])
+    for k in item.keyframes:
+        assert k.image.dtype == np.uint8 and k.image.ndim == 3 and k.image.shape[2] == 3
+        assert max(k.image.shape[:2]) <= 320
+        thumb = settings.thumbs_dir / k.thumbnail
+        assert thumb.is_file() and thumb.stat().st_size < 40_000
+        with Image.open(thumb) as im:
+            assert max(im.size) <= settings.frames.thumbnail_side and im.format == "JPEG"
+
+
+def test_keyframes_are_shown_upright_and_unstretched(tmp_path: Path, cache_dir: Path) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir, frames={"thumbnail_format": "webp"})
+    rotated = decode_media(str(media("video/issue-134-rotate.mp4")), settings)
+    h, w = rotated.keyframes[0].image.shape[:2]
+    assert h > w and abs(w / h - 544 / 1280) < 0.02  # portrait, as a player shows it
+    assert rotated.info.rotation == 90 and rotated.keyframes[0].thumbnail.endswith(".webp")
+    anamorphic = decode_media(str(media("video/issue-195-aspect-ratio.mp4")), settings)
+    h, w = anamorphic.keyframes[0].image.shape[:2]
+    assert abs(w / h - 16 / 9) < 0.02  # 704x576 pixels that are 16:11 wide make 16:9
+
+
+def test_keyframe_memory_is_capped(tmp_path: Path, cache_dir: Path) -> None:
+    path = media("video/testvideo.mp4")
+    scan = scan_video(path, probe(path), interval=0.1, max_side=64, max_keyframes=6)
+    assert len(scan.keyframes) <= 6
+    assert scan.keyframes[0].time == 0.0
+    assert scan.spans[-1][1] == pytest.approx(scan.end)
+
+
+def test_audio_streams_in_bounded_chunks() -> None:
+    path = media("video/manifesto.mp4")
+    stream = AudioStream(path, chunk_seconds=10.0)
+    sizes = [len(c) for c in stream]
+    assert max(sizes) == 16_000 * 10 and len(sizes) == 9
+    assert abs(stream.decoded_seconds - probe(path).duration) < 0.1
+    whole = decode_audio(path)
+    assert len(whole) == sum(sizes) and whole.dtype == np.float32
+
+
+def test_time_limit_stops_decoding(tmp_path: Path, cache_dir: Path) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir, ingest={"file_timeout": 0.05})
+    with pytest.raises(MediaError, match="video decoding took longer than 0.05 s"):
+        decode_media(str(media("video/auto-editor_example.mp4")), settings)
+    with pytest.raises(MediaError, match="audio decoding took longer than"):
+        list(AudioStream(media("video/auto-editor_example.mp4"), chunk_seconds=60, timeout=0.001))
