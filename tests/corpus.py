@@ -67,3 +67,27 @@ def corpus() -> dict[str, list[Segment]]:
     for seg in manifesto() + apollo() + references():
         groups.setdefault(seg.video_id, []).append(seg)
     return groups
+
+
+# Pictures from the shared media with what a classifier would name in them: "visual" segments.
+PICTURES = [("images/skimage_chelsea.png", "tabby cat, tiger cat"), ("images/skimage_horse.png", "sorrel horse"),
+            ("images/skimage_coffee.png", "espresso, coffee mug"), ("images/skimage_rocket.jpg", "space shuttle, missile")]
+
+
+def picture_vector(rel: str, crop: float = 1.0, side: int = 16) -> list[float]:
+    """A small real image descriptor (a centred grey thumbnail), standing in for a frame feature vector."""
+    from PIL import Image
+
+    with Image.open(media(rel)) as img:
+        img = img.convert("L")
+        w, h = img.size
+        cw, ch = int(w * crop), int(h * crop)
+        img = img.crop(((w - cw) // 2, (h - ch) // 2, (w + cw) // 2, (h + ch) // 2)).resize((side, side))
+        vec = [float(p) / 255.0 - 0.5 for p in img.getdata()]
+    return vec
+
+
+def pictures() -> list[Segment]:
+    return [Segment(video_id(rel), str(media(rel)), 0.0, 1.0, "visual", label, None,
+                    thumbnail=f"{video_id(rel)}/000000000.jpg", vectors={"frame": picture_vector(rel)})
+            for rel, label in PICTURES]
