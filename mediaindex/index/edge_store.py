@@ -27,6 +27,7 @@ from mediaindex.index.store import (
     SparseVec,
     batches,
     check_vectors,
+    point_payload,
     scored_hit,
 )
 from mediaindex.segments import Hit, Segment
@@ -141,7 +142,7 @@ class EdgeStore:
                 named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
                 if words:
                     named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)
-                points.append(q.Point(id=seg.point_id(i), vector=named, payload=seg.payload()))
+                points.append(q.Point(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
             self._shard.update(q.UpdateOperation.upsert_points(points))
         self._shard.flush()
 

@@ -25,6 +25,7 @@ from mediaindex.index.store import (
     SparseVec,
     batches,
     check_vectors,
+    point_payload,
     scored_hit,
 )
 from mediaindex.segments import Hit, Segment
@@ -119,7 +120,7 @@ class ServerStore:
                 named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
                 if words:
                     named[SPARSE_VECTOR] = models.SparseVector(indices=words.indices, values=words.values)
-                points.append(models.PointStruct(id=seg.point_id(i), vector=named, payload=seg.payload()))
+                points.append(models.PointStruct(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
             self._client.upsert(self.collection, points=points, wait=True)
 
     def delete_video(self, video_id: str) -> None:

@@ -8,7 +8,7 @@ or several candidate lists fused by Qdrant's reciprocal-rank fusion.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -92,6 +92,14 @@ class VectorStore(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+_PAYLOAD_FIELDS = [f.name for f in fields(Segment) if f.name != "vectors"]
+
+
+def point_payload(seg: Segment) -> dict[str, Any]:
+    """Segment.payload() without dataclasses.asdict's deep copies (a third of the upsert time)."""
+    return {name: getattr(seg, name) for name in _PAYLOAD_FIELDS}
 
 
 def hit_from_payload(payload: dict[str, Any], score: float) -> Hit:
