@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mediaindex.errors import ConfigError
@@ -111,6 +111,12 @@ class IndexSettings(_Section):
     # text; shown scores map this band to 0..1.
     dense_floor: float = Field(default=0.78, ge=-1, lt=1)
     dense_ceiling: float = Field(default=0.95, gt=-1, le=1)
+
+    @model_validator(mode="after")
+    def _band(self) -> IndexSettings:
+        if self.dense_floor >= self.dense_ceiling:
+            raise ValueError(f"dense_floor ({self.dense_floor}) must be below dense_ceiling ({self.dense_ceiling})")
+        return self
 
 
 class IngestSettings(_Section):

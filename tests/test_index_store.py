@@ -241,3 +241,31 @@ def test_optimize_is_explicit_and_search_works_before_and_after(tmp_path: Path, 
         assert isinstance(index.store.optimize(), bool)
         assert [h.text for h in index.store.search(query, limit=5)] == before
         assert index.store.count() == len(segs)
+
+
+@pytest.mark.parametrize(
+    ("index", "message"),
+    [
+        ({"backend": "cloud"}, "index.backend"),
+        ({"dense_floor": 0.9, "dense_ceiling": 0.8}, "must be below dense_ceiling"),
+        ({"hnsw_threshold": 10}, "index.hnsw_threshold"),
+        ({"candidates": 0}, "index.candidates"),
+        ({"rrf_k": 0}, "index.rrf_k"),
+        ({"colection": "x"}, "index.colection"),
+    ],
+)
+def test_bad_index_settings_are_refused(index: dict, message: str) -> None:
+    from mediaindex.config import load_settings
+
+    with pytest.raises(ConfigError, match=message):
+        load_settings("cpu", index=index)
+
+
+def test_server_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediaindex.config import load_settings
+
+    monkeypatch.setenv("MEDIAINDEX_INDEX__BACKEND", "server")
+    monkeypatch.setenv("MEDIAINDEX_INDEX__URL", "https://qdrant.example:6333")
+    monkeypatch.setenv("MEDIAINDEX_INDEX__API_KEY", "secret")
+    cfg = load_settings("cpu").index
+    assert (cfg.backend, cfg.url, cfg.api_key) == ("server", "https://qdrant.example:6333", "secret")
