@@ -4,6 +4,7 @@ filters, replacement without duplicates, schema and corrupt-index errors, bad in
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -211,6 +212,13 @@ def test_corrupt_index_files_give_a_clear_error_and_stay_untouched(tmp_path: Pat
     with pytest.raises(IndexCorruptError, match="vector store .* cannot be opened.*index reset"):
         MediaIndex(settings, DIM, embedder.name)
     assert {f: f.read_bytes() for f in files} == before
+
+    other = _settings(tmp_path / "other", cache_dir, "edge")
+    MediaIndex(other, DIM, embedder.name).close()
+    shutil.rmtree(other.index_dir / "qdrant")
+    (other.index_dir / "qdrant").write_text("not a folder")
+    with pytest.raises(IndexCorruptError, match="is a file"):
+        MediaIndex(other, DIM, embedder.name)
 
 
 def test_an_index_open_elsewhere_is_reported_busy(tmp_path: Path, cache_dir: Path, embedder,

@@ -64,6 +64,11 @@ class EdgeStore:
     def _open(self):  # -> qdrant_edge.EdgeShard
         import qdrant_edge as q
 
+        if self.path.exists() and not self.path.is_dir():
+            raise IndexCorruptError(
+                f"{self.path} should be the vector store's folder but is a file; nothing was changed. "
+                f"Run `mediaindex index reset --index {self.path.parent}` and ingest again"
+            )
         if not self.path.exists() or not any(self.path.iterdir()):
             return q.EdgeShard.create(str(self.path), self._config)
         deadline = time.monotonic() + LOCK_WAIT
