@@ -17,6 +17,12 @@ AVG_SEGMENT_TOKENS = 20.0
 # "CommunistParty" (OCR often drops spaces) also indexes as "communist party".
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _WORD = re.compile(r"\w+")
+# Speech recognition writes numbers as digits or as words ("1 2 3", "eight"): index both as digits.
+_NUMBERS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_NUMBERS.update({w: str(10 * (i + 2)) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())})
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b", re.IGNORECASE)
 
 
 class SparseEncoder:
@@ -29,6 +35,7 @@ class SparseEncoder:
 
     @staticmethod
     def _prepare(text: str) -> str:
+        text = _NUMBER_WORD.sub(lambda m: _NUMBERS[m.group(1).lower()], text)
         parts = [_CAMEL.sub(" ", w) for w in _WORD.findall(text) if _CAMEL.search(w)]
         return " ".join([text, *parts])
 
