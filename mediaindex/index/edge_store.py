@@ -25,7 +25,6 @@ from mediaindex.index.store import (
     Retriever,
     ScoredHit,
     SparseVec,
-    batches,
     check_vectors,
     point_payload,
     scored_hit,
@@ -138,17 +137,16 @@ class EdgeStore:
         if not segments:
             return
         vectors = check_vectors(segments, vectors, self.dims)
-        for part in batches(len(segments)):
-            points = []
-            for i in range(part.start, part.stop):
-                seg = segments[i]
-                words = self.encoder.document(seg.text)
-                named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()}
-                named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
-                if words:
-                    named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)
-                points.append(q.Point(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
-            self._shard.update(q.UpdateOperation.upsert_points(points))
+        points = []
+        for i, seg in enumerate(segments):
+            words = self.encoder.document(seg.text)
+            named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()}
+            named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
+            if words:
+                named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)
+            points.append(q.Point(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
+        # One operation per call: a concurrent search sees a file's segments all or not at all.
+        self._shard.update(q.UpdateOperation.upsert_points(points))
         self._shard.flush()
 
     def delete_video(self, video_id: str) -> None:

@@ -18,10 +18,11 @@ AVG_SEGMENT_TOKENS = 20.0
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _WORD = re.compile(r"\w+")
 # Speech recognition writes numbers as digits or as words ("1 2 3", "eight"): index both as digits.
-_NUMBERS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
-_NUMBERS.update({w: str(10 * (i + 2)) for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())})
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+          "sixteen seventeen eighteen nineteen")
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety"
+_NUMBERS = {w: str(i) for i, w in enumerate(_UNITS.split())}  # noqa: SIM905
+_NUMBERS.update({w: str(10 * (i + 2)) for i, w in enumerate(_TENS.split())})  # noqa: SIM905
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBERS) + r")\b", re.IGNORECASE)
 
 
