@@ -36,12 +36,25 @@ def data(embedder) -> tuple[list[Segment], np.ndarray]:
     return segs, embedder.embed_passages([s.text for s in segs])
 
 
-@pytest.fixture(scope="module", params=["edge", "server"])
-def index(request, data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
-    root = tmp_path_factory.mktemp(f"search-{request.param}")
-    extra = {"index": {"backend": "server", "url": ":memory:"}} if request.param == "server" else {}
+def _open(backend: str, data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    root = tmp_path_factory.mktemp(f"search-{backend}")
+    extra = {"index": {"backend": "server", "url": ":memory:"}} if backend == "server" else {}
     idx = MediaIndex(make_settings(root, cache_dir, **extra), embedder.dim, embedder.name, extra_dims={"frame": FRAME_DIM})
     _build(idx, *data)
+    return idx
+
+
+@pytest.fixture(scope="module")
+def index(data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    idx = _open("edge", data, embedder, tmp_path_factory, cache_dir)
+    yield idx
+    idx.close()
+
+
+@pytest.fixture(scope="module")
+def server_index(data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    """The same data through qdrant-client (its in-process mode stands in for a server)."""
+    idx = _open("server", data, embedder, tmp_path_factory, cache_dir)
     yield idx
     idx.close()
 
@@ -213,3 +226,22 @@ def test_searches_stay_consistent_while_a_file_is_rewritten(index: MediaIndex, e
     assert not errors
     assert seen and set(seen) <= {0, len(jfk)}  # a file is either not there yet or whole
     assert index.store.count(SearchFilters(video_id=jfk[0].video_id)) == len(jfk)
+
+
+def test_a_server_deployment_answers_like_the_embedded_one(index: MediaIndex, server_index: MediaIndex,
+                                                          embedder) -> None:
+    horse = np.array(picture_vector("images/skimage_horse.png", crop=0.8))
+    cases = [
+        {"query": "ask not what your country can do for you"},
+        {"query": "조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오"},
+        {"query": "antecedents"},
+        {"query": "E-G-E-A", "mode": "sparse"},
+        {"query": "the communist party", "filters": SearchFilters(start=60.0, end=70.0, modality="speech")},
+        {"query": "a cat", "filters": SearchFilters(modality="visual", source_prefix=str(Path(pictures()[0].source).parent))},
+        {"query": None, "image_vectors": {"frame": horse}},
+    ]
+    for case in cases:
+        embedded = search(index, embedder, limit=5, **case)
+        served = search(server_index, embedder, limit=5, **case)
+        assert [(h.source, h.start, h.end) for h in served] == [(h.source, h.start, h.end) for h in embedded], case
+        assert [h.score for h in served] == pytest.approx([h.score for h in embedded], abs=1e-3), case
