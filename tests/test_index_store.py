@@ -277,3 +277,18 @@ def test_server_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("MEDIAINDEX_INDEX__API_KEY", "secret")
     cfg = load_settings("cpu").index
     assert (cfg.backend, cfg.url, cfg.api_key) == ("server", "https://qdrant.example:6333", "secret")
+
+
+def test_server_collection_is_reused_and_checked(tmp_path: Path, cache_dir: Path, segments, embedder) -> None:
+    from mediaindex.index.server_store import ServerStore
+
+    segs, vectors = segments
+    url = f"local:{tmp_path / 'qdrant-server'}"
+    store = ServerStore(url, "media", {"text": DIM})
+    store.upsert(segs[:4], vectors[:4])
+    store.close()
+    store = ServerStore(url, "media", {"text": DIM})
+    assert store.count() == 4
+    store.close()
+    with pytest.raises(IndexSchemaError, match=r"lacks the vectors image \(512-d\)"):
+        ServerStore(url, "media", {"text": DIM, "image": 512})

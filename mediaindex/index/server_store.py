@@ -55,12 +55,15 @@ class ServerStore:
         self.collection = collection
         self.dims = dict(dims)
         self.encoder = encoder or SparseEncoder()
+        self._client = None
         try:
             self._client = client or make_client(url, api_key, timeout)
             self._ensure_collection(hnsw_threshold, hnsw_m, hnsw_ef_construct)
-        except MediaIndexError:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            if self._client is not None:
+                self._client.close()  # an in-process store keeps its folder locked until closed
+            if isinstance(exc, MediaIndexError) or not isinstance(exc, Exception):
+                raise
             raise ServerUnavailableError(f"cannot use the Qdrant collection {collection!r} at {url}: {exc}") from exc
 
     def _ensure_collection(self, threshold: int, m: int, ef: int) -> None:
