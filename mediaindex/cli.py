@@ -118,12 +118,18 @@ def search(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Number of hits.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
     video: Annotated[str | None, typer.Option("--video", help="Only this video id.")] = None,
-    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr or visual.")] = None,
+    under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
+    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr or visual (comma-separated for several).")] = None,
+    language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
+    after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
+    before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
+    segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
+    from mediaindex.index.filters import SearchFilters
     from mediaindex.index.search import search as run_search
-    from mediaindex.index.store import SearchFilters
     from mediaindex.models.images import load_image
     from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
 
@@ -132,18 +138,21 @@ def search(
     if image is None and (query is None or not query.strip()):
         raise _fail("the search query is empty")
     try:
+        under_path = _path_prefix(under) if under else None
+        filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
+                                start=after, end=before)
         settings = _settings(config, index)
         picture = load_image(image) if image is not None else None
         if not (settings.index_dir / "schema.json").exists():
             raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
         media_index, embedder = _open_index(settings)
         try:
-            filters = SearchFilters(video_id=video, modality=modality)
             if picture is not None:
                 hits = search_image(media_index, settings.vision, picture, limit=limit, filters=filters)
             else:
                 assert query is not None
-                hits = run_search(media_index, embedder, query, limit=limit, filters=filters)
+                hits = run_search(media_index, embedder, query, limit=limit, filters=filters, mode=mode,  # type: ignore[arg-type]
+                                  moments=not segments)
                 # With a CLIP model, the query also meets the frames in the shared text-image space.
                 hits = fuse([hits, clip_text_hits(media_index, settings.vision, query, limit, filters)], limit)
         finally:
@@ -162,6 +171,15 @@ def search(
     for h in hits:
         table.add_row(f"{h.score:.3f}", Path(h.source).name, f"{_ts(h.start)}–{_ts(h.end)}", h.modality, h.text[:120])
     out.print(table)
+
+
+def _path_prefix(under: str) -> str:
+    """Sources are stored as absolute paths: make a relative prefix absolute; a folder matches only inside it."""
+    path = Path(under).expanduser()
+    prefix = str(path if path.is_absolute() else path.resolve())
+    if path.is_dir() and not prefix.endswith(os.sep):
+        prefix += os.sep
+    return prefix
 
 
 def _ts(t: float) -> str:
@@ -227,17 +245,62 @@ def models(config: ConfigOpt = None) -> None:
 
 
 @index_app.command("stats")
-def index_stats(index: IndexOpt = None, config: ConfigOpt = None) -> None:
-    """Show what the index holds."""
+def index_stats(
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the numbers as JSON.")] = False,
+) -> None:
+    """Show what the index holds: files, segments, how many vectors have an HNSW graph, size on disk."""
+    settings = _settings(config, index)
+    if not (settings.index_dir / "schema.json").exists():
+        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+    from mediaindex.index.filters import SearchFilters
+    from mediaindex.segments import MODALITIES
+
     try:
-        media_index, _ = _open_index(_settings(config, index))
+        media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     try:
-        videos = media_index.catalog.all()
-        out.print(f"{len(videos)} files, {media_index.store.count()} segments in {media_index.dir}")
+        stats = {"files": media_index.catalog.count(), **media_index.store.stats()}
+        for modality in MODALITIES:
+            stats[f"{modality}_segments"] = media_index.store.count(SearchFilters(modality=modality))
     finally:
         media_index.close()
+    if as_json:
+        print(json.dumps(stats, indent=2))
+        return
+    out.print(f"{stats['files']} files, {stats['points']} segments in {media_index.dir}", highlight=False)
+    for key, value in stats.items():
+        if key not in {"files", "points"}:
+            out.print(f"  {key}: {value}", highlight=False)
+
+
+@index_app.command("optimize")
+def index_optimize(index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """Build HNSW graphs and merge segments after large ingests (blocks: minutes at 100k+ segments).
+
+    Searches never do this themselves; until it runs they search exactly, which stays fast up to tens
+    of thousands of segments.
+    """
+    import time
+
+    settings = _settings(config, index)
+    if not (settings.index_dir / "schema.json").exists():
+        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+    try:
+        media_index, _ = _open_index(settings)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    try:
+        began = time.monotonic()
+        changed = media_index.store.optimize()
+        stats = media_index.store.stats()
+    finally:
+        media_index.close()
+    what = "optimized" if changed else "already optimal (or optimized by the server)"
+    out.print(f"{what} in {time.monotonic() - began:.1f} s: {stats['points']} segments, "
+              f"{stats['indexed_vectors']} vectors in HNSW graphs", highlight=False)
 
 
 @index_app.command("reset")
@@ -255,6 +318,16 @@ def index_reset(
         return
     if not yes and not typer.confirm(f"delete the index at {settings.index_dir}?"):
         raise typer.Exit(1)
+    if settings.index.backend == "server" and settings.index.url:
+        from mediaindex.index.server_store import make_client
+
+        try:
+            client = make_client(settings.index.url, settings.index.api_key, settings.index.timeout)
+            if client.collection_exists(settings.index.collection):
+                client.delete_collection(settings.index.collection)
+            client.close()
+        except Exception as exc:
+            raise _fail(f"cannot delete the collection {settings.index.collection!r} at {settings.index.url}: {exc}") from exc
     for name in ("qdrant", "thumbs", "catalog.db", "schema.json"):
         target = settings.index_dir / name
         if target.is_dir():

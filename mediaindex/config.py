@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from mediaindex.errors import ConfigError
@@ -115,9 +115,38 @@ class RaySettings(_Section):
 
 class IndexSettings(_Section):
     backend: Literal["edge", "server"] = "edge"
-    url: str | None = None  # Qdrant server URL for backend=server
+    # backend=server: a Qdrant server or cluster URL (e.g. "https://qdrant.example:6333") and its API key;
+    # "local:PATH" or ":memory:" runs qdrant-client's in-process mode (small collections, tests).
+    url: str | None = None
     api_key: str | None = None
     collection: str = "mediaindex"
+    timeout: float = Field(default=30.0, gt=0)  # seconds per server request
+    # Segments are searched exactly until a segment holds this many points; `mediaindex index optimize`
+    # then builds HNSW graphs. A search request never builds one.
+    hnsw_threshold: int = Field(default=20_000, ge=1_000)
+    hnsw_m: int = Field(default=16, ge=4, le=128)
+    hnsw_ef_construct: int = Field(default=100, ge=8)
+    # Hybrid search: reciprocal-rank fusion of the dense and sparse (exact word) candidate lists.
+    rrf_k: int = Field(default=60, ge=1)
+    dense_weight: float = Field(default=1.0, ge=0)
+    sparse_weight: float = Field(default=1.0, ge=0)
+    image_weight: float = Field(default=1.0, ge=0)
+    candidates: int = Field(default=100, ge=10, le=10_000)  # per retriever, before fusion
+    # Moments: hits of one file closer than merge_gap seconds merge, up to max_moment seconds long;
+    # every further moment of the same file has its score multiplied by per_video_decay.
+    merge_gap: float = Field(default=1.5, ge=0)
+    max_moment: float = Field(default=60.0, gt=0)
+    per_video_decay: float = Field(default=0.7, gt=0, le=1)
+    # Cosine similarities of the default embedder bunch between unrelated (~0.80) and matching (~0.95)
+    # text; shown scores map this band to 0..1.
+    dense_floor: float = Field(default=0.78, ge=-1, lt=1)
+    dense_ceiling: float = Field(default=0.95, gt=-1, le=1)
+
+    @model_validator(mode="after")
+    def _band(self) -> IndexSettings:
+        if self.dense_floor >= self.dense_ceiling:
+            raise ValueError(f"dense_floor ({self.dense_floor}) must be below dense_ceiling ({self.dense_ceiling})")
+        return self
 
 
 class IngestSettings(_Section):

@@ -28,3 +28,11 @@ class ModelLoadError(MediaIndexError):
 
 class IndexSchemaError(MediaIndexError):
     """The index on disk was written by an incompatible version."""
+
+
+class IndexBusyError(MediaIndexError):
+    """The embedded index is held by another process."""
+
+
+class IndexCorruptError(MediaIndexError):
+    """The index files cannot be read."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mediaindex.errors import IndexCorruptError
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
     video_id TEXT PRIMARY KEY,
@@ -57,7 +59,17 @@ class Catalog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), timeout=30)
         self._db.row_factory = sqlite3.Row
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise IndexCorruptError(
+                f"the catalog {path} cannot be read ({exc}); nothing was changed. Run "
+                f"`mediaindex index reset --index {path.parent}` and ingest again"
+            ) from exc
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM videos").fetchone()[0])
 
     def by_source(self, source: str) -> VideoRecord | None:
         row = self._db.execute("SELECT * FROM videos WHERE source = ?", (source,)).fetchone()

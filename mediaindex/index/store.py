@@ -1,27 +1,76 @@
-"""Vector stores behind one small interface: Qdrant embedded in-process (qdrant-edge) by default."""
+"""Vector stores behind one small interface: Qdrant in-process (qdrant-edge) or a Qdrant server.
+
+Every point is one segment with named vectors: the dense "text" embedding, a sparse "words" vector
+(BM25 term frequencies, weighted by IDF inside the engine) and optional extra dense vectors such as
+"image" or "frame". Both stores build the same engine-side queries: nearest neighbours on one vector,
+or several candidate lists fused by Qdrant's reciprocal-rank fusion.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 import numpy as np
 
+from mediaindex.index.filters import SearchFilters
 from mediaindex.segments import Hit, Segment
 
+__all__ = ["PAYLOAD_INDEXES", "SPARSE_VECTOR", "TEXT_VECTOR", "Retriever", "SearchFilters", "SparseVec",
+           "VectorStore", "hit_from_payload"]
+
 TEXT_VECTOR = "text"
+SPARSE_VECTOR = "words"
+# Payload fields that filters use; each gets an index in the engine ("source" also for prefixes).
+PAYLOAD_INDEXES = {"video_id": "keyword", "source": "keyword", "modality": "keyword", "language": "keyword",
+                   "start": "float", "end": "float"}
+# Payload fields a hit needs; the rest (e.g. "extra") stays in the engine.
+HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail"]
 
 
 @dataclass(frozen=True)
-class SearchFilters:
-    video_id: str | None = None
-    modality: str | None = None
-    language: str | None = None
+class SparseVec:
+    indices: list[int]
+    values: list[float]
+
+    def __bool__(self) -> bool:
+        return bool(self.indices)
+
+
+@dataclass(frozen=True)
+class Retriever:
+    """One candidate list of a query: a dense or sparse vector against one named vector of the points."""
+
+    using: str
+    vector: np.ndarray | SparseVec
+    weight: float = 1.0
+
+
+@dataclass
+class ScoredHit:
+    """A hit with its point's vectors when asked for: the words it holds, its dense vectors."""
+
+    hit: Hit
+    words: set[int] = field(default_factory=set)
+    dense: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> ScoredHit:
+    """Both engines return named vectors as a dict; sparse ones have `indices`."""
+    words: set[int] = set()
+    dense: dict[str, np.ndarray] = {}
+    for name, vec in (vectors or {}).items() if isinstance(vectors, dict) else ():
+        if name == SPARSE_VECTOR:
+            words = set(vec.indices)
+        elif vec is not None:
+            dense[name] = np.asarray(vec, dtype=np.float32)
+    return ScoredHit(hit_from_payload(payload or {}, score), words, dense)
 
 
 class VectorStore(Protocol):
     """`dims` names every dense vector of a point: "text" always, others (e.g. "image") when configured."""
+
+    dims: dict[str, int]
 
     def upsert(self, segments: list[Segment], vectors: np.ndarray) -> None: ...
 
@@ -31,12 +80,29 @@ class VectorStore(Protocol):
         self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
     ) -> list[Hit]: ...
 
-    def count(self) -> int: ...
+    def query(
+        self, retrievers: list[Retriever], limit: int, filters: SearchFilters | None = None,
+        candidates: int = 100, rrf_k: int = 60, with_vectors: list[str] | None = None,
+    ) -> list[ScoredHit]: ...
+
+    def count(self, filters: SearchFilters | None = None) -> int: ...
+
+    def optimize(self) -> bool: ...
+
+    def stats(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
 
-def _hit(payload: dict, score: float) -> Hit:
+_PAYLOAD_FIELDS = [f.name for f in fields(Segment) if f.name != "vectors"]
+
+
+def point_payload(seg: Segment) -> dict[str, Any]:
+    """Segment.payload() without dataclasses.asdict's deep copies (a third of the upsert time)."""
+    return {name: getattr(seg, name) for name in _PAYLOAD_FIELDS}
+
+
+def hit_from_payload(payload: dict[str, Any], score: float) -> Hit:
     return Hit(
         source=payload["source"],
         video_id=payload["video_id"],
@@ -50,92 +116,20 @@ def _hit(payload: dict, score: float) -> Hit:
     )
 
 
-class EdgeStore:
-    """Qdrant's engine in-process, on disk under the index directory; no server needed."""
+def check_vectors(segments: list[Segment], vectors: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+    """Refuse a batch whose vectors do not fit the index, before anything is written."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(vectors) != len(segments) or vectors.shape[1] != dims[TEXT_VECTOR]:
+        raise ValueError(f"expected {len(segments)} text vectors of {dims[TEXT_VECTOR]} dimensions, "
+                         f"got an array of shape {vectors.shape}")
+    if not np.isfinite(vectors).all():
+        raise ValueError("text vectors contain NaN or infinite values")
+    for seg in segments:
+        for name, vec in seg.vectors.items():
+            if name in dims and len(vec) != dims[name]:
+                raise ValueError(f"segment vector {name!r} has {len(vec)} dimensions, the index expects {dims[name]}")
+    return vectors
 
-    def __init__(self, path: Path, dims: dict[str, int]) -> None:
-        from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
 
-        self.path = path
-        self.dims = dims
-        config = EdgeConfig(
-            vectors={name: EdgeVectorParams(size=dim, distance=Distance.Cosine) for name, dim in dims.items()}
-        )
-        if path.exists() and any(path.iterdir()):
-            self._shard = EdgeShard.load(str(path), config)
-        else:
-            self._shard = EdgeShard.create(str(path), config)
-
-    def upsert(self, segments: list[Segment], vectors: np.ndarray) -> None:
-        from qdrant_edge import Point, UpdateOperation
-
-        if not segments:
-            return
-        points = [
-            Point(
-                id=seg.point_id(i),
-                vector={TEXT_VECTOR: vec.tolist(), **{k: list(v) for k, v in seg.vectors.items() if k in self.dims}},
-                payload=seg.payload(),
-            )
-            for i, (seg, vec) in enumerate(zip(segments, vectors, strict=True))
-        ]
-        self._shard.update(UpdateOperation.upsert_points(points))
-        self._shard.flush()
-
-    def delete_video(self, video_id: str) -> None:
-        from qdrant_edge import UpdateOperation
-
-        self._shard.update(UpdateOperation.delete_points_by_filter(self._filter(SearchFilters(video_id=video_id))))
-        self._shard.flush()
-
-    @staticmethod
-    def _filter(filters: SearchFilters | None):  # -> qdrant_edge.Filter | None
-        from qdrant_edge import FieldCondition, Filter, MatchValue
-
-        if filters is None:
-            return None
-        conditions = [
-            FieldCondition(key=key, match=MatchValue(value))
-            for key, value in (("video_id", filters.video_id), ("modality", filters.modality),
-                               ("language", filters.language))
-            if value is not None
-        ]
-        return Filter(must=conditions) if conditions else None
-
-    def search(
-        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
-    ) -> list[Hit]:
-        from qdrant_edge import Query, QueryRequest
-
-        request = QueryRequest(
-            limit=limit,
-            query=Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=using),
-            with_payload=True,
-            filter=self._filter(filters),
-        )
-        return [_hit(p.payload or {}, p.score) for p in self._shard.query(request)]
-
-    def segments_of(self, video_id: str, modality: str | None = None) -> list[dict]:
-        """Every stored segment payload of one video (optionally one modality), in time order."""
-        from qdrant_edge import ScrollRequest
-
-        payloads: list[dict] = []
-        offset = None
-        flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
-        while True:
-            records, offset = self._shard.scroll(
-                ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)
-            )
-            payloads.extend(dict(r.payload or {}) for r in records)
-            if offset is None or not records:
-                break
-        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
-
-    def count(self) -> int:
-        from qdrant_edge import CountRequest
-
-        return int(self._shard.count(CountRequest()))
-
-    def close(self) -> None:
-        self._shard.flush()
-        self._shard.close()
+def batches(n: int, size: int = 256) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]

@@ -1,0 +1,248 @@
+"""Qdrant's engine in-process (qdrant-edge), on disk under the index directory; no server needed.
+
+HNSW policy: segments stay plain (exact search) until `optimize()` runs, which builds graphs only for
+segments above the configured threshold. Nothing here optimizes implicitly: a search never blocks on
+an index build.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mediaindex.errors import IndexBusyError, IndexCorruptError, IndexSchemaError
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.sparse import SparseEncoder
+from mediaindex.index.store import (
+    HIT_FIELDS,
+    PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
+    TEXT_VECTOR,
+    Retriever,
+    ScoredHit,
+    SparseVec,
+    check_vectors,
+    point_payload,
+    scored_hit,
+)
+from mediaindex.segments import Hit, Segment
+
+LOCK_WAIT = 5.0  # seconds to wait for another process that holds the shard (e.g. a short write)
+
+
+def _kb(points: int, dim: int) -> int:
+    return max(1, points * dim * 4 // 1024)
+
+
+class EdgeStore:
+    def __init__(
+        self, path: Path, dims: dict[str, int], encoder: SparseEncoder | None = None,
+        hnsw_threshold: int = 20_000, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
+    ) -> None:
+        import qdrant_edge as q
+
+        self.path = path
+        self.dims = dict(dims)
+        self.encoder = encoder or SparseEncoder()
+        threshold_kb = _kb(hnsw_threshold, dims[TEXT_VECTOR])
+        self._config = q.EdgeConfig(
+            vectors={name: q.EdgeVectorParams(size=dim, distance=q.Distance.Cosine) for name, dim in dims.items()},
+            sparse_vectors={SPARSE_VECTOR: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
+            hnsw_config=q.HnswIndexConfig(m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=threshold_kb),
+            optimizers=q.EdgeOptimizersConfig(indexing_threshold=threshold_kb),
+        )
+        self._shard = self._open()
+        self._ensure_payload_indexes()
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def _open(self):  # -> qdrant_edge.EdgeShard
+        import qdrant_edge as q
+
+        if self.path.exists() and not self.path.is_dir():
+            raise IndexCorruptError(
+                f"{self.path} should be the vector store's folder but is a file; nothing was changed. "
+                f"Run `mediaindex index reset --index {self.path.parent}` and ingest again"
+            )
+        if not self.path.exists() or not any(self.path.iterdir()):
+            return q.EdgeShard.create(str(self.path), self._config)
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                return q.EdgeShard.load(str(self.path), self._config)
+            except Exception as exc:
+                message = str(exc)
+                if "WouldBlock" in message:
+                    if time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                    raise IndexBusyError(
+                        f"the index at {self.path.parent} is open in another process (an ingest still running?); "
+                        "try again when it has finished"
+                    ) from exc
+                if "ncompatible" in message:
+                    return self._migrate(message)
+                raise IndexCorruptError(
+                    f"the vector store at {self.path} cannot be opened ({message}); nothing was changed. "
+                    f"Run `mediaindex index reset --index {self.path.parent}` and ingest again"
+                ) from exc
+
+    def _migrate(self, why: str):  # -> qdrant_edge.EdgeShard
+        """Add named vectors configured since the index was made; keep vectors no longer configured."""
+        import qdrant_edge as q
+
+        shard = q.EdgeShard.load(str(self.path))
+        try:
+            for name, dim in self.dims.items():
+                if name == TEXT_VECTOR:
+                    continue
+                with contextlib.suppress(Exception):  # it exists already
+                    shard.update(q.UpdateOperation.create_dense_vector(name, dim, q.Distance.Cosine))
+            shard.flush()
+        finally:
+            shard.close()
+        try:
+            return q.EdgeShard.load(str(self.path), self._config)
+        except Exception:  # the shard holds vectors no longer configured: use its own config
+            try:
+                return q.EdgeShard.load(str(self.path))
+            except Exception as exc:
+                raise IndexSchemaError(
+                    f"the vector store at {self.path} does not match the configured vectors ({why}): run "
+                    f"`mediaindex index reset --index {self.path.parent}` and ingest again"
+                ) from exc
+
+    def _ensure_payload_indexes(self) -> None:
+        import qdrant_edge as q
+
+        have = set(self._shard.info().payload_schema)
+        for name, kind in PAYLOAD_INDEXES.items():
+            if name in have:
+                continue
+            if kind == "keyword":
+                schema = q.KeywordIndexParams(prefix=name == "source")
+            else:
+                schema = q.PayloadSchemaType.Float
+            self._shard.update(q.UpdateOperation.create_field_index(name, schema))
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def upsert(self, segments: list[Segment], vectors: np.ndarray) -> None:
+        import qdrant_edge as q
+
+        if not segments:
+            return
+        vectors = check_vectors(segments, vectors, self.dims)
+        points = []
+        for i, seg in enumerate(segments):
+            words = self.encoder.document(seg.text)
+            named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()}
+            named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
+            if words:
+                named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)
+            points.append(q.Point(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
+        # One operation per call: a concurrent search sees a file's segments all or not at all.
+        self._shard.update(q.UpdateOperation.upsert_points(points))
+        self._shard.flush()
+
+    def delete_video(self, video_id: str) -> None:
+        import qdrant_edge as q
+
+        # Durable through the write-ahead log once update() returns; segments are flushed by the next
+        # upsert or on close (each flush costs an fsync, ~0.2 s).
+        self._shard.update(q.UpdateOperation.delete_points_by_filter(self._filter(SearchFilters(video_id=video_id))))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _filter(filters: SearchFilters | None):  # -> qdrant_edge.Filter | None
+        import qdrant_edge as q
+
+        if filters is None or filters.is_empty():
+            return None
+        must: list[Any] = []
+        for key in ("video_id", "language"):
+            value = getattr(filters, key)
+            if value is not None:
+                must.append(q.FieldCondition(key=key, match=q.MatchValue(value)))
+        if filters.source_prefix is not None:
+            must.append(q.FieldCondition(key="source", match=q.MatchPrefix(filters.source_prefix)))
+        mods = filters.modalities
+        if mods:
+            must.append(q.FieldCondition(key="modality", match=q.MatchAny(list(mods))))
+        if filters.start is not None:  # overlaps [start, end]: ends after start, starts before end
+            must.append(q.FieldCondition(key="end", range=q.RangeFloat(gte=filters.start)))
+        if filters.end is not None:
+            must.append(q.FieldCondition(key="start", range=q.RangeFloat(lte=filters.end)))
+        return q.Filter(must=must)
+
+    def _query_of(self, r: Retriever):  # -> qdrant_edge.Query
+        import qdrant_edge as q
+
+        if isinstance(r.vector, SparseVec):
+            return q.Query.Nearest(q.SparseVector(r.vector.indices, r.vector.values), using=r.using)
+        return q.Query.Nearest(np.asarray(r.vector, dtype=np.float32).tolist(), using=r.using)
+
+    def search(
+        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
+    ) -> list[Hit]:
+        return [s.hit for s in self.query([Retriever(using, vector)], limit, filters)]
+
+    def query(
+        self, retrievers: list[Retriever], limit: int, filters: SearchFilters | None = None,
+        candidates: int = 100, rrf_k: int = 60, with_vectors: list[str] | None = None,
+    ) -> list[ScoredHit]:
+        import qdrant_edge as q
+
+        if not retrievers:
+            raise ValueError("a query needs at least one vector")
+        for r in retrievers:
+            if r.using != SPARSE_VECTOR and r.using not in self.dims:
+                raise ValueError(f"this index has no {r.using!r} vectors (it has {', '.join(self.dims)})")
+        flt = self._filter(filters)
+        with_vector = list(with_vectors) if with_vectors else None
+        payload = q.PayloadSelector.Include(HIT_FIELDS)
+        if len(retrievers) == 1:
+            request = q.QueryRequest(limit=limit, query=self._query_of(retrievers[0]), filter=flt,
+                                     with_payload=payload, with_vector=with_vector)
+        else:
+            request = q.QueryRequest(
+                limit=limit,
+                prefetches=[q.Prefetch(limit=candidates, query=self._query_of(r), filter=flt) for r in retrievers],
+                query=q.Fusion.Rrf(k=rrf_k, weights=[r.weight for r in retrievers]),
+                filter=flt, with_payload=payload, with_vector=with_vector,
+            )
+        return [scored_hit(p.payload, p.score, p.vector) for p in self._shard.query(request)]
+
+    def count(self, filters: SearchFilters | None = None) -> int:
+        import qdrant_edge as q
+
+        return int(self._shard.count(q.CountRequest(exact=True, filter=self._filter(filters))))
+
+    # -- maintenance -----------------------------------------------------------------------------
+
+    def optimize(self) -> bool:
+        """Merge segments and build HNSW graphs for large ones; blocks (minutes at 100k+ points)."""
+        changed = bool(self._shard.optimize())
+        self._shard.flush()
+        return changed
+
+    def stats(self) -> dict[str, Any]:
+        info = self._shard.info()
+        # Allocated blocks, not apparent sizes: the engine pre-sizes sparse files (WAL, mmaps).
+        size = sum(f.stat().st_blocks * 512 for f in self.path.rglob("*") if f.is_file())
+        return {
+            "backend": "edge", "points": int(info.points_count), "segments": int(info.segments_count),
+            "indexed_vectors": int(info.indexed_vectors_count), "vectors": sorted(self.dims) + [SPARSE_VECTOR],
+            "payload_indexes": sorted(info.payload_schema), "disk_bytes": size, "location": str(self.path),
+        }
+
+    def close(self) -> None:
+        try:
+            self._shard.flush()
+        finally:
+            self._shard.close()

@@ -1,0 +1,37 @@
+"""From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mediaindex.segments import Hit
+
+
+def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
+    """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
+
+    A moment keeps its best hit's score, snippet, modality and thumbnail (or the first thumbnail any
+    of its hits has) and spans the union of their time ranges.
+    """
+    moments: dict[str, list[Hit]] = {}
+    for hit in sorted(hits, key=lambda h: -h.score):
+        mine = moments.setdefault(hit.video_id, [])
+        for i, m in enumerate(mine):
+            start, end = min(m.start, hit.start), max(m.end, hit.end)
+            if hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len:
+                mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
+                break
+        else:
+            mine.append(replace(hit))
+    return sorted((m for ms in moments.values() for m in ms), key=lambda h: -h.score)
+
+
+def diversify(moments: list[Hit], decay: float) -> list[Hit]:
+    """The n-th best moment of a file counts decay**n as much, so other files get a turn near the top."""
+    seen: dict[str, int] = {}
+    out = []
+    for m in sorted(moments, key=lambda h: -h.score):
+        n = seen.get(m.video_id, 0)
+        seen[m.video_id] = n + 1
+        out.append(replace(m, score=m.score * decay**n))
+    return sorted(out, key=lambda h: -h.score)

@@ -1,0 +1,88 @@
+"""`mediaindex search` filters and modes, `index stats` / `optimize` / `reset`, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mediaindex.index.catalog import VideoRecord
+from mediaindex.index.index import MediaIndex
+from tests.conftest import make_settings
+from tests.corpus import manifesto, pictures, references
+from tests.test_cli import run
+
+
+@pytest.fixture(scope="module")
+def cli_index(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, embedder) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("cli-search")
+    settings = make_settings(root / "index", cache_dir)
+    segs = manifesto() + references() + pictures()
+    for p in segs:
+        p.vectors = {}  # text-only index, as the default configuration builds it
+    vectors = embedder.embed_passages([s.text for s in segs])
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        rows: dict[str, list[int]] = {}
+        for i, s in enumerate(segs):
+            rows.setdefault(s.video_id, []).append(i)
+        for r in rows.values():
+            group = [segs[i] for i in r]
+            index.replace_video(VideoRecord(group[0].video_id, group[0].source, group[0].video_id, 1, 1, None, "en",
+                                            len(group), {}, 0.0), group, vectors[r])
+    env = dict(os.environ)
+    env["MEDIAINDEX_INDEX_DIR"] = str(settings.index_dir)
+    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
+    return env
+
+
+def test_search_with_filters_and_modes(cli_index: dict[str, str]) -> None:
+    audio = str(Path(references()[0].source).parent)
+    result = run("search", "ask not what your country can do", "--json", "--under", audio, "--modality", "speech",
+                 "--language", "en", "--from", "1", "--to", "9", "--limit", "3", env=cli_index)
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert Path(hits[0]["source"]).name == "jfk.flac"
+    assert all(h["source"].startswith(audio) and h["modality"] == "speech" for h in hits)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+    result = run("search", "antecedents", "--json", "--mode", "sparse", "--segments", env=cli_index)
+    assert result.returncode == 0, result.stderr
+    assert [Path(h["source"]).name for h in json.loads(result.stdout)] == ["2412-153948-0000.flac"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--modality", "smell"], "unknown modality smell"),
+        (["--from", "-5"], "start must be a time"),
+        (["--from", "10", "--to", "2"], "ends (2.0) before it starts (10.0)"),
+        (["--mode", "fuzzy"], "unknown search mode"),
+        (["--limit", "5000"], "--limit"),
+    ],
+)
+def test_bad_search_options_are_refused_clearly(cli_index: dict[str, str], args: list[str], message: str) -> None:
+    result = run("search", "anything", *args, env=cli_index)
+    assert result.returncode != 0
+    assert message in result.stderr.replace("\n", " ")
+    assert "Traceback" not in result.stderr
+
+
+def test_stats_optimize_and_a_stale_schema(cli_index: dict[str, str], tmp_path: Path) -> None:
+    result = run("index", "stats", "--json", env=cli_index)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert stats["files"] == 11 and stats["points"] == stats["speech_segments"] + stats["visual_segments"]
+    assert stats["backend"] == "edge" and "video_id" in stats["payload_indexes"]
+
+    result = run("index", "optimize", env=cli_index)
+    assert result.returncode == 0, result.stderr
+    assert f"{stats['points']} segments" in result.stdout
+
+    old = tmp_path / "old-index"
+    old.mkdir()
+    (old / "schema.json").write_text(json.dumps({"schema_version": 1, "text_dim": 384, "embedder": "x"}))
+    result = run("search", "anything", "--index", str(old), env=cli_index)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"mediaindex index reset --index {old}" in result.stderr.replace("\n", "")

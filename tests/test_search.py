@@ -1,0 +1,247 @@
+"""Hybrid search over real transcripts, with the real multilingual embedder, on both deployments."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mediaindex.index.catalog import VideoRecord
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.index import MediaIndex
+from mediaindex.index.moments import diversify, merge_moments
+from mediaindex.index.search import MAX_QUERY_CHARS, search
+from mediaindex.segments import Hit, Segment
+from tests.conftest import make_settings
+from tests.corpus import apollo, manifesto, picture_vector, pictures, references
+
+FRAME_DIM = 256
+
+
+def _build(index: MediaIndex, segs: list[Segment], vectors: np.ndarray) -> None:
+    rows: dict[str, list[int]] = {}
+    for i, s in enumerate(segs):
+        rows.setdefault(s.video_id, []).append(i)
+    for r in rows.values():
+        group = [segs[i] for i in r]
+        record = VideoRecord(group[0].video_id, group[0].source, group[0].video_id, 1, 1, None, "en", len(group), {}, 0.0)
+        index.replace_video(record, group, vectors[r])
+
+
+@pytest.fixture(scope="module")
+def data(embedder) -> tuple[list[Segment], np.ndarray]:
+    segs = manifesto() + apollo() + references() + pictures()
+    return segs, embedder.embed_passages([s.text for s in segs])
+
+
+def _open(backend: str, data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    root = tmp_path_factory.mktemp(f"search-{backend}")
+    extra = {"index": {"backend": "server", "url": ":memory:"}} if backend == "server" else {}
+    idx = MediaIndex(make_settings(root, cache_dir, **extra), embedder.dim, embedder.name, extra_dims={"frame": FRAME_DIM})
+    _build(idx, *data)
+    return idx
+
+
+@pytest.fixture(scope="module")
+def index(data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    idx = _open("edge", data, embedder, tmp_path_factory, cache_dir)
+    yield idx
+    idx.close()
+
+
+@pytest.fixture(scope="module")
+def server_index(data, embedder, tmp_path_factory, cache_dir) -> MediaIndex:
+    """The same data through qdrant-client (its in-process mode stands in for a server)."""
+    idx = _open("server", data, embedder, tmp_path_factory, cache_dir)
+    yield idx
+    idx.close()
+
+
+def _name(hit: Hit) -> str:
+    return Path(hit.source).name
+
+
+@pytest.mark.parametrize(
+    ("query", "file", "start", "end"),
+    [
+        ("ask not what your country can do for you", "jfk.flac", 3.0, 8.0),
+        ("workers of the world unite", "manifesto.mp4", 9.5, 12.8),
+        ("a spectre is haunting europe", "manifesto.mp4", 19.0, 23.0),
+        ("the wizard vanished behind the curtain", "stereo_diarization.wav", 0.0, 5.0),
+        ("Fragt nicht, was euer Land für euch tun kann", "jfk.flac", 3.0, 8.0),  # German
+        ("조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오", "jfk.flac", 3.0, 8.0),  # Korean
+        # "A spectre is haunting Europe ... all the powers of old Europe have entered into a holy alliance"
+        ("Ein Gespenst geht um in Europa", "manifesto.mp4", 19.0, 30.0),  # German
+    ],
+)
+def test_meaning_finds_the_file_and_moment(index: MediaIndex, embedder, query: str, file: str, start: float,
+                                           end: float) -> None:
+    hits = search(index, embedder, query, limit=3)
+    assert _name(hits[0]) == file, [(_name(h), h.text) for h in hits]
+    assert hits[0].start < end and hits[0].end > start
+    assert Path(hits[0].source).is_absolute() and hits[0].modality == "speech" and hits[0].text
+
+
+@pytest.mark.parametrize(
+    ("query", "file", "words"),
+    [("antecedents", "2412-153948-0000.flac", "antecedents"), ("E-G-E-A", "apollo11.mp3", "E-G-E-A"),
+     ("1813", "LJ002-0020.wav", "1813"), ("CLS", "apollo11.mp3", "CLS")],
+)
+def test_exact_rare_words_are_found_even_where_meaning_misses(index: MediaIndex, embedder, query: str, file: str,
+                                                              words: str) -> None:
+    hybrid = search(index, embedder, query, limit=3)
+    assert _name(hybrid[0]) == file and words in hybrid[0].text
+    assert hybrid[0].score == 1.0  # every word of the query is in it
+    sparse = search(index, embedder, query, limit=3, mode="sparse")
+    assert _name(sparse[0]) == file
+
+
+def test_the_dense_embedder_alone_misses_a_rare_word(index: MediaIndex, embedder) -> None:
+    dense = search(index, embedder, "antecedents", limit=1, mode="dense")
+    assert _name(dense[0]) != "2412-153948-0000.flac"  # why hybrid search exists
+
+
+def test_adjacent_hits_merge_into_one_moment(index: MediaIndex, embedder) -> None:
+    query = "workers of the world unite, manifesto of the communist party by karl marx and frederick engels"
+    segments = search(index, embedder, query, limit=5, filters=SearchFilters(modality="speech"), moments=False)
+    top = [h for h in segments if _name(h) == "manifesto.mp4"]
+    assert len(top) >= 2  # several captions match ...
+    moments = search(index, embedder, query, limit=5, filters=SearchFilters(modality="speech"))
+    best = moments[0]
+    assert _name(best) == "manifesto.mp4"
+    assert best.end - best.start > max(h.end - h.start for h in top)  # ... and become one longer moment
+    assert best.start <= 13.2 and best.end >= 18.5
+
+
+def test_moments_merge_only_neighbours_and_diversify_files() -> None:
+    def hit(video: str, start: float, score: float, thumb: str | None = None) -> Hit:
+        return Hit(f"/m/{video}.mp4", video, start, start + 2.0, score, "speech", f"{video}@{start}", "en", thumb)
+
+    merged = merge_moments([hit("a", 0, 0.9), hit("a", 2.5, 0.8, "t.jpg"), hit("a", 30, 0.7), hit("b", 0, 0.6)],
+                           gap=1.0, max_len=60)
+    assert [(m.video_id, m.start, m.end, m.text, m.thumbnail) for m in merged] == [
+        ("a", 0, 4.5, "a@0", "t.jpg"), ("a", 30, 32, "a@30", None), ("b", 0, 2, "b@0", None)]
+    assert len(merge_moments([hit("a", 0, 0.9), hit("a", 2.5, 0.8)], gap=1.0, max_len=3)) == 2  # too long
+    flooded = [hit("a", t, 0.9 - t / 100) for t in range(0, 50, 10)] + [hit("b", 0, 0.7)]
+    ranked = diversify(flooded, decay=0.7)
+    assert [m.video_id for m in ranked[:3]] == ["a", "b", "a"]
+    assert [m.score for m in ranked] == sorted((m.score for m in ranked), reverse=True)
+
+
+def test_scores_are_calibrated_and_sorted(index: MediaIndex, embedder) -> None:
+    good = search(index, embedder, "ask not what your country can do for you", limit=10)
+    junk = search(index, embedder, "quantum chromodynamics on a lattice", limit=10)
+    for hits in (good, junk):
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)
+    assert good[0].score > 0.8 and junk[0].score < 0.5
+
+
+def test_filters_apply_to_hybrid_search(index: MediaIndex, embedder, data) -> None:
+    segs, _ = data
+    query = "the communist party"
+    visual = search(index, embedder, "a cat", limit=10, filters=SearchFilters(modality="visual"))
+    assert visual and all(h.modality == "visual" for h in visual) and _name(visual[0]) == "skimage_chelsea.png"
+    assert visual[0].thumbnail
+    late = search(index, embedder, query, limit=20, filters=SearchFilters(start=60.0, end=70.0), moments=False)
+    assert late and all(h.end >= 60.0 and h.start <= 70.0 for h in late)
+    apollo_id = apollo()[0].video_id
+    only = search(index, embedder, query, limit=20, filters=SearchFilters(video_id=apollo_id))
+    assert only and {h.video_id for h in only} == {apollo_id}
+    audio_dir = str(Path(references()[0].source).parent) + "/"
+    under = search(index, embedder, query, limit=50, filters=SearchFilters(source_prefix=audio_dir))
+    assert under and all(h.source.startswith(audio_dir) for h in under)
+    assert not search(index, embedder, query, limit=5, filters=SearchFilters(language="de"))
+
+
+def test_query_by_image_alone_and_with_text(index: MediaIndex, embedder) -> None:
+    # A tighter crop of the same picture: a near-duplicate, not the stored vector itself.
+    horse = np.array(picture_vector("images/skimage_horse.png", crop=0.8))
+    hits = search(index, None, None, limit=3, image_vectors={"frame": horse})
+    assert _name(hits[0]) == "skimage_horse.png" and hits[0].modality == "visual"
+    both = search(index, embedder, "tabby cat", limit=2, image_vectors={"frame": horse},
+                  filters=SearchFilters(modality="visual"))
+    assert {_name(h) for h in both} == {"skimage_horse.png", "skimage_chelsea.png"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"query": ""}, "query is empty"),
+        ({"query": " \n\t "}, "query is empty"),
+        ({"query": "x" * (MAX_QUERY_CHARS + 1)}, "characters long"),
+        ({"query": 42}, "must be text"),
+        ({"query": "x", "limit": 0}, "between 1 and"),
+        ({"query": "x", "limit": 5000}, "between 1 and"),
+        ({"query": "x", "limit": True}, "whole number"),
+        ({"query": "x", "limit": "5"}, "whole number"),
+        ({"query": "x", "mode": "fuzzy"}, "unknown search mode"),
+        ({"query": "x", "filters": {"modality": "ocr"}}, "filters must be SearchFilters"),
+        ({"query": None, "image_vectors": {"image": np.ones(4)}}, "no 'image' image vectors"),
+        ({"query": None, "image_vectors": {"frame": np.ones(3)}}, "must be 256 finite numbers"),
+        ({"query": None, "image_vectors": {"frame": np.full(FRAME_DIM, np.nan)}}, "finite numbers"),
+        ({"query": None, "image_vectors": {"frame": np.zeros(FRAME_DIM)}}, "not all zero"),
+    ],
+)
+def test_bad_queries_are_refused_clearly(index: MediaIndex, embedder, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        search(index, embedder, **kwargs)
+
+
+def test_control_characters_and_stopword_only_queries_still_search(index: MediaIndex, embedder) -> None:
+    assert search(index, embedder, "ask not\x00 what your\ncountry", limit=1)[0].source.endswith("jfk.flac")
+    assert search(index, embedder, "the of and", limit=3)  # no exact words: meaning alone
+    assert search(index, embedder, "the of and", limit=3, mode="sparse") == []
+
+
+def test_searches_stay_consistent_while_a_file_is_rewritten(index: MediaIndex, embedder, data) -> None:
+    segs, vectors = data
+    rows = [i for i, s in enumerate(segs) if s.source.endswith("jfk.flac")]
+    jfk = [segs[i] for i in rows]
+    record = VideoRecord(jfk[0].video_id, jfk[0].source, jfk[0].video_id, 1, 1, None, "en", len(jfk), {}, 0.0)
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                hits = search(index, embedder, "ask not what your country can do for you", limit=50, moments=False,
+                              filters=SearchFilters(video_id=jfk[0].video_id))
+                seen.append(len(hits))
+            except BaseException as exc:  # noqa: BLE001  (reported below)
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for _ in range(5):
+        index.replace_video(record, jfk, vectors[rows])
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert seen and set(seen) <= {0, len(jfk)}  # a file is either not there yet or whole
+    assert index.store.count(SearchFilters(video_id=jfk[0].video_id)) == len(jfk)
+
+
+def test_a_server_deployment_answers_like_the_embedded_one(index: MediaIndex, server_index: MediaIndex,
+                                                          embedder) -> None:
+    horse = np.array(picture_vector("images/skimage_horse.png", crop=0.8))
+    cases = [
+        {"query": "ask not what your country can do for you"},
+        {"query": "조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오"},
+        {"query": "antecedents"},
+        {"query": "E-G-E-A", "mode": "sparse"},
+        {"query": "the communist party", "filters": SearchFilters(start=60.0, end=70.0, modality="speech")},
+        {"query": "a cat", "filters": SearchFilters(modality="visual", source_prefix=str(Path(pictures()[0].source).parent))},
+        {"query": None, "image_vectors": {"frame": horse}},
+    ]
+    for case in cases:
+        embedded = search(index, embedder, limit=5, **case)
+        served = search(server_index, embedder, limit=5, **case)
+        assert [(h.source, h.start, h.end) for h in served] == [(h.source, h.start, h.end) for h in embedded], case
+        assert [h.score for h in served] == pytest.approx([h.score for h in embedded], abs=1e-3), case
