@@ -180,6 +180,22 @@ class EdgeStore:
             must.append(q.FieldCondition(key="start", range=q.RangeFloat(lte=filters.end)))
         return q.Filter(must=must)
 
+    def segments_of(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
+        """Every stored segment payload of one video (optionally one modality), in time order."""
+        import qdrant_edge as q
+
+        payloads: list[dict[str, Any]] = []
+        offset = None
+        flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
+        while True:
+            records, offset = self._shard.scroll(
+                q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)
+            )
+            payloads.extend(dict(r.payload or {}) for r in records)
+            if offset is None or not records:
+                break
+        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
+
     def _query_of(self, r: Retriever):  # -> qdrant_edge.Query
         import qdrant_edge as q
 

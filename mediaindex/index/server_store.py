@@ -156,6 +156,19 @@ class ServerStore:
             must.append(models.FieldCondition(key="start", range=models.Range(lte=filters.end)))
         return models.Filter(must=must)
 
+    def segments_of(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
+        """Every stored segment payload of one video (optionally one modality), in time order."""
+        payloads: list[dict[str, Any]] = []
+        offset = None
+        flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
+        while True:
+            records, offset = self._client.scroll(self.collection, scroll_filter=flt, limit=256, offset=offset,
+                                                  with_payload=True, with_vectors=False)
+            payloads.extend(dict(r.payload or {}) for r in records)
+            if offset is None or not records:
+                break
+        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
+
     @staticmethod
     def _vector_of(r: Retriever) -> Any:
         from qdrant_client import models
