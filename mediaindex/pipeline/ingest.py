@@ -197,13 +197,9 @@ class _Run:
 
     def _failed_attempt(self, f: _File, exc: BaseException) -> None:
         reason = _error_reason(exc)
-        if _worker_lost(exc) and f.attempts <= self.settings.ingest.max_retries:
-            log.warning("%s: worker lost (%s); retrying (attempt %d)", f.path, reason, f.attempts + 1)
-            self.in_flight -= 1
-            self._admit(f)
-            return
         if _worker_lost(exc):
-            reason = f"worker died {f.attempts} times: {reason}"
+            # Ray already re-ran the lost call on the restarted actor ray.max_task_retries times.
+            reason = f"worker died ({self.pipeline.settings.ingest.max_retries} retries): {reason}"
         self._close(f, FileOutcome(f.path, "failed", reason))
 
     def _check_timeouts(self) -> None:

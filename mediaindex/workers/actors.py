@@ -11,9 +11,10 @@ from mediaindex.config import Settings
 from mediaindex.workers.stages import StageSpec
 
 
-# Ray restarts a dead stage actor (crash, out-of-memory kill) without limit; the driver bounds how
-# often one *file* is retried (ingest.max_retries), so a poison file cannot loop forever.
-@ray.remote(max_restarts=-1, max_task_retries=0)
+# Ray restarts a dead stage actor (crash, out-of-memory kill) without limit, and re-runs the call it
+# lost at most ingest.max_retries times (start_actor), so a poison file cannot loop forever. Calls sent
+# while the actor restarts wait for it instead of failing.
+@ray.remote(max_restarts=-1)
 class StageActor:
     def __init__(self, spec: StageSpec, settings: Settings) -> None:
         self.name = spec.name
@@ -30,4 +31,6 @@ class StageActor:
 
 
 def start_actor(spec: StageSpec, settings: Settings):  # -> ray.actor.ActorHandle
-    return StageActor.options(num_cpus=spec.cpus, num_gpus=spec.gpus).remote(spec, settings)
+    return StageActor.options(
+        num_cpus=spec.cpus, num_gpus=spec.gpus, max_task_retries=settings.ingest.max_retries,
+    ).remote(spec, settings)
