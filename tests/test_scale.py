@@ -5,6 +5,7 @@ Every test checks the invariant of the issue: each file is indexed exactly once 
 
 from __future__ import annotations
 
+import io
 import os
 from collections import Counter
 from pathlib import Path
@@ -176,3 +177,28 @@ def test_manifest_metadata_is_stored_and_filterable(tmp_path: Path, job_settings
         assert count("extra.title", "Inaugural address") == jfk.segments > 0
         assert count("extra.tags", "1961") == jfk.segments
         assert count("extra.tags", "counting") == index.store.count() - jfk.segments
+
+
+def test_progress_display_and_resume_of_a_finished_job(tmp_path: Path, job_settings: Settings, pipeline: Pipeline,
+                                                       embedder) -> None:
+    from rich.console import Console
+
+    from mediaindex.cli_progress import IngestDisplay
+
+    buffer = io.StringIO()
+    display = IngestDisplay(Console(file=buffer, width=200))  # not a terminal: plain lines
+    manifest = tmp_path / "m.txt"
+    manifest.write_text(f"{media('audio/LJ002-0035.wav')}\n")
+    with _open(job_settings, embedder) as index:
+        with display:
+            report = ingest([], job_settings, index, pipeline=pipeline, manifests=[manifest], progress=display.on_file,
+                            on_plan=display.on_plan, on_tick=display.on_tick, on_job=display.on_job)
+        lines = buffer.getvalue().splitlines()
+        assert lines[0] == f"job {report.job_id}"
+        assert any(line.startswith(f"indexed  {media('audio/LJ002-0035.wav')}: ") for line in lines)
+        last = lines[-1]
+        assert last.startswith(f"job {report.job_id}: 1/1 files (0 failed), 0.00 media h in 0:00:")
+        assert "speech " in last and "x" in last  # per-stage speed, as multiples of real time
+        again = ingest([], job_settings, index, pipeline=pipeline, resume=report.job_id)
+        assert again.outcomes == []  # nothing left to do, nothing indexed twice
+        assert len(index.catalog.all()) == 1

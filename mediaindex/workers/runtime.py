@@ -6,8 +6,10 @@ import logging
 import os
 
 from mediaindex.config import Settings
+from mediaindex.errors import ConfigError
 
 log = logging.getLogger(__name__)
+_RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
 
 def ensure_ray(settings: Settings) -> None:
@@ -21,6 +23,10 @@ def ensure_ray(settings: Settings) -> None:
         ray.init(address=settings.ray.address, runtime_env={"env_vars": env}, log_to_driver=False)
         log.info("joined the Ray cluster at %s", settings.ray.address)
         return
+    # Ray puts unix sockets at <temp>/ray/session_<date>_<pid>/sockets/plasma_store: 108 bytes at most.
+    if len(str(settings.temp_dir).encode()) + _RAY_SOCKET_SUFFIX > 107:
+        raise ConfigError(f"temp_dir {settings.temp_dir} is too long for Ray's unix sockets: "
+                          f"set MEDIAINDEX_TEMP_DIR to a path of at most {107 - _RAY_SOCKET_SUFFIX} bytes")
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
     ray.init(
         # Logical CPUs: stage actors reserve fractions, so a 2-core laptop still runs every stage.

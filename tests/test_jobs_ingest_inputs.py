@@ -1,0 +1,119 @@
+"""What an ingest job covers: folders with globs, manifests (text, CSV, JSONL) and their errors. No Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mediaindex.jobs import JobStore
+from mediaindex.pipeline.ingest import create_job
+from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
+from tests.conftest import MEDIA, make_settings, media
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    """A small folder tree of links to real media (links: no copies of the media)."""
+    root = tmp_path / "archive"
+    for rel, target in [
+        ("talks/jfk.flac", "audio/jfk.flac"),
+        ("talks/drafts/english.wav", "audio/english.wav"),
+        ("films/chaplin.mp4", "video/chaplin.mp4"),
+        ("films/cockatoo.mp4", "video/cockatoo.mp4"),
+    ]:
+        link = root / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(media(target))
+    (root / "talks" / "notes.txt").write_text("not media")
+    return root
+
+
+def _names(plan) -> list[str]:
+    return sorted(Path(p).name for p, _ in plan.files)
+
+
+def test_folders_are_walked_with_include_and_exclude_globs(archive: Path) -> None:
+    assert _names(plan_inputs([archive])) == ["chaplin.mp4", "cockatoo.mp4", "english.wav", "jfk.flac"]
+    assert _names(plan_inputs([archive], include=["*.mp4"])) == ["chaplin.mp4", "cockatoo.mp4"]
+    assert _names(plan_inputs([archive], exclude=["talks/drafts/*"])) == ["chaplin.mp4", "cockatoo.mp4", "jfk.flac"]
+    assert _names(plan_inputs([archive], include=["talks/*"], exclude=["english.*"])) == ["jfk.flac"]
+    assert _names(plan_inputs([archive], include=["*.mkv"])) == []  # matches nothing: an empty job, no error
+
+
+def test_plain_manifest_resolves_relative_paths_and_reports_missing_ones(archive: Path) -> None:
+    manifest = archive / "list.txt"
+    manifest.write_text("# the talks\ntalks/jfk.flac\n\n  films  \nmissing.mp4\ntalks/jfk.flac\n")
+    plan = plan_inputs(manifests=[manifest])
+    assert _names(plan) == ["chaplin.mp4", "cockatoo.mp4", "jfk.flac"]  # a folder entry is walked; no doubles
+    assert plan.skipped == [(str(archive / "missing.mp4"), "file not found")]
+
+
+def test_csv_and_jsonl_manifests_carry_metadata(tmp_path: Path) -> None:
+    csv_manifest = tmp_path / "a.csv"
+    csv_manifest.write_text(f"path,title,tags,year\n{media('audio/jfk.flac')},Inaugural,speech; 1961,1961\n"
+                            f"{media('video/chaplin.mp4')},,,\n")
+    rows = dict(read_manifest(csv_manifest))
+    assert rows[str(media("audio/jfk.flac"))] == {"title": "Inaugural", "tags": ["speech", "1961"], "year": "1961"}
+    assert rows[str(media("video/chaplin.mp4"))] == {}  # empty cells are no metadata
+
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_text(json.dumps({"path": str(media("audio/jfk.flac")), "title": "JFK", "tags": ["speech"],
+                                 "year": 1961, "public": True}) + "\n\n")
+    assert read_manifest(jsonl) == [(str(media("audio/jfk.flac")), {"title": "JFK", "tags": ["speech"],
+                                                                     "year": 1961, "public": True})]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.txt", "# only a comment\n\n", "lists no files"),
+        ("nopath.csv", "file,title\na.mp4,A\n", "needs a header row with a 'path' column"),
+        ("blank.csv", "path,title\n,A\n", "line 2: empty 'path'"),
+        ("wide.csv", "path,title\na.mp4,A,extra\n", "line 2: more fields than the header has"),
+        ("bad.jsonl", '{"path": "a.mp4"}\n{"path": \n', "line 2: not valid JSON"),
+        ("list.jsonl", '["a.mp4"]\n', "line 1: each line must be a JSON object"),
+        ("nopath.jsonl", '{"title": "A"}\n', "line 1: 'path' must be a non-empty string"),
+        ("nested.jsonl", '{"path": "a.mp4", "title": {"en": "A"}}\n', "metadata 'title' must be a string"),
+        ("reserved.jsonl", '{"path": "a.mp4", "words": "x"}\n', "'words' cannot be used as a metadata key"),
+    ],
+)
+def test_bad_manifests_are_refused_with_file_and_line(tmp_path: Path, name: str, content: str, message: str) -> None:
+    manifest = tmp_path / name
+    manifest.write_text(content)
+    with pytest.raises(ManifestError, match=str(manifest).replace(".", r"\.")) as info:
+        plan_inputs(manifests=[manifest])
+    assert message in str(info.value)
+
+
+def test_unreadable_manifests_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="manifest not found"):
+        read_manifest(tmp_path / "nope.txt")
+    with pytest.raises(ManifestError, match="is a folder"):
+        read_manifest(tmp_path)
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        read_manifest(binary)
+
+
+def test_bad_globs_and_no_inputs_are_refused() -> None:
+    with pytest.raises(InputError, match="glob is empty"):
+        plan_inputs([MEDIA], include=[" "])
+    with pytest.raises(InputError, match="nothing to ingest"):
+        plan_inputs([])
+
+
+def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive: Path) -> None:
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    jobs = JobStore(tmp_path / "jobs.db")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json}\n")
+    with pytest.raises(ManifestError):
+        create_job(jobs, settings, [archive], manifests=[bad])
+    assert jobs.list() == []
+    job_id = create_job(jobs, settings, [archive, tmp_path / "gone.mp4"], include=["*.flac"])
+    states = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
+    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found")}
+    assert jobs.get(job_id).params["include"] == ["*.flac"]
