@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mediaindex.config import load_settings
+from mediaindex.errors import ConfigError
 from mediaindex.jobs import JobStore
 from mediaindex.pipeline.ingest import create_job
 from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
@@ -117,3 +119,33 @@ def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive:
     states = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
     assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found")}
     assert jobs.get(job_id).params["include"] == ["*.flac"]
+
+
+def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) -> None:
+    from mediaindex.workers.stages import default_stages
+
+    cpu = {s.name: (s.workers, s.cpus, s.gpus) for s in default_stages(make_settings(tmp_path, cache_dir))}
+    assert cpu["decode"] == (1, 0.5, 0.0) and cpu["speech"] == (1, 1.0, 0.0)
+    assert list(cpu)[0] == "decode" and list(cpu)[-1] == "embed"
+    gpu = load_settings("gpu", cache_dir=cache_dir)
+    assert {s.name: s.gpus for s in default_stages(gpu)}["speech"] == 0.25  # speech.device is cuda there
+    on_cpu = load_settings("gpu", cache_dir=cache_dir, speech={"device": "cpu"})
+    assert {s.name: s.gpus for s in default_stages(on_cpu)}["speech"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"ray": {"speech_workers": 0}}, "ray.speech_workers"),
+        ({"ray": {"vision_gpus": -0.5}}, "ray.vision_gpus"),
+        ({"ray": {"max_files_in_flight": 0}}, "ray.max_files_in_flight"),
+        ({"ray": {"speech_threads": 2}}, "ray.speech_threads"),
+        ({"ingest": {"max_retries": -1}}, "ingest.max_retries"),
+        ({"ingest": {"file_timeout": 0}}, "ingest.file_timeout"),
+    ],
+)
+def test_bad_ray_and_ingest_settings_are_refused(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_settings("cpu", **overrides)
+    with pytest.raises(ConfigError, match="no Ray resources configured for stage 'ocr'"):
+        load_settings("cpu").ray.stage_resources("ocr")

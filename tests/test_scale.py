@@ -202,3 +202,13 @@ def test_progress_display_and_resume_of_a_finished_job(tmp_path: Path, job_setti
         again = ingest([], job_settings, index, pipeline=pipeline, resume=report.job_id)
         assert again.outcomes == []  # nothing left to do, nothing indexed twice
         assert len(index.catalog.all()) == 1
+
+
+def test_a_stage_asking_for_a_gpu_the_cluster_lacks_is_refused_before_starting(tmp_path: Path, cache_dir: Path,
+                                                                               ray_runtime) -> None:
+    from mediaindex.workers.pool import StageStartError
+
+    settings = make_settings(tmp_path / "idx", cache_dir, speech={"device": "cuda"}, ray={"speech_gpus": 0.25})
+    with pytest.raises(StageStartError, match=r"the speech stage asks for 0\.25 GPU per actor but the Ray cluster "
+                                              r"has 0: lower ray\.speech_gpus"):
+        Pipeline(settings)

@@ -8,6 +8,7 @@ the first takes a file path, every later one a MediaItem. Adding a stage is one 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,9 @@ class StageSpec:
     @classmethod
     def from_settings(cls, name: str, factory: str, settings: Settings) -> StageSpec:
         workers, cpus, gpus = settings.ray.stage_resources(name)
+        # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
+        if getattr(getattr(settings, name, None), "device", None) == "cpu":
+            gpus = 0.0
         return cls(name, factory, workers, cpus, gpus)
 
     def build(self, settings: Settings) -> Any:
@@ -45,11 +49,16 @@ class DecodeStage:
         return decode_media(path, self.settings)
 
 
+def _available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def default_stages(settings: Settings) -> list[StageSpec]:
     stages = [
         ("decode", "mediaindex.workers.stages:DecodeStage"),
         ("speech", "mediaindex.pipeline.speech_stage:SpeechStage"),
-        # the vision stage goes here: ("vision", "mediaindex.pipeline.vision_stage:VisionStage")
-        ("embed", "mediaindex.pipeline.embed_stage:EmbedStage"),
     ]
+    if settings.vision.enabled and _available("mediaindex.pipeline.vision_stage"):
+        stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage"))
+    stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage"))
     return [StageSpec.from_settings(name, factory, settings) for name, factory in stages]
