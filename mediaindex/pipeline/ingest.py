@@ -133,7 +133,9 @@ class _Run:
                     self._admit(pending.popleft())
                 self._dispatch()
                 refs = list(self.running)
-                ready, rest = ray.wait(refs, num_returns=1, timeout=0.5, fetch_local=False) if refs else ([], [])
+                if not refs:  # every admitted file waits for an actor yet none is busy: a pool lost its actors
+                    raise RuntimeError("ingest stalled: no stage actor is available")
+                ready, rest = ray.wait(refs, num_returns=1, timeout=0.5, fetch_local=False)
                 if ready and rest:  # collect everything else that is already done too
                     more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
                     ready += more
