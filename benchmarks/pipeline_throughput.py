@@ -136,11 +136,15 @@ def main() -> None:
             media = media_one * copies
             run_settings = settings.model_copy(update={"index_dir": work / f"index{copies}"})
             with MediaIndex(run_settings, embedder.dim, embedder.name) as index, PeakRSS() as rss:
+                final: list = []
                 start = time.perf_counter()
                 report = ingest([work / "archive" / f"copy{n:03d}" for n in range(copies)], run_settings, index,
-                                pipeline=pipeline)
+                                pipeline=pipeline, on_tick=final.append)
                 wall = time.perf_counter() - start
-            runs.append((copies, len(files), media, wall, report, rss.peak))
+            # How much of the run each stage's pool was busy: the slowest stage near 1.0 means it never
+            # waited for work (overlap and backpressure keep it fed), whatever the machine's load.
+            busy = {s.name: round(s.busy / s.workers / wall, 2) for s in final[-1].stages}
+            runs.append((copies, len(files), media, wall, report, rss.peak, busy))
             print(f"  {len(files)} files: {media / wall:.2f}x real time in {wall:.0f} s", flush=True)
         after = stage_alone(pipeline, one, media_one)
         pipeline.close()
@@ -149,7 +153,7 @@ def main() -> None:
         serial = 1 / sum(1 / v for v in speeds.values())
         results.update(stage_alone_x_realtime=speeds, stage_alone_before=before, stage_alone_after=after,
                        serial_bound_x_realtime=round(serial, 2))
-        for copies, n, media, wall, report, peak in runs:
+        for copies, n, media, wall, report, peak, busy in runs:
             speed = media / wall
             results["runs"].append({
                 "copies": copies, "files": n, "media_s": round(media, 1), "wall_s": round(wall, 1),
@@ -157,6 +161,7 @@ def main() -> None:
                 "fraction_of_slowest_stage": round(speed / speeds[slowest], 2),
                 "fraction_of_serial_bound": round(speed / serial, 2),
                 "indexed": len(report.indexed), "failed": len(report.failed), "peak_rss_gib": round(peak / 2**30, 2),
+                "busy_fraction_of_wall": busy,
             })
     finally:
         shutil.rmtree(work, ignore_errors=True)
