@@ -45,6 +45,14 @@ from mediaindex.pipeline.ingest import Pipeline, ingest  # noqa: E402
 from mediaindex.pipeline.probe import probe  # noqa: E402
 
 
+def _default_media() -> Path:
+    """shared/media/video beside the checkout or above it."""
+    for parent in REPO.parents:
+        if (parent / "shared" / "media" / "video").is_dir():
+            return parent / "shared" / "media" / "video"
+    return REPO.parent / "shared" / "media" / "video"
+
+
 def make_archive(src: Path, dest: Path, copies: int) -> list[Path]:
     files = []
     originals = sorted(p for p in src.iterdir() if p.suffix.lower() in MEDIA_SUFFIXES)
@@ -112,7 +120,7 @@ def stage_alone(pipeline: Pipeline, files: list[Path], media: float) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, nargs="+", default=[1, 3], help="archive sizes, in copies of the set")
-    parser.add_argument("--media", type=Path, default=REPO.parent / "shared" / "media" / "video")
+    parser.add_argument("--media", type=Path, default=_default_media())
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     if not args.media.is_dir():

@@ -94,6 +94,16 @@ class RaySettings(_Section):
     # Files between "decode started" and "written to the index": bounds object-store use.
     max_files_in_flight: int = Field(default=4, ge=1)
 
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if not value or value == "auto":
+            return value or None
+        host, _, port = value.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be 'auto', 'host:port' (the head's GCS port) or 'ray://host:port' (Ray client)")
+        return value
+
     def stage_resources(self, stage: str) -> tuple[int, float, float]:
         """(workers, cpus, gpus) of a stage, from its `<stage>_workers/_cpus/_gpus` settings."""
         try:

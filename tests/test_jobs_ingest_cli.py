@@ -45,6 +45,9 @@ def _stderr(result: subprocess.CompletedProcess[str]) -> str:
         (["ingest", "--manifest", str(REPO)], "is a folder, not a file"),
         (["ingest", "x.mp4", "--config", "nosuch"], "unknown config profile"),
         (["jobs", "nope"], "no job with id 'nope'"),
+        (["ingest", "x.mp4", "--address", "nonsense"], "ray.address: Value error, must be 'auto', 'host:port'"),
+        (["ingest", str(media("audio/english.wav")), "--address", "127.0.0.1:1"],
+         "cannot reach the Ray cluster at '127.0.0.1:1'"),
     ],
 )
 def test_bad_job_flags_are_refused_clearly(env: dict[str, str], args: list[str], message: str) -> None:
