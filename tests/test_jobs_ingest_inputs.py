@@ -149,3 +149,29 @@ def test_bad_ray_and_ingest_settings_are_refused(overrides: dict, message: str) 
         load_settings("cpu", **overrides)
     with pytest.raises(ConfigError, match="no Ray resources configured for stage 'ocr'"):
         load_settings("cpu").ray.stage_resources("ocr")
+
+
+def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
+    import io
+
+    from rich.console import Console
+
+    from mediaindex.cli_progress import IngestDisplay
+    from mediaindex.pipeline.ingest import FileOutcome
+    from mediaindex.pipeline.progress import IngestStats, StageStats
+
+    buffer = io.StringIO()
+    display = IngestDisplay(Console(file=buffer, force_terminal=True, width=160))
+    stats = IngestStats("j1", total=4, stages=[StageStats("decode", 1, 2, 10.0, 1800.0),
+                                               StageStats("speech", 2, 2, 600.0, 1800.0)])
+    stats.done, stats.media, stats.started = 2, 1800.0, stats.started - 60
+    with display:
+        display.on_job("j1")
+        display.on_plan(4)
+        display.on_file(FileOutcome("/m/a.mp4", "indexed", segments=3))
+        display.on_tick(stats)
+        display.progress.refresh()
+    text = buffer.getvalue()
+    assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
+    assert "0.50 media h" in text and "ETA 0:01:00" in text
+    assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
