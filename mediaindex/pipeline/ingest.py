@@ -313,7 +313,7 @@ def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, incl
         job = jobs.get(resume)
         if job.kind != "ingest":
             raise InputError(f"job {resume} is a {job.kind} job, not an ingest job")
-        if job.params.get("index_dir") != str(settings.index_dir):
+        if job.params.get("index_dir", str(settings.index_dir)) != str(settings.index_dir):
             raise InputError(f"job {resume} writes to the index at {job.params.get('index_dir')}; "
                              f"resume it with --index {job.params.get('index_dir')}")
         job_id = resume
