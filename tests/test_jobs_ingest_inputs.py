@@ -175,3 +175,23 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
     assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
     assert "0.50 media h" in text and "ETA 0:01:00" in text
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
+
+
+def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.jobs import JobNotFound
+    from mediaindex.pipeline.ingest import ingest
+
+    first = make_settings(tmp_path / "a", cache_dir)
+    other = make_settings(tmp_path / "b", cache_dir)
+    jobs = JobStore(tmp_path / "jobs.db")
+    job_id = create_job(jobs, first, [media("audio/jfk.flac")])
+    ask = jobs.create("ask", {"question": "q"}).id
+    with MediaIndex(other, embedder.dim, embedder.name) as index:
+        with pytest.raises(InputError, match=f"job {job_id} writes to the index at .*a; resume it with --index"):
+            ingest([], other, index, resume=job_id, jobs=jobs)
+        with pytest.raises(InputError, match=f"job {ask} is a ask job, not an ingest job"):
+            ingest([], other, index, resume=ask, jobs=jobs)
+        with pytest.raises(JobNotFound):
+            ingest([], other, index, resume="nope", jobs=jobs)
+    assert {f.state for f in jobs.files(job_id)} == {"pending"}  # nothing lost, nothing started
