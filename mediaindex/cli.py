@@ -6,12 +6,12 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mediaindex.config import Settings, load_settings
@@ -62,52 +62,115 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Media files or folders (searched recursively).")],
+    paths: Annotated[list[Path] | None, typer.Argument(help="Media files or folders (searched recursively).")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
+    manifest: Annotated[list[Path] | None, typer.Option(
+        "--manifest", help="A file listing inputs: one path per line, or CSV/JSONL with a 'path' column and "
+        "per-file metadata (title, tags, ...) stored with every segment.")] = None,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", help="Only files in folders matching this glob (path below the folder or name).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="Skip files in folders matching this glob.")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="Continue an interrupted ingest job by its id.")] = None,
+    address: Annotated[str | None, typer.Option(
+        "--address", help="Join this Ray cluster ('auto' or ray://host:10001) instead of starting Ray.")] = None,
 ) -> None:
-    """Index media files: transcribe, read and embed them so they can be searched."""
-    from mediaindex.pipeline.ingest import FileOutcome
+    """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
+    from mediaindex.cli_progress import IngestDisplay
     from mediaindex.pipeline.ingest import ingest as run_ingest
 
+    if resume and (paths or manifest or include or exclude):
+        raise _fail("--resume continues a job with its own inputs: give no paths, --manifest, --include or --exclude")
+    if not resume and not paths and not manifest:
+        raise _fail("nothing to ingest: give media files or folders, --manifest FILE, or --resume JOB")
     try:
-        settings = _settings(config, index)
+        settings = load_settings(config, index_dir=index, ray={"address": address} if address else None)
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    interactive = err.is_terminal
-    progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=err, disable=not interactive)
-    task = progress.add_task("", total=None)
-
-    def on_plan(n: int) -> None:
-        progress.update(task, total=n)
-
-    def on_file(o: FileOutcome) -> None:
-        name = o.path
-        if o.status == "indexed":
-            progress.advance(task)
-            notes = f" ({'; '.join(o.notes)})" if o.notes else ""
-            err.print(f"indexed  {name}: {o.segments} segments{notes}", highlight=False, markup=False, soft_wrap=True)
-        elif o.status == "unchanged":
-            err.print(f"skipped  {name}: {o.reason}", highlight=False, markup=False, soft_wrap=True)
-        else:
-            if o.status == "failed":
-                progress.advance(task)
-            err.print(f"failed   {name}: {o.reason}", highlight=False, markup=False, soft_wrap=True, style="red")
-
+    display = IngestDisplay(err)
     try:
-        with progress:
-            report = run_ingest(list(paths), settings, media_index, progress=on_file, on_plan=on_plan)
-    except MediaIndexError as exc:
+        with display:
+            report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
+                                on_plan=display.on_plan, manifests=list(manifest or []), include=list(include or []),
+                                exclude=list(exclude or []), resume=resume, on_tick=display.on_tick,
+                                on_job=display.on_job)
+    except KeyboardInterrupt:
+        hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
+        err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
+    except (MediaIndexError, KeyError) as exc:
         raise _fail(str(exc)) from exc
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
     failed = len(report.failed)
-    err.print(f"done: {indexed} indexed, {unchanged} unchanged, {failed} failed or skipped", highlight=False)
-    if indexed == 0 and unchanged == 0:
+    err.print(f"done: {indexed} indexed, {unchanged} unchanged, {failed} failed or skipped (job {report.job_id})",
+              highlight=False)
+    if indexed == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
+
+
+@app.command()
+def jobs(
+    job_id: Annotated[str | None, typer.Argument(help="Show this job's files.")] = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
+) -> None:
+    """List jobs and their state, or one job's files with their state and reason."""
+    from mediaindex.jobs import JobNotFound, JobStore
+
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    db = settings.index_dir / "jobs.db"
+    if not db.exists():
+        if job_id:
+            raise _fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
+        print("[]") if as_json else out.print(f"no jobs at {settings.index_dir}")
+        return
+    store = JobStore(db)
+    try:
+        if job_id:
+            try:
+                job = store.get(job_id)
+            except JobNotFound as exc:
+                raise _fail(str(exc)) from exc
+            files = store.files(job_id)
+            if as_json:
+                print(json.dumps({**_job_dict(job, store.counts(job_id)),
+                                  "files": [f.__dict__ for f in files]}, ensure_ascii=False, indent=2))
+                return
+            out.print(f"job {job.id} ({job.kind}): {job.state}" + (f" ({job.error})" if job.error else ""),
+                      highlight=False)
+            table = Table()
+            for col in ("state", "attempts", "file", "reason"):
+                table.add_column(col)
+            for f in files:
+                table.add_row(f.state, str(f.attempts), f.path, f.reason)
+            out.print(table)
+            return
+        listed = [(j, store.counts(j.id)) for j in store.list(limit=limit)]
+    finally:
+        store.close()
+    if as_json:
+        print(json.dumps([_job_dict(j, c) for j, c in listed], ensure_ascii=False, indent=2))
+        return
+    table = Table()
+    for col in ("id", "kind", "state", "created", "files"):
+        table.add_column(col)
+    for j, counts in listed:
+        files = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        table.add_row(j.id, j.kind, j.state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), files)
+    out.print(table)
+
+
+def _job_dict(job, counts: dict[str, int]) -> dict:
+    return {"id": job.id, "kind": job.kind, "state": job.state, "error": job.error, "created": job.created,
+            "updated": job.updated, "params": job.params, "counts": counts}
 
 
 @app.command()

@@ -104,13 +104,42 @@ class RaySettings(_Section):
     num_cpus: int | None = None
     num_gpus: int | None = None
     object_store_memory: int = Field(default=512 * 1024**2, ge=78 * 1024**2)
+    # Per stage: actors in its pool, and the Ray resources each actor reserves. CPUs are logical
+    # (a local Ray advertises at least 4), GPUs may be fractions so stages share one device.
+    decode_workers: int = Field(default=1, ge=1)
     speech_workers: int = Field(default=1, ge=1)
-    embed_workers: int = Field(default=1, ge=1)
     vision_workers: int = Field(default=1, ge=1)
+    embed_workers: int = Field(default=1, ge=1)
+    llm_workers: int = Field(default=1, ge=1)
+    decode_cpus: float = Field(default=0.5, ge=0)
+    speech_cpus: float = Field(default=1.0, ge=0)
+    vision_cpus: float = Field(default=1.0, ge=0)
+    embed_cpus: float = Field(default=0.5, ge=0)
+    llm_cpus: float = Field(default=1.0, ge=0)
+    decode_gpus: float = Field(default=0.0, ge=0)
     speech_gpus: float = Field(default=0.0, ge=0)
     vision_gpus: float = Field(default=0.0, ge=0)
+    embed_gpus: float = Field(default=0.0, ge=0)
     llm_gpus: float = Field(default=0.0, ge=0)
+    # Files between "decode started" and "written to the index": bounds object-store use.
     max_files_in_flight: int = Field(default=4, ge=1)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if not value or value == "auto":
+            return value or None
+        host, _, port = value.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be 'auto', 'host:port' (the head's GCS port) or 'ray://host:port' (Ray client)")
+        return value
+
+    def stage_resources(self, stage: str) -> tuple[int, float, float]:
+        """(workers, cpus, gpus) of a stage, from its `<stage>_workers/_cpus/_gpus` settings."""
+        try:
+            return (getattr(self, f"{stage}_workers"), getattr(self, f"{stage}_cpus"), getattr(self, f"{stage}_gpus"))
+        except AttributeError as exc:
+            raise ConfigError(f"no Ray resources configured for stage {stage!r}") from exc
 
 
 class IndexSettings(_Section):
@@ -150,8 +179,8 @@ class IndexSettings(_Section):
 
 
 class IngestSettings(_Section):
-    file_timeout: float = Field(default=1800.0, gt=0)  # seconds per file before a decode is stopped
-    max_retries: int = Field(default=2, ge=0)
+    file_timeout: float = Field(default=1800.0, gt=0)  # seconds one stage may spend on one file
+    max_retries: int = Field(default=2, ge=0)  # re-runs of a file whose worker died, before it fails
 
 
 def _default_data_dir() -> Path:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 MEDIA_SUFFIXES = {
@@ -17,9 +19,23 @@ class Discovered:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
 
-def discover(paths: list[str | Path]) -> Discovered:
+def _selected(rel: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
+    """A glob matches the path relative to the walked folder or the file name alone."""
+    name = rel.rsplit("/", 1)[-1]
+
+    def hit(pattern: str) -> bool:
+        return fnmatchcase(rel, pattern) or fnmatchcase(name, pattern)
+
+    return (not include or any(hit(p) for p in include)) and not any(hit(p) for p in exclude)
+
+
+def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Discovered:
     """Files are taken as given (a wrong kind of file is reported later, by the decoder);
-    folders are walked recursively for files with a media suffix."""
+    folders are walked recursively for files with a media suffix that pass the include/exclude
+    globs (matched against the path below the folder, or the file name)."""
+    for pattern in (*include, *exclude):
+        if not pattern.strip():
+            raise ValueError("an include/exclude glob is empty")
     found = Discovered()
     seen: set[Path] = set()
 
@@ -33,7 +49,8 @@ def discover(paths: list[str | Path]) -> Discovered:
         path = Path(raw).expanduser()
         if path.is_dir():
             for child in sorted(path.rglob("*")):
-                if child.is_file() and child.suffix.lower() in MEDIA_SUFFIXES and not child.name.startswith("."):
+                if (child.is_file() and child.suffix.lower() in MEDIA_SUFFIXES and not child.name.startswith(".")
+                        and _selected(child.relative_to(path).as_posix(), include, exclude)):
                     add(child)
         elif path.is_file():
             add(path)

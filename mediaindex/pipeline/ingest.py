@@ -1,21 +1,37 @@
-"""Ingest media files: decode -> speech -> vision -> embed on Ray actors, streamed; the driver writes the index."""
+"""Ingest media as a persisted job: files stream through the stage actor pools; the driver writes the index.
+
+Every stage is an ``ActorPool`` of Ray actors (``mediaindex.workers``). A stage's output stays in
+Ray's object store and its reference is handed to the next stage, so audio and frames never pass
+through the driver. Each actor holds one file at a time and at most ``ray.max_files_in_flight`` files
+are between "decode started" and "written", which bounds memory: a fast stage cannot pile up work
+for a slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a
+run stopped by a crash, Ctrl-C or a killed worker continues with ``ingest(..., resume=JOB)``.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import mediaindex.workers  # noqa: F401  (sets Ray's auth environment before Ray is imported)
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord, content_hash, now
 from mediaindex.index.index import MediaIndex
-from mediaindex.pipeline.discover import discover
+from mediaindex.jobs import JobStore
+from mediaindex.pipeline.inputs import InputError, plan_inputs
 from mediaindex.pipeline.item import MediaItem
+from mediaindex.pipeline.progress import IngestStats, StageStats
+from mediaindex.workers.pool import Pipeline
 
 log = logging.getLogger(__name__)
+
+__all__ = ["FileOutcome", "IngestReport", "Pipeline", "ingest"]
 
 
 @dataclass
@@ -26,10 +42,12 @@ class FileOutcome:
     segments: int = 0
     video_id: str | None = None
     notes: list[str] = field(default_factory=list)
+    duration: float = 0.0
 
 
 @dataclass
 class IngestReport:
+    job_id: str = ""
     outcomes: list[FileOutcome] = field(default_factory=list)
 
     def by_status(self, status: str) -> list[FileOutcome]:
@@ -45,6 +63,8 @@ class IngestReport:
 
 
 ProgressFn = Callable[[FileOutcome], None]
+TickFn = Callable[[IngestStats], None]
+DispatchFn = Callable[[str, str], None]  # (stage name, file path), right after the stage got the file
 
 
 def _unchanged(catalog: Catalog, path: Path) -> bool:
@@ -71,105 +91,286 @@ def _error_reason(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
-class Pipeline:
-    """The stage actors, created once and reused across ingest calls."""
+def _worker_lost(exc: BaseException) -> bool:
+    """The worker died (crash, OOM kill, killed actor or node): worth another try; a stage error is not."""
+    from ray import exceptions as rx
 
-    def __init__(self, settings: Settings) -> None:
-        from mediaindex.workers.actors import EmbedActor, SpeechActor, vision_actor
-        from mediaindex.workers.runtime import ensure_ray
+    return isinstance(exc, rx.RayActorError | rx.WorkerCrashedError | rx.ObjectLostError | rx.OutOfMemoryError
+                      | rx.NodeDiedError)
 
-        ensure_ray(settings)
-        self.settings = settings
-        self.speech = [SpeechActor.remote(settings) for _ in range(settings.ray.speech_workers)]
-        self.vision = [vision_actor(settings) for _ in range(settings.ray.vision_workers)] if settings.vision.enabled else []
-        self.embed = [EmbedActor.remote(settings) for _ in range(settings.ray.embed_workers)]
-        self._turn = 0
 
-    def submit(self, path: Path):  # -> ray.ObjectRef[MediaItem]
-        from mediaindex.workers.actors import decode_task
+@dataclass
+class _File:
+    path: str
+    meta: dict[str, Any]
+    attempts: int
+    stage: int = 0
+    input: Any = None  # the path for the first stage, then the previous stage's ObjectRef
+    busy: list[tuple[int, float]] = field(default_factory=list)  # (stage, seconds) of this attempt
 
-        self._turn += 1
-        item = decode_task.remote(str(path), self.settings)
-        item = self.speech[self._turn % len(self.speech)].process.remote(item)
-        if self.vision:
-            item = self.vision[self._turn % len(self.vision)].process.remote(item)
-        return self.embed[self._turn % len(self.embed)].process.remote(item)
 
-    def close(self) -> None:
+class _Run:
+    """One pass over a job's open files through the pipeline's stage pools."""
+
+    def __init__(self, job_id: str, jobs: JobStore, settings: Settings, index: MediaIndex, pipeline: Pipeline,
+                 stats: IngestStats, record: Callable[[FileOutcome], None],
+                 on_tick: TickFn | None, on_dispatch: DispatchFn | None) -> None:
+        self.job_id, self.jobs, self.settings, self.index, self.pipeline = job_id, jobs, settings, index, pipeline
+        self.stats, self.record, self.on_tick, self.on_dispatch = stats, record, on_tick, on_dispatch
+        self.waiting: list[deque[_File]] = [deque() for _ in pipeline.stages]
+        self.running: dict[Any, tuple[_File, Any, float]] = {}  # ObjectRef -> (file, actor, dispatched at)
+        self.in_flight = 0
+
+    def run(self, todo: list[_File]) -> None:
         import ray
 
-        for actor in self.speech + self.vision + self.embed:
-            ray.kill(actor)
-
-
-def ingest(
-    paths: list[str | Path],
-    settings: Settings,
-    index: MediaIndex,
-    pipeline: Pipeline | None = None,
-    progress: ProgressFn | None = None,
-    on_plan: Callable[[int], None] | None = None,
-) -> IngestReport:
-    import ray
-
-    report = IngestReport()
-
-    def record(outcome: FileOutcome) -> None:
-        report.outcomes.append(outcome)
-        if progress:
-            progress(outcome)
-
-    found = discover(paths)
-    todo: list[Path] = []
-    for path, reason in found.skipped:
-        record(FileOutcome(path, "skipped", reason))
-    for path in found.files:
+        pending = deque(todo)
+        window = self.settings.ray.max_files_in_flight
+        last_tick = 0.0
         try:
-            if _unchanged(index.catalog, path):
-                record(FileOutcome(str(path), "unchanged", "already indexed"))
+            while pending or self.in_flight:
+                while pending and self.in_flight < window:
+                    self._admit(pending.popleft())
+                self._dispatch()
+                refs = list(self.running)
+                if not refs:  # every admitted file waits for an actor yet none is busy: a pool lost its actors
+                    raise RuntimeError("ingest stalled: no stage actor is available")
+                ready, rest = ray.wait(refs, num_returns=1, timeout=0.5, fetch_local=False)
+                if ready and rest:  # collect everything else that is already done too
+                    more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
+                    ready += more
+                for ref in ready:
+                    self._finished(ref)
+                self._check_timeouts()
+                if self.on_tick and time.monotonic() - last_tick >= 1.0:
+                    last_tick = time.monotonic()
+                    self.on_tick(self.stats)
+        finally:
+            self._release()
+        if self.on_tick:
+            self.on_tick(self.stats)
+
+    def _admit(self, f: _File) -> None:
+        f.attempts += 1
+        f.stage, f.input, f.busy = 0, f.path, []
+        self.jobs.set_file(self.job_id, f.path, "running", attempt=True)
+        self.waiting[0].append(f)
+        self.in_flight += 1
+
+    def _dispatch(self) -> None:
+        # Later stages first: finishing files frees memory before new ones are decoded.
+        for k in reversed(range(len(self.waiting))):
+            queue, pool = self.waiting[k], self.pipeline.pools[k]
+            while queue and pool.has_free():
+                f = queue.popleft()
+                actor = pool.pop_idle()
+                ref = actor.process.remote(f.input)
+                f.input = None  # the driver keeps no reference to the previous stage's output
+                self.running[ref] = (f, actor, time.monotonic())
+                if self.on_dispatch:
+                    self.on_dispatch(self.pipeline.stages[k].name, f.path)
+
+    def _finished(self, ref: Any) -> None:
+        import ray
+
+        f, actor, t0 = self.running.pop(ref)
+        self.pipeline.pools[f.stage].push(actor)
+        f.busy.append((f.stage, time.monotonic() - t0))
+        if f.stage + 1 < len(self.pipeline.stages):
+            # Errors travel with the reference and surface at the end, in one place.
+            f.stage, f.input = f.stage + 1, ref
+            self.waiting[f.stage].append(f)
+            return
+        try:
+            item: MediaItem = ray.get(ref)
+        except Exception as exc:
+            self._failed_attempt(f, exc)
+            return
+        outcome = _write(self.index, item, f.meta)
+        if outcome.status == "failed":
+            self._close(f, outcome)
+            return
+        for stage, seconds in f.busy:
+            self.stats.stages[stage].files += 1
+            self.stats.stages[stage].busy += seconds
+            self.stats.stages[stage].media += outcome.duration
+        self.stats.media += outcome.duration
+        self._close(f, outcome)
+
+    def _failed_attempt(self, f: _File, exc: BaseException) -> None:
+        reason = _error_reason(exc)
+        if _worker_lost(exc):
+            # Ray already re-ran the lost call on the restarted actor ray.max_task_retries times.
+            reason = f"worker died ({self.pipeline.settings.ingest.max_retries} retries): {reason}"
+        self._close(f, FileOutcome(f.path, "failed", reason))
+
+    def _check_timeouts(self) -> None:
+        import ray
+
+        limit = self.settings.ingest.file_timeout
+        now_ = time.monotonic()
+        for ref, (f, actor, t0) in list(self.running.items()):
+            if now_ - t0 <= limit:
                 continue
-        except OSError as exc:
-            record(FileOutcome(str(path), "skipped", f"cannot read: {exc.strerror or exc}"))
-            continue
-        todo.append(path)
-    if on_plan:
-        on_plan(len(todo))
-    if not todo:
-        return report
+            del self.running[ref]
+            stage = self.pipeline.stages[f.stage].name
+            # A running call on a synchronous actor cannot be interrupted: restart the actor instead.
+            ray.cancel(ref)
+            ray.kill(actor, no_restart=False)
+            self.pipeline.pools[f.stage].push(actor)
+            self._close(f, FileOutcome(f.path, "failed", f"timed out after {limit:g} s in the {stage} stage"))
 
-    own_pipeline = pipeline is None
-    pipeline = pipeline or Pipeline(settings)
-    in_flight: dict = {}
-    queue = list(todo)
-    try:
-        while queue or in_flight:
-            while queue and len(in_flight) < settings.ray.max_files_in_flight:
-                path = queue.pop(0)
-                in_flight[pipeline.submit(path)] = path
-            done, _ = ray.wait(list(in_flight), num_returns=1)
-            path = in_flight.pop(done[0])
-            try:
-                item: MediaItem = ray.get(done[0])
-            except Exception as exc:  # a stage failed for this file only
-                record(FileOutcome(str(path), "failed", _error_reason(exc)))
-                continue
-            record(_write(index, item))
-    finally:
-        if own_pipeline:
-            pipeline.close()
-    return report
+    def _close(self, f: _File, outcome: FileOutcome) -> None:
+        self.in_flight -= 1
+        state = "failed" if outcome.status == "failed" else "done"
+        self.jobs.set_file(self.job_id, f.path, state, outcome.reason, video_id=outcome.video_id)
+        if state == "failed":
+            self.stats.failed += 1
+        else:
+            self.stats.done += 1
+        self.record(outcome)
+
+    def _release(self) -> None:
+        """On the way out (normal or not), give every busy actor back and drop queued work."""
+        import ray
+
+        for ref, (f, actor, _) in self.running.items():
+            ray.cancel(ref)
+            self.pipeline.pools[f.stage].push(actor)
+        self.running.clear()
 
 
-def _write(index: MediaIndex, item: MediaItem) -> FileOutcome:
+def _write(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:
     duplicate = index.catalog.get(item.video_id)
     if duplicate is not None and duplicate.source != item.source and Path(duplicate.source).exists():
         return FileOutcome(item.source, "unchanged", f"same content as {duplicate.source}", video_id=item.video_id)
     if item.vectors is None or len(item.vectors) != len(item.segments):
         return FileOutcome(item.source, "failed", "internal error: segments were not embedded")
+    for seg in item.segments:
+        # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
+        seg.extra = {**meta, **seg.extra}
     record = VideoRecord(
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,
         segments=len(item.segments), probe=item.info.to_dict(), indexed_at=now(),
     )
     index.replace_video(record, item.segments, item.vectors)
-    return FileOutcome(item.source, "indexed", segments=len(item.segments), video_id=item.video_id, notes=item.notes)
+    return FileOutcome(item.source, "indexed", segments=len(item.segments), video_id=item.video_id,
+                       notes=item.notes, duration=item.info.duration)
+
+
+def jobs_store(settings: Settings) -> JobStore:
+    """The job records of an index live beside it."""
+    return JobStore(settings.index_dir / "jobs.db")
+
+
+def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] = (), manifests: Sequence[Path] = (),
+               include: Sequence[str] = (), exclude: Sequence[str] = ()) -> str:
+    """Expand the inputs into a persisted manifest (nothing runs yet); returns the job id."""
+    plan = plan_inputs(paths, manifests, include, exclude)
+    params = {
+        "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
+        "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),
+    }
+    files = plan.files + [(path, {}) for path, _ in plan.skipped]
+    job = jobs.create("ingest", params, files=files)
+    for path, reason in plan.skipped:
+        jobs.set_file(job.id, path, "skipped", reason)
+    return job.id
+
+
+def ingest(
+    paths: Sequence[str | Path],
+    settings: Settings,
+    index: MediaIndex,
+    pipeline: Pipeline | None = None,
+    progress: ProgressFn | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    *,
+    manifests: Sequence[Path] = (),
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    resume: str | None = None,
+    jobs: JobStore | None = None,
+    on_tick: TickFn | None = None,
+    on_dispatch: DispatchFn | None = None,
+    on_job: Callable[[str], None] | None = None,
+) -> IngestReport:
+    """Run a new ingest job over paths/manifests, or continue job `resume`; returns this run's outcomes."""
+    own_jobs = jobs is None
+    jobs = jobs or jobs_store(settings)
+    try:
+        return _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, include, exclude, resume,
+                       jobs, on_tick, on_dispatch, on_job)
+    finally:
+        if own_jobs:
+            jobs.close()
+
+
+def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, include, exclude, resume, jobs,
+            on_tick, on_dispatch, on_job) -> IngestReport:
+    if resume:
+        job = jobs.get(resume)
+        if job.kind != "ingest":
+            raise InputError(f"job {resume} is a {job.kind} job, not an ingest job")
+        if job.params.get("index_dir", str(settings.index_dir)) != str(settings.index_dir):
+            raise InputError(f"job {resume} writes to the index at {job.params.get('index_dir')}; "
+                             f"resume it with --index {job.params.get('index_dir')}")
+        job_id = resume
+        new_skips: list = []
+    else:
+        job_id = create_job(jobs, settings, paths, manifests, include, exclude)
+        new_skips = jobs.files(job_id, states=("skipped",))
+    if on_job:
+        on_job(job_id)
+    report = IngestReport(job_id=job_id)
+
+    def record(outcome: FileOutcome) -> None:
+        report.outcomes.append(outcome)
+        if progress:
+            progress(outcome)
+
+    for f in new_skips:
+        record(FileOutcome(f.path, "skipped", f.reason))
+    todo: list[_File] = []
+    for f in jobs.files(job_id, states=("pending", "running")):
+        if f.state == "running" and f.attempts > settings.ingest.max_retries:
+            # The whole run stopped while this file was in progress, again and again: a poison file.
+            reason = f"gave up after {f.attempts} attempts (the run stopped while it was in progress)"
+            jobs.set_file(job_id, f.path, "failed", reason)
+            record(FileOutcome(f.path, "failed", reason))
+            continue
+        try:
+            if _unchanged(index.catalog, Path(f.path)):
+                jobs.set_file(job_id, f.path, "done", "already indexed")
+                record(FileOutcome(f.path, "unchanged", "already indexed"))
+                continue
+        except OSError as exc:
+            reason = f"cannot read: {exc.strerror or exc}"
+            jobs.set_file(job_id, f.path, "skipped", reason)
+            record(FileOutcome(f.path, "skipped", reason))
+            continue
+        todo.append(_File(f.path, f.meta, f.attempts))
+    if on_plan:
+        on_plan(len(todo))
+    jobs.set_state(job_id, "running")
+    own_pipeline = pipeline is None and bool(todo)
+    try:
+        if todo:
+            pipeline = pipeline or Pipeline(settings)
+            stats = IngestStats(job_id, len(todo), [StageStats(s.name, s.workers) for s in pipeline.stages])
+            _Run(job_id, jobs, settings, index, pipeline, stats, record, on_tick, on_dispatch).run(todo)
+    except BaseException as exc:
+        # Files caught in flight go back to pending: a resume picks them up (the catalog prevents doubles).
+        for f in jobs.files(job_id, states=("running",)):
+            jobs.set_file(job_id, f.path, "pending", "interrupted")
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        jobs.set_state(job_id, "cancelled" if interrupted else "failed",
+                       error="interrupted" if interrupted else _error_reason(exc))
+        raise
+    finally:
+        if own_pipeline and pipeline is not None:
+            pipeline.close()
+    counts = jobs.counts(job_id)
+    jobs.set_state(job_id, "done", result=counts)
+    return report

@@ -1,51 +1,36 @@
-"""Thin Ray actors around the plain stage classes; each loads its model once."""
+"""One actor class for every stage: it builds its stage (and loads the model) once, then processes items."""
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 import ray
 
 from mediaindex.config import Settings
-from mediaindex.pipeline.decode_stage import decode_media
-from mediaindex.pipeline.embed_stage import EmbedStage
-from mediaindex.pipeline.item import MediaItem
-from mediaindex.pipeline.speech_stage import SpeechStage
-from mediaindex.pipeline.vision_stage import VisionStage
+from mediaindex.workers.stages import StageSpec
 
 
-@ray.remote(num_cpus=0.5, max_retries=0)
-def decode_task(path: str, settings: Settings) -> MediaItem:
-    return decode_media(path, settings)
+# Ray restarts a dead stage actor (crash, out-of-memory kill) without limit, and re-runs the call it
+# lost at most ingest.max_retries times (start_actor), so a poison file cannot loop forever. Calls sent
+# while the actor restarts wait for it instead of failing.
+@ray.remote(max_restarts=-1)
+class StageActor:
+    def __init__(self, spec: StageSpec, settings: Settings) -> None:
+        self.name = spec.name
+        self.stage = spec.build(settings)
 
-
-@ray.remote(num_cpus=1, max_restarts=2, max_task_retries=0)
-class SpeechActor:
-    def __init__(self, settings: Settings) -> None:
-        self.stage = SpeechStage(settings)
-
-    def process(self, item: MediaItem) -> MediaItem:
+    def process(self, item: Any) -> Any:
         return self.stage.process(item)
 
+    def ready(self) -> str:
+        return self.name
 
-@ray.remote(num_cpus=0.5, max_restarts=2, max_task_retries=0)
-class EmbedActor:
-    def __init__(self, settings: Settings) -> None:
-        self.stage = EmbedStage(settings)
-
-    def process(self, item: MediaItem) -> MediaItem:
-        return self.stage.process(item)
+    def pid(self) -> int:
+        return os.getpid()
 
 
-@ray.remote(num_cpus=1, max_restarts=2, max_task_retries=0)
-class VisionActor:
-    """OCR, classifier and (when configured) CLIP; `vision_actor` sets its GPU share from config."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.stage = VisionStage(settings)
-
-    def process(self, item: MediaItem) -> MediaItem:
-        return self.stage.process(item)
-
-
-def vision_actor(settings: Settings):  # -> ray.actor.ActorHandle
-    gpus = settings.ray.vision_gpus if settings.vision.device != "cpu" else 0
-    return VisionActor.options(num_gpus=gpus).remote(settings)
+def start_actor(spec: StageSpec, settings: Settings):  # -> ray.actor.ActorHandle
+    return StageActor.options(
+        num_cpus=spec.cpus, num_gpus=spec.gpus, max_task_retries=settings.ingest.max_retries,
+    ).remote(spec, settings)

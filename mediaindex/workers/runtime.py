@@ -4,10 +4,24 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 from mediaindex.config import Settings
+from mediaindex.errors import ConfigError
 
 log = logging.getLogger(__name__)
+_RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast: ray.init waits minutes on an address where nothing listens."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}") from exc
 
 
 def ensure_ray(settings: Settings) -> None:
@@ -18,9 +32,17 @@ def ensure_ray(settings: Settings) -> None:
         return
     env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     if settings.ray.address:
-        ray.init(address=settings.ray.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        _check_reachable(settings.ray.address)
+        try:
+            ray.init(address=settings.ray.address, runtime_env={"env_vars": env}, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            raise ConfigError(f"cannot join the Ray cluster at {settings.ray.address!r}: {exc}") from exc
         log.info("joined the Ray cluster at %s", settings.ray.address)
         return
+    # Ray puts unix sockets at <temp>/ray/session_<date>_<pid>/sockets/plasma_store: 108 bytes at most.
+    if len(str(settings.temp_dir).encode()) + _RAY_SOCKET_SUFFIX > 107:
+        raise ConfigError(f"temp_dir {settings.temp_dir} is too long for Ray's unix sockets: "
+                          f"set MEDIAINDEX_TEMP_DIR to a path of at most {107 - _RAY_SOCKET_SUFFIX} bytes")
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
     ray.init(
         # Logical CPUs: stage actors reserve fractions, so a 2-core laptop still runs every stage.

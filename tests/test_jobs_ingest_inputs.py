@@ -1,0 +1,197 @@
+"""What an ingest job covers: folders with globs, manifests (text, CSV, JSONL) and their errors. No Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mediaindex.config import load_settings
+from mediaindex.errors import ConfigError
+from mediaindex.jobs import JobStore
+from mediaindex.pipeline.ingest import create_job
+from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
+from tests.conftest import MEDIA, make_settings, media
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    """A small folder tree of links to real media (links: no copies of the media)."""
+    root = tmp_path / "archive"
+    for rel, target in [
+        ("talks/jfk.flac", "audio/jfk.flac"),
+        ("talks/drafts/english.wav", "audio/english.wav"),
+        ("films/chaplin.mp4", "video/chaplin.mp4"),
+        ("films/cockatoo.mp4", "video/cockatoo.mp4"),
+    ]:
+        link = root / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(media(target))
+    (root / "talks" / "notes.txt").write_text("not media")
+    return root
+
+
+def _names(plan) -> list[str]:
+    return sorted(Path(p).name for p, _ in plan.files)
+
+
+def test_folders_are_walked_with_include_and_exclude_globs(archive: Path) -> None:
+    assert _names(plan_inputs([archive])) == ["chaplin.mp4", "cockatoo.mp4", "english.wav", "jfk.flac"]
+    assert _names(plan_inputs([archive], include=["*.mp4"])) == ["chaplin.mp4", "cockatoo.mp4"]
+    assert _names(plan_inputs([archive], exclude=["talks/drafts/*"])) == ["chaplin.mp4", "cockatoo.mp4", "jfk.flac"]
+    assert _names(plan_inputs([archive], include=["talks/*"], exclude=["english.*"])) == ["jfk.flac"]
+    assert _names(plan_inputs([archive], include=["*.mkv"])) == []  # matches nothing: an empty job, no error
+
+
+def test_plain_manifest_resolves_relative_paths_and_reports_missing_ones(archive: Path) -> None:
+    manifest = archive / "list.txt"
+    manifest.write_text("# the talks\ntalks/jfk.flac\n\n  films  \nmissing.mp4\ntalks/jfk.flac\n")
+    plan = plan_inputs(manifests=[manifest])
+    assert _names(plan) == ["chaplin.mp4", "cockatoo.mp4", "jfk.flac"]  # a folder entry is walked; no doubles
+    assert plan.skipped == [(str(archive / "missing.mp4"), "file not found")]
+
+
+def test_csv_and_jsonl_manifests_carry_metadata(tmp_path: Path) -> None:
+    csv_manifest = tmp_path / "a.csv"
+    csv_manifest.write_text(f"path,title,tags,year\n{media('audio/jfk.flac')},Inaugural,speech; 1961,1961\n"
+                            f"{media('video/chaplin.mp4')},,,\n")
+    rows = dict(read_manifest(csv_manifest))
+    assert rows[str(media("audio/jfk.flac"))] == {"title": "Inaugural", "tags": ["speech", "1961"], "year": "1961"}
+    assert rows[str(media("video/chaplin.mp4"))] == {}  # empty cells are no metadata
+
+    jsonl = tmp_path / "b.jsonl"
+    jsonl.write_text(json.dumps({"path": str(media("audio/jfk.flac")), "title": "JFK", "tags": ["speech"],
+                                 "year": 1961, "public": True}) + "\n\n")
+    assert read_manifest(jsonl) == [(str(media("audio/jfk.flac")), {"title": "JFK", "tags": ["speech"],
+                                                                     "year": 1961, "public": True})]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("empty.txt", "# only a comment\n\n", "lists no files"),
+        ("nopath.csv", "file,title\na.mp4,A\n", "needs a header row with a 'path' column"),
+        ("blank.csv", "path,title\n,A\n", "line 2: empty 'path'"),
+        ("wide.csv", "path,title\na.mp4,A,extra\n", "line 2: more fields than the header has"),
+        ("bad.jsonl", '{"path": "a.mp4"}\n{"path": \n', "line 2: not valid JSON"),
+        ("list.jsonl", '["a.mp4"]\n', "line 1: each line must be a JSON object"),
+        ("nopath.jsonl", '{"title": "A"}\n', "line 1: 'path' must be a non-empty string"),
+        ("nested.jsonl", '{"path": "a.mp4", "title": {"en": "A"}}\n', "metadata 'title' must be a string"),
+        ("reserved.jsonl", '{"path": "a.mp4", "words": "x"}\n', "'words' cannot be used as a metadata key"),
+    ],
+)
+def test_bad_manifests_are_refused_with_file_and_line(tmp_path: Path, name: str, content: str, message: str) -> None:
+    manifest = tmp_path / name
+    manifest.write_text(content)
+    with pytest.raises(ManifestError, match=str(manifest).replace(".", r"\.")) as info:
+        plan_inputs(manifests=[manifest])
+    assert message in str(info.value)
+
+
+def test_unreadable_manifests_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="manifest not found"):
+        read_manifest(tmp_path / "nope.txt")
+    with pytest.raises(ManifestError, match="is a folder"):
+        read_manifest(tmp_path)
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        read_manifest(binary)
+
+
+def test_bad_globs_and_no_inputs_are_refused() -> None:
+    with pytest.raises(InputError, match="glob is empty"):
+        plan_inputs([MEDIA], include=[" "])
+    with pytest.raises(InputError, match="nothing to ingest"):
+        plan_inputs([])
+
+
+def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive: Path) -> None:
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    jobs = JobStore(tmp_path / "jobs.db")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json}\n")
+    with pytest.raises(ManifestError):
+        create_job(jobs, settings, [archive], manifests=[bad])
+    assert jobs.list() == []
+    job_id = create_job(jobs, settings, [archive, tmp_path / "gone.mp4"], include=["*.flac"])
+    states = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
+    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found")}
+    assert jobs.get(job_id).params["include"] == ["*.flac"]
+
+
+def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) -> None:
+    from mediaindex.workers.stages import default_stages
+
+    cpu = {s.name: (s.workers, s.cpus, s.gpus) for s in default_stages(make_settings(tmp_path, cache_dir))}
+    assert cpu["decode"] == (1, 0.5, 0.0) and cpu["speech"] == (1, 1.0, 0.0)
+    assert list(cpu)[0] == "decode" and list(cpu)[-1] == "embed"
+    gpu = load_settings("gpu", cache_dir=cache_dir)
+    assert {s.name: s.gpus for s in default_stages(gpu)}["speech"] == 0.25  # speech.device is cuda there
+    on_cpu = load_settings("gpu", cache_dir=cache_dir, speech={"device": "cpu"})
+    assert {s.name: s.gpus for s in default_stages(on_cpu)}["speech"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"ray": {"speech_workers": 0}}, "ray.speech_workers"),
+        ({"ray": {"vision_gpus": -0.5}}, "ray.vision_gpus"),
+        ({"ray": {"max_files_in_flight": 0}}, "ray.max_files_in_flight"),
+        ({"ray": {"speech_threads": 2}}, "ray.speech_threads"),
+        ({"ingest": {"max_retries": -1}}, "ingest.max_retries"),
+        ({"ingest": {"file_timeout": 0}}, "ingest.file_timeout"),
+    ],
+)
+def test_bad_ray_and_ingest_settings_are_refused(overrides: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_settings("cpu", **overrides)
+    with pytest.raises(ConfigError, match="no Ray resources configured for stage 'ocr'"):
+        load_settings("cpu").ray.stage_resources("ocr")
+
+
+def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
+    import io
+
+    from rich.console import Console
+
+    from mediaindex.cli_progress import IngestDisplay
+    from mediaindex.pipeline.ingest import FileOutcome
+    from mediaindex.pipeline.progress import IngestStats, StageStats
+
+    buffer = io.StringIO()
+    display = IngestDisplay(Console(file=buffer, force_terminal=True, width=160))
+    stats = IngestStats("j1", total=4, stages=[StageStats("decode", 1, 2, 10.0, 1800.0),
+                                               StageStats("speech", 2, 2, 600.0, 1800.0)])
+    stats.done, stats.media, stats.started = 2, 1800.0, stats.started - 60
+    with display:
+        display.on_job("j1")
+        display.on_plan(4)
+        display.on_file(FileOutcome("/m/a.mp4", "indexed", segments=3))
+        display.on_tick(stats)
+        display.progress.refresh()
+    text = buffer.getvalue()
+    assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
+    assert "0.50 media h" in text and "ETA 0:01:00" in text
+    assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
+
+
+def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.jobs import JobNotFound
+    from mediaindex.pipeline.ingest import ingest
+
+    first = make_settings(tmp_path / "a", cache_dir)
+    other = make_settings(tmp_path / "b", cache_dir)
+    jobs = JobStore(tmp_path / "jobs.db")
+    job_id = create_job(jobs, first, [media("audio/jfk.flac")])
+    ask = jobs.create("ask", {"question": "q"}).id
+    with MediaIndex(other, embedder.dim, embedder.name) as index:
+        with pytest.raises(InputError, match=f"job {job_id} writes to the index at .*a; resume it with --index"):
+            ingest([], other, index, resume=job_id, jobs=jobs)
+        with pytest.raises(InputError, match=f"job {ask} is a ask job, not an ingest job"):
+            ingest([], other, index, resume=ask, jobs=jobs)
+        with pytest.raises(JobNotFound):
+            ingest([], other, index, resume="nope", jobs=jobs)
+    assert {f.state for f in jobs.files(job_id)} == {"pending"}  # nothing lost, nothing started

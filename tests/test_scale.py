@@ -1,0 +1,189 @@
+"""Ingest jobs on the session's Ray pipeline: resume after an interruption, killed workers, timeouts, metadata.
+
+Every test checks the invariant of the issue: each file is indexed exactly once and none is lost.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mediaindex.config import Settings
+from mediaindex.index.index import MediaIndex
+from mediaindex.jobs import JobStore
+from mediaindex.pipeline.ingest import FileOutcome, Pipeline, ingest
+from mediaindex.workers.stages import StageSpec
+from tests.conftest import make_settings, media
+
+pytestmark = pytest.mark.slow
+
+# Short, distinct files (distinct content: copies of one file would be deduplicated by content hash).
+SHORT = ["audio/jfk.flac", "audio/english.wav", "video/issue-134-rotate.mp4"]
+
+
+@pytest.fixture
+def job_settings(tmp_path: Path, cache_dir: Path) -> Settings:
+    return make_settings(tmp_path / "idx", cache_dir)
+
+
+def _open(settings: Settings, embedder) -> MediaIndex:
+    return MediaIndex(settings, embedder.dim, embedder.name)
+
+
+def _assert_each_indexed_once(index: MediaIndex, files: list[Path], *runs: list[FileOutcome]) -> None:
+    indexed = Counter(o.path for run in runs for o in run if o.status == "indexed")
+    assert indexed == Counter(str(f) for f in files), indexed  # once per file across all runs
+    records = index.catalog.all()
+    assert sorted(r.source for r in records) == sorted(str(f) for f in files)
+    assert index.store.count() == sum(r.segments for r in records)  # no stray or duplicate points
+
+
+def test_interrupted_job_resumes_and_indexes_each_file_once(tmp_path: Path, job_settings: Settings,
+                                                             pipeline: Pipeline, embedder) -> None:
+    from qdrant_edge import CountRequest, FieldCondition, Filter, MatchValue
+
+    files = [media(rel) for rel in SHORT]
+    manifest = tmp_path / "archive.csv"  # with per-file metadata that must reach the payload
+    manifest.write_text("path,title,tags\n" + "".join(f"{f},Title {i},batch;n{i}\n" for i, f in enumerate(files)))
+    first_run: list[FileOutcome] = []
+
+    def stop_after_first(outcome: FileOutcome) -> None:
+        first_run.append(outcome)
+        if outcome.status == "indexed":
+            raise KeyboardInterrupt  # what Ctrl-C does in the middle of a run
+
+    jobs = JobStore(job_settings.index_dir / "jobs.db")
+    job_ids: list[str] = []
+    with _open(job_settings, embedder) as index:
+        with pytest.raises(KeyboardInterrupt):
+            ingest([], job_settings, index, pipeline=pipeline, manifests=[manifest], progress=stop_after_first,
+                   jobs=jobs, on_job=job_ids.append)
+        (job_id,) = job_ids
+        assert jobs.get(job_id).state == "cancelled"
+        counts = jobs.counts(job_id)
+        assert counts.get("done") == 1 and counts.get("pending") == len(files) - 1, counts
+        first = next(f for f in jobs.files(job_id) if f.state == "done")
+        assert first.video_id and index.catalog.by_source(first.path) is not None
+        # A crash between writing the index and recording it leaves the file "running": it must
+        # not be indexed again on resume.
+        jobs.set_file(job_id, first.path, "running")
+
+        resumed = ingest([], job_settings, index, pipeline=pipeline, resume=job_id, jobs=jobs)
+        assert resumed.job_id == job_id
+        assert jobs.get(job_id).state == "done"
+        assert {f.state for f in jobs.files(job_id)} == {"done"}
+        assert {o.path: o.status for o in resumed.outcomes}[first.path] == "unchanged"
+        _assert_each_indexed_once(index, files, first_run, resumed.outcomes)
+        assert ingest([], job_settings, index, pipeline=pipeline, resume=job_id, jobs=jobs).outcomes == []
+
+        def count(key: str, value: str) -> int:
+            flt = Filter(must=[FieldCondition(key=key, match=MatchValue(value))])
+            return int(index.store._shard.count(CountRequest(filter=flt)))
+
+        jfk = index.catalog.by_source(str(files[0]))
+        assert count("extra.title", "Title 0") == jfk.segments > 0
+        assert count("extra.tags", "n0") == jfk.segments
+        assert count("extra.tags", "batch") == index.store.count()
+
+
+def test_killed_stage_actor_is_restarted_and_its_file_retried(job_settings: Settings, pipeline: Pipeline,
+                                                              embedder) -> None:
+    import ray
+    from rich.console import Console
+
+    from mediaindex.cli_progress import IngestDisplay
+
+    files = [media(rel) for rel in SHORT]
+    speech_dispatches: list[str] = []
+
+    def kill_speech_on_second_file(stage: str, path: str) -> None:
+        if stage == "speech":
+            speech_dispatches.append(path)
+            if len(speech_dispatches) == 2:
+                ray.kill(pipeline.actors["speech"][0], no_restart=False)  # the file it holds dies with it
+
+    buffer = io.StringIO()
+    display = IngestDisplay(Console(file=buffer, width=200))  # not a terminal: plain lines
+    jobs = JobStore(job_settings.index_dir / "jobs.db")
+    with _open(job_settings, embedder) as index, display:
+        report = ingest(files, job_settings, index, pipeline=pipeline, jobs=jobs, progress=display.on_file,
+                        on_plan=display.on_plan, on_tick=display.on_tick, on_job=display.on_job,
+                        on_dispatch=kill_speech_on_second_file)
+        assert len(speech_dispatches) == len(files)  # the retry was Ray's, on the restarted actor
+        _assert_each_indexed_once(index, files, report.outcomes)
+        assert jobs.get(report.job_id).state == "done"
+        assert {(f.state, f.attempts) for f in jobs.files(report.job_id)} == {("done", 1)}
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == f"job {report.job_id}"
+    assert any(line.startswith(f"indexed  {files[0]}: ") for line in lines)
+    assert lines[-1].startswith(f"job {report.job_id}: 3/3 files (0 failed), 0.01 media h in 0:0")
+    assert "speech " in lines[-1] and "x" in lines[-1]  # per-stage speed, as multiples of real time
+
+
+class CrashOnPoison:
+    """A stage whose worker process dies (as under the OOM killer) on every file named poison*."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.log = settings.index_dir / "crash-log"
+
+    def process(self, item):
+        if Path(item.source).name.startswith("poison"):
+            with self.log.open("a") as fh:
+                fh.write(item.source + "\n")
+            os._exit(1)
+        return item
+
+
+def test_worker_that_keeps_dying_fails_its_file_and_the_run_goes_on(tmp_path: Path, cache_dir: Path, ray_runtime,
+                                                                   copy_media, embedder) -> None:
+    settings = make_settings(tmp_path / "idx", cache_dir, ingest={"max_retries": 1})
+    settings.index_dir.mkdir(parents=True)
+    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.25),
+              StageSpec("crash", "tests.test_scale:CrashOnPoison", cpus=0.25),
+              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.25)]
+    poison, good = copy_media("audio/english.wav", "poison.wav"), copy_media("audio/LJ002-0035.wav")
+    own = Pipeline(settings, stages)
+    jobs = JobStore(settings.index_dir / "jobs.db")
+    try:
+        with _open(settings, embedder) as index:
+            report = ingest([poison, good], settings, index, pipeline=own, jobs=jobs)
+            outcome = {Path(o.path).name: o for o in report.outcomes}
+            assert outcome["LJ002-0035.wav"].status == "indexed"
+            assert outcome["poison.wav"].status == "failed"
+            assert outcome["poison.wav"].reason.startswith("worker died (1 retries): ")
+            assert (settings.index_dir / "crash-log").read_text().splitlines() == [str(poison)] * 2  # 1 + 1 retry
+            state = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(report.job_id)}
+            assert state["poison.wav"][0] == "failed" and "worker died" in state["poison.wav"][1]
+            assert [r.source for r in index.catalog.all()] == [str(good)]
+            assert jobs.get(report.job_id).state == "done"
+    finally:
+        own.close()
+
+
+def test_a_file_over_the_timeout_fails_and_the_pipeline_recovers(tmp_path: Path, cache_dir: Path,
+                                                                  pipeline: Pipeline, embedder) -> None:
+    slow = make_settings(tmp_path / "idx", cache_dir, ingest={"file_timeout": 0.05})
+    clip = media("audio/LJ002-0020.wav")  # probing, decoding and transcribing it each take longer than 0.05 s
+    with _open(slow, embedder) as index:
+        report = ingest([clip], slow, index, pipeline=pipeline)
+        (outcome,) = report.outcomes
+        assert outcome.status == "failed"
+        assert outcome.reason.startswith("timed out after 0.05 s in the ")
+        assert index.catalog.all() == []
+    normal = make_settings(tmp_path / "idx", cache_dir)
+    with _open(normal, embedder) as index:  # the restarted actor serves the next run
+        assert [o.status for o in ingest([clip], normal, index, pipeline=pipeline).outcomes] == ["indexed"]
+
+
+def test_a_stage_asking_for_a_gpu_the_cluster_lacks_is_refused_before_starting(tmp_path: Path, cache_dir: Path,
+                                                                               ray_runtime) -> None:
+    from mediaindex.workers.pool import StageStartError
+
+    settings = make_settings(tmp_path / "idx", cache_dir, speech={"device": "cuda"}, ray={"speech_gpus": 0.25})
+    with pytest.raises(StageStartError, match=r"the speech stage asks for 0\.25 GPU per actor but the Ray cluster "
+                                              r"has 0: lower ray\.speech_gpus"):
+        Pipeline(settings)
