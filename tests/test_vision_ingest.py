@@ -19,7 +19,7 @@ from mediaindex.index.search import search
 from mediaindex.index.store import SearchFilters
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
 from mediaindex.models.vision_query import search_image
-from mediaindex.pipeline.decode import sample_frames
+from mediaindex.pipeline.decode import scan_video
 from mediaindex.pipeline.ingest import Pipeline, ingest
 from mediaindex.pipeline.probe import probe
 from mediaindex.pipeline.vision_stage import VisionStage
@@ -46,7 +46,7 @@ def _query_frames(rel: str) -> list[tuple[float, np.ndarray]]:
     cropped and re-encoded as JPEG: the same picture as a user would hold it, not the same pixels."""
     info = probe(media(rel))
     out = []
-    for frame in sample_frames(media(rel), info.width, info.height, 5.0, max(info.width, info.height)):
+    for frame in scan_video(media(rel), info, 5.0, max(info.width or 2, info.height or 2)).keyframes:
         h, w = frame.image.shape[:2]
         crop = Image.fromarray(frame.image[h // 20 : h - h // 20, w // 20 : w - w // 20])
         buf = io.BytesIO()
