@@ -30,7 +30,14 @@ class RateLimiter:
                 self._buckets[identity] = (tokens - 1.0, now)
                 return 0.0
             self._buckets[identity] = (tokens, now)
+            if len(self._buckets) > 10_000:
+                self._forget_full(now)
             return (1.0 - tokens) / self.rate
+
+    def _forget_full(self, now: float) -> None:
+        """Drop buckets that have refilled: they hold nothing a new bucket would not."""
+        self._buckets = {k: (t, last) for k, (t, last) in self._buckets.items()
+                         if t + (now - last) * self.rate < self.burst}
 
     @staticmethod
     def retry_after(wait: float) -> str:
