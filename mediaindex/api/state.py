@@ -20,6 +20,27 @@ from mediaindex.jobs import JobStore
 log = logging.getLogger("mediaindex.api")
 
 
+class LockedEmbedder:
+    """The embedder behind a lock (it is not known to be thread-safe); the vector search that follows
+    an embedding runs outside the lock, so concurrent searches overlap there."""
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self._lock = threading.Lock()
+        self.name, self.dim = embedder.name, embedder.dim
+
+    def embed_query(self, text: str):  # -> np.ndarray
+        with self._lock:
+            return self._embedder.embed_query(text)
+
+    def embed_passages(self, texts: list[str]):  # -> np.ndarray
+        with self._lock:
+            return self._embedder.embed_passages(texts)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._embedder, name)
+
+
 def jobs_db_path(settings: Settings) -> Path:
     return settings.index_dir / "jobs.db"
 
@@ -40,8 +61,8 @@ class ApiState:
         self.jobs_lock = threading.Lock()  # one JobStore connection is shared by request and job threads
         self.limiter = RateLimiter(api.rate_limit_per_minute, api.rate_limit_burst)
         self.metrics = Metrics(self.job_counts)
-        self.embed_lock = threading.Lock()  # the embedder is not known to be thread-safe
-        self._index, self._embedder, self._pipeline = index, embedder, pipeline
+        self._index, self._pipeline = index, pipeline
+        self._embedder = LockedEmbedder(embedder) if embedder is not None else None
         self._own_index = index is None
         self._own_pipeline = pipeline is None
         self.open_error: str | None = None
@@ -54,7 +75,7 @@ class ApiState:
             if self._embedder is None:
                 from mediaindex.models.text_embed import load_text_embedder
 
-                self._embedder = load_text_embedder(self.settings.embed)
+                self._embedder = LockedEmbedder(load_text_embedder(self.settings.embed))
             # The first query pays the embedder's warm-up: pay it here, not in a client's request.
             self._embedder.embed_query("warm-up")
             if self._index is None:

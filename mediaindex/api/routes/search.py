@@ -45,8 +45,7 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
     filters = SearchFilters(video_id=f.video_id, modality=f.modality, language=f.language)
     started = time.perf_counter()
     try:
-        with state.embed_lock:
-            hits = search(index, embedder, body.q, limit=body.limit, filters=filters)
+        hits = search(index, embedder, body.q, limit=body.limit, filters=filters)
     except ValueError as exc:  # e.g. a query of blanks only
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
@@ -119,8 +118,7 @@ async def search_image(
                        "image": Path(tmp.name), "image_path": Path(tmp.name), "limit": limit,
                        "filters": SearchFilters(video_id=video_id, modality=modality)}
             params = inspect.signature(fn).parameters
-            with state.embed_lock:
-                return fn(**{k: v for k, v in offered.items() if k in params})
+            return fn(**{k: v for k, v in offered.items() if k in params})
 
     started = time.perf_counter()
     try:
