@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 install: $(VENV)/.installed
+	command -v chromium || (apt-get update && apt-get install -y chromium)
 
 demo: install
 	$(BIN)/mediaindex ingest "$(MEDIA)" --index "$(DEMO_INDEX)"

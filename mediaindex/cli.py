@@ -20,6 +20,8 @@ from mediaindex.errors import MediaIndexError
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Index video and audio archives; search them in plain language.")
 index_app = typer.Typer(no_args_is_help=True, help="Maintain the index.")
 app.add_typer(index_app, name="index")
+keys_app = typer.Typer(no_args_is_help=True, help="Manage API keys for `mediaindex serve`.")
+app.add_typer(keys_app, name="keys")
 out = Console()
 err = Console(stderr=True)
 
@@ -398,6 +400,88 @@ def index_reset(
         elif target.exists():
             target.unlink()
     out.print(f"index at {settings.index_dir} reset")
+
+
+@app.command()
+def serve(
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+    host: Annotated[str | None, typer.Option("--host", help="Address to listen on (default: api.host, loopback).")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: api.port).")] = None,
+    media_root: Annotated[list[Path] | None, typer.Option(
+        "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
+) -> None:
+    """Serve the HTTP API and the web page."""
+    import uvicorn
+
+    from mediaindex.api import create_app
+
+    try:
+        settings = _settings(config, index)
+        roots = [*settings.api.media_roots, *(media_root or [])]
+        for root in roots:
+            if not Path(root).expanduser().is_dir():
+                raise _fail(f"media root {root} is not a folder")
+        api = settings.api.model_copy(update={"media_roots": roots, "host": host or settings.api.host,
+                                              "port": port or settings.api.port})
+        settings = settings.model_copy(update={"api": api})
+        app_ = create_app(settings)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "
+              f"(media roots: {', '.join(str(r) for r in roots) or 'none'})", highlight=False, soft_wrap=True)
+    uvicorn.run(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
+
+
+def _key_store(config: str | None, index: Path | None):  # -> KeyStore
+    from mediaindex.api.keys import KeyStore, keys_db_path
+
+    return KeyStore(keys_db_path(_settings(config, index)))
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Argument(help="Who or what the key is for.")],
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Create an API key and print it once (only its hash is kept)."""
+    try:
+        key, secret = _key_store(config, index).create(name)
+    except (MediaIndexError, ValueError) as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"created key {key.id} ({key.name}); it is shown only now:", highlight=False)
+    print(secret)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id, as `keys list` shows it.")],
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Revoke an API key; requests with it are refused from then on."""
+    if not _key_store(config, index).revoke(key_id):
+        raise _fail(f"no active key with id {key_id!r}")
+    out.print(f"revoked key {key_id}")
+
+
+@keys_app.command("list")
+def keys_list(index: IndexOpt = None, config: ConfigOpt = None) -> None:
+    """List API keys (ids and names; secrets are never stored)."""
+    import datetime as dt
+
+    keys = _key_store(config, index).list()
+    if not keys:
+        out.print("no keys: the API is open to anyone who can reach it (unless api.require_keys is set)")
+        return
+    table = Table()
+    for col in ("id", "name", "created", "state"):
+        table.add_column(col)
+    for k in keys:
+        created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        table.add_row(k.id, k.name, created, "revoked" if k.revoked else "active")
+    out.print(table)
 
 
 def main() -> None:

@@ -183,6 +183,21 @@ class IngestSettings(_Section):
     max_retries: int = Field(default=2, ge=0)  # re-runs of a file whose worker died, before it fails
 
 
+class ApiSettings(_Section):
+    host: str = "127.0.0.1"  # loopback by default: exposing the archive is an explicit choice
+    port: int = Field(default=8765, ge=1, le=65535)
+    # Only files under these folders are ever served or ingested over HTTP (plus the upload folder).
+    media_roots: list[Path] = Field(default_factory=list)
+    keys_db: Path | None = None  # None: api_keys.db in the index directory
+    # Keys are required as soon as one has been created; this also requires them before that.
+    require_keys: bool = False
+    upload_dir: Path | None = None  # None: uploads/ in the index directory
+    max_upload_bytes: int = Field(default=512 * 1024**2, ge=1)
+    max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
+    rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off
+    rate_limit_burst: int = Field(default=60, ge=1)
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "mediaindex"
@@ -225,6 +240,7 @@ class Settings(BaseSettings):
     ray: RaySettings = RaySettings()
     index: IndexSettings = IndexSettings()
     ingest: IngestSettings = IngestSettings()
+    api: ApiSettings = ApiSettings()
 
     @field_validator("index_dir", "cache_dir", "temp_dir", mode="after")
     @classmethod

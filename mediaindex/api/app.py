@@ -1,0 +1,63 @@
+"""The HTTP API and the web page, as one FastAPI app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from mediaindex import __version__
+from mediaindex.api.errors import install_error_handlers
+from mediaindex.api.middleware import BodyLimit, RequestMetrics
+from mediaindex.api.routes import health, jobs, search, videos
+from mediaindex.api.state import ApiState
+from mediaindex.config import Settings
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+UPLOAD_PATHS = ("/ingest/upload",)
+
+
+def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, pipeline: Any = None) -> FastAPI:
+    """An app over one index. `index`, `embedder` and `pipeline` may be given already open (they are
+    then left open on shutdown); otherwise they are opened at start-up, and Ray on the first ingest job."""
+    state = ApiState(settings, index=index, embedder=embedder, pipeline=pipeline)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        from starlette.concurrency import run_in_threadpool
+
+        await run_in_threadpool(state.open)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(state.close)
+
+    app = FastAPI(
+        title="mediaindex",
+        version=__version__,
+        summary="Search video and audio archives in plain language",
+        description="Hits are moments: a media file and a time range. Every endpoint except /health needs an "
+                    "API key once keys are configured (`mediaindex keys create`).",
+        lifespan=lifespan,
+    )
+    app.state.api = state
+    install_error_handlers(app)
+    for router in (health.router, search.router, videos.router, jobs.router):
+        app.include_router(router)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        # The page holds no data: it loads everything through the (key-checked) API.
+        return FileResponse(WEB_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+    api = settings.api
+    app.add_middleware(BodyLimit, limit=api.max_body_bytes, upload_limit=api.max_upload_bytes,
+                       upload_paths=UPLOAD_PATHS)
+    app.add_middleware(RequestMetrics, metrics=state.metrics)
+    return app

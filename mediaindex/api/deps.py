@@ -1,0 +1,45 @@
+"""Request dependencies: the app's state, API-key checks and per-key rate limits."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from mediaindex.api.errors import ApiError
+from mediaindex.api.state import ApiState
+
+KEY_COOKIE = "mediaindex_key"  # lets <video> and <img> requests of the web page carry the key
+_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key from `mediaindex keys create`")
+_bearer = HTTPBearer(auto_error=False, description="The same API key as a bearer token")
+
+
+def get_state(request: Request) -> ApiState:
+    return request.app.state.api
+
+
+def authorize(
+    request: Request,
+    header_key: Annotated[str | None, Security(_header)] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> str:
+    """Check the key (when keys are configured) and take a token from its rate-limit bucket."""
+    state = get_state(request)
+    presented = header_key or (bearer.credentials if bearer else None) or request.cookies.get(KEY_COOKIE)
+    if state.keys_required():
+        if not presented:
+            raise ApiError(401, "an API key is required: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
+                           headers={"WWW-Authenticate": "Bearer"})
+        key = state.keys.verify(presented)
+        if key is None:
+            raise ApiError(401, "the API key is not valid (unknown, malformed or revoked)",
+                           headers={"WWW-Authenticate": "Bearer"})
+        identity = f"key:{key.id}"
+    else:
+        identity = f"addr:{request.client.host if request.client else 'unknown'}"
+    wait = state.limiter.take(identity)
+    if wait > 0:
+        raise ApiError(429, f"rate limit exceeded ({state.settings.api.rate_limit_per_minute} requests per minute); "
+                            f"retry in {wait:.1f} s", headers={"Retry-After": state.limiter.retry_after(wait)})
+    return identity

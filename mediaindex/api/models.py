@@ -1,0 +1,121 @@
+"""Typed request and response bodies: the OpenAPI schema is generated from these."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Modality = Literal["speech", "ocr", "visual"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="A short machine-readable code, e.g. not_found")
+    message: str = Field(description="What went wrong, for a person")
+    details: list[dict[str, Any]] | None = None
+
+
+class Filters(_Strict):
+    video_id: str | None = Field(default=None, max_length=64)
+    modality: Modality | None = None
+    language: str | None = Field(default=None, max_length=16)
+
+
+class SearchRequest(_Strict):
+    q: str = Field(min_length=1, max_length=1000, description="What to look for, in any language")
+    limit: int = Field(default=10, ge=1, le=100)
+    filters: Filters = Field(default_factory=Filters)
+
+
+class HitOut(BaseModel):
+    source: str
+    video_id: str
+    start: float
+    end: float
+    score: float
+    modality: str
+    text: str
+    language: str | None = None
+    thumbnail: str | None = Field(default=None, description="Path relative to the index's thumbnail folder")
+    title: str = Field(description="The media file's name")
+    thumbnail_url: str | None = None
+    media_url: str = Field(description="The media file itself; supports HTTP range requests")
+    play_url: str = Field(description="Plays the media from the hit's start time (media fragment #t=)")
+    page_url: str = Field(description="The web page's view of this video at the hit's start time")
+    highlights: list[tuple[int, int]] = Field(
+        default_factory=list, description="Character spans of the text that match words of the query")
+
+
+class SearchResponse(BaseModel):
+    query: str
+    took_ms: float
+    hits: list[HitOut]
+
+
+class VideoOut(BaseModel):
+    video_id: str
+    title: str
+    source: str
+    duration: float | None
+    language: str | None
+    segments: int
+    indexed_at: float
+    has_video: bool
+    media_url: str
+    thumbnail_url: str | None = None
+
+
+class TranscriptLine(BaseModel):
+    start: float
+    end: float
+    text: str
+    language: str | None = None
+
+
+class VideoDetail(VideoOut):
+    probe: dict[str, Any]
+    transcript: list[TranscriptLine]
+
+
+class IngestRequest(_Strict):
+    paths: list[str] = Field(min_length=1, max_length=1000,
+                             description="Files or folders, relative to a media root or absolute inside one")
+
+
+class SummarizeRequest(_Strict):
+    video_id: str = Field(min_length=1, max_length=64)
+    instructions: str | None = Field(default=None, max_length=2000)
+
+
+class JobFileOut(BaseModel):
+    path: str
+    state: str
+    reason: str
+    video_id: str | None
+
+
+class JobOut(BaseModel):
+    id: str
+    kind: str
+    state: Literal["pending", "running", "done", "failed", "cancelled"]
+    params: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+    created: float
+    updated: float
+    counts: dict[str, int] = Field(default_factory=dict)
+    files: list[JobFileOut] = Field(default_factory=list)
+    url: str
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    ready: bool
+    checks: dict[str, str]

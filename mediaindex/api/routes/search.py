@@ -1,0 +1,130 @@
+"""Search: the CLI's hits, plus URLs for thumbnails and for playing each moment."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from mediaindex.api.deps import authorize, get_state
+from mediaindex.api.errors import ApiError
+from mediaindex.api.highlight import highlights
+from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
+from mediaindex.index.store import SearchFilters
+from mediaindex.segments import Hit
+
+router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
+                   responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
+_IMAGE_TYPES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
+
+
+def hit_out(hit: Hit, query: str) -> HitOut:
+    vid = quote(hit.video_id, safe="")
+    return HitOut(
+        **hit.to_dict(),
+        title=Path(hit.source).name,
+        thumbnail_url=f"/thumbs/{quote(hit.thumbnail)}" if hit.thumbnail else None,
+        media_url=f"/media/{vid}",
+        play_url=f"/media/{vid}#t={hit.start:.2f}",
+        page_url=f"/#/video/{vid}?t={hit.start:.2f}",
+        highlights=highlights(query, hit.text),
+    )
+
+
+def _run(request: Request, body: SearchRequest) -> SearchResponse:
+    from mediaindex.index.search import search
+
+    state = get_state(request)
+    index, embedder = state.index, state.embedder
+    f = body.filters
+    filters = SearchFilters(video_id=f.video_id, modality=f.modality, language=f.language)
+    started = time.perf_counter()
+    try:
+        hits = search(index, embedder, body.q, limit=body.limit, filters=filters)
+    except ValueError as exc:  # e.g. a query of blanks only
+        raise ApiError(422, str(exc)) from exc
+    state.metrics.searches.labels("text").inc()
+    took = (time.perf_counter() - started) * 1000
+    return SearchResponse(query=body.q, took_ms=round(took, 2), hits=[hit_out(h, body.q) for h in hits])
+
+
+@router.get("/search", response_model=SearchResponse)
+def search_get(
+    request: Request,
+    q: str = Query(min_length=1, max_length=1000, description="What to look for, in any language"),
+    limit: int = Query(10, ge=1, le=100),
+    video_id: str | None = Query(None, max_length=64),
+    modality: Modality | None = None,
+    language: str | None = Query(None, max_length=16),
+) -> SearchResponse:
+    """Search in plain language; hits are moments (file + time range), best first."""
+    filters = Filters(video_id=video_id, modality=modality, language=language)
+    return _run(request, SearchRequest(q=q, limit=limit, filters=filters))
+
+
+@router.post("/search", response_model=SearchResponse)
+def search_post(request: Request, body: SearchRequest) -> SearchResponse:
+    """The same search with a JSON body (query, limit and filters)."""
+    return _run(request, body)
+
+
+def _image_search_fn():
+    """The vision search entry point (`mediaindex.index.search.search_image`), when this build has it."""
+    try:
+        module = importlib.import_module("mediaindex.index.search")
+    except ImportError:
+        return None
+    fn = getattr(module, "search_image", None) or getattr(module, "search_by_image", None)
+    return fn if callable(fn) else None
+
+
+@router.post(
+    "/search/image", response_model=SearchResponse,
+    responses={413: {"model": ErrorOut}, 415: {"model": ErrorOut}, 501: {"model": ErrorOut}},
+    openapi_extra={"requestBody": {"required": True, "content": {t: {"schema": {"type": "string", "format": "binary"}}
+                                                                 for t in _IMAGE_TYPES}}},
+)
+async def search_image(
+    request: Request,
+    limit: int = Query(10, ge=1, le=100),
+    video_id: str | None = Query(None, max_length=64),
+    modality: Modality | None = None,
+) -> SearchResponse:
+    """Query by example: the request body is an image (JPEG, PNG, WebP or GIF)."""
+    state = get_state(request)
+    ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if ctype not in _IMAGE_TYPES:
+        raise ApiError(415, f"send the image as the request body with Content-Type one of {sorted(_IMAGE_TYPES)}")
+    data = await request.body()
+    if not data:
+        raise ApiError(400, "the request body is empty: send an image")
+    fn = _image_search_fn()
+    if fn is None:
+        raise ApiError(501, "search by image is not available in this build: it needs the vision module's "
+                            "image search (mediaindex.index.search.search_image)")
+    from starlette.concurrency import run_in_threadpool
+
+    def run() -> list[Hit]:
+        state.settings.temp_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(suffix=_IMAGE_TYPES[ctype], dir=state.settings.temp_dir) as tmp:
+            tmp.write(data)
+            tmp.flush()
+            offered = {"index": state.index, "embedder": state.embedder, "settings": state.settings,
+                       "image": Path(tmp.name), "image_path": Path(tmp.name), "limit": limit,
+                       "filters": SearchFilters(video_id=video_id, modality=modality)}
+            params = inspect.signature(fn).parameters
+            return fn(**{k: v for k, v in offered.items() if k in params})
+
+    started = time.perf_counter()
+    try:
+        hits = await run_in_threadpool(run)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from exc
+    state.metrics.searches.labels("image").inc()
+    took = (time.perf_counter() - started) * 1000
+    return SearchResponse(query="", took_ms=round(took, 2), hits=[hit_out(h, "") for h in hits])

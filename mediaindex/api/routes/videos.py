@@ -1,0 +1,121 @@
+"""Videos, transcripts, thumbnails and the media files themselves (with HTTP range requests)."""
+
+from __future__ import annotations
+
+import mimetypes
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
+from fastapi.responses import FileResponse, PlainTextResponse
+
+from mediaindex.api.catalog import video_segments
+from mediaindex.api.deps import authorize, get_state
+from mediaindex.api.errors import ApiError
+from mediaindex.api.models import ErrorOut, TranscriptLine, VideoDetail, VideoOut
+from mediaindex.api.state import ApiState
+from mediaindex.index.catalog import VideoRecord
+
+router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
+                   responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 429: {"model": ErrorOut}})
+VideoId = PathParam(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$")
+_MEDIA_RESPONSE = {"content": {"video/*": {}, "audio/*": {}}, "description": "The bytes (206 for a range)"}
+mimetypes.add_type("audio/flac", ".flac")
+mimetypes.add_type("video/webm", ".webm")
+mimetypes.add_type("audio/x-aiff", ".aiff")
+
+
+def _thumb_url(state: ApiState, video_id: str) -> str | None:
+    folder = state.settings.thumbs_dir / video_id
+    first = next(iter(sorted(folder.glob("*.jpg"))), None) if folder.is_dir() else None
+    return f"/thumbs/{quote(video_id)}/{first.name}" if first else None
+
+
+def _video_out(state: ApiState, r: VideoRecord) -> dict:
+    return dict(video_id=r.video_id, title=Path(r.source).name, source=r.source, duration=r.duration,
+                language=r.language, segments=r.segments, indexed_at=r.indexed_at,
+                has_video=bool(r.probe.get("has_video")), media_url=f"/media/{quote(r.video_id)}",
+                thumbnail_url=_thumb_url(state, r.video_id))
+
+
+def _record(state: ApiState, video_id: str) -> VideoRecord:
+    record = state.index.catalog.get(video_id)
+    if record is None:
+        raise ApiError(404, f"no video with id {video_id!r} in the index")
+    return record
+
+
+def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
+    hits = video_segments(state.index.store, record.video_id, modality="speech", expected=record.segments)
+    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language) for h in hits]
+
+
+@router.get("/videos", response_model=list[VideoOut])
+def list_videos(request: Request) -> list[VideoOut]:
+    """Every indexed file, by path."""
+    state = get_state(request)
+    return [VideoOut(**_video_out(state, r)) for r in state.index.catalog.all()]
+
+
+@router.get("/videos/{video_id}", response_model=VideoDetail)
+def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
+    """One file: probe data, duration, language and its transcript."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    return VideoDetail(**_video_out(state, record), probe=record.probe, transcript=transcript(state, record))
+
+
+@router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
+            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}}}})
+def video_transcript(request: Request, video_id: str = VideoId,
+                     format: Literal["json", "srt", "vtt"] = Query("json")):  # noqa: A002
+    """The transcript as JSON lines, SRT or WebVTT subtitles."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    lines = transcript(state, record)
+    if format == "json":
+        return lines
+    from mediaindex.api.transcript import to_srt, to_vtt
+
+    stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
+    headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
+    if format == "srt":
+        return PlainTextResponse(to_srt(lines), media_type="application/x-subrip", headers=headers)
+    return PlainTextResponse(to_vtt(lines), media_type="text/vtt", headers=headers)
+
+
+def _file_response(path: Path) -> FileResponse:
+    media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    # FileResponse answers Range requests with 206 and Accept-Ranges: bytes, so browsers can seek.
+    return FileResponse(path, media_type=media_type, content_disposition_type="inline", filename=path.name)
+
+
+@router.get("/media/{video_id}", response_class=FileResponse,
+            responses={200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 403: {"model": ErrorOut}})
+def media(request: Request, video_id: str = VideoId) -> FileResponse:
+    """The indexed media file, if it lies under a configured media root."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    path = Path(record.source)
+    if not path.exists():
+        raise ApiError(404, f"the file of video {video_id!r} is no longer on disk")
+    if not state.roots.contains(path):
+        raise ApiError(403, f"the file of video {video_id!r} is outside the configured media roots")
+    return _file_response(path.resolve())
+
+
+@router.get("/files/{path:path}", response_class=FileResponse,
+            responses={200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 400: {"model": ErrorOut}, 403: {"model": ErrorOut}})
+def media_file(request: Request, path: str) -> FileResponse:
+    """A file by its path relative to a media root (only under the configured roots)."""
+    return _file_response(get_state(request).roots.resolve(path, must_be_file=True))
+
+
+@router.get("/thumbs/{path:path}", response_class=FileResponse,
+            responses={200: {"content": {"image/jpeg": {}}}, 400: {"model": ErrorOut}, 403: {"model": ErrorOut}})
+def thumbnail(request: Request, path: str) -> FileResponse:
+    """A thumbnail, by the relative path that hits carry in `thumbnail`."""
+    real = get_state(request).thumbs.resolve(path, must_be_file=True)
+    return FileResponse(real, media_type="image/jpeg", headers={"Cache-Control": "max-age=3600"})

@@ -1,0 +1,146 @@
+"""Background jobs: one worker thread runs ingest and summarize jobs in order, on the persisted records.
+
+Jobs that a stopped server left pending or running are picked up again when it starts; an ingest
+job then goes on with the files that were not finished.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mediaindex.api.state import ApiState
+
+log = logging.getLogger("mediaindex.api.jobs")
+_FILE_STATE = {"indexed": "done", "unchanged": "done", "failed": "failed", "skipped": "skipped"}
+
+
+def summarizer():  # -> Callable | None
+    """`mediaindex.agents.summarize`, when that module exists in this build."""
+    try:
+        module = importlib.import_module("mediaindex.agents")
+    except ImportError:
+        return None
+    fn = getattr(module, "summarize", None)
+    return fn if callable(fn) else None
+
+
+class JobRunner:
+    def __init__(self, state: ApiState) -> None:
+        self.state = state
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        with self.state.jobs_lock:
+            leftover = [j for j in self.state.jobs.list(limit=10_000)
+                        if j.state in ("pending", "running") and j.params.get("origin") == "api"]
+        for job in sorted(leftover, key=lambda j: j.created):
+            self._queue.put(job.id)
+        self._thread = threading.Thread(target=self._loop, name="mediaindex-jobs", daemon=True)
+        self._thread.start()
+
+    def submit(self, job_id: str) -> None:
+        self._queue.put(job_id)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while (job_id := self._queue.get()) is not None:
+            try:
+                self._run(job_id)
+            except Exception as exc:  # a job's failure is recorded on the job; the runner goes on
+                log.exception("job %s failed", job_id)
+                self._set(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _set(self, job_id: str, state: str, result: Any = None, error: str | None = None) -> None:
+        with self.state.jobs_lock:
+            self.state.jobs.set_state(job_id, state, result=result, error=error)  # type: ignore[arg-type]
+
+    def _run(self, job_id: str) -> None:
+        with self.state.jobs_lock:
+            job = self.state.jobs.get(job_id)
+        if job.state not in ("pending", "running"):
+            return
+        self._set(job_id, "running")
+        if job.kind == "ingest":
+            self._ingest(job_id)
+        elif job.kind == "summarize":
+            self._summarize(job_id, job.params)
+        else:
+            self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
+
+    def _ingest(self, job_id: str) -> None:
+        from mediaindex.pipeline.ingest import FileOutcome, ingest
+
+        state, metrics = self.state, self.state.metrics
+        with state.jobs_lock:
+            todo = [f.path for f in state.jobs.files(job_id) if f.state in ("pending", "running")]
+            manifest = {f.path for f in state.jobs.files(job_id)}
+
+        def progress(o: FileOutcome) -> None:
+            metrics.files.labels(o.status).inc()
+            if o.status == "indexed":
+                metrics.segments.inc(o.segments)
+                record = state.index.catalog.get(o.video_id) if o.video_id else None
+                if record is not None and record.duration:
+                    metrics.media_seconds.inc(record.duration)
+            if o.path in manifest:
+                with state.jobs_lock:
+                    state.jobs.set_file(job_id, o.path, _FILE_STATE.get(o.status, "failed"),  # type: ignore[arg-type]
+                                        reason=o.reason, video_id=o.video_id, attempt=True)
+
+        started = time.monotonic()
+        try:
+            report = ingest(todo, state.settings, state.index, pipeline=state.pipeline(), progress=progress)
+        finally:
+            metrics.ingest_seconds.inc(time.monotonic() - started)
+        with state.jobs_lock:
+            files = state.jobs.files(job_id)
+        done = [f for f in files if f.state == "done"]
+        failed = [f for f in files if f.state in ("failed", "skipped")]
+        result = {
+            "indexed": len(report.indexed), "unchanged": len(report.by_status("unchanged")),
+            "failed": len(failed), "video_ids": sorted({f.video_id for f in done if f.video_id}),
+            "segments": sum(o.segments for o in report.indexed),
+        }
+        if done:
+            self._set(job_id, "done", result=result)
+        else:
+            reasons = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5]) or "no file was processed"
+            self._set(job_id, "failed", result=result, error=f"nothing could be indexed: {reasons}")
+
+    def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
+        fn = summarizer()
+        if fn is None:
+            self._set(job_id, "failed", error="summarization is not available in this build (no mediaindex.agents)")
+            return
+        offered = {"video_id": params["video_id"], "instructions": params.get("instructions"),
+                   "settings": self.state.settings, "index": self.state.index, "embedder": self.state.embedder}
+        accepted = inspect.signature(fn).parameters
+        takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+        result = fn(**{k: v for k, v in offered.items() if takes_all or k in accepted})
+        if hasattr(result, "model_dump"):
+            result = result.model_dump()
+        elif hasattr(result, "__dataclass_fields__"):
+            from dataclasses import asdict
+
+            result = asdict(result)
+        try:
+            json.dumps(result)
+        except TypeError:
+            result = str(result)
+        self._set(job_id, "done", result={"summary": result})

@@ -1,0 +1,331 @@
+"""The HTTP API over a real sample index: search, videos, transcripts, media, errors, limits."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mediaindex.api import create_app
+from tests.conftest import MEDIA, media
+from tests.test_api_support import Sample, live_server_factory, sample  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+
+def make_client(sample: Sample, tmp: Path, **api) -> TestClient:  # noqa: F811
+    app = create_app(sample.app_settings(tmp, **api), index=sample.index, embedder=sample.embedder,
+                     pipeline=sample.pipeline)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def client(sample: Sample, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:  # noqa: F811
+    with make_client(sample, tmp_path_factory.mktemp("client")) as c:
+        yield c
+
+
+def assert_error(response, status: int, words: str = "") -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) >= {"error", "message"} and body["message"]
+    assert "Traceback" not in response.text
+    assert words.lower() in body["message"].lower()
+    return body
+
+
+# ---- search ---------------------------------------------------------------------------------------
+
+def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> None:
+    r = client.get("/search", params={"q": "ask not what your country can do for you", "limit": 3})
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert 1 <= len(hits) <= 3
+    best = hits[0]
+    assert best["source"] == str(media("audio/jfk.flac"))
+    assert {"source", "video_id", "start", "end", "score", "modality", "text"} <= set(best)
+    assert best["modality"] == "speech" and best["start"] < 8.0 < best["end"] + 3
+    assert best["media_url"] == f"/media/{best['video_id']}"
+    assert best["play_url"] == f"/media/{best['video_id']}#t={best['start']:.2f}"
+    assert best["title"] == "jfk.flac"
+    marked = [best["text"][s:e].lower() for s, e in best["highlights"]]
+    assert "country" in marked and "ask" in marked
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+
+def test_search_in_another_language_and_by_post_with_filters(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    r = client.get("/search", params={"q": "Fragt nicht, was euer Land für euch tun kann", "limit": 1})
+    assert Path(r.json()["hits"][0]["source"]).name == "jfk.flac"
+    video = sample.video_id("auto-editor_example.mp4")
+    r = client.post("/search", json={"q": "my fellow Americans", "limit": 5, "filters": {"video_id": video}})
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert hits and all(h["video_id"] == video for h in hits)
+    r = client.post("/search", json={"q": "my fellow Americans", "filters": {"modality": "ocr"}})
+    assert r.status_code == 200 and all(h["modality"] == "ocr" for h in r.json()["hits"])
+
+
+def test_video_hits_carry_a_thumbnail_that_is_served(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    video = sample.video_id("auto-editor_example.mp4")
+    hits = client.get("/search", params={"q": "example video", "video_id": video}).json()["hits"]
+    with_thumb = [h for h in hits if h["thumbnail_url"]]
+    assert with_thumb, hits
+    r = client.get(with_thumb[0]["thumbnail_url"])
+    assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg" and r.content[:2] == b"\xff\xd8"
+
+
+@pytest.mark.parametrize(
+    ("params", "where"),
+    [({}, "q"), ({"q": ""}, "q"), ({"q": "x" * 1001}, "q"), ({"q": "x", "limit": 0}, "limit"),
+     ({"q": "x", "limit": 101}, "limit"), ({"q": "x", "limit": "ten"}, "limit"),
+     ({"q": "x", "modality": "smell"}, "modality"), ({"q": "   "}, "empty")],
+)
+def test_bad_search_parameters_are_refused_clearly(client: TestClient, params: dict, where: str) -> None:
+    assert_error(client.get("/search", params=params), 422, where)
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [({"limit": 3}, "q"), ({"q": "x", "colour": "red"}, "colour"), ({"q": "x", "filters": {"modality": "x"}}, "modality"),
+     ({"q": 5}, "q"), ([1, 2], "")],
+)
+def test_bad_search_bodies_are_refused_clearly(client: TestClient, body, where: str) -> None:
+    assert_error(client.post("/search", json=body), 422, where)
+
+
+def test_malformed_and_oversized_bodies(client: TestClient) -> None:
+    assert_error(client.post("/search", content=b'{"q": ', headers={"content-type": "application/json"}), 422)
+    big = b'{"q": "' + b"a" * (2 * 1024**2) + b'"}'
+    assert_error(client.post("/search", content=big, headers={"content-type": "application/json"}), 413, "limit")
+    assert_error(client.post("/search", content=b"x", headers={"content-length": "abc"}), 400, "Content-Length")
+
+
+def test_search_by_image(client: TestClient) -> None:
+    png = (MEDIA / "images" / "CLIP.png").read_bytes()
+    assert_error(client.post("/search/image", content=png, headers={"content-type": "text/plain"}), 415, "image")
+    assert_error(client.post("/search/image", content=b"", headers={"content-type": "image/png"}), 400, "empty")
+    r = client.post("/search/image", content=png, headers={"content-type": "image/png"})
+    from mediaindex.api.routes.search import _image_search_fn
+
+    if _image_search_fn() is None:
+        assert_error(r, 501, "not available")
+    else:
+        assert r.status_code == 200 and isinstance(r.json()["hits"], list)
+
+
+# ---- videos, transcripts, media ----------------------------------------------------------------
+
+def test_videos_list_and_detail_with_transcript(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    listed = client.get("/videos").json()
+    assert sorted(v["title"] for v in listed) == ["auto-editor_example.mp4", "jfk.flac"]
+    jfk = next(v for v in listed if v["title"] == "jfk.flac")
+    assert jfk["has_video"] is False and 10.5 < jfk["duration"] < 11.5
+    detail = client.get(f"/videos/{jfk['video_id']}").json()
+    assert detail["probe"]["has_audio"] is True and detail["probe"]["sample_rate"]
+    text = " ".join(line["text"] for line in detail["transcript"]).lower()
+    assert "fellow americans" in text and "your country" in text
+    starts = [line["start"] for line in detail["transcript"]]
+    assert starts == sorted(starts)
+    video = next(v for v in listed if v["title"] == "auto-editor_example.mp4")
+    assert video["has_video"] and video["thumbnail_url"].startswith(f"/thumbs/{video['video_id']}/")
+
+
+def test_transcript_exports(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    vid = sample.video_id("jfk.flac")
+    lines = client.get(f"/videos/{vid}/transcript").json()
+    srt = client.get(f"/videos/{vid}/transcript", params={"format": "srt"})
+    assert srt.headers["content-type"].startswith("application/x-subrip")
+    cues = srt.text.strip().split("\n\n")
+    assert len(cues) == len(lines)
+    first = cues[0].splitlines()
+    assert first[0] == "1" and re.fullmatch(r"\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}", first[1])
+    vtt = client.get(f"/videos/{vid}/transcript", params={"format": "vtt"})
+    assert vtt.headers["content-type"].startswith("text/vtt") and vtt.text.startswith("WEBVTT\n\n")
+    assert re.search(r"\d\d:\d\d:\d\d\.\d{3} --> ", vtt.text)
+    assert_error(client.get(f"/videos/{vid}/transcript", params={"format": "docx"}), 422, "format")
+
+
+@pytest.mark.parametrize("path", ["/videos/0000000000000000", "/videos/0000000000000000/transcript",
+                                  "/media/0000000000000000"])
+def test_unknown_video_is_404(client: TestClient, path: str) -> None:
+    assert_error(client.get(path), 404, "no video")
+
+
+def test_bad_video_id_is_422(client: TestClient) -> None:
+    assert_error(client.get("/videos/bad%20id%3B"), 422, "video_id")
+
+
+def test_media_supports_range_requests(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    vid = sample.video_id("auto-editor_example.mp4")
+    size = media("video/auto-editor_example.mp4").stat().st_size
+    whole = client.get(f"/media/{vid}")
+    assert whole.status_code == 200 and len(whole.content) == size
+    assert whole.headers["accept-ranges"] == "bytes" and whole.headers["content-type"] == "video/mp4"
+    part = client.get(f"/media/{vid}", headers={"Range": "bytes=100-199"})
+    assert part.status_code == 206 and part.content == whole.content[100:200]
+    assert part.headers["content-range"] == f"bytes 100-199/{size}"
+    tail = client.get(f"/media/{vid}", headers={"Range": "bytes=-10"})
+    assert tail.status_code == 206 and tail.content == whole.content[-10:]
+    bad = client.get(f"/media/{vid}", headers={"Range": f"bytes={size + 10}-"})
+    assert bad.status_code == 416
+    audio = client.get(f"/media/{sample.video_id('jfk.flac')}", headers={"Range": "bytes=0-3"})
+    assert audio.status_code == 206 and audio.content == b"fLaC"
+
+
+def test_media_outside_the_roots_is_refused(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    (tmp_path / "elsewhere").mkdir()
+    with make_client(sample, tmp_path, media_roots=[tmp_path / "elsewhere"]) as c:
+        assert_error(c.get(f"/media/{sample.video_id('jfk.flac')}"), 403, "outside")
+        assert_error(c.get("/files/audio/jfk.flac"), 404)
+
+
+# ---- path safety ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rooted(sample: Sample, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:  # noqa: F811
+    """A media root with a file inside, symlinks out of it, and a secret file beside it."""
+    tmp_path = tmp_path_factory.mktemp("rooted")
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "clip.wav").write_bytes(media("audio/english.wav").read_bytes())
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    (root / "link-out.wav").symlink_to(secret)
+    (root / "dir-out").symlink_to(tmp_path)
+    (root / "link-in.wav").symlink_to(root / "sub" / "clip.wav")
+    with make_client(sample, tmp_path, media_roots=[root]) as c:
+        c.secret = secret  # type: ignore[attr-defined]
+        yield c
+
+
+def test_files_inside_the_root_are_served(rooted: TestClient) -> None:
+    assert rooted.get("/files/sub/clip.wav").content[:4] == b"RIFF"
+    assert rooted.get("/files/link-in.wav").status_code == 200  # a symlink that stays inside is fine
+
+
+@pytest.mark.parametrize(
+    ("url", "status"),
+    [
+        ("/files/%2e%2e/secret.txt", 403),                    # encoded ..
+        ("/files/%2E%2E/%2E%2E/%2E%2E/etc/passwd", 403),
+        ("/files/sub/..%2f..%2fsecret.txt", 403),             # encoded slash
+        ("/files/sub%2f%2e%2e%2f%2e%2e%2fsecret.txt", 403),
+        ("/files/..%5c..%5csecret.txt", 403),                 # backslash
+        ("/files/%2fetc%2fpasswd", 403),                      # absolute, encoded
+        ("/files//etc/passwd", 403),                          # absolute
+        ("/files/%252e%252e/secret.txt", (403, 404)),         # double-encoded: refused or a literal name
+        ("/files/link-out.wav", 403),                         # symlink out of the root
+        ("/files/dir-out/secret.txt", 403),                   # symlinked folder out of the root
+        ("/files/sub%00.wav", 400),                           # NUL byte
+        ("/files/sub", 400),                                  # a folder, not a file
+        ("/files/nothing-here.wav", 404),
+        ("/thumbs/%2e%2e/%2e%2e/catalog.db", 403),            # thumbnails: same rules
+        ("/thumbs//etc/passwd", 403),
+    ],
+)
+def test_path_traversal_is_refused(rooted: TestClient, url: str, status: int | tuple[int, int]) -> None:
+    r = rooted.get(url)
+    assert_error(r, r.status_code if isinstance(status, tuple) and r.status_code in status else status)
+    assert b"secret" not in r.content.replace(b"secret.txt", b"")
+
+
+def test_literal_dot_dot_in_a_raw_request_is_refused(sample: Sample, tmp_path: Path,  # noqa: F811
+                                                     live_server_factory) -> None:  # noqa: F811
+    """Clients normalise `..` away; a raw request line keeps it, so send one over a socket."""
+    import socket
+
+    app = create_app(sample.app_settings(tmp_path, media_roots=[MEDIA / "audio"]), index=sample.index,
+                     embedder=sample.embedder, pipeline=sample.pipeline)
+    server = live_server_factory(app)
+    for target in ("/files/../video/manifesto.mp4", "/files/..%2f..%2f..%2fetc%2fpasswd", "/media/../health"):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+            s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            raw = b""
+            while chunk := s.recv(65536):
+                raw += chunk
+        head, _, body = raw.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        assert status in (403, 404), (target, head)
+        assert body.startswith(b"{") and b"ftyp" not in body
+
+
+@pytest.mark.parametrize(
+    ("paths", "status", "words"),
+    [
+        (["../secret.txt"], 403, ".."),
+        (["sub/../../secret.txt"], 403, ".."),
+        (["..\\secret.txt"], 403, ".."),
+        (["/etc/passwd"], 403, "outside"),
+        (["link-out.wav"], 403, "outside"),
+        (["dir-out/secret.txt"], 403, "outside"),
+        (["%2e%2e/secret.txt"], 404, "no file"),
+        (["missing.wav"], 404, "no file"),
+        (["sub\x00.wav"], 400, "NUL"),
+        ([""], 400, "empty"),
+    ],
+)
+def test_ingest_refuses_paths_outside_the_roots(rooted: TestClient, paths: list[str], status: int, words: str) -> None:
+    before = len(rooted.get("/jobs").json())
+    assert_error(rooted.post("/ingest", json={"paths": paths}), status, words)
+    assert len(rooted.get("/jobs").json()) == before  # no job was created
+
+
+@pytest.mark.parametrize("body", [{}, {"paths": []}, {"paths": "sub"}, {"paths": [1]}, {"paths": ["a"], "x": 1}])
+def test_ingest_bodies_are_validated(rooted: TestClient, body) -> None:
+    assert_error(rooted.post("/ingest", json=body), 422)
+
+
+def test_no_media_roots_means_nothing_is_served(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    settings = sample.app_settings(tmp_path, media_roots=[], upload_dir=tmp_path / "up")
+    app = create_app(settings, index=sample.index, embedder=sample.embedder, pipeline=sample.pipeline)
+    with TestClient(app) as c:
+        assert_error(c.get(f"/media/{sample.video_id('jfk.flac')}"), 403, "outside")
+        assert_error(c.post("/ingest", json={"paths": [str(media("audio/jfk.flac"))]}), 403, "outside")
+
+
+# ---- errors, health, metrics ---------------------------------------------------------------------
+
+def test_unknown_routes_methods_and_internal_errors_answer_json(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    client = make_client(sample, tmp_path)
+    assert_error(client.get("/no/such/thing"), 404)
+    assert_error(client.delete("/search"), 405)
+
+    @client.app.get("/boom")  # a route that fails the way an unforeseen bug would
+    def boom() -> None:
+        raise RuntimeError("secret internals /very/private/path")
+
+    with client:
+        r = client.get("/boom")
+    body = assert_error(r, 500)
+    assert "private" not in r.text and body["error"] == "internal"
+
+
+def test_health_readiness_and_metrics(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+    ready = client.get("/health/ready").json()
+    assert ready["ready"] is True and ready["checks"]["index"].startswith("ok")
+    client.get("/search", params={"q": "country"})
+    client.get("/videos/0000000000000000")
+    text = client.get("/metrics").text
+    assert 'mediaindex_http_requests_total{method="GET",route="/search",status="200"}' in text
+    assert 'route="/videos/{video_id}",status="404"' in text
+    assert "mediaindex_http_request_seconds_bucket" in text
+    assert 'mediaindex_searches_total{kind="text"}' in text
+
+
+def test_not_ready_when_the_index_cannot_open(tmp_path: Path, cache_dir: Path, sample: Sample) -> None:  # noqa: F811
+    from tests.conftest import make_settings
+
+    index_dir = tmp_path / "index"
+    index_dir.mkdir()
+    (index_dir / "schema.json").write_text('{"schema_version": 999}')
+    settings = make_settings(index_dir, cache_dir)
+    with TestClient(create_app(settings, embedder=sample.embedder), raise_server_exceptions=False) as c:
+        assert c.get("/health").status_code == 200
+        r = c.get("/health/ready")
+        assert r.status_code == 503 and r.json()["ready"] is False and "schema" in r.json()["checks"]["index"]
+        assert_error(c.get("/search", params={"q": "x"}), 503, "index is not available")
