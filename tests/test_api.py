@@ -108,13 +108,14 @@ def test_search_by_image(client: TestClient) -> None:
     png = (MEDIA / "images" / "CLIP.png").read_bytes()
     assert_error(client.post("/search/image", content=png, headers={"content-type": "text/plain"}), 415, "image")
     assert_error(client.post("/search/image", content=b"", headers={"content-type": "image/png"}), 400, "empty")
-    r = client.post("/search/image", content=png, headers={"content-type": "image/png"})
-    from mediaindex.api.routes.search import _image_search_fn
-
-    if _image_search_fn() is None:
-        assert_error(r, 501, "not available")
-    else:
-        assert r.status_code == 200 and isinstance(r.json()["hits"], list)
+    assert_error(client.post("/search/image", content=b"\x89PNG broken", headers={"content-type": "image/png"}),
+                 422, "image")
+    frame = (MEDIA / "images" / "skimage_rocket.jpg").read_bytes()
+    r = client.post("/search/image", content=frame, headers={"content-type": "image/jpeg"})
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert hits and all(h["modality"] == "visual" for h in hits)
+    assert {"thumbnail_url", "play_url", "start", "end"} <= set(hits[0])
 
 
 # ---- videos, transcripts, media ----------------------------------------------------------------

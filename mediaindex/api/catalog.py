@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 from mediaindex.index.catalog import Catalog
-from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
 
@@ -42,32 +41,7 @@ def _to_hit(payload: dict) -> Hit:
                language=payload.get("language"), thumbnail=payload.get("thumbnail"))
 
 
-def video_segments(store, video_id: str, modality: str | None = None, expected: int = 0) -> list[Hit]:
-    """Every segment of one video, in time order.
-
-    Uses a scroll on the embedded Qdrant shard (exact, unlike a filtered nearest-neighbour query);
-    other stores fall back to a filtered query asking for all of the video's points.
-    """
-    shard = getattr(store, "_shard", None)
-    if shard is not None and hasattr(shard, "scroll"):
-        from qdrant_edge import FieldCondition, Filter, MatchValue, ScrollRequest
-
-        conditions = [FieldCondition(key="video_id", match=MatchValue(video_id))]
-        if modality:
-            conditions.append(FieldCondition(key="modality", match=MatchValue(modality)))
-        hits: list[Hit] = []
-        offset = None
-        while True:
-            records, offset = shard.scroll(ScrollRequest(filter=Filter(must=conditions), limit=1000,
-                                                         offset=offset, with_payload=True))
-            hits.extend(_to_hit(r.payload or {}) for r in records)
-            if offset is None or not records:
-                break
-    else:
-        import numpy as np
-
-        dim = getattr(store, "dims", {}).get("text", 384)
-        probe = np.full(dim, 1.0 / np.sqrt(dim), dtype=np.float32)
-        hits = store.search(probe, limit=max(expected, 1) + 100,
-                            filters=SearchFilters(video_id=video_id, modality=modality))
+def video_segments(store, video_id: str, modality: str | None = None) -> list[Hit]:
+    """Every segment of one video, in time order."""
+    hits = [_to_hit(p) for p in store.segments_of(video_id, modality)]
     return sorted(hits, key=lambda h: (h.start, h.end))

@@ -38,9 +38,13 @@ class MediaIndex:
     ) -> None:
         self.dir = settings.index_dir
         self.settings = settings.index
-        extra = {k: v for k, v in (extra_dims or {}).items() if k != TEXT_VECTOR}
-        check_or_write(self.dir, text_dim, embedder_name, settings.index.backend, store_location(settings.index),
-                       extra)
+        if extra_dims is None:  # the vectors the configured vision models make
+            from mediaindex.models.vision import vector_dims
+
+            extra_dims = vector_dims(settings.vision)
+        extra = {k: v for k, v in extra_dims.items() if k != TEXT_VECTOR}
+        extra = check_or_write(self.dir, text_dim, embedder_name, settings.index.backend,
+                               store_location(settings.index), extra)
         self.sparse = SparseEncoder()
         self.catalog = Catalog(self.dir / "catalog.db")
         try:

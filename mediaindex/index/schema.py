@@ -44,14 +44,16 @@ def _write(index_dir: Path, data: dict[str, Any]) -> None:
 def check_or_write(
     index_dir: Path, text_dim: int, embedder: str, backend: str = "edge", location: str | None = None,
     extra_dims: dict[str, int] | None = None,
-) -> None:
-    """Record the schema on first use; refuse an index from another version, embedder or backend."""
+) -> dict[str, int]:
+    """Record the schema on first use; refuse an index from another version, embedder or backend.
+
+    Returns every extra named vector the index holds: the ones it was built with plus new ones."""
     expected = {"schema_version": SCHEMA_VERSION, "text_dim": text_dim, "embedder": embedder,
                 "backend": backend, "location": location, "extra_vectors": dict(extra_dims or {})}
     found = read_schema(index_dir)
     if found is None:
         _write(index_dir, expected)
-        return
+        return dict(extra_dims or {})
     if found.get("schema_version") != SCHEMA_VERSION:
         raise IndexSchemaError(
             f"the index in {index_dir} uses schema version {found.get('schema_version')}, this program "
@@ -80,3 +82,4 @@ def check_or_write(
     extra = {**had, **(extra_dims or {})}
     if extra != had:
         _write(index_dir, {**found, "extra_vectors": extra})  # new named vectors are added in place
+    return extra

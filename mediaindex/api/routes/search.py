@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import tempfile
 import time
 from pathlib import Path
@@ -73,16 +71,6 @@ def search_post(request: Request, body: SearchRequest) -> SearchResponse:
     return _run(request, body)
 
 
-def _image_search_fn():
-    """The vision search entry point (`mediaindex.index.search.search_image`), when this build has it."""
-    try:
-        module = importlib.import_module("mediaindex.index.search")
-    except ImportError:
-        return None
-    fn = getattr(module, "search_image", None) or getattr(module, "search_by_image", None)
-    return fn if callable(fn) else None
-
-
 @router.post(
     "/search/image", response_model=SearchResponse,
     responses={413: {"model": ErrorOut}, 415: {"model": ErrorOut}, 501: {"model": ErrorOut}},
@@ -103,27 +91,25 @@ async def search_image(
     data = await request.body()
     if not data:
         raise ApiError(400, "the request body is empty: send an image")
-    fn = _image_search_fn()
-    if fn is None:
-        raise ApiError(501, "search by image is not available in this build: it needs the vision module's "
-                            "image search (mediaindex.index.search.search_image)")
     from starlette.concurrency import run_in_threadpool
+
+    from mediaindex.errors import MediaIndexError
+    from mediaindex.models.images import load_image
+    from mediaindex.models.vision_query import search_image as find_similar_shots
 
     def run() -> list[Hit]:
         state.settings.temp_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(suffix=_IMAGE_TYPES[ctype], dir=state.settings.temp_dir) as tmp:
             tmp.write(data)
             tmp.flush()
-            offered = {"index": state.index, "embedder": state.embedder, "settings": state.settings,
-                       "image": Path(tmp.name), "image_path": Path(tmp.name), "limit": limit,
-                       "filters": SearchFilters(video_id=video_id, modality=modality)}
-            params = inspect.signature(fn).parameters
-            return fn(**{k: v for k, v in offered.items() if k in params})
+            picture = load_image(tmp.name)
+        return find_similar_shots(state.index, state.settings.vision, picture, limit=limit,
+                                  filters=SearchFilters(video_id=video_id, modality=modality))
 
     started = time.perf_counter()
     try:
         hits = await run_in_threadpool(run)
-    except ValueError as exc:
+    except (ValueError, MediaIndexError) as exc:
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("image").inc()
     took = (time.perf_counter() - started) * 1000
