@@ -1,0 +1,131 @@
+"""The attention function the engine registers with transformers' AttentionInterface.
+
+transformers' attention modules compute Q/K/V (with rotary embeddings) and then call the registered function with
+[batch, heads, tokens, dim] tensors. The engine packs every scheduled token of every request into one flat batch
+(batch size 1) with explicit position ids, and passes the per-step page layout through a context variable, since
+the model's forward does not know about pages.
+
+Policy ("high precision for prefill, cache precision for decode"): the tokens computed in this step attend to each
+other using the freshly computed K/V at model precision; earlier context is read from the pages (dequantised from
+FP8 when the cache is FP8). The new K/V are written to the pages after attending.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+from mediaindex.serving.kv_cache import PagedKVCache
+
+ATTN_IMPLEMENTATION = "mediaindex_paged"
+
+
+@dataclass
+class PrefillSpan:
+    """One request's chunk of several tokens in the flat batch."""
+
+    start: int
+    end: int
+    context_len: int  # tokens of this request already in the cache before this chunk
+    block_table: torch.Tensor  # [pages covering context_len]
+
+
+@dataclass
+class StepMetadata:
+    kv_cache: PagedKVCache
+    slot_mapping: torch.Tensor  # [T] flat slot for each token of the batch
+    num_decode: int  # the first num_decode tokens are single-token requests
+    decode_block_tables: torch.Tensor | None = None  # [num_decode, P]
+    decode_context_lens: torch.Tensor | None = None  # [num_decode]
+    prefills: list[PrefillSpan] = field(default_factory=list)
+
+
+_STEP: contextvars.ContextVar[StepMetadata | None] = contextvars.ContextVar("mediaindex_step", default=None)
+
+
+@contextlib.contextmanager
+def step_context(meta: StepMetadata) -> Iterator[None]:
+    token = _STEP.set(meta)
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def paged_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    meta = _STEP.get()
+    if meta is None:
+        raise RuntimeError(
+            f"attention implementation {ATTN_IMPLEMENTATION!r} only runs inside LLMEngine steps; "
+            "use another attn_implementation for plain forward calls"
+        )
+    layer = module.layer_idx
+    cache = meta.kv_cache
+    # [1, H, T, D] -> [T, H, D]
+    q = query[0].transpose(0, 1)
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    n_tokens, n_heads, _ = q.shape
+    gqa = n_heads != k.shape[1]
+    out = q.new_empty(n_tokens, n_heads, v.shape[-1])
+
+    d = meta.num_decode
+    if d:
+        assert meta.decode_block_tables is not None and meta.decode_context_lens is not None
+        kc, vc = cache.gather(layer, meta.decode_block_tables, q.dtype)  # [d, L, Hkv, D]
+        length = kc.shape[1]
+        # The current token's own K/V go last, at model precision.
+        kd = torch.cat([kc, k[:d, None]], dim=1).transpose(1, 2)
+        vd = torch.cat([vc, v[:d, None]], dim=1).transpose(1, 2)
+        pos = torch.arange(length + 1, device=q.device)
+        mask = (pos[None, :] < meta.decode_context_lens[:, None]) | (pos[None, :] == length)
+        o = F.scaled_dot_product_attention(
+            q[:d, :, None], kd, vd, attn_mask=mask[:, None, None, :], scale=scaling, enable_gqa=gqa
+        )
+        out[:d] = o[:, :, 0]
+
+    for span in meta.prefills:
+        qs = q[span.start : span.end].transpose(0, 1)[None]
+        ks = k[span.start : span.end]
+        vs = v[span.start : span.end]
+        n = span.end - span.start
+        if span.context_len:
+            kc, vc = cache.gather(layer, span.block_table[None], q.dtype)
+            ks = torch.cat([kc[0, : span.context_len], ks])
+            vs = torch.cat([vc[0, : span.context_len], vs])
+            total = span.context_len + n
+            pos_k = torch.arange(total, device=q.device)
+            pos_q = torch.arange(span.context_len, total, device=q.device)
+            mask = (pos_k[None, :] <= pos_q[:, None])[None, None]
+            o = F.scaled_dot_product_attention(
+                qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], attn_mask=mask, scale=scaling, enable_gqa=gqa
+            )
+        else:
+            o = F.scaled_dot_product_attention(
+                qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], is_causal=True, scale=scaling, enable_gqa=gqa
+            )
+        out[span.start : span.end] = o[0].transpose(0, 1)
+
+    cache.write(layer, meta.slot_mapping, k, v)
+    return out[None], None
+
+
+def register() -> str:
+    """Register the function under ATTN_IMPLEMENTATION (idempotent) and return the name."""
+    AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
+    return ATTN_IMPLEMENTATION

