@@ -128,6 +128,8 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="agents-bench-")
         args.index = Path(tmp.name) / "index"
     settings = load_settings(None, index_dir=args.index)
+    print(f"model {settings.llm.model}: max_steps={settings.llm.max_steps} max_new_tokens="
+          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget}", flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
     from mediaindex.agents.llm import start_llm
@@ -137,8 +139,13 @@ def main() -> None:
     load = time.perf_counter() - t0
     archive = open_archive(settings)
     names = [Path(f).name for f in FILES]
-    summaries = [summary_row(archive, llm, settings, n) for n in names]
-    questions = [question_row(archive, llm, settings, *q, fallback=not args.no_fallback) for q in QUESTIONS]
+    summaries, questions = [], []
+    for n in names:  # rows are printed as they finish: a slow machine still leaves partial results
+        summaries.append(summary_row(archive, llm, settings, n))
+        print(json.dumps(summaries[-1]), flush=True)
+    for q in QUESTIONS:
+        questions.append(question_row(archive, llm, settings, *q, fallback=not args.no_fallback))
+        print(json.dumps(questions[-1], ensure_ascii=False), flush=True)
     with_topic = [r for r in summaries if "topic_mentioned" in r]
     with_changes = [r for r in summaries if "changes" in r]
     asked = [r for r, q in zip(questions, QUESTIONS, strict=True) if q[1] is not None]
@@ -163,10 +170,6 @@ def main() -> None:
         "summaries": summaries, "questions": questions,
     }
     print(json.dumps({k: v for k, v in report.items() if k not in ("summaries", "questions")}, indent=2))
-    for r in summaries:
-        print(json.dumps(r))
-    for r in questions:
-        print(json.dumps(r, ensure_ascii=False))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     archive.index.close()

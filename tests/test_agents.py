@@ -18,7 +18,7 @@ import pytest
 from mediaindex import agents
 from mediaindex.agents import Archive, ask, summarize
 from mediaindex.agents.citations import CitationRef, check, parse_citations
-from mediaindex.agents.grounding import content_words, relevant
+from mediaindex.agents.grounding import content_words, grounded, relevant
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
 from mediaindex.agents.toolcall import ToolCallError, close_truncated, parse_reply
@@ -303,10 +303,11 @@ def test_bad_questions_are_refused(archive: Archive, question: str, video: str |
 # -- summaries --------------------------------------------------------------------------------------------------
 def grounded_map_reply(conv: list[Message]) -> str:
     """Titles and summaries copied from each excerpt; an invented answer to the reduce request."""
-    if "Excerpt:\n" not in conv[-1]["content"]:
+    marker = "in one sentence:\n\n"
+    if marker not in conv[-1]["content"]:
         return "Two dinosaurs argue about spaceships."
-    words = conv[-1]["content"].split("Excerpt:\n", 1)[1].split()
-    return f"Title: {' '.join(words[:4])}\nSummary: {' '.join(words[:14])}."
+    words = conv[-1]["content"].split(marker, 1)[1].split()
+    return f"The speaker says {' '.join(words[:14])}. And more."
 
 
 def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> None:
@@ -318,6 +319,7 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
     duration = archive.resolve("manifesto.mp4").duration
     for ch in s.chapters:
         assert ch.generated and 0 <= ch.start < ch.end <= duration
+        assert "And more" not in ch.summary and ch.title and not ch.title.lower().startswith("the speaker")
         assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ch.citations])[1] == []
     assert s.chapters == sorted(s.chapters, key=lambda c: c.start)
     if len(s.chapters) > 1:  # the invented reduce answer was refused: the summary is built from the chapters
@@ -326,7 +328,7 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
 
 
 def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> None:
-    model = ScriptedModel(["Title: Dinosaurs in space\nSummary: Astronauts ride dinosaurs to Mars."] * 10)
+    model = ScriptedModel(["Astronauts ride dinosaurs to Mars."] * 10)
     s = summarize(vid(archive, "auto-editor_example.mp4"), archive, model, FAST)
     text = " ".join([s.summary] + [c.summary + " " + c.title for c in s.chapters]).lower()
     assert "dinosaur" not in text and "mars" not in text
@@ -428,29 +430,32 @@ def smol(agent_settings: Settings, ray_runtime):
     llm.close()
 
 
+# Few tokens: a 135M model on two shared cores generates ~15 tokens/s at best.
+REAL = LLMSettings(max_steps=1, max_new_tokens=32, token_budget=64)
+
+
 @pytest.mark.llm
 def test_real_model_summary_is_grounded_and_cited(archive: Archive, smol) -> None:
-    s = summarize("manifesto.mp4", archive, smol, FAST)
-    assert s.status == "summarised" and s.model == "smollm2" and s.chapters
+    s = summarize("jfk.flac", archive, smol, REAL)
+    assert s.status == "summarised" and s.model == "smollm2" and len(s.chapters) == 1
     data = validate_output(s)
     assert data["chapters"][0]["citations"]
-    for ch in s.chapters:
-        assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ch.citations])[1] == []
-    text = (s.summary + " " + " ".join(c.summary for c in s.chapters)).lower()
-    assert "communis" in text or "manifesto" in text
+    assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in s.chapters[0].citations])[1] == []
+    # Generated or extractive, the summary stays on the speech: nothing else was said.
+    assert grounded(s.summary, "And so my fellow Americans, ask not what your country can do for you")
+    assert "country" in (s.summary + s.chapters[0].summary).lower()
 
 
 @pytest.mark.llm
 def test_real_model_answers_with_real_citations(archive: Archive, smol) -> None:
-    ans = ask(QUESTION, archive, smol, FAST)
+    ans = ask(QUESTION, archive, smol, REAL)
     assert ans.status == "answered", ans.trace
     assert any(c.video_id == vid(archive, "jfk.flac") and overlaps(c, 0.0, 11.0) for c in ans.citations)
-    assert ans.tokens <= FAST.token_budget and ans.steps <= FAST.max_steps + 1
-    assert ans.trace[0].kind == "model"
+    assert ans.tokens <= REAL.token_budget and ans.trace[0].kind == "model"
 
 
 @pytest.mark.llm
 def test_real_model_does_not_invent_absent_things(archive: Archive, smol) -> None:
-    ans = ask("Which team won the football world cup final?", archive, smol, FAST)
+    ans = ask("Which team won the football world cup final?", archive, smol, REAL)
     assert ans.status == "not_found" and ans.citations == []
-    assert ans.searches
+    assert ans.searches and "Not found" in ans.answer

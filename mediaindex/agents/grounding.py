@@ -25,7 +25,11 @@ def content_words(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
-    # A five-letter prefix matches inflections ("communist" / "communism") well enough for a check.
+    # Drop a common suffix, then keep five letters: "asks"/"ask", "communist"/"communism" match.
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            break
     return word[:5]
 
 

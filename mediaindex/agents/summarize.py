@@ -33,8 +33,9 @@ MIN_CHAPTER = 6.0  # seconds
 TARGET_CHAPTER = 30.0  # seconds of media per chapter, before max_chapters caps it
 MAX_CITATIONS_PER_CHAPTER = 6
 
-MAP_SYSTEM = ("You summarise excerpts of a video's transcript. Use only words and facts from the excerpt. "
-              "Reply in exactly two lines:\nTitle: <at most six words>\nSummary: <one sentence>")
+# Plain one-sentence requests: small models follow them far better than a multi-field format.
+MAP_SYSTEM = "You summarise transcripts of videos. Use only facts from the transcript."
+MAP_USER = "Summarise this transcript in one sentence:\n\n{text}"
 REDUCE_SYSTEM = ("You merge chapter summaries of one video into a summary of the whole video: two sentences, "
                  "only facts from the chapter summaries.")
 
@@ -124,14 +125,19 @@ def _windows(span: _Span, max_chars: int) -> list[_Span]:
 
 
 # -- map-reduce -------------------------------------------------------------------------------------------------
-_TITLE = re.compile(r"^\W*title\W*:\s*(.+)$", re.IGNORECASE | re.MULTILINE)
-_SUMMARY = re.compile(r"^\W*summary\W*:\s*(.+)$", re.IGNORECASE | re.MULTILINE)
+def _first_sentence(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip().strip("\"'")
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return (match.group(1) if match else text)[:400]
 
 
-def _parse_map(text: str) -> tuple[str, str]:
-    title = _TITLE.search(text)
-    summary = _SUMMARY.search(text)
-    return (title.group(1).strip(" *\"'") if title else "", summary.group(1).strip(" *\"'") if summary else "")
+def title_from(text: str) -> str:
+    """A chapter title: the first words of its summary, without a trailing stop-word or punctuation."""
+    words = re.sub(r"^(the|this) (transcript|video|excerpt|speaker) (is about|says that|says|talks about) ",
+                   "", text, flags=re.IGNORECASE).split()[:7]
+    while words and (words[-1].lower().strip(",.;:") in {"the", "a", "an", "of", "and", "to", "in", "that"}):
+        words.pop()
+    return " ".join(words).strip(",.;: ")[:80] or "Untitled"
 
 
 def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, settings: LLMSettings) -> VideoSummary:
@@ -139,7 +145,7 @@ def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, setting
     max_chars = min(settings.summary_window_chars, max(200, llm.max_context))
     windows = [(ci, w) for ci, sp in enumerate(spans) for w in _windows(sp, max_chars)]
     prompts: list[list[Message]] = [
-        [{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": f"Excerpt:\n{w.text}"}]
+        [{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": MAP_USER.format(text=w.text)}]
         for _, w in windows
     ]
     per_call = max(8, min(settings.max_new_tokens, 64))  # a title and one sentence per window
@@ -149,18 +155,15 @@ def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, setting
     chapters: list[Chapter] = []
     for ci, span in enumerate(spans):
         parts = [(w, o) for (c, w), o in zip(windows, outs, strict=True) if c == ci]
-        titles, sums, generated = [], [], True
+        sums, generated = [], True
         for w, o in parts:
-            title, summary = _parse_map(o.text) if not o.error else ("", "")
+            summary = "" if o.error else _first_sentence(o.text)
             if not (summary and grounded(summary, w.text)):
                 generated = False
                 summary = first_words(w.text, 30)
-            if not (title and grounded(title, w.text, 0.5)):
-                title = first_words(w.text, 6).rstrip(" …")
-            titles.append(title)
             sums.append(summary)
         chapters.append(Chapter(
-            title=titles[0][:80], start=round(span.start, 2), end=round(span.end, 2), summary=" ".join(sums),
+            title=title_from(sums[0]), start=round(span.start, 2), end=round(span.end, 2), summary=" ".join(sums),
             citations=_chapter_citations(span), generated=generated))
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
