@@ -243,6 +243,25 @@ def test_steps_and_tokens_are_bounded(archive: Archive) -> None:
     assert ans.status == "answered" and ans.citations  # quoted, without another model call
 
 
+class FailingModel(ScriptedModel):
+    """Every request fails in the engine (e.g. a prompt longer than the model's context)."""
+
+    def chat(self, conversations, max_tokens, stop=None, temperature=0.0):
+        self.calls.append(conversations)
+        return [Completion("", "error", 0, "prompt has 9000 tokens but the context limit is 8192")
+                for _ in conversations]
+
+
+def test_failed_model_requests_still_give_a_cited_answer(archive: Archive) -> None:
+    model = FailingModel([])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert ans.status == "answered" and ans.path == "fallback" and len(model.calls) == 2
+    assert "context limit" in next(s.content for s in ans.trace if s.kind == "error")
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac") and "From the archive" in ans.answer
+    s = summarize("manifesto.mp4", archive, model, FAST)
+    assert s.status == "summarised" and not any(c.generated for c in s.chapters)
+
+
 def test_invented_citations_are_rejected(archive: Archive) -> None:
     jfk = vid(archive, "jfk.flac")
     lie = f"He talks about the moon landing [deadbeef00000000@3-9] [{jfk}@200-260]."

@@ -226,9 +226,14 @@ def _retrieval_answer(run: _Run) -> Answer:
     ]
     answer_text = ""
     cited: list[Hit] = []
+    out = None
     if run.budget_left() >= 16:
         run.steps += 1
-        out = run.call_model(messages, min(run.settings.max_new_tokens, 96))
+        try:
+            out = run.call_model(messages, min(run.settings.max_new_tokens, 96))
+        except _Fallback:
+            out = None  # the request failed (already in the trace): quote the passages instead
+    if out is not None:
         numbers = sorted({int(n) for n in re.findall(r"\[(\d{1,2})\]", out.text)})
         cited = [passages[n - 1] for n in numbers if 1 <= n <= len(passages)]
         text = re.sub(r"\[(\d{1,2})\]", "", out.text).strip()
