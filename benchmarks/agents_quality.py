@@ -4,7 +4,7 @@ Per video: does the summary mention the labelled main topic, do chapter boundari
 topic / shot changes, are all citations real and within the video's duration. Per question (own list, with the
 moment that answers it): does the answer cite a moment overlapping it, and are absent things "not found".
 
-    python benchmarks/agents_quality.py [--index DIR] [--media DIR] [--json OUT] [--no-fallback]
+    PYTHONPATH=. python benchmarks/agents_quality.py [--index DIR] [--media DIR] [--json OUT] [--no-fallback]
 
 Without --index, the sample media is ingested into a temporary index first. The model is the configured one
 (`MEDIAINDEX_LLM__MODEL`, default the bundled SmolLM2), run in the serving engine inside a Ray actor.
