@@ -307,6 +307,11 @@ def test_questions_scoped_to_a_video(archive: Archive) -> None:
     assert ans.video_id == manifesto
     assert all(c.video_id == manifesto for c in ans.citations)
     assert "Only video " + manifesto in model.calls[0][0][1]["content"]
+    jfk = vid(archive, "jfk.flac")
+    model = ScriptedModel([search_call("country", video_id=jfk), "It is not here."])
+    ans = ask(QUESTION, archive, model, FAST, video=manifesto)
+    assert "only video" in next(s.content for s in ans.trace if s.kind == "error")
+    assert all(c.video_id == manifesto for c in ans.citations)
 
 
 @pytest.mark.parametrize(

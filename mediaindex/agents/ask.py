@@ -165,6 +165,8 @@ def _agent_loop(run: _Run) -> Answer:
 
 
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
+    if run.video_id and arguments.get("video_id") not in (None, run.video_id):
+        raise ToolError(f"only video {run.video_id} is in scope for this question")
     if name == "search":
         vid = arguments.get("video_id")
         if vid is not None and run.archive.video(vid) is None:
