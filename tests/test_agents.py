@@ -387,6 +387,23 @@ def test_visual_concepts_alone_give_a_visual_summary(tmp_path: Path, cache_dir: 
     assert [(c.start, c.end) for c in s.chapters] == [(0.0, 3.75), (3.75, 8.76)]
 
 
+def test_moments_never_run_past_the_duration(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    # Whisper can end the last segment after the container's duration (multilingual.mp3: 60.81 s of 59.9 s).
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    source = str(media("audio/multilingual.mp3"))
+    segments = [Segment("beef", source, 41.99, 54.05, "speech", "the right to use the software"),
+                Segment("beef", source, 54.05, 60.81, "speech", "to understand, to understand")]
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        index.replace_video(VideoRecord("beef", source, "beef", 1, 1, 59.9, "en", 2, {}, now()), segments,
+                            embedder.embed_passages([s.text for s in segments]))
+        arc = Archive(index, embedder)
+        assert [h.end for h in arc.segments("beef")] == [54.05, 59.9]
+        assert arc.search("understand")[0].end <= 59.9
+        s = summarize("beef", arc, ScriptedModel([]), FAST)
+        cites = [*s.citations, *(c for ch in s.chapters for c in ch.citations)]
+        assert cites and check(arc, [CitationRef(c.video_id, c.start, c.end) for c in cites])[1] == []
+
+
 @pytest.mark.parametrize("video", ["", "nope.mp4", "0000000000000000"])
 def test_summary_of_an_unknown_video_is_refused(archive: Archive, video: str) -> None:
     with pytest.raises(agents.AgentInputError, match="no video"):

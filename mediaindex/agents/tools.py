@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -141,15 +141,25 @@ class Archive:
             dim = self.embedder.dim
             probe = np.full(dim, 1.0 / math.sqrt(dim), dtype=np.float32)
             hits = self.index.store.search(probe, limit=MAX_SEGMENTS_PER_VIDEO, filters=SearchFilters(video_id=video_id))
-            self._segments[video_id] = sorted(hits, key=lambda h: (h.start, h.end, h.modality))
+            self._segments[video_id] = sorted(self._clamp(hits), key=lambda h: (h.start, h.end, h.modality))
         return self._segments[video_id]
 
     def search(self, query: str, video_id: str | None = None, modality: str | None = None,
                limit: int = 5) -> list[Hit]:
         from mediaindex.index.search import search
 
-        return search(self.index, self.embedder, query, limit=limit,
-                      filters=SearchFilters(video_id=video_id, modality=modality))
+        return self._clamp(search(self.index, self.embedder, query, limit=limit,
+                                  filters=SearchFilters(video_id=video_id, modality=modality)))
+
+    def _clamp(self, hits: list[Hit]) -> list[Hit]:
+        """Speech segments can end a little after the container's duration; moments never do."""
+        out = []
+        for h in hits:
+            record = self.video(h.video_id)
+            if record is not None and record.duration is not None and h.end > record.duration:
+                h = replace(h, end=max(record.duration, h.start))
+            out.append(h)
+        return out
 
     # -- tools ----------------------------------------------------------------------------------------------------
     def run_tool(self, name: str, arguments: Any) -> ToolResult:
