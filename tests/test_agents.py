@@ -2,7 +2,7 @@
 
 Most tests drive the jobs with a scripted model that misbehaves on purpose (garbage tool calls, loops, invented
 citations): they test the job's defences, not a model. The tests marked `llm` run the real default model
-(SmolLM2-135M-Instruct in the serving engine, inside one Ray actor for the session) with few tokens.
+(SmolLM2-135M-Instruct in the serving engine, inside one Ray actor shared by these tests) with few tokens.
 """
 
 from __future__ import annotations
