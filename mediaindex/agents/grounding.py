@@ -1,0 +1,63 @@
+"""Cheap lexical checks that keep generated text tied to the archive.
+
+A small model invents things; these checks catch the worst of it without a second model: generated text must
+reuse the words of its sources, and a search hit counts as relevant only with a high score or shared words.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_STOP = frozenset(str.split("""
+a about above after again against all also am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her here
+hers him his how i if in into is it its itself just me more most my no nor not now of off on once only or other
+our out over own same she should so some such than that the their them then there these they this those through
+to too under until up very was we were what when where which while who whom why will with would you your yours
+video speaker says say said talk talks about part clip excerpt transcript summary title chapter moment archive
+der die das und ist nicht ein eine zu den mit von le la les et est un une de des du que qui
+"""))
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in (m.lower() for m in _WORD.findall(text)) if len(w) >= 3 and w not in _STOP]
+
+
+def _stem(word: str) -> str:
+    # Drop a common suffix, then keep five letters: "asks"/"ask", "communist"/"communism" match.
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            break
+    return word[:5]
+
+
+def overlap(text: str, source: str) -> float:
+    """Share of the content words of `text` that occur (by stem) in `source`; 0 when text has none."""
+    words = content_words(text)
+    if not words:
+        return 0.0
+    stems = {_stem(w) for w in content_words(source)}
+    return sum(_stem(w) in stems for w in words) / len(words)
+
+
+def grounded(text: str, source: str, threshold: float = 0.6) -> bool:
+    return overlap(text, source) >= threshold
+
+
+def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
+    """A hit answers a query if its score clears the bar, or it shares most of the query's content words."""
+    if score >= min_score:
+        return True
+    words = set(content_words(query))
+    if not words:
+        return False
+    stems = {_stem(w) for w in content_words(hit_text)}
+    shared = sum(_stem(w) in stems for w in words)
+    return shared >= 1 and shared / len(words) >= 0.5
+
+
+def first_words(text: str, n: int) -> str:
+    words = text.split()
+    return " ".join(words[:n]) + (" …" if len(words) > n else "")

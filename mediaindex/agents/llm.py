@@ -1,0 +1,170 @@
+"""The language stage: one serving engine (`mediaindex.serving.LLMEngine`) behind a small chat interface.
+
+`LanguageStage` is the plain class that owns the engine; `LLMActor` is the thin Ray actor around it, and
+`RemoteLLM` is what jobs hold: it sends batches of conversations to the actor. Every model call of the agentic
+jobs goes through `ChatModel.chat`, so the model runs in our engine and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mediaindex.workers  # noqa: F401  (Ray's environment must be set before Ray is imported)
+from mediaindex.config import LLMSettings, Settings
+from mediaindex.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+Message = dict[str, str]
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None  # "stop" | "length" | "abort" | "error"
+    tokens: int  # generated tokens
+    error: str | None = None
+
+
+class ChatModel(Protocol):
+    """What the jobs need from a language model: a batch of chats in, one completion each out."""
+
+    name: str
+    max_context: int  # tokens of prompt + output one request may use
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]: ...
+
+
+def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.EngineConfig
+    from mediaindex.serving import EngineConfig
+
+    device = settings.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    fields: dict[str, Any] = {
+        "device": device,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "page_size": settings.page_size,
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+    }
+    if settings.kv_cache_memory_bytes is not None:
+        fields["kv_cache_memory_bytes"] = settings.kv_cache_memory_bytes
+    if settings.max_model_len is not None:
+        fields["max_model_len"] = settings.max_model_len
+    return EngineConfig(**fields)
+
+
+class LanguageStage:
+    """Owns one LLMEngine built from LLMSettings: the bundled SmolLM2, or a local path / hub id."""
+
+    def __init__(self, settings: LLMSettings) -> None:
+        import torch
+
+        from mediaindex.serving import LLMEngine
+
+        # Ray workers start with one thread (OMP_NUM_THREADS=1); the language model wants the cores.
+        torch.set_num_threads(settings.cpu_threads or os.cpu_count() or 1)
+        config = engine_config(settings)
+        try:
+            if settings.model == "smollm2":
+                self.engine = LLMEngine.from_smollm2(config)
+            else:
+                dtype = getattr(torch, settings.dtype)
+                self.engine = LLMEngine.from_pretrained(settings.model, config, dtype=dtype)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # transformers raises many kinds; the user needs the model name and cause
+            raise ModelLoadError(f"cannot load language model {settings.model!r}: {exc}") from exc
+        self.name = settings.model
+        self.max_context = int(self.engine.max_model_len)
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]:
+        """All conversations go to the engine together, so they are batched continuously."""
+        from mediaindex.serving import SamplingParams
+
+        if not conversations:
+            return []
+        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=list(stop or []),
+                                seed=0 if temperature > 0 else None)
+        outs = self.engine.generate(conversations, params)
+        return [Completion(o.text, o.finish_reason, len(o.token_ids), str(o.error) if o.error else None)
+                for o in outs]
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "max_context": self.max_context}
+
+
+def _actor_class():  # -> ray actor class
+    import ray
+
+    @ray.remote(max_restarts=1, max_task_retries=0)
+    class LLMActor:
+        """Thin Ray actor: the model loads once, in the worker process."""
+
+        def __init__(self, settings: LLMSettings) -> None:
+            self.stage = LanguageStage(settings)
+
+        def info(self) -> dict[str, Any]:
+            return self.stage.info()
+
+        def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+                 temperature: float = 0.0) -> list[Completion]:
+            return self.stage.chat(conversations, max_tokens, stop, temperature)
+
+    return LLMActor
+
+
+_ACTOR: Any = None
+
+
+def llm_actor_class():
+    global _ACTOR
+    if _ACTOR is None:
+        _ACTOR = _actor_class()
+    return _ACTOR
+
+
+class RemoteLLM:
+    """A ChatModel whose engine lives in an `LLMActor`."""
+
+    def __init__(self, actor: Any) -> None:
+        import ray
+
+        self.actor = actor
+        try:
+            info = ray.get(actor.info.remote())
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc
+            raise ModelLoadError(str(cause)) from exc
+        self.name: str = info["name"]
+        self.max_context: int = info["max_context"]
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]:
+        import ray
+
+        return ray.get(self.actor.chat.remote(conversations, max_tokens, stop, temperature))
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.actor)
+
+
+def start_llm(settings: Settings) -> RemoteLLM:
+    """Start (or join) Ray and the language-model actor; GPUs per `ray.llm_gpus`."""
+    from mediaindex.workers.runtime import ensure_ray
+
+    ensure_ray(settings)
+    actor_cls = llm_actor_class()
+    num_cpus = 1 if settings.ray.llm_gpus == 0 else 0.5
+    actor = actor_cls.options(num_gpus=settings.ray.llm_gpus, num_cpus=num_cpus).remote(settings.llm)
+    return RemoteLLM(actor)

@@ -1,0 +1,219 @@
+"""Per-video summary and chapters, map-reduce over windows batched through the engine.
+
+1. Chapters: the video's speech / on-screen text segments are cut where the topic shifts (adjacent blocks of
+   segments embed far apart), where speech pauses for long, or where visual concepts change.
+2. Map: every chapter is split into windows that fit the context; all windows go to the engine in one batch
+   (continuous batching runs them concurrently), each asking for a title and a one-sentence summary.
+3. Reduce: the chapter summaries are merged into the video summary by one more request.
+Generated text must reuse the words of its sources; where it does not, an extractive summary (the window's
+own first words) stands in and the chapter says `generated: false`. A video with nothing indexed gets
+"nothing to summarise"; one with only visual concepts gets a summary listing them. Nothing is invented.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from mediaindex.agents.citations import from_hit
+from mediaindex.agents.grounding import first_words, grounded
+from mediaindex.agents.llm import ChatModel, Message
+from mediaindex.agents.schema import Chapter, Citation, VideoSummary
+from mediaindex.agents.tools import Archive
+from mediaindex.config import LLMSettings
+from mediaindex.index.catalog import VideoRecord
+from mediaindex.segments import Hit
+
+TEXT_MODALITIES = ("speech", "ocr")
+LONG_PAUSE = 8.0  # seconds of silence that always end a chapter
+MIN_CHAPTER = 6.0  # seconds
+TARGET_CHAPTER = 30.0  # seconds of media per chapter, before max_chapters caps it
+MAX_CITATIONS_PER_CHAPTER = 6
+
+# Plain one-sentence requests: small models follow them far better than a multi-field format.
+MAP_SYSTEM = "You summarise transcripts of videos. Use only facts from the transcript."
+MAP_USER = "Summarise this transcript in one sentence:\n\n{text}"
+REDUCE_SYSTEM = ("You merge chapter summaries of one video into a summary of the whole video: two sentences, "
+                 "only facts from the chapter summaries.")
+
+
+@dataclass
+class _Span:
+    segments: list[Hit]
+
+    @property
+    def start(self) -> float:
+        return self.segments[0].start
+
+    @property
+    def end(self) -> float:
+        return max(s.end for s in self.segments)
+
+    @property
+    def text(self) -> str:
+        return " ".join(s.text.strip() for s in self.segments if s.text.strip())
+
+
+def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+    from mediaindex.agents.ask import AgentInputError
+
+    if not (video or "").strip():
+        raise AgentInputError("no video given")
+    record = archive.resolve(video)
+    if record is None:
+        raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
+    segments = archive.segments(record.video_id)
+    texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()]
+    visual = [s for s in segments if s.modality == "visual" and s.text.strip()]
+    if not texts and not visual:
+        return VideoSummary(
+            video_id=record.video_id, source=record.source, duration=record.duration,
+            status="nothing_to_summarise", citations=[], chapters=[], model=llm.name, windows=0,
+            summary="Nothing to summarise: the index holds no speech, on-screen text or visual concepts for "
+                    "this video.")
+    if not texts:
+        return _visual_only(record, visual, llm.name)
+    spans = chapter_spans(texts, visual, archive, settings.max_chapters)
+    return _map_reduce(record, spans, llm, settings)
+
+
+# -- chapters ---------------------------------------------------------------------------------------------------
+def chapter_spans(texts: list[Hit], visual: list[Hit], archive: Archive, max_chapters: int) -> list[_Span]:
+    """Cut the text segments into chapters at the strongest topic, pause and shot changes."""
+    n = len(texts)
+    span = texts[-1].end - texts[0].start
+    k = max(1, min(max_chapters, n, round(span / TARGET_CHAPTER)))
+    cuts: set[int] = {i for i in range(1, n) if texts[i].start - texts[i - 1].end >= LONG_PAUSE}
+    if n > 1 and len(cuts) + 1 < k:
+        vectors = np.asarray(archive.embedder.embed_passages([t.text for t in texts]), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-9
+        shot_times = [v.start for v in visual]
+        scores: list[tuple[float, int]] = []
+        for i in range(1, n):
+            left = vectors[max(0, i - 2):i].mean(0)
+            right = vectors[i:i + 2].mean(0)
+            dissimilar = 1.0 - float(left @ right) / (np.linalg.norm(left) * np.linalg.norm(right) + 1e-9)
+            pause = min(texts[i].start - texts[i - 1].end, LONG_PAUSE) / LONG_PAUSE
+            shot = any(abs(t - texts[i].start) < 1.5 for t in shot_times)
+            scores.append((dissimilar + 0.05 * pause + 0.05 * shot, i))
+        for _, i in sorted(scores, reverse=True):
+            if len(cuts) + 1 >= k:
+                break
+            bounds = sorted(cuts | {i})
+            edges = [0, *bounds, n]
+            if all(texts[b - 1].end - texts[a].start >= MIN_CHAPTER or b - a > 1
+                   for a, b in zip(edges, edges[1:], strict=False)):
+                cuts.add(i)
+    edges = [0, *sorted(cuts), n]
+    return [_Span(texts[a:b]) for a, b in zip(edges, edges[1:], strict=False)]
+
+
+def _windows(span: _Span, max_chars: int) -> list[_Span]:
+    out: list[list[Hit]] = [[]]
+    used = 0
+    for seg in span.segments:
+        size = len(seg.text)
+        if out[-1] and used + size > max_chars:
+            out.append([])
+            used = 0
+        out[-1].append(seg)
+        used += size
+    return [_Span(w) for w in out]
+
+
+# -- map-reduce -------------------------------------------------------------------------------------------------
+def _first_sentence(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip().strip("\"'")
+    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    return (match.group(1) if match else text)[:400]
+
+
+def title_from(text: str) -> str:
+    """A chapter title: the first words of its summary, without a trailing stop-word or punctuation."""
+    words = re.sub(r"^(the|this) (transcript|video|excerpt|speaker) (is about|says that|says|talks about) ",
+                   "", text, flags=re.IGNORECASE).split()[:7]
+    while words and (words[-1].lower().strip(",.;:") in {"the", "a", "an", "of", "and", "to", "in", "that"}):
+        words.pop()
+    return " ".join(words).strip(",.;: ")[:80] or "Untitled"
+
+
+def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+    # Characters per window: the configured size, but never more than a third of the model's context.
+    max_chars = min(settings.summary_window_chars, max(200, llm.max_context))
+    windows = [(ci, w) for ci, sp in enumerate(spans) for w in _windows(sp, max_chars)]
+    prompts: list[list[Message]] = [
+        [{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": MAP_USER.format(text=w.text)}]
+        for _, w in windows
+    ]
+    per_call = max(8, min(settings.max_new_tokens, 64))  # a title and one sentence per window
+    outs = llm.chat(prompts, max_tokens=per_call, temperature=settings.temperature) if prompts else []
+    tokens = sum(o.tokens for o in outs)
+    notes: list[str] = []
+    chapters: list[Chapter] = []
+    for ci, span in enumerate(spans):
+        parts = [(w, o) for (c, w), o in zip(windows, outs, strict=True) if c == ci]
+        sums, generated = [], True
+        for w, o in parts:
+            summary = "" if o.error else _first_sentence(o.text)
+            if not (summary and grounded(summary, w.text)):
+                generated = False
+                summary = first_words(w.text, 30)
+            sums.append(summary)
+        chapters.append(Chapter(
+            title=title_from(sums[0]), start=round(span.start, 2), end=round(span.end, 2), summary=" ".join(sums),
+            citations=_chapter_citations(span), generated=generated))
+    if not all(c.generated for c in chapters):
+        notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
+    summary, reduce_tokens = _reduce(chapters, llm, settings)
+    notes.append(f"{len(windows)} windows, {tokens + reduce_tokens} generated tokens")
+    return VideoSummary(
+        video_id=record.video_id, source=record.source, duration=record.duration, status="summarised",
+        summary=summary, citations=[Citation(**c.citations[0].model_dump()) for c in chapters],
+        chapters=chapters, model=llm.name, windows=len(windows), notes=notes)
+
+
+def _reduce(chapters: list[Chapter], llm: ChatModel, settings: LLMSettings) -> tuple[str, int]:
+    """The video summary from the chapter summaries; returns (text, generated tokens)."""
+    source = " ".join(c.summary for c in chapters)
+    if len(chapters) == 1:
+        return chapters[0].summary, 0
+    listing = "\n".join(f"- {c.title}: {c.summary}" for c in chapters)
+    out = llm.chat([[{"role": "system", "content": REDUCE_SYSTEM},
+                     {"role": "user", "content": f"Chapter summaries:\n{listing}"}]],
+                   max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
+    text = out.text.strip()
+    if out.error or not text or not grounded(text, source + " " + listing):
+        return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
+    return text, out.tokens
+
+
+def _chapter_citations(span: _Span) -> list[Citation]:
+    segs = span.segments
+    if len(segs) > MAX_CITATIONS_PER_CHAPTER:
+        step = len(segs) / MAX_CITATIONS_PER_CHAPTER
+        segs = [segs[math.floor(i * step)] for i in range(MAX_CITATIONS_PER_CHAPTER)]
+    return [from_hit(s) for s in segs]
+
+
+def _visual_only(record: VideoRecord, visual: list[Hit], model: str) -> VideoSummary:
+    """No speech and no text: chapters are runs of the same visual concepts; nothing else is claimed."""
+    runs: list[list[Hit]] = []
+    for hit in visual:
+        if runs and runs[-1][-1].text.strip() == hit.text.strip():
+            runs[-1].append(hit)
+        else:
+            runs.append([hit])
+    chapters = [Chapter(title=first_words(r[0].text.strip(), 6).rstrip(" …"), start=round(r[0].start, 2),
+                        end=round(max(h.end for h in r), 2), summary=f"Visual concepts: {r[0].text.strip()}.",
+                        citations=[from_hit(h) for h in r[:MAX_CITATIONS_PER_CHAPTER]], generated=False)
+                for r in runs]
+    concepts = list(dict.fromkeys(h.text.strip() for h in visual))
+    summary = ("No speech or on-screen text; from the visual concepts only, the video shows: "
+               + "; ".join(concepts[:8]) + ".")
+    return VideoSummary(
+        video_id=record.video_id, source=record.source, duration=record.duration, status="visual_only",
+        summary=summary, citations=[c.citations[0] for c in chapters], chapters=chapters, model=model,
+        windows=0, notes=["summary from visual concepts alone"])

@@ -1,0 +1,187 @@
+"""The tools the model may call, over the index: search, get_transcript, get_frames_text.
+
+Arguments are checked against strict JSON schemas (no extra keys, typed, bounded) before anything runs; a
+bad call comes back as a `ToolError` whose message is shown to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from mediaindex.index.catalog import VideoRecord
+from mediaindex.index.index import MediaIndex
+from mediaindex.index.store import SearchFilters
+from mediaindex.models.text_embed import TextEmbedder
+from mediaindex.segments import MODALITIES, Hit
+
+MAX_SEGMENTS_PER_VIDEO = 20_000
+MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
+
+_RANGE = {
+    "video_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "id of an indexed video"},
+    "start": {"type": "number", "minimum": 0, "description": "seconds from the start of the video"},
+    "end": {"type": "number", "minimum": 0, "description": "seconds from the start of the video"},
+}
+
+TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "search": {
+        "description": "Search the archive in plain language; returns moments (video id, start, end, text).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 300},
+                "video_id": {"type": "string", "minLength": 1, "maxLength": 64},
+                "modality": {"type": "string", "enum": list(MODALITIES)},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 10},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
+    "get_transcript": {
+        "description": "The speech transcript of a video between start and end seconds.",
+        "parameters": {"type": "object", "properties": _RANGE, "required": ["video_id", "start", "end"],
+                       "additionalProperties": False},
+    },
+    "get_frames_text": {
+        "description": "On-screen text and visual concepts of a video between start and end seconds.",
+        "parameters": {"type": "object", "properties": _RANGE, "required": ["video_id", "start", "end"],
+                       "additionalProperties": False},
+    },
+}
+
+
+class ToolError(ValueError):
+    """A tool call that cannot run; the message is written for the model to correct itself."""
+
+
+def tool_specs() -> list[dict[str, Any]]:
+    """OpenAI / Hermes function specs, as chat templates and system prompts show them."""
+    return [{"type": "function", "function": {"name": name, **spec}} for name, spec in TOOL_SCHEMAS.items()]
+
+
+def validate_arguments(name: str, arguments: Any) -> dict[str, Any]:
+    import jsonschema
+
+    if name not in TOOL_SCHEMAS:
+        raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOL_SCHEMAS)}")
+    if not isinstance(arguments, dict):
+        raise ToolError(f"arguments of {name} must be a JSON object, got {type(arguments).__name__}")
+    try:
+        jsonschema.validate(arguments, TOOL_SCHEMAS[name]["parameters"])
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "arguments"
+        raise ToolError(f"bad arguments for {name}: {where}: {exc.message}") from None
+    for key in ("start", "end"):
+        if key in arguments and not math.isfinite(arguments[key]):
+            raise ToolError(f"bad arguments for {name}: {key} must be a finite number")
+    return arguments
+
+
+@dataclass
+class ToolResult:
+    name: str
+    arguments: dict[str, Any]
+    moments: list[Hit]
+    note: str = ""
+
+    def for_model(self) -> str:
+        """Compact JSON the model reads; long results are cut to keep the context bounded."""
+        items: list[dict[str, Any]] = []
+        used = 0
+        for h in self.moments:
+            text = h.text[:300]
+            used += len(text) + 60
+            if items and used > MAX_RESULT_CHARS:
+                break
+            items.append({"video_id": h.video_id, "start": round(h.start, 2), "end": round(h.end, 2),
+                          "modality": h.modality, "text": text})
+        out: dict[str, Any] = {"results": items}
+        if self.note:
+            out["note"] = self.note
+        return json.dumps(out, ensure_ascii=False)
+
+
+@dataclass
+class Archive:
+    """Read access to an index for the agentic jobs: videos, their segments, and search."""
+
+    index: MediaIndex
+    embedder: TextEmbedder
+    _segments: dict[str, list[Hit]] = field(default_factory=dict)
+
+    def video(self, video_id: str) -> VideoRecord | None:
+        return self.index.catalog.get(video_id)
+
+    def resolve(self, ref: str) -> VideoRecord | None:
+        """A video id, a unique id prefix, or the path / file name it was ingested from."""
+        ref = ref.strip()
+        if not ref:
+            return None
+        if (rec := self.index.catalog.get(ref)) is not None:
+            return rec
+        from pathlib import Path
+
+        records = self.index.catalog.all()
+        matches = [r for r in records if r.source == str(Path(ref).expanduser().resolve())]
+        matches = matches or [r for r in records if r.video_id.startswith(ref)]
+        matches = matches or [r for r in records if Path(r.source).name == ref]
+        return matches[0] if len(matches) == 1 else None
+
+    def segments(self, video_id: str) -> list[Hit]:
+        """Every indexed segment of a video, in time order (cached per job)."""
+        if video_id not in self._segments:
+            # The store's public interface is a filtered nearest-neighbour query; a filtered query with a
+            # limit above the video's segment count returns all of them.
+            dim = self.embedder.dim
+            probe = np.full(dim, 1.0 / math.sqrt(dim), dtype=np.float32)
+            hits = self.index.store.search(probe, limit=MAX_SEGMENTS_PER_VIDEO, filters=SearchFilters(video_id=video_id))
+            self._segments[video_id] = sorted(self._clamp(hits), key=lambda h: (h.start, h.end, h.modality))
+        return self._segments[video_id]
+
+    def search(self, query: str, video_id: str | None = None, modality: str | None = None,
+               limit: int = 5) -> list[Hit]:
+        from mediaindex.index.search import search
+
+        return self._clamp(search(self.index, self.embedder, query, limit=limit,
+                                  filters=SearchFilters(video_id=video_id, modality=modality)))
+
+    def _clamp(self, hits: list[Hit]) -> list[Hit]:
+        """Speech segments can end a little after the container's duration; moments never do."""
+        out = []
+        for h in hits:
+            record = self.video(h.video_id)
+            if record is not None and record.duration is not None and h.end > record.duration:
+                h = replace(h, end=max(record.duration, h.start))
+            out.append(h)
+        return out
+
+    # -- tools ----------------------------------------------------------------------------------------------------
+    def run_tool(self, name: str, arguments: Any) -> ToolResult:
+        args = validate_arguments(name, arguments)
+        if name == "search":
+            vid = args.get("video_id")
+            if vid is not None and self.video(vid) is None:
+                raise ToolError(f"no video with id {vid!r} in the index")
+            hits = self.search(args["query"], vid, args.get("modality"), args.get("limit", 5))
+            return ToolResult(name, args, hits, "" if hits else "no results")
+        record = self.video(args["video_id"])
+        if record is None:
+            raise ToolError(f"no video with id {args['video_id']!r} in the index")
+        start, end = float(args["start"]), float(args["end"])
+        if end <= start:
+            raise ToolError(f"end ({end}) must be after start ({start})")
+        if record.duration is not None and start >= record.duration:
+            raise ToolError(f"start {start} is past the end of the video ({record.duration:.1f} s)")
+        wanted = ("speech",) if name == "get_transcript" else ("ocr", "visual")
+        moments = [h for h in self.segments(record.video_id)
+                   if h.modality in wanted and h.start < end and h.end > start]
+        note = "" if moments else (
+            "no speech in this range" if name == "get_transcript"
+            else "no on-screen text or visual concepts indexed for this range")
+        return ToolResult(name, args, moments, note)

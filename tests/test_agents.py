@@ -1,0 +1,502 @@
+"""Agentic jobs over a real index built from real media.
+
+Most tests drive the jobs with a scripted model that misbehaves on purpose (garbage tool calls, loops, invented
+citations): they test the job's defences, not a model. The tests marked `llm` run the real default model
+(SmolLM2-135M-Instruct in the serving engine, inside one Ray actor shared by these tests) with few tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from mediaindex import agents
+from mediaindex.agents import Archive, ask, summarize
+from mediaindex.agents.citations import CitationRef, check, parse_citations
+from mediaindex.agents.grounding import content_words, grounded, relevant
+from mediaindex.agents.llm import Completion, Message
+from mediaindex.agents.schema import Answer, VideoSummary, validate_output
+from mediaindex.agents.toolcall import ToolCallError, close_truncated, parse_reply
+from mediaindex.agents.tools import ToolError
+from mediaindex.config import LLMSettings, Settings
+from mediaindex.index.catalog import VideoRecord, now
+from mediaindex.index.index import MediaIndex
+from mediaindex.jobs import JobNotFound, JobStore
+from mediaindex.segments import Segment
+from tests.conftest import make_settings, media
+
+pytestmark = pytest.mark.slow
+
+SAMPLES = ["video/manifesto.mp4", "audio/jfk.flac", "video/auto-editor_example.mp4", "video/testvideo.mp4"]
+FAST = LLMSettings(max_steps=3, max_new_tokens=48, token_budget=240)
+
+
+# -- fixtures ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Settings:
+    return make_settings(tmp_path_factory.mktemp("agents-index"), cache_dir)
+
+
+@pytest.fixture(scope="module")
+def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
+    from mediaindex.pipeline.ingest import ingest
+
+    index = MediaIndex(agent_settings, embedder.dim, embedder.name)
+    report = ingest([media(s) for s in SAMPLES], agent_settings, index, pipeline=pipeline)
+    assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
+    yield Archive(index, embedder)
+    index.close()
+
+
+def vid(archive: Archive, name: str) -> str:
+    record = archive.resolve(name)
+    assert record is not None, name
+    return record.video_id
+
+
+class ScriptedModel:
+    """Implements the ChatModel interface; each call pops the next scripted reply (a string, or a function of
+    the conversation). Records every batch it was sent."""
+
+    name = "scripted"
+    max_context = 2048
+
+    def __init__(self, replies: list[str | Callable[[list[Message]], str]], tokens: int = 10) -> None:
+        self.replies = list(replies)
+        self.tokens = tokens
+        self.calls: list[list[list[Message]]] = []
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]:
+        self.calls.append(conversations)
+        outs = []
+        for conv in conversations:
+            reply = self.replies.pop(0) if self.replies else "I have nothing more to say."
+            text = reply(conv) if callable(reply) else reply
+            reason = "stop"
+            if stop and any(s in text for s in stop):  # behave like the engine: cut at the stop string
+                text = text[: min(text.index(s) for s in stop if s in text)]
+            outs.append(Completion(text, reason, self.tokens))
+        return outs
+
+
+def search_call(query: str, **extra) -> str:
+    return "<tool_call>\n" + json.dumps({"name": "search", "arguments": {"query": query, **extra}}) + "\n</tool_call>"
+
+
+def cite_first_result(conv: list[Message]) -> str:
+    """An answer citing the first moment of the last tool response, the way a good model would."""
+    body = conv[-1]["content"]
+    payload = json.loads(body.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0])
+    r = payload["results"][0]
+    return f"The speaker says: {r['text'][:80]} [{r['video_id']}@{r['start']}-{r['end']}]"
+
+
+def overlaps(c, start: float, end: float) -> bool:
+    return c.start < end and c.end > start
+
+
+# -- strict tool-call parsing -----------------------------------------------------------------------------------
+def test_well_formed_calls_parse() -> None:
+    reply = parse_reply("<think>plan</think>Let me look.\n" + search_call("budget", limit=3))
+    assert reply.content == "Let me look."
+    assert [(c.name, c.arguments) for c in reply.calls] == [("search", {"query": "budget", "limit": 3})]
+    assert parse_reply("Plain answer [abc@1.0-2.0]").calls == []
+    # The engine leaves the stop string out; it is put back before parsing.
+    assert close_truncated(search_call("x")[: -len("</tool_call>")], "stop").endswith("</tool_call>")
+    assert close_truncated("<tool_call>{", "length") == "<tool_call>{"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<tool_call>{not json}</tool_call>", "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "JSON object"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "no \"name\""),
+        ('<tool_call>{"name": "search"}</tool_call>', "no \"arguments\""),
+        ('<tool_call>{"name": "rm", "arguments": {}}</tool_call>', "unknown tool"),
+        ('<tool_call>{"name": "search", "arguments": "budget"}</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"name": "search", "arguments": {"query": ""}}</tool_call>', "query"),
+        ('<tool_call>{"name": "search", "arguments": {"query": "a", "limit": 500}}</tool_call>', "limit"),
+        ('<tool_call>{"name": "search", "arguments": {"query": "a", "sudo": true}}</tool_call>', "sudo"),
+        ('<tool_call>{"name": "search", "arguments": {"query": "a"}, "id": 3}</tool_call>', "unexpected keys"),
+        ('<tool_call>{"name": "get_transcript", "arguments": {"video_id": "x", "start": "0", "end": 4}}'
+         "</tool_call>", "start"),
+        ('<tool_call>{"name": "get_transcript", "arguments": {"video_id": "x", "start": -1, "end": 4}}'
+         "</tool_call>", "start"),
+        ('{"name": "search", "arguments": {"query": "a"}}', "wrapped"),
+        ("<tool_call>" + json.dumps({"name": "search", "arguments": {"query": "a"}}), "unbalanced"),
+        ("".join(search_call(f"q{i}") for i in range(4)), "at most"),
+    ],
+)
+def test_malformed_calls_are_refused_with_a_reason(text: str, message: str) -> None:
+    with pytest.raises(ToolCallError, match=re.escape(message)):
+        parse_reply(text)
+
+
+# -- tools and citations over the real index ----------------------------------------------------------------------
+def test_tools_return_real_moments_and_refuse_bad_ranges(archive: Archive) -> None:
+    jfk = vid(archive, "jfk.flac")
+    res = archive.run_tool("search", {"query": "ask not what your country can do for you", "limit": 2})
+    assert res.moments[0].video_id == jfk
+    transcript = archive.run_tool("get_transcript", {"video_id": jfk, "start": 2.0, "end": 6.0})
+    assert "country" in transcript.moments[0].text
+    frames = archive.run_tool("get_frames_text", {"video_id": jfk, "start": 0.0, "end": 5.0})
+    assert frames.moments == [] and "no on-screen text" in frames.note  # audio only: nothing on screen
+    assert len(json.loads(transcript.for_model())["results"]) == 1
+    with pytest.raises(ToolError, match="no video"):
+        archive.run_tool("get_transcript", {"video_id": "0000000000000000", "start": 0, "end": 5})
+    with pytest.raises(ToolError, match="after start"):
+        archive.run_tool("get_transcript", {"video_id": jfk, "start": 5, "end": 5})
+    with pytest.raises(ToolError, match="past the end"):
+        archive.run_tool("get_transcript", {"video_id": jfk, "start": 300, "end": 400})
+    with pytest.raises(ToolError, match="bad arguments"):
+        archive.run_tool("get_frames_text", {"video_id": jfk, "start": 0})
+
+
+def test_citations_must_exist_and_lie_within_the_video(archive: Archive) -> None:
+    jfk = vid(archive, "jfk.flac")
+    auto = vid(archive, "auto-editor_example.mp4")
+    text = (f"He asks [{jfk}@2.0-6.5], says banana [{auto}@39.8-40.2], was silent [{auto}@20.0-30.0], "
+            f"and more [{jfk}@10.0-60.0] [deadbeef00000000@1-2] [{jfk}@5-3]")
+    refs = parse_citations(text)
+    assert len(refs) == 6
+    valid, rejected = check(archive, refs)
+    assert [(c.video_id, c.start) for c in valid] == [(jfk, 2.0), (auto, 39.8)]
+    assert "banana" in valid[1].text.lower()
+    reasons = [r.reason for r in rejected]
+    assert any("no indexed moment" in r for r in reasons)  # the silence of auto-editor_example
+    assert any("ends after the video" in r for r in reasons)
+    assert any("no such video" in r for r in reasons)
+    assert any("empty or negative" in r for r in reasons)
+    assert check(archive, [CitationRef(jfk, 0, 1e9)])[0] == []
+
+
+def test_relevance_needs_score_or_shared_words() -> None:
+    assert relevant("what does Kennedy ask Americans", "my fellow Americans, ask not", 0.70, 0.84)
+    assert not relevant("who won the football world cup", "Workers of the World unite", 0.77, 0.84)
+    assert relevant("anything", "unrelated", 0.9, 0.84)
+    assert not relevant("the of and", "the of and", 0.5, 0.84)
+    assert content_words("The Communist Party!") == ["communist", "party"]
+
+
+# -- the question loop, against a misbehaving model ----------------------------------------------------------------
+QUESTION = "What does the speaker ask his fellow Americans to do for their country?"
+
+
+def test_good_tool_use_answers_on_the_agent_path(archive: Archive) -> None:
+    model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent")
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+    assert ans.searches == ["ask what you can do for your country"]
+    kinds = [s.kind for s in ans.trace]
+    assert kinds == ["model", "tool_call", "tool_result", "model", "final"]
+    assert ans.trace[1].arguments == {"query": "ask what you can do for your country"}
+    validate_output(ans)
+
+
+def test_garbage_tool_calls_get_one_correction_then_fall_back(archive: Archive) -> None:
+    model = ScriptedModel(["<tool_call>{search: country}</tool_call>", '{"name": "search", "arguments": {}}',
+                           "whatever [1]"])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert ans.path == "fallback" and ans.status == "answered"
+    assert [s.kind for s in ans.trace].count("error") >= 2
+    # The error was fed back to the model once, in the conversation of its second call.
+    assert "Error: tool call is not valid JSON" in model.calls[1][0][-1]["content"]
+    # Useful and cited through the fallback: the JFK moment, quoted, since "whatever" is not grounded.
+    assert ans.citations and ans.citations[0].video_id == vid(archive, "jfk.flac")
+    assert "country" in ans.answer
+
+
+def test_one_bad_call_is_corrected_and_the_loop_goes_on(archive: Archive) -> None:
+    model = ScriptedModel(['<tool_call>{"name": "find", "arguments": {"q": "x"}}</tool_call>',
+                           search_call("banana"), cite_first_result])
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent")
+    assert "unknown tool" in next(s.content for s in ans.trace if s.kind == "error")
+    assert any(overlaps(c, 39.0, 41.0) for c in ans.citations)
+
+
+def test_a_looping_model_is_stopped(archive: Archive) -> None:
+    model = ScriptedModel([search_call("banana")] * 5)
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert ans.path == "fallback"
+    assert "repeated the call" in next(s.content for s in ans.trace if s.kind == "fallback")
+    assert len(model.calls) == 3  # two loop turns, then the fallback's one request
+    assert ans.status == "answered" and any(overlaps(c, 39.0, 41.0) for c in ans.citations)
+
+
+def test_steps_and_tokens_are_bounded(archive: Archive) -> None:
+    model = ScriptedModel([search_call(f"banana {i}") for i in range(10)])
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert "within 3 steps" in next(s.content for s in ans.trace if s.kind == "fallback")
+    greedy = ScriptedModel([search_call(f"banana {i}") for i in range(10)], tokens=200)
+    ans = ask("When does the speaker say banana?", archive, greedy, FAST)
+    assert ans.tokens <= FAST.token_budget + 200
+    assert "token budget" in next(s.content for s in ans.trace if s.kind == "fallback")
+    assert ans.status == "answered" and ans.citations  # quoted, without another model call
+
+
+class FailingModel(ScriptedModel):
+    """Every request fails in the engine (e.g. a prompt longer than the model's context)."""
+
+    def chat(self, conversations, max_tokens, stop=None, temperature=0.0):
+        self.calls.append(conversations)
+        return [Completion("", "error", 0, "prompt has 9000 tokens but the context limit is 8192")
+                for _ in conversations]
+
+
+def test_failed_model_requests_still_give_a_cited_answer(archive: Archive) -> None:
+    model = FailingModel([])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert ans.status == "answered" and ans.path == "fallback" and len(model.calls) == 2
+    assert "context limit" in next(s.content for s in ans.trace if s.kind == "error")
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac") and "From the archive" in ans.answer
+    s = summarize("manifesto.mp4", archive, model, FAST)
+    assert s.status == "summarised" and not any(c.generated for c in s.chapters)
+
+
+def test_invented_citations_are_rejected(archive: Archive) -> None:
+    jfk = vid(archive, "jfk.flac")
+    lie = f"He talks about the moon landing [deadbeef00000000@3-9] [{jfk}@200-260]."
+    ans = ask(QUESTION, archive, ScriptedModel([search_call("country"), lie, "no idea"]), FAST)
+    assert {r.reason for r in ans.rejected_citations} >= {"no such video in the index", "ends after the video (11.0 s)"}
+    assert ans.path == "fallback" and ans.status == "answered"
+    assert all(c.video_id == jfk for c in ans.citations)
+    # Without the fallback, the same answer is marked unsupported, never answered.
+    bare = ask(QUESTION, archive, ScriptedModel([search_call("country"), lie]), FAST, fallback=False)
+    assert bare.status == "unsupported" and bare.citations == []
+
+
+def test_citing_a_real_moment_it_was_never_shown_is_rejected(archive: Archive) -> None:
+    auto = vid(archive, "auto-editor_example.mp4")
+    ans = ask(QUESTION, archive, ScriptedModel([f"It is here [{auto}@0.0-4.5]."]), FAST, fallback=False)
+    assert ans.status == "unsupported"
+    assert ans.rejected_citations[0].reason == "not a moment any tool returned in this job"
+
+
+def test_questions_about_absent_things_are_not_found(archive: Archive) -> None:
+    q = "What is the recipe for chocolate cake with raspberries?"
+    model = ScriptedModel([search_call("chocolate cake recipe"), cite_first_result])  # cites an unrelated moment
+    ans = ask(q, archive, model, FAST)
+    assert ans.status == "not_found" and ans.citations == []
+    assert ans.searches[0] == "chocolate cake recipe" and q in ans.searches
+    assert "Not found" in ans.answer and "chocolate cake recipe" in ans.answer
+    said = ask(q, archive, ScriptedModel(["NOT FOUND"]), FAST)
+    assert said.status == "not_found" and said.searches == [q]
+
+
+def test_not_found_from_the_model_is_checked(archive: Archive) -> None:
+    ans = ask(QUESTION, archive, ScriptedModel(["NOT FOUND", "He says ask what you can do for your country [1]"]),
+              FAST)
+    assert ans.path == "fallback" and ans.status == "answered"
+    assert ans.answer.startswith("He says ask what you can do for your country")  # grounded: kept
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+
+
+def test_questions_scoped_to_a_video(archive: Archive) -> None:
+    manifesto = vid(archive, "manifesto.mp4")
+    model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+    ans = ask(QUESTION, archive, model, FAST, video=str(media("video/manifesto.mp4")))
+    assert ans.video_id == manifesto
+    assert all(c.video_id == manifesto for c in ans.citations)
+    assert "Only video " + manifesto in model.calls[0][0][1]["content"]
+    jfk = vid(archive, "jfk.flac")
+    model = ScriptedModel([search_call("country", video_id=jfk), "It is not here."])
+    ans = ask(QUESTION, archive, model, FAST, video=manifesto)
+    assert "only video" in next(s.content for s in ans.trace if s.kind == "error")
+    assert all(c.video_id == manifesto for c in ans.citations)
+
+
+@pytest.mark.parametrize(
+    ("question", "video", "message"),
+    [("", None, "empty"), ("   ", None, "empty"), ("x" * 1001, None, "too long"),
+     ("what?", "no-such-video.mp4", "no video"), ("what?", "", "no video")],
+)
+def test_bad_questions_are_refused(archive: Archive, question: str, video: str | None, message: str) -> None:
+    with pytest.raises(agents.AgentInputError, match=message):
+        ask(question, archive, ScriptedModel([]), FAST, video=video)
+
+
+# -- summaries --------------------------------------------------------------------------------------------------
+def grounded_map_reply(conv: list[Message]) -> str:
+    """Titles and summaries copied from each excerpt; an invented answer to the reduce request."""
+    marker = "in one sentence:\n\n"
+    if marker not in conv[-1]["content"]:
+        return "Two dinosaurs argue about spaceships."
+    words = conv[-1]["content"].split(marker, 1)[1].split()
+    return f"The speaker says {' '.join(words[:14])}. And more."
+
+
+def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> None:
+    settings = FAST.model_copy(update={"summary_window_chars": 300})
+    model = ScriptedModel([grounded_map_reply] * 20)
+    s = summarize("manifesto.mp4", archive, model, settings)
+    assert s.status == "summarised" and s.windows >= 2
+    assert len(model.calls[0]) == s.windows  # every map window in one batch to the engine
+    duration = archive.resolve("manifesto.mp4").duration
+    for ch in s.chapters:
+        assert ch.generated and 0 <= ch.start < ch.end <= duration
+        assert "And more" not in ch.summary and ch.title and not ch.title.lower().startswith("the speaker")
+        assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ch.citations])[1] == []
+    assert s.chapters == sorted(s.chapters, key=lambda c: c.start)
+    if len(s.chapters) > 1:  # the invented reduce answer was refused: the summary is built from the chapters
+        assert "dinosaur" not in s.summary.lower()
+    jsonschema.validate(validate_output(s), VideoSummary.model_json_schema())
+
+
+def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> None:
+    model = ScriptedModel(["Astronauts ride dinosaurs to Mars."] * 10)
+    s = summarize(vid(archive, "auto-editor_example.mp4"), archive, model, FAST)
+    text = " ".join([s.summary] + [c.summary + " " + c.title for c in s.chapters]).lower()
+    assert "dinosaur" not in text and "mars" not in text
+    assert not any(c.generated for c in s.chapters) and any("not grounded" in n for n in s.notes)
+    assert "example video" in text
+    # The long silence (17-39 s) separates the last utterance from the rest.
+    assert any(abs(c.start - 39.77) < 0.5 for c in s.chapters)
+
+
+def test_video_without_speech_or_text_has_nothing_to_summarise(archive: Archive) -> None:
+    model = ScriptedModel(["Title: A busy street\nSummary: People walk past shops."])
+    s = summarize("testvideo.mp4", archive, model, FAST)
+    assert s.status == "nothing_to_summarise" and s.chapters == [] and s.citations == []
+    assert s.summary.startswith("Nothing to summarise")
+    assert model.calls == []  # the model is not even asked
+
+
+def test_visual_concepts_alone_give_a_visual_summary(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    # The vision stage is not on this branch yet: write the visual segments it would produce (labels on the
+    # PySceneDetect ground-truth shots of goldeneye-vfr-drop3.mp4) into a real index.
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    source = str(media("video/goldeneye-vfr-drop3.mp4"))
+    shots = [(0.0, 3.754, "car, sports car"), (3.754, 8.759, "tank, armored vehicle")]
+    segments = [Segment("f00d", source, a, b, "visual", label) for a, b, label in shots]
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        index.replace_video(VideoRecord("f00d", source, "f00d", 1, 1, 9.97, None, 2, {}, now()), segments,
+                            embedder.embed_passages([s.text for s in segments]))
+        model = ScriptedModel(["Title: Car chase\nSummary: James Bond escapes."])
+        s = summarize("f00d", Archive(index, embedder), model, FAST)
+    assert s.status == "visual_only" and model.calls == []
+    assert "car, sports car" in s.summary and "tank" in s.summary and "Bond" not in s.summary
+    assert [(c.start, c.end) for c in s.chapters] == [(0.0, 3.75), (3.75, 8.76)]
+
+
+def test_moments_never_run_past_the_duration(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    # Whisper can end the last segment after the container's duration (multilingual.mp3: 60.81 s of 59.9 s).
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    source = str(media("audio/multilingual.mp3"))
+    segments = [Segment("beef", source, 41.99, 54.05, "speech", "the right to use the software"),
+                Segment("beef", source, 54.05, 60.81, "speech", "to understand, to understand")]
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        index.replace_video(VideoRecord("beef", source, "beef", 1, 1, 59.9, "en", 2, {}, now()), segments,
+                            embedder.embed_passages([s.text for s in segments]))
+        arc = Archive(index, embedder)
+        assert [h.end for h in arc.segments("beef")] == [54.05, 59.9]
+        assert arc.search("understand")[0].end <= 59.9
+        s = summarize("beef", arc, ScriptedModel([]), FAST)
+        cites = [*s.citations, *(c for ch in s.chapters for c in ch.citations)]
+        assert cites and check(arc, [CitationRef(c.video_id, c.start, c.end) for c in cites])[1] == []
+
+
+@pytest.mark.parametrize("video", ["", "nope.mp4", "0000000000000000"])
+def test_summary_of_an_unknown_video_is_refused(archive: Archive, video: str) -> None:
+    with pytest.raises(agents.AgentInputError, match="no video"):
+        summarize(video, archive, ScriptedModel([]), FAST)
+
+
+# -- jobs and the command line -------------------------------------------------------------------------------------
+def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings) -> None:
+    job_id = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")
+    model = ScriptedModel([search_call("country"), cite_first_result])
+    job = agents.run_ask_job(agent_settings, job_id, llm=model, archive=archive)
+    assert job.state == "done", job.error
+    out = Answer.model_validate(job.result["output"])
+    assert out.status == "answered" and "## Moments" in job.result["markdown"]
+
+    job_id = agents.submit_summarize(agent_settings, "testvideo.mp4")
+    job = agents.run_summarize_job(agent_settings, job_id, llm=model, archive=archive)
+    assert job.state == "done" and job.result["output"]["status"] == "nothing_to_summarise"
+
+    bad = agents.submit_summarize(agent_settings, "missing.mp4")
+    job = agents.run_summarize_job(agent_settings, bad, llm=model, archive=archive)
+    assert job.state == "failed" and "no video" in job.error
+    with pytest.raises(agents.AgentInputError, match="not 'ask'"):  # wrong kind: the job is left alone
+        agents.run_ask_job(agent_settings, bad, llm=model, archive=archive)
+    with pytest.raises(JobNotFound):
+        agents.run_ask_job(agent_settings, "nope", llm=model, archive=archive)
+    with pytest.raises(agents.AgentInputError):
+        agents.submit_ask(agent_settings, "  ")
+    store = JobStore(agents.jobs_path(agent_settings))
+    assert {j.kind for j in store.list()} == {"ask", "summarize"}
+    store.close()
+
+
+def test_cli_summarize_and_ask(archive: Archive, agent_settings: Settings, monkeypatch, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mediaindex.cli import app
+
+    runner = CliRunner()
+    monkeypatch.setattr(agents, "open_archive", lambda settings: Archive(archive.index, archive.embedder))
+    monkeypatch.setattr(archive.index, "close", lambda: None)  # the shared test index stays open
+    monkeypatch.setattr(agents, "get_llm", lambda settings: ScriptedModel(
+        [search_call("banana"), cite_first_result]))
+    idx = ["--index", str(agent_settings.index_dir)]
+    res = runner.invoke(app, ["ask", "When does the speaker say banana?", *idx, "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["status"] == "answered" and data["job_id"]
+    res = runner.invoke(app, ["summarize", "testvideo.mp4", *idx])
+    assert res.exit_code == 0 and "Nothing to summarise" in res.stdout
+    res = runner.invoke(app, ["summarize", "nope.mp4", *idx])
+    assert res.exit_code == 1 and "no video" in res.output
+    assert runner.invoke(app, ["ask", " ", *idx]).exit_code == 2
+    assert runner.invoke(app, ["ask", "q", "--index", str(tmp_path / "none")]).exit_code == 2
+    assert not (tmp_path / "none").exists()  # no job store appears where there is no index
+
+
+# -- the real default model, in the engine, in a Ray actor --------------------------------------------------------
+@pytest.fixture(scope="module")
+def smol(agent_settings: Settings, ray_runtime):
+    from mediaindex.agents.llm import start_llm
+
+    llm = start_llm(agent_settings)
+    yield llm
+    llm.close()
+
+
+# Few tokens: a 135M model on two shared cores generates ~15 tokens/s at best.
+REAL = LLMSettings(max_steps=1, max_new_tokens=32, token_budget=64)
+
+
+@pytest.mark.llm
+def test_real_model_summary_is_grounded_and_cited(archive: Archive, smol) -> None:
+    s = summarize("jfk.flac", archive, smol, REAL)
+    assert s.status == "summarised" and s.model == "smollm2" and len(s.chapters) == 1
+    data = validate_output(s)
+    assert data["chapters"][0]["citations"]
+    assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in s.chapters[0].citations])[1] == []
+    # Generated or extractive, the summary stays on the speech: nothing else was said.
+    assert grounded(s.summary, "And so my fellow Americans, ask not what your country can do for you")
+    assert "country" in (s.summary + s.chapters[0].summary).lower()
+
+
+@pytest.mark.llm
+def test_real_model_answers_with_real_citations(archive: Archive, smol) -> None:
+    ans = ask(QUESTION, archive, smol, REAL)
+    assert ans.status == "answered", ans.trace
+    assert any(c.video_id == vid(archive, "jfk.flac") and overlaps(c, 0.0, 11.0) for c in ans.citations)
+    assert ans.tokens <= REAL.token_budget and ans.trace[0].kind == "model"
+
+
+@pytest.mark.llm
+def test_real_model_does_not_invent_absent_things(archive: Archive, smol) -> None:
+    ans = ask("Which team won the football world cup final?", archive, smol, REAL)
+    assert ans.status == "not_found" and ans.citations == []
+    assert ans.searches and "Not found" in ans.answer
