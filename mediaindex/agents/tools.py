@@ -11,15 +11,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.store import SearchFilters
+from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
 from mediaindex.segments import MODALITIES, Hit
 
-MAX_SEGMENTS_PER_VIDEO = 20_000
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 
 _RANGE = {
@@ -136,11 +133,7 @@ class Archive:
     def segments(self, video_id: str) -> list[Hit]:
         """Every indexed segment of a video, in time order (cached per job)."""
         if video_id not in self._segments:
-            # The store's public interface is a filtered nearest-neighbour query; a filtered query with a
-            # limit above the video's segment count returns all of them.
-            dim = self.embedder.dim
-            probe = np.full(dim, 1.0 / math.sqrt(dim), dtype=np.float32)
-            hits = self.index.store.search(probe, limit=MAX_SEGMENTS_PER_VIDEO, filters=SearchFilters(video_id=video_id))
+            hits = [hit_from_payload(p, 0.0) for p in self.index.store.segments_of(video_id)]
             self._segments[video_id] = sorted(self._clamp(hits), key=lambda h: (h.start, h.end, h.modality))
         return self._segments[video_id]
 

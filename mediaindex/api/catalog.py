@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from mediaindex.index.catalog import Catalog
+from mediaindex.index.store import hit_from_payload
 from mediaindex.segments import Hit
 
 
@@ -34,14 +35,6 @@ class PerThreadCatalog:
             self._local.catalog = None
 
 
-def _to_hit(payload: dict) -> Hit:
-    return Hit(source=payload.get("source", ""), video_id=payload.get("video_id", ""),
-               start=float(payload.get("start", 0.0)), end=float(payload.get("end", 0.0)), score=0.0,
-               modality=payload.get("modality", ""), text=payload.get("text") or "",
-               language=payload.get("language"), thumbnail=payload.get("thumbnail"))
-
-
 def video_segments(store, video_id: str, modality: str | None = None) -> list[Hit]:
     """Every segment of one video, in time order."""
-    hits = [_to_hit(p) for p in store.segments_of(video_id, modality)]
-    return sorted(hits, key=lambda h: (h.start, h.end))
+    return [hit_from_payload(p, 0.0) for p in store.segments_of(video_id, modality)]
