@@ -111,14 +111,8 @@ def test_oversized_chunked_upload_is_cut_off(fresh: TestClient) -> None:
     assert not any(p.is_file() for p in fresh.app.state.api.upload_dir.rglob("*"))
 
 
-def test_summarize_needs_the_agents_module(fresh: TestClient) -> None:
-    from mediaindex.api.runner import summarizer
-
-    r = fresh.post("/summarize", json={"video_id": "0000000000000000"})
-    if summarizer() is None:
-        assert_error(r, 501, "summarization is not available")
-    else:
-        assert_error(r, 404, "no video")
+def test_summarize_refuses_unknown_videos(fresh: TestClient) -> None:
+    assert_error(fresh.post("/summarize", json={"video_id": "0000000000000000"}), 404, "no video")
     assert_error(fresh.post("/summarize", json={}), 422, "video_id")
 
 

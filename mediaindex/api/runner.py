@@ -6,9 +6,6 @@ job then goes on with the files that were not finished.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import json
 import logging
 import queue
 import threading
@@ -20,16 +17,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mediaindex.api.jobs")
 _FILE_STATE = {"indexed": "done", "unchanged": "done", "failed": "failed", "skipped": "skipped"}
-
-
-def summarizer():  # -> Callable | None
-    """`mediaindex.agents.summarize`, when that module exists in this build."""
-    try:
-        module = importlib.import_module("mediaindex.agents")
-    except ImportError:
-        return None
-    fn = getattr(module, "summarize", None)
-    return fn if callable(fn) else None
 
 
 class JobRunner:
@@ -124,23 +111,8 @@ class JobRunner:
             self._set(job_id, "failed", result=result, error=f"nothing could be indexed: {reasons}")
 
     def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
-        fn = summarizer()
-        if fn is None:
-            self._set(job_id, "failed", error="summarization is not available in this build (no mediaindex.agents)")
-            return
-        offered = {"video_id": params["video_id"], "instructions": params.get("instructions"),
-                   "settings": self.state.settings, "index": self.state.index, "embedder": self.state.embedder}
-        accepted = inspect.signature(fn).parameters
-        takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-        result = fn(**{k: v for k, v in offered.items() if takes_all or k in accepted})
-        if hasattr(result, "model_dump"):
-            result = result.model_dump()
-        elif hasattr(result, "__dataclass_fields__"):
-            from dataclasses import asdict
+        """The agentic summary job, on this server's open index (it sets the job's state itself)."""
+        from mediaindex.agents import run_summarize_job
+        from mediaindex.agents.tools import Archive
 
-            result = asdict(result)
-        try:
-            json.dumps(result)
-        except TypeError:
-            result = str(result)
-        self._set(job_id, "done", result={"summary": result})
+        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))

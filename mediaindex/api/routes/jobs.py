@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
-from mediaindex.api.runner import summarizer
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobNotFound
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
@@ -112,17 +111,15 @@ async def ingest_upload(request: Request, filename: str = Query(min_length=1, ma
 
 
 @router.post("/summarize", status_code=202, response_model=JobOut,
-             responses={404: {"model": ErrorOut}, 501: {"model": ErrorOut}})
+             responses={404: {"model": ErrorOut}})
 def summarize(request: Request, body: SummarizeRequest) -> JSONResponse:
-    """Summarize one video as a background job (needs the summarization module)."""
+    """Summarize one video (summary and chapters with cited moments) as a background job."""
     state = get_state(request)
-    if summarizer() is None:
-        raise ApiError(501, "summarization is not available in this build: the mediaindex.agents module "
-                            "(with a summarize function) is not installed")
     if state.index.catalog.get(body.video_id) is None:
         raise ApiError(404, f"no video with id {body.video_id!r} in the index")
     with state.jobs_lock:
-        job = state.jobs.create("summarize", {**body.model_dump(), "origin": "api"})
+        # "video" is what the summarization job reads; the rest is kept for the record.
+        job = state.jobs.create("summarize", {**body.model_dump(), "video": body.video_id, "origin": "api"})
     return _accepted(state, job)
 
 
