@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import mediaindex.workers  # noqa: F401  (sets Ray's auth environment before Ray is imported)
 from mediaindex.config import Settings
@@ -35,6 +36,7 @@ class Pipeline:
                 if need > have.get(kind, 0):
                     raise StageStartError(f"the {spec.name} stage asks for {need:g} {kind} per actor but the Ray "
                                           f"cluster has {have.get(kind, 0):g}: lower ray.{spec.name}_{kind.lower()}s")
+        _wait_for_room(self.stages)
         self.actors = {s.name: [start_actor(s, settings) for _ in range(s.workers)] for s in self.stages}
         self.pools = [ActorPool(list(self.actors[s.name])) for s in self.stages]
         # Load every model now: a stage that cannot start is one clear error, not a failure per file.
@@ -54,3 +56,25 @@ class Pipeline:
         for handles in self.actors.values():
             for actor in handles:
                 ray.kill(actor)
+
+
+def _wait_for_room(stages: list[StageSpec], grace: float = 30.0) -> None:
+    """Refuse to start when other actors hold the resources the stages need.
+
+    Ray would otherwise keep the new actors pending forever and the start would hang. Actors of a
+    pipeline closed a moment ago release their share asynchronously, hence the short grace period.
+    """
+    import ray
+
+    need = {"CPU": sum(s.cpus * s.workers for s in stages), "GPU": sum(s.gpus * s.workers for s in stages)}
+    deadline = time.monotonic() + grace
+    while True:
+        free = ray.available_resources()
+        short = {k: v for k, v in need.items() if v > free.get(k, 0.0) + 1e-9}
+        if not short:
+            return
+        if time.monotonic() > deadline:
+            what = ", ".join(f"{v:g} {k} (free: {free.get(k, 0.0):g})" for k, v in short.items())
+            raise StageStartError(f"the pipeline needs {what}, held by other actors in this Ray cluster: "
+                                  "close the other pipeline or raise ray.num_cpus")
+        time.sleep(0.5)

@@ -10,6 +10,10 @@ from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+# Stage actors reserve logical CPUs; a local Ray advertises at least this many so that a pipeline (about
+# 3 CPUs of reservations), a second one (e.g. an API server's) and the language stage fit on a laptop.
+LOCAL_LOGICAL_CPUS = 8
 _RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
 
@@ -46,7 +50,7 @@ def ensure_ray(settings: Settings) -> None:
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
     ray.init(
         # Logical CPUs: stage actors reserve fractions, so a 2-core laptop still runs every stage.
-        num_cpus=settings.ray.num_cpus or max(os.cpu_count() or 1, 4),
+        num_cpus=settings.ray.num_cpus or max(os.cpu_count() or 1, LOCAL_LOGICAL_CPUS),
         num_gpus=settings.ray.num_gpus,
         object_store_memory=settings.ray.object_store_memory,
         _temp_dir=str(settings.temp_dir / "ray"),
