@@ -93,6 +93,12 @@ class VisionSettings(_Section):
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
 
 
+class LLMWeights(_Section):
+    # Weight precision per phase (mediaindex.serving.WeightsConfig): bf16/fp32 unquantized, int8/int4 HQQ.
+    prefill: Literal["bf16", "fp32", "int8"] = "bf16"
+    decode: Literal["int4", "int8", "bf16", "fp32"] = "int4"
+
+
 class LLMSettings(_Section):
     # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
     # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
@@ -107,6 +113,8 @@ class LLMSettings(_Section):
     max_num_seqs: int = Field(default=16, ge=1)
     max_num_batched_tokens: int = Field(default=512, ge=1)
     max_model_len: int | None = Field(default=None, ge=64)
+    weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
+    quant_group_size: int = Field(default=64, ge=8)
     # Agentic jobs: bounded loop, bounded output.
     max_steps: int = Field(default=4, ge=1, le=32)
     max_new_tokens: int = Field(default=160, ge=8)  # per model call

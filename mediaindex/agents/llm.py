@@ -53,7 +53,10 @@ def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.Engine
         "page_size": settings.page_size,
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "quant_group_size": settings.quant_group_size,
     }
+    if settings.weights is not None:
+        fields["weights"] = settings.weights.model_dump()
     if settings.kv_cache_memory_bytes is not None:
         fields["kv_cache_memory_bytes"] = settings.kv_cache_memory_bytes
     if settings.max_model_len is not None:

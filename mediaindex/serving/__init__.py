@@ -1,6 +1,6 @@
 """LLM serving core: continuous batching over a paged KV cache (FP32/BF16 or FP8 pages) on transformers models."""
 
-from mediaindex.serving.config import EngineConfig
+from mediaindex.serving.config import EngineConfig, WeightsConfig
 from mediaindex.serving.engine import EngineMetrics, LLMEngine, RequestOutput
 from mediaindex.serving.errors import InvalidRequestError, KVIntegrityError, ServingError, UnknownRequestError
 from mediaindex.serving.sampling import SamplingParams
@@ -15,4 +15,5 @@ __all__ = [
     "SamplingParams",
     "ServingError",
     "UnknownRequestError",
+    "WeightsConfig",
 ]

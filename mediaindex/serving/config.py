@@ -7,6 +7,30 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KVCacheDType = Literal["auto", "bf16", "fp32", "fp8_e4m3"]
+PrefillWeights = Literal["bf16", "fp32", "int8"]
+DecodeWeights = Literal["int4", "int8", "bf16", "fp32"]
+
+
+class WeightsConfig(BaseModel):
+    """Precision of the weights each phase runs through. bf16 / fp32 are the unquantized weights cast to that
+    dtype; int8 / int4 are HQQ (see `mediaindex.serving.quant`). Different prefill and decode values make two
+    weight sets over shared embeddings, norms, router gates and output head (split precision)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill: PrefillWeights = "bf16"
+    decode: DecodeWeights = "int4"
+
+    @model_validator(mode="after")
+    def _one_unquantized_dtype(self) -> WeightsConfig:
+        high = {self.prefill, self.decode} - {"int4", "int8"}
+        if len(high) > 1:
+            raise ValueError(f"prefill {self.prefill} with decode {self.decode}: the unquantized weights have one dtype")
+        return self
+
+    @property
+    def quantized(self) -> bool:
+        return "int4" in (self.prefill, self.decode) or "int8" in (self.prefill, self.decode)
 
 
 class EngineConfig(BaseModel):
@@ -29,6 +53,8 @@ class EngineConfig(BaseModel):
     enable_prefix_sharing: bool = True
     integrity_checks: bool = Field(False, description="verify KV page ownership before every step (issue: KV integrity)")
     device: str = "cpu"
+    weights: WeightsConfig | None = Field(None, description="prefill / decode weight precision; None: as loaded")
+    quant_group_size: int = Field(64, ge=8, le=4096, description="HQQ group size for int8 / int4 weights")
 
     @model_validator(mode="after")
     def _needs_pool_size(self) -> EngineConfig:

@@ -20,7 +20,14 @@ from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
-from mediaindex.serving.model_runner import LogitRows, ModelRunner, load_pretrained, load_smollm2
+from mediaindex.serving.model_runner import (
+    LogitRows,
+    ModelRunner,
+    load_pretrained,
+    load_smollm2,
+    prepare_weights,
+)
+from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
 from mediaindex.serving.sequence import Sequence, Status
@@ -71,13 +78,22 @@ class LLMEngine:
     """
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: EngineConfig | None = None
+        self,
+        model: PreTrainedModel | SplitPrecisionModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: EngineConfig | None = None,
     ) -> None:
+        """`model`: full precision (quantized here when `config.weights` asks), already quantized with
+        `mediaindex.serving.quant`, or a SplitPrecisionModel (prefill and decode weight sets)."""
         self.config = config or EngineConfig()
         cfg = self.config
         self.tokenizer = tokenizer
         device = torch.device(cfg.device)
+        if not isinstance(model, SplitPrecisionModel):
+            model = model.to(device)  # quantize on the device, so the matching backend is picked
+        model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)
         model = model.to(device)
+        decode_model = model if decode_model is model else decode_model.to(device)
         self.model_config = model.config
         layout = KVLayout.from_config(model.config)
         kind = cfg.resolved_kv_dtype()
@@ -91,7 +107,7 @@ class LLMEngine:
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(model, self.kv_cache)
+        self.runner = ModelRunner(model, self.kv_cache, decode_model)
         self.sampler = Sampler()
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size: int = text_cfg.vocab_size

@@ -14,7 +14,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mediaindex.errors import ModelLoadError
 from mediaindex.serving import attention
 from mediaindex.serving.attention import PrefillSpan, StepMetadata, step_context
+from mediaindex.serving.config import WeightsConfig
 from mediaindex.serving.kv_cache import PagedKVCache
+from mediaindex.serving.quant import (
+    QuantConfig,
+    QuantizationError,
+    SplitPrecisionModel,
+    build_split_precision,
+    quantize_model,
+)
 from mediaindex.serving.sequence import Sequence
 
 log = logging.getLogger(__name__)
@@ -83,6 +91,43 @@ def use_paged_attention(model: PreTrainedModel) -> None:
             cfg._attn_implementation = name
 
 
+_HIGH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+_BITS = {"int8": 8, "int4": 4}
+
+
+def prepare_weights(
+    model: PreTrainedModel | SplitPrecisionModel, weights: WeightsConfig | None, group_size: int = 64
+) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """(prefill model, decode model) for the engine: the same object when one weight set serves both phases.
+
+    `model` may be full precision (quantized here as `weights` asks), already quantized, or a SplitPrecisionModel;
+    the last two are taken as they are and refuse a `weights` setting."""
+    ready = isinstance(model, SplitPrecisionModel) or getattr(model, "quant_config", None) is not None
+    if ready and weights is not None:
+        raise QuantizationError("the model is already quantized; leave EngineConfig.weights unset")
+    if isinstance(model, SplitPrecisionModel):
+        return model.prefill_model, model.decode_model  # type: ignore[return-value]
+    if weights is None:
+        return model, model
+    for phase in (weights.prefill, weights.decode):
+        if phase in _HIGH_DTYPES:
+            model = model.to(_HIGH_DTYPES[phase])
+    quant = QuantConfig.parse({"group_size": group_size})
+    if not weights.quantized:
+        return model, model
+    if weights.prefill == weights.decode:
+        model = quantize_model(model, quant.model_copy(update={"bits": _BITS[weights.prefill]}))
+        return model, model
+    # build_split_precision names the unquantized weights "bf16" whatever their dtype.
+    split = build_split_precision(
+        model,
+        prefill=weights.prefill if weights.prefill in _BITS else "bf16",
+        decode=weights.decode if weights.decode in _BITS else "bf16",
+        config=quant,
+    )
+    return split.prefill_model, split.decode_model  # type: ignore[return-value]
+
+
 @dataclass
 class LogitRows:
     """Rows [first_row, first_row + count) of the step's logits belong to seq and predict the tokens after
@@ -95,17 +140,33 @@ class LogitRows:
     samples: bool
 
 
+def _is_decode(seq: Sequence, n: int) -> bool:
+    return n == 1 and seq.num_computed >= len(seq.prompt_ids)
+
+
 class ModelRunner:
     """Packs scheduled tokens into one flat batch (decode tokens first, then prefill chunks) with explicit
     positions, runs the model with the paged attention function, and returns logits for requests that reached
-    their last pending token."""
+    their last pending token.
 
-    def __init__(self, model: PreTrainedModel, kv_cache: PagedKVCache) -> None:
+    With split precision (`decode_model` given and not `model`), a step's prompt tokens run through `model` and
+    its decode tokens through `decode_model`: two forwards over the one paged KV cache."""
+
+    def __init__(
+        self, model: PreTrainedModel, kv_cache: PagedKVCache, decode_model: PreTrainedModel | None = None
+    ) -> None:
         self.model = model.eval()
+        self.decode_model = model if decode_model is None else decode_model.eval()
         self.kv_cache = kv_cache
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
         use_paged_attention(model)
+        if self.decode_model is not model:
+            use_paged_attention(self.decode_model)
+
+    @property
+    def split(self) -> bool:
+        return self.decode_model is not self.model
 
     def _slots(self, seq: Sequence, start: int, end: int) -> list[int]:
         ps = self.page_size
@@ -118,6 +179,23 @@ class ModelRunner:
 
         A sequence gets a row for its last token when the step reaches the end of what it has to compute (that
         row is sampled); sequences asking for prompt log-probabilities get a row for every token of the chunk."""
+        if not self.split:
+            return self._forward(self.model, batch)
+        # Decode phase: one generated token whose prompt is fully in the cache. Everything else (prompt chunks,
+        # recomputation after preemption) is prefill.
+        decodes = [(s, n) for s, n in batch if _is_decode(s, n)]
+        prefills = [(s, n) for s, n in batch if not _is_decode(s, n)]
+        if not decodes or not prefills:
+            return self._forward(self.decode_model if decodes else self.model, batch)
+        logits_d, rows_d = self._forward(self.decode_model, decodes)
+        logits_p, rows_p = self._forward(self.model, prefills)
+        for r in rows_p:
+            r.first_row += logits_d.shape[0]
+        return torch.cat([logits_d, logits_p]), rows_d + rows_p
+
+    def _forward(
+        self, model: PreTrainedModel, batch: list[tuple[Sequence, int]]
+    ) -> tuple[torch.Tensor, list[LogitRows]]:
         decodes = [(s, n) for s, n in batch if n == 1]
         prefills = [(s, n) for s, n in batch if n > 1]
         ids: list[int] = []
@@ -164,7 +242,7 @@ class ModelRunner:
         # Steps made only of mid-prompt chunks need no logits; one row is still computed to keep a single call path.
         keep = logit_rows or [len(ids) - 1]
         with step_context(meta):
-            out = self.model(
+            out = model(
                 input_ids=input_ids,
                 position_ids=position_ids,
                 use_cache=False,
