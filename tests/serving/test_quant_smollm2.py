@@ -54,6 +54,14 @@ def smollm2() -> tuple[nn.Module, Any]:
     return model, tokenizer
 
 
+@pytest.fixture(scope="module")
+def reference(smollm2: tuple[nn.Module, Any]) -> tuple[torch.Tensor, str, float]:
+    """The unquantized model's answer and perplexity, computed once for both widths."""
+    model, tokenizer = smollm2
+    ids, text = _answer(model, tokenizer, "What is the capital of France?")
+    return ids, text, _perplexity(model, tokenizer)
+
+
 def _chat(tokenizer: Any, question: str) -> torch.Tensor:
     enc = tokenizer.apply_chat_template(
         [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt"
@@ -63,7 +71,7 @@ def _chat(tokenizer: Any, question: str) -> torch.Tensor:
 
 @torch.no_grad()
 def _answer(
-    model: nn.Module, tokenizer: Any, question: str, new_tokens: int = 16
+    model: nn.Module, tokenizer: Any, question: str, new_tokens: int = 8
 ) -> tuple[torch.Tensor, str]:
     ids = _chat(tokenizer, question)
     out = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
@@ -78,7 +86,8 @@ def _perplexity(model: nn.Module, tokenizer: Any) -> float:
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], bits: int, tmp_path: Path) -> None:
+def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], reference: tuple[torch.Tensor, str, float],
+                                          bits: int, tmp_path: Path) -> None:
     model, tokenizer = smollm2
     quantized = quantize_model(copy.deepcopy(model), QuantConfig(bits=bits))
     counts = count_quantized(quantized)
@@ -88,11 +97,11 @@ def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], bits: 
     sizes, full = weight_bytes(quantized), weight_bytes(model)
     assert sizes["quantized"] < (0.27 if bits == 8 else 0.15) * full["total"]  # vs fp32 weights
 
-    ref_ids, ref_text = _answer(model, tokenizer, "What is the capital of France?")
+    ref_ids, ref_text, ppl_ref = reference
     ids, text = _answer(quantized, tokenizer, "What is the capital of France?")
     assert "Paris" in ref_text
     assert "Paris" in text, text
-    ppl_ref, ppl = _perplexity(model, tokenizer), _perplexity(quantized, tokenizer)
+    ppl = _perplexity(quantized, tokenizer)
     if bits == 8:
         assert torch.equal(ids, ref_ids), (text, ref_text)
         assert abs(ppl / ppl_ref - 1) < 0.01, (ppl, ppl_ref)
