@@ -156,7 +156,7 @@ def test_bad_filters_are_refused(kwargs: dict, message: str) -> None:
 def test_edge_index_persists_and_gains_new_named_vectors(tmp_path: Path, cache_dir: Path, segments, embedder) -> None:
     segs, vectors = segments
     settings = _settings(tmp_path, cache_dir, "edge")
-    with MediaIndex(settings, DIM, embedder.name) as index:
+    with MediaIndex(settings, DIM, embedder.name, extra_dims={}) as index:  # no vision model yet
         index.store.upsert(segs[:5], vectors[:5])
     # A vision model configured later adds its vectors to the same index; old points stay.
     with MediaIndex(settings, DIM, embedder.name, extra_dims={"frame": 8}) as index:

@@ -60,7 +60,9 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
 
         # Silence: indexed with no speech text at all.
         o, rec = indexed("silent track.mp4")
-        assert o.segments == 0 and "no speech found" in o.notes
+        assert "no speech found" in o.notes  # its segments, if any, are the vision stage's visual ones
+        assert not index.store.segments_of(o.video_id, "speech")
+        assert o.segments == len(index.store.segments_of(o.video_id, "visual"))
         o, rec = indexed("failing audio.mp4")
         assert rec.probe["has_audio"] and not index.store.segments_of(o.video_id, "speech")
 

@@ -99,14 +99,21 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
 
     dims = vector_dims(clip_settings.vision)
     with MediaIndex(clip_settings, embed.embedder.dim, embed.embedder.name, extra_dims=dims) as index:
-        assert _write(index, item).status == "indexed"
+        assert _write(index, item, {}).status == "indexed"
         # The CLIP vector alone (classifier off): a keyframe finds its own shot, near score 1.
         clip_only = clip_settings.vision.model_copy(update={"classifier": None})
+        # Shot-aware keyframes can repeat a picture in different shots (testvideo.mp4 has black frames
+        # at 6.0 s and 23.2 s): such a frame's "own shot" is any shot that shows the same picture.
+        def same(a: np.ndarray, b: np.ndarray) -> bool:
+            return a.shape == b.shape and float(np.abs(a.astype(np.float32) - b).mean()) < 2.0
+
+        at = dict(pictures)
         for t, picture in pictures:
             hit = index.store.search(load_clip(clip_only).embed_images([picture])[0], 1, using=IMAGE_VECTOR)[0]
-            assert hit.start <= t < hit.end and hit.score > 0.99
-        # Both vectors together: the lists are fused by rank.
-        t, picture = pictures[-1]
+            assert hit.start <= t < hit.end or same(at[hit.start], picture), (t, hit)
+            assert hit.score > 0.99
+        # Both vectors together: the lists are fused by rank (for a picture that shows in one shot only).
+        t, picture = next((t, p) for t, p in reversed(pictures) if sum(same(p, q) for q in at.values()) == 1)
         fused = search_image(index, clip_settings.vision, picture, limit=3)
         assert fused[0].start <= t < fused[0].end and fused[0].modality == "visual"
         # Text through the CLIP text tower lands on image vectors (a random model: any shot, well formed).
