@@ -61,3 +61,22 @@ def test_every_endpoint_survives_generated_requests(sample: Sample, tmp_path: Pa
         assert sent >= 5 * fuzzed  # the requests really reached the app
     finally:
         state.close()
+
+
+def test_blank_filter_values_are_client_errors(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    """The index rejects a blank video_id or language; every search endpoint answers 422 with a JSON error."""
+    from starlette.testclient import TestClient
+
+    app = create_app(sample.app_settings(tmp_path), index=sample.index, embedder=sample.embedder,
+                     pipeline=sample.pipeline)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        answers = [
+            c.get("/search", params={"q": "0", "video_id": ""}),
+            c.get("/search", params={"q": "0", "language": " "}),
+            c.post("/search", json={"q": "0", "filters": {"video_id": "  "}}),
+            c.post("/search/image", params={"video_id": ""}, content=b"\x89PNG",
+                   headers={"content-type": "image/png"}),
+        ]
+    for r in answers:
+        assert r.status_code == 422, (r.request.url, r.status_code, r.text)
+        assert "non-empty" in r.json()["message"], r.text

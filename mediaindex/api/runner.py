@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from mediaindex.api.state import ApiState
 
 log = logging.getLogger("mediaindex.api.jobs")
-_FILE_STATE = {"indexed": "done", "unchanged": "done", "failed": "failed", "skipped": "skipped"}
 
 
 class JobRunner:
@@ -74,9 +73,6 @@ class JobRunner:
         from mediaindex.pipeline.ingest import FileOutcome, ingest
 
         state, metrics = self.state, self.state.metrics
-        with state.jobs_lock:
-            todo = [f.path for f in state.jobs.files(job_id) if f.state in ("pending", "running")]
-            manifest = {f.path for f in state.jobs.files(job_id)}
 
         def progress(o: FileOutcome) -> None:
             metrics.files.labels(o.status).inc()
@@ -85,14 +81,13 @@ class JobRunner:
                 record = state.index.catalog.get(o.video_id) if o.video_id else None
                 if record is not None and record.duration:
                     metrics.media_seconds.inc(record.duration)
-            if o.path in manifest:
-                with state.jobs_lock:
-                    state.jobs.set_file(job_id, o.path, _FILE_STATE.get(o.status, "failed"),  # type: ignore[arg-type]
-                                        reason=o.reason, video_id=o.video_id, attempt=True)
 
         started = time.monotonic()
         try:
-            report = ingest(todo, state.settings, state.index, pipeline=state.pipeline(), progress=progress)
+            # The ingest runs this job's own record (files, states, attempts) in jobs.db: a new run would
+            # record a second ingest job for the same files.
+            report = ingest([], state.settings, state.index, pipeline=state.pipeline(), progress=progress,
+                            resume=job_id)
         finally:
             metrics.ingest_seconds.inc(time.monotonic() - started)
         with state.jobs_lock:

@@ -34,13 +34,21 @@ def hit_out(hit: Hit, query: str) -> HitOut:
     )
 
 
+def _filters(**values: object) -> SearchFilters:
+    """The index's filters; a value it rejects (e.g. a blank video_id) is the client's error, a 422."""
+    try:
+        return SearchFilters(**values)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from exc
+
+
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
     from mediaindex.index.search import search
 
     state = get_state(request)
     index, embedder = state.index, state.embedder
     f = body.filters
-    filters = SearchFilters(video_id=f.video_id, modality=f.modality, language=f.language)
+    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language)
     started = time.perf_counter()
     try:
         hits = search(index, embedder, body.q, limit=body.limit, filters=filters)
@@ -85,6 +93,7 @@ async def search_image(
 ) -> SearchResponse:
     """Query by example: the request body is an image (JPEG, PNG, WebP or GIF)."""
     state = get_state(request)
+    filters = _filters(video_id=video_id, modality=modality)
     ctype = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     if ctype not in _IMAGE_TYPES:
         raise ApiError(415, f"send the image as the request body with Content-Type one of {sorted(_IMAGE_TYPES)}")
@@ -104,7 +113,7 @@ async def search_image(
             tmp.flush()
             picture = load_image(tmp.name)
         return find_similar_shots(state.index, state.settings.vision, picture, limit=limit,
-                                  filters=SearchFilters(video_id=video_id, modality=modality))
+                                  filters=filters)
 
     started = time.perf_counter()
     try:
