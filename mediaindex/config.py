@@ -39,7 +39,10 @@ class SpeechSettings(_Section):
     beam_size: int = Field(default=1, ge=1)
     vad: bool = True
     # Batched decoding of VAD chunks (BatchedInferencePipeline); false decodes them one after another.
-    batched: bool = True
+    # Sequential decoding over the VAD's speech regions is the default: on whisper base the batched
+    # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not
+    # faster on short clips; the GPU profile turns batching on.
+    batched: bool = False
     language: str | None = None  # None: detected once per file
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.

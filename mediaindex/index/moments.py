@@ -19,7 +19,10 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
         for i, m in enumerate(mine):
             start, end = min(m.start, hit.start), max(m.end, hit.end)
             if hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len:
-                mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
+                # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
+                # absorbed but does not stretch the moment away from what was actually matched.
+                if hit.modality == m.modality:
+                    mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
                 break
         else:
             mine.append(replace(hit))
