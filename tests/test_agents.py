@@ -362,12 +362,16 @@ def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> 
     assert any(abs(c.start - 39.77) < 0.5 for c in s.chapters)
 
 
-def test_video_without_speech_or_text_has_nothing_to_summarise(archive: Archive) -> None:
-    model = ScriptedModel(["Title: A busy street\nSummary: People walk past shops."])
+def test_video_without_speech_is_summarised_from_its_on_screen_text(archive: Archive) -> None:
+    # testvideo.mp4 has no speech, but the vision stage reads its copyright card: that text is summarised,
+    # and the scripted model's invented street scene is refused.
+    model = ScriptedModel(["Title: A busy street\nSummary: People walk past shops."] * 10)
     s = summarize("testvideo.mp4", archive, model, FAST)
-    assert s.status == "nothing_to_summarise" and s.chapters == [] and s.citations == []
-    assert s.summary.startswith("Nothing to summarise")
-    assert model.calls == []  # the model is not even asked
+    text = " ".join([s.summary] + [c.summary + " " + c.title for c in s.chapters]).lower()
+    assert s.status == "summarised" and s.chapters and "castellano" in text
+    assert "street" not in text and "shops" not in text
+    assert not any(c.generated for c in s.chapters) and any("not grounded" in n for n in s.notes)
+    assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in s.citations])[1] == []
 
 
 def test_visual_concepts_alone_give_a_visual_summary(tmp_path: Path, cache_dir: Path, embedder) -> None:
@@ -421,7 +425,7 @@ def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings
 
     job_id = agents.submit_summarize(agent_settings, "testvideo.mp4")
     job = agents.run_summarize_job(agent_settings, job_id, llm=model, archive=archive)
-    assert job.state == "done" and job.result["output"]["status"] == "nothing_to_summarise"
+    assert job.state == "done" and job.result["output"]["status"] == "summarised"  # its on-screen text
 
     bad = agents.submit_summarize(agent_settings, "missing.mp4")
     job = agents.run_summarize_job(agent_settings, bad, llm=model, archive=archive)
@@ -433,7 +437,7 @@ def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings
     with pytest.raises(agents.AgentInputError):
         agents.submit_ask(agent_settings, "  ")
     store = JobStore(agents.jobs_path(agent_settings))
-    assert {j.kind for j in store.list()} == {"ask", "summarize"}
+    assert {"ask", "summarize"} <= {j.kind for j in store.list()}  # ingest jobs share the store
     store.close()
 
 
@@ -453,7 +457,7 @@ def test_cli_summarize_and_ask(archive: Archive, agent_settings: Settings, monke
     data = json.loads(res.stdout)
     assert data["status"] == "answered" and data["job_id"]
     res = runner.invoke(app, ["summarize", "testvideo.mp4", *idx])
-    assert res.exit_code == 0 and "Nothing to summarise" in res.stdout
+    assert res.exit_code == 0 and "Brandon Castellano" in res.stdout  # summarised from its on-screen text
     res = runner.invoke(app, ["summarize", "nope.mp4", *idx])
     assert res.exit_code == 1 and "no video" in res.output
     assert runner.invoke(app, ["ask", " ", *idx]).exit_code == 2
