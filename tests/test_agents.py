@@ -162,15 +162,17 @@ def test_tools_return_real_moments_and_refuse_bad_ranges(archive: Archive) -> No
 def test_citations_must_exist_and_lie_within_the_video(archive: Archive) -> None:
     jfk = vid(archive, "jfk.flac")
     auto = vid(archive, "auto-editor_example.mp4")
-    text = (f"He asks [{jfk}@2.0-6.5], says banana [{auto}@39.8-40.2], was silent [{auto}@20.0-30.0], "
-            f"and more [{jfk}@10.0-60.0] [deadbeef00000000@1-2] [{jfk}@5-3]")
+    # auto-editor_example is silent from 20 s to 30 s, but its frames are indexed (on-screen text and
+    # visual concepts), so that moment exists; jfk.flac is audio only and silent after 10.4 s.
+    text = (f"He asks [{jfk}@2.0-6.5], says banana [{auto}@39.8-40.2], shows [{auto}@20.0-30.0], "
+            f"was silent [{jfk}@10.6-10.9], and more [{jfk}@10.0-60.0] [deadbeef00000000@1-2] [{jfk}@5-3]")
     refs = parse_citations(text)
-    assert len(refs) == 6
+    assert len(refs) == 7
     valid, rejected = check(archive, refs)
-    assert [(c.video_id, c.start) for c in valid] == [(jfk, 2.0), (auto, 39.8)]
+    assert [(c.video_id, c.start) for c in valid] == [(jfk, 2.0), (auto, 39.8), (auto, 20.0)]
     assert "banana" in valid[1].text.lower()
     reasons = [r.reason for r in rejected]
-    assert any("no indexed moment" in r for r in reasons)  # the silence of auto-editor_example
+    assert any("no indexed moment" in r for r in reasons)  # the silence at the end of jfk.flac
     assert any("ends after the video" in r for r in reasons)
     assert any("no such video" in r for r in reasons)
     assert any("empty or negative" in r for r in reasons)
@@ -341,8 +343,10 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
     assert s.status == "summarised" and s.windows >= 2
     assert len(model.calls[0]) == s.windows  # every map window in one batch to the engine
     duration = archive.resolve("manifesto.mp4").duration
+    # A window whose reply fails the grounding check falls back to the transcript's own words.
+    assert any(ch.generated for ch in s.chapters)
     for ch in s.chapters:
-        assert ch.generated and 0 <= ch.start < ch.end <= duration
+        assert 0 <= ch.start < ch.end <= duration
         assert "And more" not in ch.summary and ch.title and not ch.title.lower().startswith("the speaker")
         assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ch.citations])[1] == []
     assert s.chapters == sorted(s.chapters, key=lambda c: c.start)
