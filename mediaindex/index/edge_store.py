@@ -25,6 +25,7 @@ from mediaindex.index.store import (
     Retriever,
     ScoredHit,
     SparseVec,
+    check_retrievers,
     check_vectors,
     point_payload,
     scored_hit,
@@ -214,11 +215,7 @@ class EdgeStore:
     ) -> list[ScoredHit]:
         import qdrant_edge as q
 
-        if not retrievers:
-            raise ValueError("a query needs at least one vector")
-        for r in retrievers:
-            if r.using != SPARSE_VECTOR and r.using not in self.dims:
-                raise ValueError(f"this index has no {r.using!r} vectors (it has {', '.join(self.dims)})")
+        check_retrievers(retrievers, self.dims)
         flt = self._filter(filters)
         with_vector = list(with_vectors) if with_vectors else None
         payload = q.PayloadSelector.Include(HIT_FIELDS)

@@ -24,6 +24,7 @@ from mediaindex.index.store import (
     ScoredHit,
     SparseVec,
     batches,
+    check_retrievers,
     check_vectors,
     point_payload,
     scored_hit,
@@ -188,11 +189,7 @@ class ServerStore:
     ) -> list[ScoredHit]:
         from qdrant_client import models
 
-        if not retrievers:
-            raise ValueError("a query needs at least one vector")
-        for r in retrievers:
-            if r.using != SPARSE_VECTOR and r.using not in self.dims:
-                raise ValueError(f"this index has no {r.using!r} vectors (it has {', '.join(self.dims)})")
+        check_retrievers(retrievers, self.dims)
         flt = self._filter(filters)
         common = {"query_filter": flt, "limit": limit, "with_payload": HIT_FIELDS,
                   "with_vectors": list(with_vectors) if with_vectors else False}

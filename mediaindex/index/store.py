@@ -67,6 +67,15 @@ def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> Sc
     return ScoredHit(hit_from_payload(payload or {}, score), words, dense)
 
 
+def check_retrievers(retrievers: list[Retriever], dims: dict[str, int]) -> None:
+    """Refuse a query that names no vector or a vector this index does not hold (both stores)."""
+    if not retrievers:
+        raise ValueError("a query needs at least one vector")
+    for r in retrievers:
+        if r.using != SPARSE_VECTOR and r.using not in dims:
+            raise ValueError(f"this index has no {r.using!r} vectors (it has {', '.join(dims)})")
+
+
 class VectorStore(Protocol):
     """`dims` names every dense vector of a point: "text" always, others (e.g. "image") when configured."""
 
