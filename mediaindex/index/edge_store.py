@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from mediaindex.errors import IndexBusyError, IndexCorruptError, IndexSchemaError
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import Condition, SearchFilters, conditions
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import (
     HIT_FIELDS,
@@ -27,6 +27,7 @@ from mediaindex.index.store import (
     SparseVec,
     check_retrievers,
     check_vectors,
+    payloads_in_time_order,
     point_payload,
     scored_hit,
 )
@@ -163,39 +164,26 @@ class EdgeStore:
     def _filter(filters: SearchFilters | None):  # -> qdrant_edge.Filter | None
         import qdrant_edge as q
 
-        if filters is None or filters.is_empty():
-            return None
-        must: list[Any] = []
-        for key in ("video_id", "language"):
-            value = getattr(filters, key)
-            if value is not None:
-                must.append(q.FieldCondition(key=key, match=q.MatchValue(value)))
-        if filters.source_prefix is not None:
-            must.append(q.FieldCondition(key="source", match=q.MatchPrefix(filters.source_prefix)))
-        mods = filters.modalities
-        if mods:
-            must.append(q.FieldCondition(key="modality", match=q.MatchAny(list(mods))))
-        if filters.start is not None:  # overlaps [start, end]: ends after start, starts before end
-            must.append(q.FieldCondition(key="end", range=q.RangeFloat(gte=filters.start)))
-        if filters.end is not None:
-            must.append(q.FieldCondition(key="start", range=q.RangeFloat(lte=filters.end)))
-        return q.Filter(must=must)
+        def condition(c: Condition) -> Any:
+            if c.kind == "equals":
+                return q.FieldCondition(key=c.key, match=q.MatchValue(c.value))
+            if c.kind == "prefix":
+                return q.FieldCondition(key=c.key, match=q.MatchPrefix(c.value))
+            if c.kind == "any":
+                return q.FieldCondition(key=c.key, match=q.MatchAny(c.value))
+            bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}
+            return q.FieldCondition(key=c.key, range=q.RangeFloat(**bound))
+
+        must = [condition(c) for c in conditions(filters)]
+        return q.Filter(must=must) if must else None
 
     def segments_of(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
         """Every stored segment payload of one video (optionally one modality), in time order."""
         import qdrant_edge as q
 
-        payloads: list[dict[str, Any]] = []
-        offset = None
         flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
-        while True:
-            records, offset = self._shard.scroll(
-                q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)
-            )
-            payloads.extend(dict(r.payload or {}) for r in records)
-            if offset is None or not records:
-                break
-        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
+        return payloads_in_time_order(lambda offset: self._shard.scroll(
+            q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)))
 
     def _query_of(self, r: Retriever):  # -> qdrant_edge.Query
         import qdrant_edge as q

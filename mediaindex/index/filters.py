@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from mediaindex.segments import MODALITIES
 
@@ -48,3 +49,30 @@ class SearchFilters:
     def is_empty(self) -> bool:
         return all(getattr(self, n) is None for n in ("video_id", "source_prefix", "modality", "language",
                                                        "start", "end"))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One payload condition, in terms both Qdrant APIs (edge and client) express the same way."""
+
+    key: str
+    kind: Literal["equals", "prefix", "any", "at_least", "at_most"]
+    value: Any
+
+
+def conditions(filters: SearchFilters | None) -> list[Condition]:
+    """The filters as payload conditions that must all hold (empty: no filter)."""
+    if filters is None or filters.is_empty():
+        return []
+    out = [Condition(key, "equals", getattr(filters, key)) for key in ("video_id", "language")
+           if getattr(filters, key) is not None]
+    if filters.source_prefix is not None:
+        out.append(Condition("source", "prefix", filters.source_prefix))
+    if filters.modalities:
+        out.append(Condition("modality", "any", list(filters.modalities)))
+    # Overlap with [start, end]: a segment ends after `start` and starts before `end`.
+    if filters.start is not None:
+        out.append(Condition("end", "at_least", filters.start))
+    if filters.end is not None:
+        out.append(Condition("start", "at_most", filters.end))
+    return out

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from mediaindex.errors import IndexSchemaError, MediaIndexError
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import Condition, SearchFilters, conditions
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import (
     HIT_FIELDS,
@@ -26,6 +26,7 @@ from mediaindex.index.store import (
     batches,
     check_retrievers,
     check_vectors,
+    payloads_in_time_order,
     point_payload,
     scored_hit,
 )
@@ -139,36 +140,24 @@ class ServerStore:
     def _filter(filters: SearchFilters | None):  # -> models.Filter | None
         from qdrant_client import models
 
-        if filters is None or filters.is_empty():
-            return None
-        must: list[Any] = []
-        for key in ("video_id", "language"):
-            value = getattr(filters, key)
-            if value is not None:
-                must.append(models.FieldCondition(key=key, match=models.MatchValue(value=value)))
-        if filters.source_prefix is not None:
-            must.append(models.FieldCondition(key="source", match=models.MatchPrefix(prefix=filters.source_prefix)))
-        mods = filters.modalities
-        if mods:
-            must.append(models.FieldCondition(key="modality", match=models.MatchAny(any=list(mods))))
-        if filters.start is not None:
-            must.append(models.FieldCondition(key="end", range=models.Range(gte=filters.start)))
-        if filters.end is not None:
-            must.append(models.FieldCondition(key="start", range=models.Range(lte=filters.end)))
-        return models.Filter(must=must)
+        def condition(c: Condition) -> Any:
+            if c.kind == "equals":
+                return models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value))
+            if c.kind == "prefix":
+                return models.FieldCondition(key=c.key, match=models.MatchPrefix(prefix=c.value))
+            if c.kind == "any":
+                return models.FieldCondition(key=c.key, match=models.MatchAny(any=c.value))
+            bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}
+            return models.FieldCondition(key=c.key, range=models.Range(**bound))
+
+        must = [condition(c) for c in conditions(filters)]
+        return models.Filter(must=must) if must else None
 
     def segments_of(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
         """Every stored segment payload of one video (optionally one modality), in time order."""
-        payloads: list[dict[str, Any]] = []
-        offset = None
         flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
-        while True:
-            records, offset = self._client.scroll(self.collection, scroll_filter=flt, limit=256, offset=offset,
-                                                  with_payload=True, with_vectors=False)
-            payloads.extend(dict(r.payload or {}) for r in records)
-            if offset is None or not records:
-                break
-        return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
+        return payloads_in_time_order(lambda offset: self._client.scroll(
+            self.collection, scroll_filter=flt, limit=256, offset=offset, with_payload=True, with_vectors=False))
 
     @staticmethod
     def _vector_of(r: Retriever) -> Any:

@@ -8,6 +8,7 @@ or several candidate lists fused by Qdrant's reciprocal-rank fusion.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
@@ -144,3 +145,15 @@ def check_vectors(segments: list[Segment], vectors: np.ndarray, dims: dict[str, 
 
 def batches(n: int, size: int = 256) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def payloads_in_time_order(next_page: Callable[[Any], tuple[list[Any], Any]]) -> list[dict[str, Any]]:
+    """Scroll every page (`next_page(offset) -> (records, next offset)`) and sort the payloads by time."""
+    payloads: list[dict[str, Any]] = []
+    offset = None
+    while True:
+        records, offset = next_page(offset)
+        payloads.extend(dict(r.payload or {}) for r in records)
+        if offset is None or not records:
+            break
+    return sorted(payloads, key=lambda p: (float(p.get("start", 0.0)), float(p.get("end", 0.0))))
