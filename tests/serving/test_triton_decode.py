@@ -200,3 +200,12 @@ def test_forced_triton_on_cpu_without_interpreter_fails_loudly(monkeypatch):
 def test_engine_config_rejects_unknown_backend():
     with pytest.raises(ValueError, match="attention_backend"):
         EngineConfig(attention_backend="flash")
+
+
+def test_backend_reaches_the_engine_from_settings_and_environment(monkeypatch, tmp_path):
+    from mediaindex.agents.llm import engine_config
+    from mediaindex.config import load_settings
+
+    assert engine_config(load_settings("gpu", index_dir=tmp_path).llm).attention_backend == "auto"
+    monkeypatch.setenv("MEDIAINDEX_LLM__ATTENTION_BACKEND", "torch")
+    assert engine_config(load_settings("gpu", index_dir=tmp_path).llm).attention_backend == "torch"
