@@ -209,3 +209,51 @@ def test_backend_reaches_the_engine_from_settings_and_environment(monkeypatch, t
     assert engine_config(load_settings("gpu", index_dir=tmp_path).llm).attention_backend == "auto"
     monkeypatch.setenv("MEDIAINDEX_LLM__ATTENTION_BACKEND", "torch")
     assert engine_config(load_settings("gpu", index_dir=tmp_path).llm).attention_backend == "torch"
+
+
+@needs_triton
+@pytest.mark.skipif(INTERPRETED, reason="compiles real GPU code: needs triton.jit without the interpreter")
+@pytest.mark.parametrize(
+    ("q_ty", "page_ty", "group", "head_dim"),
+    [("*bf16", "*u8", 8, 128), ("*fp16", "*u8", 1, 64), ("*bf16", "*bf16", 4, 128), ("*fp32", "*fp32", 4, 128),
+     ("*bf16", "*u8", 16, 256)],
+)
+def test_kernel_compiles_for_hopper_without_spills(q_ty, page_ty, group, head_dim, tmp_path, monkeypatch):
+    """Ahead-of-time compilation for sm_90 with Triton's bundled ptxas (no GPU needed): catches what the
+    interpreter does not check (FP8 conversion support, dot shapes, types in the compiled loop), and the tile
+    size the launcher picks must not spill registers to the stack."""
+    import shutil
+
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mediaindex.serving import triton_decode as td
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    dtype = {"*bf16": torch.bfloat16, "*fp16": torch.float16, "*fp32": torch.float32}[q_ty]
+    dot = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}[dtype]
+    block_d = max(16, head_dim)
+    const = dict(
+        H=2 * group, GROUP=group, PAGE_SIZE=16, DK=head_dim, DV=head_dim, BLOCK_G=max(16, group),
+        BLOCK_N=td.default_block_n(block_d, dtype), BLOCK_DK=block_d, BLOCK_DV=block_d, IS_FP8=page_ty == "*u8",
+        DOT_DTYPE=dot, IEEE=dot == tl.float32, NUM_SPLITS_IS_ONE=False,
+    )
+    pointers = {"q_ptr": q_ty, "kn_ptr": q_ty, "vn_ptr": q_ty, "out_ptr": q_ty, "kc_ptr": page_ty, "vc_ptr": page_ty,
+                "bt_ptr": "*i64", "ctx_ptr": "*i64"}
+    names = td._decode_kernel.arg_names
+    sig = {
+        n: pointers.get(n) or ("constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
+                               "fp32" if n == "qk_scale" else "i32")
+        for n in names
+    }
+    src = ASTSource(td._decode_kernel, sig, constexprs={(names.index(k),): v for k, v in const.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    assert kernel.asm["cubin"]
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if shutil.which(str(cuobjdump)):
+        cubin = tmp_path / "decode.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+        assert "STACK:0 " in usage.stdout, usage.stdout
