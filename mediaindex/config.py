@@ -118,6 +118,8 @@ class LLMSettings(_Section):
     max_model_len: int | None = Field(default=None, ge=64)
     weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
     quant_group_size: int = Field(default=64, ge=8)
+    # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
+    attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Agentic jobs: bounded loop, bounded output.
     max_steps: int = Field(default=4, ge=1, le=32)
     max_new_tokens: int = Field(default=160, ge=8)  # per model call

@@ -8,13 +8,17 @@ the model's forward does not know about pages.
 Policy ("high precision for prefill, cache precision for decode"): the tokens computed in this step attend to each
 other using the freshly computed K/V at model precision; earlier context is read from the pages (dequantised from
 FP8 when the cache is FP8). The new K/V are written to the pages after attending.
+
+Decode tokens go through one of two implementations with the same numerics policy (see `attention_backend`): the
+PyTorch reference below (gather pages, dequantise, `scaled_dot_product_attention`; any device) or the Triton
+paged kernel in `triton_decode` (CUDA, reads FP8 pages directly). Prefill always uses the reference path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +40,38 @@ class PrefillSpan:
     block_table: torch.Tensor  # [pages covering context_len]
 
 
+def torch_decode_attention(
+    cache: PagedKVCache,
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Reference decode attention. q [d, H, Dk], k [d, Hkv, Dk] and v [d, Hkv, Dv]: one new token per request;
+    block_tables [d, P], context_lens [d]: its pages and the tokens already in them. Returns [d, H, Dv]."""
+    kc, vc = cache.gather(layer, block_tables, q.dtype)  # [d, L, Hkv, D]
+    length = kc.shape[1]
+    # The current token's own K/V go last, at model precision.
+    kd = torch.cat([kc, k[:, None]], dim=1).transpose(1, 2)
+    vd = torch.cat([vc, v[:, None]], dim=1).transpose(1, 2)
+    pos = torch.arange(length + 1, device=q.device)
+    mask = (pos[None, :] < context_lens[:, None]) | (pos[None, :] == length)
+    o = F.scaled_dot_product_attention(
+        q[:, :, None], kd, vd, attn_mask=mask[:, None, None, :], scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
+    )
+    return o[:, :, 0]
+
+
+# (cache, layer, q, k, v, block_tables, context_lens, scaling) -> [d, H, Dv]
+DecodeAttention = Callable[
+    [PagedKVCache, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float | None],
+    torch.Tensor,
+]
+
+
 @dataclass
 class StepMetadata:
     kv_cache: PagedKVCache
@@ -44,6 +80,7 @@ class StepMetadata:
     decode_block_tables: torch.Tensor | None = None  # [num_decode, P]
     decode_context_lens: torch.Tensor | None = None  # [num_decode]
     prefills: list[PrefillSpan] = field(default_factory=list)
+    decode_attention: DecodeAttention = torch_decode_attention
 
 
 _STEP: contextvars.ContextVar[StepMetadata | None] = contextvars.ContextVar("mediaindex_step", default=None)
@@ -87,17 +124,9 @@ def paged_attention_forward(
     d = meta.num_decode
     if d:
         assert meta.decode_block_tables is not None and meta.decode_context_lens is not None
-        kc, vc = cache.gather(layer, meta.decode_block_tables, q.dtype)  # [d, L, Hkv, D]
-        length = kc.shape[1]
-        # The current token's own K/V go last, at model precision.
-        kd = torch.cat([kc, k[:d, None]], dim=1).transpose(1, 2)
-        vd = torch.cat([vc, v[:d, None]], dim=1).transpose(1, 2)
-        pos = torch.arange(length + 1, device=q.device)
-        mask = (pos[None, :] < meta.decode_context_lens[:, None]) | (pos[None, :] == length)
-        o = F.scaled_dot_product_attention(
-            q[:d, :, None], kd, vd, attn_mask=mask[:, None, None, :], scale=scaling, enable_gqa=gqa
+        out[:d] = meta.decode_attention(
+            cache, layer, q[:d], k[:d], v[:d], meta.decode_block_tables, meta.decode_context_lens, scaling
         )
-        out[:d] = o[:, :, 0]
 
     for span in meta.prefills:
         qs = q[span.start : span.end].transpose(0, 1)[None]

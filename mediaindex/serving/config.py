@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 KVCacheDType = Literal["auto", "bf16", "fp32", "fp8_e4m3"]
 PrefillWeights = Literal["bf16", "fp32", "int8"]
 DecodeWeights = Literal["int4", "int8", "bf16", "fp32"]
+AttentionBackend = Literal["auto", "torch", "triton"]
 
 
 class WeightsConfig(BaseModel):
@@ -53,6 +54,11 @@ class EngineConfig(BaseModel):
     enable_prefix_sharing: bool = True
     integrity_checks: bool = Field(False, description="verify KV page ownership before every step (issue: KV integrity)")
     device: str = "cpu"
+    attention_backend: AttentionBackend = Field(
+        "auto",
+        description="decode attention: auto = Triton paged kernel on CUDA when available, else the PyTorch reference "
+        "(gather + SDPA); torch / triton force one (see mediaindex.serving.attention_backend)",
+    )
     weights: WeightsConfig | None = Field(None, description="prefill / decode weight precision; None: as loaded")
     quant_group_size: int = Field(64, ge=8, le=4096, description="HQQ group size for int8 / int4 weights")
 

@@ -107,7 +107,7 @@ class LLMEngine:
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(model, self.kv_cache, decode_model)
+        self.runner = ModelRunner(model, self.kv_cache, decode_model, cfg.attention_backend)
         self.sampler = Sampler()
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size: int = text_cfg.vocab_size

@@ -14,7 +14,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from mediaindex.errors import ModelLoadError
 from mediaindex.serving import attention
 from mediaindex.serving.attention import PrefillSpan, StepMetadata, step_context
-from mediaindex.serving.config import WeightsConfig
+from mediaindex.serving.attention_backend import select_decode_attention
+from mediaindex.serving.config import AttentionBackend, WeightsConfig
 from mediaindex.serving.kv_cache import PagedKVCache
 from mediaindex.serving.quant import (
     QuantConfig,
@@ -153,11 +154,16 @@ class ModelRunner:
     its decode tokens through `decode_model`: two forwards over the one paged KV cache."""
 
     def __init__(
-        self, model: PreTrainedModel, kv_cache: PagedKVCache, decode_model: PreTrainedModel | None = None
+        self,
+        model: PreTrainedModel,
+        kv_cache: PagedKVCache,
+        decode_model: PreTrainedModel | None = None,
+        attention_backend: AttentionBackend = "auto",
     ) -> None:
         self.model = model.eval()
         self.decode_model = model if decode_model is None else decode_model.eval()
         self.kv_cache = kv_cache
+        self.attention_backend, self.decode_attention = select_decode_attention(attention_backend, kv_cache)
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
         use_paged_attention(model)
@@ -227,6 +233,7 @@ class ModelRunner:
             kv_cache=self.kv_cache,
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             num_decode=len(decodes),
+            decode_attention=self.decode_attention,
         )
         if decodes:
             ctx = [s.num_computed for s, _ in decodes]
