@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument(
         "--no-generate", action="store_true", help="perplexity and teacher-forced agreement only"
     )
+    parser.add_argument("--group-sizes", type=int, nargs="+", default=[64])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -72,10 +73,12 @@ def main() -> None:
             "answers": [tokenizer.decode(o) for o in ref_out],
         }
     }
-    for bits in (8, 4):
+    runs = [(bits, g) for bits in (8, 4) for g in args.group_sizes]
+    for bits, group in runs:
+        key = f"int{bits}" if args.group_sizes == [64] else f"int{bits}-g{group}"
         model = copy.deepcopy(bf16)
         with Timer() as t:
-            quantize_model(model, QuantConfig(bits=bits, group_size=64))
+            quantize_model(model, QuantConfig(bits=bits, group_size=group))
         outs = [greedy_ids(model, p, args.new_tokens) for p in prompts]
         agree = sum(int((o == r).sum()) for o, r in zip(outs, ref_out, strict=True)) / sum(
             len(r) for r in ref_out
@@ -84,7 +87,7 @@ def main() -> None:
             int((o != r).nonzero()[0, 0]) if bool((o != r).any()) else len(r)
             for o, r in zip(outs, ref_out, strict=True)
         ]
-        results[f"int{bits}"] = {
+        results[key] = {
             "perplexity": perplexity(model, tokenizer, texts),
             "top1_agreement_teacher_forced": top1_agreement(model, bf16, tokenizer, texts),
             "greedy_token_agreement": agree,
@@ -92,10 +95,12 @@ def main() -> None:
             "quantize_seconds": round(t.seconds, 1),
             "answers": [tokenizer.decode(o) for o in outs],
         }
-        print(f"int{bits}", results[f"int{bits}"], flush=True)
+        print(key, {k: v for k, v in results[key].items() if k != "answers"}, flush=True)
         del model
     base = float(results["bf16"]["perplexity"])  # type: ignore[arg-type]
-    for key in ("int8", "int4"):
+    for key in results:
+        if key == "bf16":
+            continue
         ppl = float(results[key]["perplexity"])  # type: ignore[arg-type]
         results[key]["perplexity_change_pct"] = round(100 * (ppl / base - 1), 2)
     report = {"machine": machine(), "text_tokens": n_tokens, "texts": list(texts), "results": results}

@@ -191,7 +191,7 @@ class QuantLinear(nn.Module):
             compute_dtype=compute_dtype,
             device=weight.device,
         )
-        codes, scale, zero = quantize_weight(weight.data, layer.spec, optimize=config.optimize)
+        codes, scale, zero = quantize_weight(weight.data, layer.spec, optimize=config.solve)
         layer.W_q, layer.scale, layer.zero = codes, scale, zero
         if linear.bias is not None:
             layer.bias = linear.bias.detach().to(compute_dtype).clone()
@@ -338,7 +338,7 @@ class QuantExperts(nn.Module):
                 ("gate_up", gate_up, layer.gate_up_spec),
                 ("down", down, layer.down_spec),
             ):
-                codes, scale, zero = quantize_weight(source[e].data, spec, optimize=config.optimize)
+                codes, scale, zero = quantize_weight(source[e].data, spec, optimize=config.solve)
                 getattr(layer, f"{prefix}_W_q")[e].copy_(codes)
                 getattr(layer, f"{prefix}_scale")[e].copy_(scale)
                 getattr(layer, f"{prefix}_zero")[e].copy_(zero)
