@@ -6,7 +6,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MODALITIES = ("speech", "ocr", "visual")
+# "summary" and "chapter" are written by the language stage (ingest.summaries): generated text, not media.
+MODALITIES = ("speech", "ocr", "visual", "summary", "chapter")
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
 
 
@@ -19,7 +20,7 @@ class Segment:
     modality: str  # one of MODALITIES
     text: str
     language: str | None = None
-    confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence
+    confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence; else None
     thumbnail: str | None = None  # path relative to the index's thumbnail folder
     extra: dict[str, Any] = field(default_factory=dict)
     # Named vectors other than the text embedding (e.g. "image" from a CLIP-family model),
