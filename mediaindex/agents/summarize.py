@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mediaindex.agents.citations import from_hit
-from mediaindex.agents.grounding import first_words, grounded
+from mediaindex.agents.grounding import first_words, grounded, repetitive
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
@@ -182,12 +182,16 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         sums, generated = [], True
         for w, o in parts:
             summary = "" if o.error else _first_sentence(o.text)
-            if not (summary and grounded(summary, w.text)):
+            if not (summary and grounded(summary, w.text)) or repetitive(summary):
                 generated = False
                 summary = first_words(w.text, 30)
             sums.append(summary)
+        # On-screen text can last the whole video: a chapter ends where the next one starts.
+        end = span.end
+        if ci + 1 < len(spans) and spans[ci + 1].start > span.start:
+            end = min(end, spans[ci + 1].start)
         chapters.append(Chapter(
-            title=title_from(sums[0]), start=round(span.start, 2), end=round(span.end, 2), summary=" ".join(sums),
+            title=title_from(sums[0]), start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
             citations=_chapter_citations(span), generated=generated))
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
@@ -209,7 +213,7 @@ def _reduce(chapters: list[Chapter], llm: ChatModel, settings: LLMSettings) -> t
                      {"role": "user", "content": f"Chapter summaries:\n{listing}"}]],
                    max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
     text = out.text.strip()
-    if out.error or not text or not grounded(text, source + " " + listing):
+    if out.error or not text or not grounded(text, source + " " + listing) or repetitive(text):
         return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
     return text, out.tokens
 
