@@ -6,8 +6,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# "summary" and "chapter" are written by the language stage (ingest.summaries): generated text, not media.
-MODALITIES = ("speech", "ocr", "visual", "summary", "chapter")
+# What was heard or seen in the media, and what the language stage (ingest.summaries) wrote about it.
+MEDIA_MODALITIES = ("speech", "ocr", "visual")
+GENERATED_MODALITIES = ("summary", "chapter")
+MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
 
 

@@ -20,6 +20,7 @@ from mediaindex.config import Settings, load_settings
 from mediaindex.errors import ConfigError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
+from mediaindex.segments import MEDIA_MODALITIES
 from mediaindex.workers.stages import default_stages
 from tests.conftest import make_settings, media
 
@@ -168,7 +169,11 @@ def test_a_topic_search_finds_the_chapter(archive: Archive) -> None:
     summary = _of(archive, SPEECH, SUMMARY)[0]
     assert archive.search(summary["text"][:200], modality=SUMMARY)[0].text == summary["text"]
     # Unfiltered, the topic leads to the right video.
-    assert archive.search(summary["text"][:200], limit=5)[0].video_id == summary["video_id"]
+    from mediaindex.index.search import search
+
+    assert search(archive.index, archive.embedder, summary["text"][:200], limit=5)[0].video_id == summary["video_id"]
+    # The agents search (and cite) the media itself unless they ask for summaries or chapters.
+    assert {h.modality for h in archive.search(summary["text"][:200], limit=10)} <= set(MEDIA_MODALITIES)
 
 
 @pytest.mark.slow

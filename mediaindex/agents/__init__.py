@@ -15,8 +15,8 @@ Entry points for the HTTP API (and the CLI):
 `result = {"output": <VideoSummary | Answer as JSON>, "markdown": str}`, or state "failed" with `error` (a
 message for the user: unknown video, empty question, model that cannot load...). They block until the job
 ends; call them from a worker thread. A summary stored at ingest (`ingest.summaries`, see `agents.stored`) is
-returned as it is unless the job's params say `recompute`; the model is then not even started. An unknown job id raises `mediaindex.jobs.JobNotFound`; a job of the
-other kind raises `AgentInputError` and is left untouched. `llm` is any `ChatModel` (default: one shared `LLMActor` per process,
+returned as it is unless the job's params say `recompute`; the model is then not even started. An unknown job
+id raises `mediaindex.jobs.JobNotFound`; a job of the other kind raises `AgentInputError` and is left untouched. `llm` is any `ChatModel` (default: one shared `LLMActor` per process,
 started on first use); `archive` an open `Archive` (default: the index at `settings.index_dir`).
 `VideoSummary.model_json_schema()` / `Answer.model_json_schema()` describe `output`.
 """
