@@ -76,6 +76,9 @@ def ingest(
     resume: Annotated[str | None, typer.Option("--resume", help="Continue an interrupted ingest job by its id.")] = None,
     address: Annotated[str | None, typer.Option(
         "--address", help="Join this Ray cluster ('auto' or ray://host:10001) instead of starting Ray.")] = None,
+    summaries: Annotated[bool | None, typer.Option(
+        "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
+        "stage; default: ingest.summaries of the config). Summaries and chapters are searchable.")] = None,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
     from mediaindex.cli_progress import IngestDisplay
@@ -86,7 +89,8 @@ def ingest(
     if not resume and not paths and not manifest:
         raise _fail("nothing to ingest: give media files or folders, --manifest FILE, or --resume JOB")
     try:
-        settings = load_settings(config, index_dir=index, ray={"address": address} if address else None)
+        settings = load_settings(config, index_dir=index, ray={"address": address} if address else None,
+                                 ingest={"summaries": summaries} if summaries is not None else None)
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
@@ -184,7 +188,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
     video: Annotated[str | None, typer.Option("--video", help="Only this video id.")] = None,
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
-    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr or visual (comma-separated for several).")] = None,
+    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
     after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
@@ -342,8 +346,13 @@ def summarize(
     index: IndexOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     config: ConfigOpt = None,
+    recompute: Annotated[bool, typer.Option(
+        "--recompute", help="Run the model even when the summary was stored at ingest (ingest --summaries).")] = False,
 ) -> None:
-    """Summarise one indexed video with chapters; every claim cites its moments."""
+    """Summarise one indexed video with chapters; every claim cites its moments.
+
+    A video ingested with --summaries already has its summary in the index: it is shown as stored.
+    """
     from mediaindex.agents import submit_summarize
 
     if not video.strip():
@@ -352,7 +361,7 @@ def summarize(
         settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    _run_agent_job(settings, "summarize", lambda: submit_summarize(settings, video), as_json)
+    _run_agent_job(settings, "summarize", lambda: submit_summarize(settings, video, recompute), as_json)
 
 
 @app.command()

@@ -138,7 +138,8 @@ class RaySettings(_Section):
     num_gpus: int | None = None
     object_store_memory: int = Field(default=512 * 1024**2, ge=78 * 1024**2)
     # Per stage: actors in its pool, and the Ray resources each actor reserves. CPUs are logical
-    # (a local Ray advertises at least 4), GPUs may be fractions so stages share one device.
+    # (a local Ray advertises at least 4), GPUs may be fractions so stages share one device. llm_* are
+    # the language stage's (ingest.summaries) and the agentic jobs' language-model actor.
     decode_workers: int = Field(default=1, ge=1)
     speech_workers: int = Field(default=1, ge=1)
     vision_workers: int = Field(default=1, ge=1)
@@ -214,6 +215,9 @@ class IndexSettings(_Section):
 class IngestSettings(_Section):
     file_timeout: float = Field(default=1800.0, gt=0)  # seconds one stage may spend on one file
     max_retries: int = Field(default=2, ge=0)  # re-runs of a file whose worker died, before it fails
+    # The language stage: summarise every video with chapters (model and limits from `llm`, actors from
+    # ray.llm_*) and index them as "summary" / "chapter" segments. Costs a language model per pool actor.
+    summaries: bool = False
 
 
 class ApiSettings(_Section):

@@ -6,7 +6,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MODALITIES = ("speech", "ocr", "visual")
+# What was heard or seen in the media, and what the language stage (ingest.summaries) wrote about it.
+MEDIA_MODALITIES = ("speech", "ocr", "visual")
+GENERATED_MODALITIES = ("summary", "chapter")
+MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
 
 
@@ -19,7 +22,7 @@ class Segment:
     modality: str  # one of MODALITIES
     text: str
     language: str | None = None
-    confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence
+    confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence; else None
     thumbnail: str | None = None  # path relative to the index's thumbnail folder
     extra: dict[str, Any] = field(default_factory=dict)
     # Named vectors other than the text embedding (e.g. "image" from a CLIP-family model),

@@ -6,7 +6,7 @@ The language model runs in the serving engine (`mediaindex.serving.LLMEngine`) i
 
 Entry points for the HTTP API (and the CLI):
 
-    submit_summarize(settings, video: str) -> str                      # job id, state "pending"
+    submit_summarize(settings, video: str, recompute=False) -> str     # job id, state "pending"
     submit_ask(settings, question: str, video: str | None = None) -> str
     run_summarize_job(settings, job_id: str, llm=None, archive=None) -> Job
     run_ask_job(settings, job_id: str, llm=None, archive=None) -> Job
@@ -14,8 +14,9 @@ Entry points for the HTTP API (and the CLI):
 `run_*_job` loads the job, marks it running, does the work and stores the outcome: state "done" with
 `result = {"output": <VideoSummary | Answer as JSON>, "markdown": str}`, or state "failed" with `error` (a
 message for the user: unknown video, empty question, model that cannot load...). They block until the job
-ends; call them from a worker thread. An unknown job id raises `mediaindex.jobs.JobNotFound`; a job of the
-other kind raises `AgentInputError` and is left untouched. `llm` is any `ChatModel` (default: one shared `LLMActor` per process,
+ends; call them from a worker thread. A summary stored at ingest (`ingest.summaries`, see `agents.stored`) is
+returned as it is unless the job's params say `recompute`; the model is then not even started. An unknown job
+id raises `mediaindex.jobs.JobNotFound`; a job of the other kind raises `AgentInputError` and is left untouched. `llm` is any `ChatModel` (default: one shared `LLMActor` per process,
 started on first use); `archive` an open `Archive` (default: the index at `settings.index_dir`).
 `VideoSummary.model_json_schema()` / `Answer.model_json_schema()` describe `output`.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from mediaindex.agents.ask import AgentInputError, ask
 from mediaindex.agents.llm import ChatModel, RemoteLLM, start_llm
 from mediaindex.agents.render import answer_markdown, summary_markdown
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
+from mediaindex.agents.stored import stored_summary
 from mediaindex.agents.summarize import summarize
 from mediaindex.agents.tools import Archive
 from mediaindex.config import Settings
@@ -46,7 +49,8 @@ _LLM_LOCK = threading.Lock()
 
 __all__ = [
     "ASK", "SUMMARIZE", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm", "jobs_path",
-    "open_archive", "run_ask_job", "run_summarize_job", "submit_ask", "submit_summarize", "summarize",
+    "open_archive", "run_ask_job", "run_summarize_job", "stored_summary", "submit_ask", "submit_summarize",
+    "summarize",
 ]
 
 
@@ -82,12 +86,12 @@ def open_archive(settings: Settings) -> Archive:
     return Archive(index, embedder)
 
 
-def submit_summarize(settings: Settings, video: str) -> str:
+def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:
     if not isinstance(video, str) or not video.strip():
         raise AgentInputError("no video given")
     store = JobStore(jobs_path(settings))
     try:
-        return store.create(SUMMARIZE, {"video": video.strip()}).id
+        return store.create(SUMMARIZE, {"video": video.strip(), "recompute": bool(recompute)}).id
     finally:
         store.close()
 
@@ -104,16 +108,18 @@ def submit_ask(settings: Settings, question: str, video: str | None = None) -> s
 
 def run_summarize_job(settings: Settings, job_id: str, llm: ChatModel | None = None,
                       archive: Archive | None = None) -> Job:
-    def work(params: dict[str, Any], arc: Archive, model: ChatModel) -> tuple[dict[str, Any], str]:
-        out = summarize(str(params.get("video") or ""), arc, model, settings.llm)
+    def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
+        video = str(params.get("video") or "")
+        out = None if params.get("recompute") else stored_summary(arc, video)
+        out = out or summarize(video, arc, model(), settings.llm)
         return validate_output(out), summary_markdown(out)
 
     return _run(settings, job_id, SUMMARIZE, work, llm, archive)
 
 
 def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, archive: Archive | None = None) -> Job:
-    def work(params: dict[str, Any], arc: Archive, model: ChatModel) -> tuple[dict[str, Any], str]:
-        out = ask(str(params.get("question") or ""), arc, model, settings.llm, video=params.get("video"))
+    def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
+        out = ask(str(params.get("question") or ""), arc, model(), settings.llm, video=params.get("video"))
         return validate_output(out), answer_markdown(out)
 
     return _run(settings, job_id, ASK, work, llm, archive)
@@ -129,7 +135,8 @@ def _run(settings: Settings, job_id: str, kind: str, work, llm: ChatModel | None
         store.set_state(job_id, "running")
         try:
             archive = archive or open_archive(settings)
-            output, markdown = work(job.params, archive, llm or get_llm(settings))
+            # The model starts only when the job needs it (a stored summary does not).
+            output, markdown = work(job.params, archive, lambda: llm or get_llm(settings))
         except MediaIndexError as exc:
             store.set_state(job_id, "failed", error=str(exc))
         except Exception as exc:  # the job record must say why it failed, whatever the cause

@@ -1,7 +1,8 @@
 """Citations: moments written as `[VIDEO_ID@START-END]` (seconds), checked against the index.
 
 A citation is real only if its video is in the index, its range lies within the video's duration, and it
-overlaps at least one indexed segment of that video. Anything else is rejected with a reason.
+overlaps at least one indexed segment of that video's media (speech, on-screen text, visual concepts; not a
+generated summary or chapter). Anything else is rejected with a reason.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from mediaindex.agents.schema import Citation, RejectedCitation
 from mediaindex.agents.tools import Archive
-from mediaindex.segments import Hit
+from mediaindex.segments import MEDIA_MODALITIES, Hit
 
 _CITE = re.compile(r"\[\s*([A-Za-z0-9_-]{1,64})\s*@\s*(-?\d+(?:\.\d+)?)\s*(?:-|–|to)\s*(-?\d+(?:\.\d+)?)\s*s?\s*\]")
 DURATION_SLACK = 0.5  # seconds: container durations and segment ends differ by a few frames
@@ -63,7 +64,8 @@ def check(archive: Archive, refs: list[CitationRef]) -> tuple[list[Citation], li
         if record.duration is not None and ref.end > record.duration + DURATION_SLACK:
             reject(ref, f"ends after the video ({record.duration:.1f} s)")
             continue
-        overlapping = [h for h in archive.segments(ref.video_id) if h.start < ref.end and h.end > ref.start]
+        overlapping = [h for h in archive.segments(ref.video_id)
+                       if h.start < ref.end and h.end > ref.start and h.modality in MEDIA_MODALITIES]
         if not overlapping:
             reject(ref, "no indexed moment in this range")
             continue

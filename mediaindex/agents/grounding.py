@@ -46,6 +46,12 @@ def grounded(text: str, source: str, threshold: float = 0.6) -> bool:
     return overlap(text, source) >= threshold
 
 
+def repetitive(text: str, min_words: int = 6, max_share: float = 0.5) -> bool:
+    """A small model caught in a loop ("the Party of the Party of the Party ..."): few distinct content words."""
+    words = [_stem(w) for w in content_words(text)]
+    return len(words) >= min_words and len(set(words)) / len(words) < max_share
+
+
 def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
     """A hit answers a query if its score clears the bar, or it shares most of the query's content words."""
     if score >= min_score:

@@ -8,24 +8,29 @@
 Generated text must reuse the words of its sources; where it does not, an extractive summary (the window's
 own first words) stands in and the chapter says `generated: false`. A video with nothing indexed gets
 "nothing to summarise"; one with only visual concepts gets a summary listing them. Nothing is invented.
+
+`summarize` reads a video's segments from the index; `summarize_segments` is the same work over segments in
+hand, which is how the ingestion pipeline's language stage summarises a video before it is indexed.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from mediaindex.agents.citations import from_hit
-from mediaindex.agents.grounding import first_words, grounded
+from mediaindex.agents.grounding import first_words, grounded, repetitive
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
-from mediaindex.index.catalog import VideoRecord
 from mediaindex.segments import Hit
+
+EmbedFn = Callable[[list[str]], Sequence[Sequence[float]]]  # passages in, one vector each out
 
 TEXT_MODALITIES = ("speech", "ocr")
 LONG_PAUSE = 8.0  # seconds of silence that always end a chapter
@@ -57,7 +62,17 @@ class _Span:
         return " ".join(s.text.strip() for s in self.segments if s.text.strip())
 
 
+@dataclass(frozen=True)
+class VideoRef:
+    """What a summary says about the video itself (an indexed VideoRecord or a MediaItem being ingested)."""
+
+    video_id: str
+    source: str
+    duration: float | None
+
+
 def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+    """Summarise an indexed video from its segments in the index."""
     from mediaindex.agents.ask import AgentInputError
 
     if not (video or "").strip():
@@ -65,30 +80,39 @@ def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSetting
     record = archive.resolve(video)
     if record is None:
         raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
-    segments = archive.segments(record.video_id)
+    ref = VideoRef(record.video_id, record.source, record.duration)
+    return summarize_segments(ref, archive.segments(record.video_id), archive.embedder.embed_passages, llm, settings)
+
+
+def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm: ChatModel,
+                       settings: LLMSettings) -> VideoSummary:
+    """Summarise one video from its segments in time order; `embed` finds the topic shifts between chapters.
+
+    Summary and chapter segments from an earlier run are ignored: only what was heard and seen counts.
+    """
     texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()]
     visual = [s for s in segments if s.modality == "visual" and s.text.strip()]
     if not texts and not visual:
         return VideoSummary(
-            video_id=record.video_id, source=record.source, duration=record.duration,
+            video_id=video.video_id, source=video.source, duration=video.duration,
             status="nothing_to_summarise", citations=[], chapters=[], model=llm.name, windows=0,
             summary="Nothing to summarise: the index holds no speech, on-screen text or visual concepts for "
                     "this video.")
     if not texts:
-        return _visual_only(record, visual, llm.name)
-    spans = chapter_spans(texts, visual, archive, settings.max_chapters)
-    return _map_reduce(record, spans, llm, settings)
+        return _visual_only(video, visual, llm.name)
+    spans = chapter_spans(texts, visual, embed, settings.max_chapters)
+    return _map_reduce(video, spans, llm, settings)
 
 
 # -- chapters ---------------------------------------------------------------------------------------------------
-def chapter_spans(texts: list[Hit], visual: list[Hit], archive: Archive, max_chapters: int) -> list[_Span]:
+def chapter_spans(texts: list[Hit], visual: list[Hit], embed: EmbedFn, max_chapters: int) -> list[_Span]:
     """Cut the text segments into chapters at the strongest topic, pause and shot changes."""
     n = len(texts)
     span = texts[-1].end - texts[0].start
     k = max(1, min(max_chapters, n, round(span / TARGET_CHAPTER)))
     cuts: set[int] = {i for i in range(1, n) if texts[i].start - texts[i - 1].end >= LONG_PAUSE}
     if n > 1 and len(cuts) + 1 < k:
-        vectors = np.asarray(archive.embedder.embed_passages([t.text for t in texts]), dtype=np.float32)
+        vectors = np.asarray(embed([t.text for t in texts]), dtype=np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True) + 1e-9
         shot_times = [v.start for v in visual]
         scores: list[tuple[float, int]] = []
@@ -140,7 +164,7 @@ def title_from(text: str) -> str:
     return " ".join(words).strip(",.;: ")[:80] or "Untitled"
 
 
-def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: LLMSettings) -> VideoSummary:
     # Characters per window: the configured size, but never more than a third of the model's context.
     max_chars = min(settings.summary_window_chars, max(200, llm.max_context))
     windows = [(ci, w) for ci, sp in enumerate(spans) for w in _windows(sp, max_chars)]
@@ -158,19 +182,23 @@ def _map_reduce(record: VideoRecord, spans: list[_Span], llm: ChatModel, setting
         sums, generated = [], True
         for w, o in parts:
             summary = "" if o.error else _first_sentence(o.text)
-            if not (summary and grounded(summary, w.text)):
+            if not (summary and grounded(summary, w.text)) or repetitive(summary):
                 generated = False
                 summary = first_words(w.text, 30)
             sums.append(summary)
+        # On-screen text can last the whole video: a chapter ends where the next one starts.
+        end = span.end
+        if ci + 1 < len(spans) and spans[ci + 1].start > span.start:
+            end = min(end, spans[ci + 1].start)
         chapters.append(Chapter(
-            title=title_from(sums[0]), start=round(span.start, 2), end=round(span.end, 2), summary=" ".join(sums),
+            title=title_from(sums[0]), start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
             citations=_chapter_citations(span), generated=generated))
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
     summary, reduce_tokens = _reduce(chapters, llm, settings)
     notes.append(f"{len(windows)} windows, {tokens + reduce_tokens} generated tokens")
     return VideoSummary(
-        video_id=record.video_id, source=record.source, duration=record.duration, status="summarised",
+        video_id=video.video_id, source=video.source, duration=video.duration, status="summarised",
         summary=summary, citations=[Citation(**c.citations[0].model_dump()) for c in chapters],
         chapters=chapters, model=llm.name, windows=len(windows), notes=notes)
 
@@ -185,7 +213,7 @@ def _reduce(chapters: list[Chapter], llm: ChatModel, settings: LLMSettings) -> t
                      {"role": "user", "content": f"Chapter summaries:\n{listing}"}]],
                    max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
     text = out.text.strip()
-    if out.error or not text or not grounded(text, source + " " + listing):
+    if out.error or not text or not grounded(text, source + " " + listing) or repetitive(text):
         return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
     return text, out.tokens
 
@@ -198,7 +226,7 @@ def _chapter_citations(span: _Span) -> list[Citation]:
     return [from_hit(s) for s in segs]
 
 
-def _visual_only(record: VideoRecord, visual: list[Hit], model: str) -> VideoSummary:
+def _visual_only(video: VideoRef, visual: list[Hit], model: str) -> VideoSummary:
     """No speech and no text: chapters are runs of the same visual concepts; nothing else is claimed."""
     runs: list[list[Hit]] = []
     for hit in visual:
@@ -214,6 +242,6 @@ def _visual_only(record: VideoRecord, visual: list[Hit], model: str) -> VideoSum
     summary = ("No speech or on-screen text; from the visual concepts only, the video shows: "
                + "; ".join(concepts[:8]) + ".")
     return VideoSummary(
-        video_id=record.video_id, source=record.source, duration=record.duration, status="visual_only",
+        video_id=video.video_id, source=video.source, duration=video.duration, status="visual_only",
         summary=summary, citations=[c.citations[0] for c in chapters], chapters=chapters, model=model,
         windows=0, notes=["summary from visual concepts alone"])

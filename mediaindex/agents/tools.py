@@ -15,7 +15,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
-from mediaindex.segments import MODALITIES, Hit
+from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
 
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 
@@ -139,10 +139,12 @@ class Archive:
 
     def search(self, query: str, video_id: str | None = None, modality: str | None = None,
                limit: int = 5) -> list[Hit]:
+        """Moments of the media; generated summaries and chapters only when asked for by modality, so that an
+        answer cites what was said or shown, not what a model wrote about it."""
         from mediaindex.index.search import search
 
-        return self._clamp(search(self.index, self.embedder, query, limit=limit,
-                                  filters=SearchFilters(video_id=video_id, modality=modality)))
+        filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
+        return self._clamp(search(self.index, self.embedder, query, limit=limit, filters=filters))
 
     def _clamp(self, hits: list[Hit]) -> list[Hit]:
         """Speech segments can end a little after the container's duration; moments never do."""

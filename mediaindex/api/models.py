@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Modality = Literal["speech", "ocr", "visual"]
+Modality = Literal["speech", "ocr", "visual", "summary", "chapter"]  # mediaindex.segments.MODALITIES
 
 
 class _Strict(BaseModel):
@@ -89,6 +89,7 @@ class IngestRequest(_Strict):
 class SummarizeRequest(_Strict):
     video_id: str = Field(min_length=1, max_length=64)
     instructions: str | None = Field(default=None, max_length=2000)
+    recompute: bool = Field(default=False, description="Run the model even when a summary was stored at ingest")
 
 
 class JobFileOut(BaseModel):

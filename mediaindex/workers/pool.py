@@ -35,7 +35,7 @@ class Pipeline:
             for kind, need in (("GPU", spec.gpus), ("CPU", spec.cpus)):
                 if need > have.get(kind, 0):
                     raise StageStartError(f"the {spec.name} stage asks for {need:g} {kind} per actor but the Ray "
-                                          f"cluster has {have.get(kind, 0):g}: lower ray.{spec.name}_{kind.lower()}s")
+                                          f"cluster has {have.get(kind, 0):g}: lower ray.{spec.settings_key}_{kind.lower()}s")
         _wait_for_room(self.stages)
         self.actors = {s.name: [start_actor(s, settings) for _ in range(s.workers)] for s in self.stages}
         self.pools = [ActorPool(list(self.actors[s.name])) for s in self.stages]

@@ -2,7 +2,8 @@
 
 A stage is any class built as ``Class(settings)`` whose ``process(x)`` returns the next stage's input:
 the first takes a file path, every later one a MediaItem. Adding a stage is one entry in
-``default_stages`` plus its ``<name>_workers/_cpus/_gpus`` fields in RaySettings.
+``default_stages`` plus its ``<key>_workers/_cpus/_gpus`` fields in RaySettings, where the key is the
+stage's name unless its settings section is named otherwise (the language stage runs the ``llm``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ class StageSpec:
     workers: int = 1
     cpus: float = 1.0
     gpus: float = 0.0
+    key: str = ""  # settings section and ray.<key>_* resources; "" = the name
+
+    @property
+    def settings_key(self) -> str:
+        return self.key or self.name
 
     @classmethod
-    def from_settings(cls, name: str, factory: str, settings: Settings) -> StageSpec:
-        workers, cpus, gpus = settings.ray.stage_resources(name)
+    def from_settings(cls, name: str, factory: str, settings: Settings, key: str = "") -> StageSpec:
+        workers, cpus, gpus = settings.ray.stage_resources(key or name)
         # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
-        if getattr(getattr(settings, name, None), "device", None) == "cpu":
+        if getattr(getattr(settings, key or name, None), "device", None) == "cpu":
             gpus = 0.0
-        return cls(name, factory, workers, cpus, gpus)
+        return cls(name, factory, workers, cpus, gpus, key)
 
     def build(self, settings: Settings) -> Any:
         module, _, attr = self.factory.partition(":")
@@ -50,10 +56,13 @@ class DecodeStage:
 
 def default_stages(settings: Settings) -> list[StageSpec]:
     stages = [
-        ("decode", "mediaindex.workers.stages:DecodeStage"),
-        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage"),
+        ("decode", "mediaindex.workers.stages:DecodeStage", ""),
+        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage", ""),
     ]
     if settings.vision.enabled:
-        stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage"))
-    stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage"))
-    return [StageSpec.from_settings(name, factory, settings) for name, factory in stages]
+        stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage", ""))
+    if settings.ingest.summaries:
+        # After speech and vision (it reads their segments), before embed (its segments are embedded too).
+        stages.append(("language", "mediaindex.pipeline.language_stage:SummaryStage", "llm"))
+    stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage", ""))
+    return [StageSpec.from_settings(name, factory, settings, key) for name, factory, key in stages]

@@ -1,0 +1,61 @@
+"""The language stage (ingest.summaries): summarise each video with chapters while it is being indexed.
+
+It runs after speech and vision, on the item's transcript, on-screen text and visual concepts, with the same
+map-reduce summariser as `mediaindex summarize` (`agents.summarize.summarize_segments`). The summary and its
+chapters become `summary` / `chapter` segments (`agents.stored`), embedded by the next stage and indexed like
+any other segment; the summary segment keeps the whole structured summary for `mediaindex summarize`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from mediaindex.config import Settings
+from mediaindex.errors import ModelLoadError
+from mediaindex.pipeline.item import MediaItem
+from mediaindex.segments import Hit, Segment
+
+log = logging.getLogger(__name__)
+
+
+class SummaryStage:
+    """Loads the language model (one serving engine) and the text embedder once per actor."""
+
+    def __init__(self, settings: Settings) -> None:
+        from mediaindex.agents.llm import LanguageStage
+        from mediaindex.models.text_embed import load_text_embedder
+
+        self.settings = settings
+        self.llm = LanguageStage(settings.llm)
+        # Chapters are cut where the topic shifts: the embedder compares neighbouring passages.
+        self.embedder = load_text_embedder(settings.embed)
+
+    def process(self, item: MediaItem) -> MediaItem:
+        from mediaindex.agents.stored import CHAPTER, SUMMARY, summary_segments
+        from mediaindex.agents.summarize import VideoRef, summarize_segments
+
+        # A re-run of the same item (a restarted actor) must not summarise or index its own output.
+        item.segments = [s for s in item.segments if s.modality not in (SUMMARY, CHAPTER)]
+        duration = item.info.duration if item.info.duration and item.info.duration > 0 else None
+        hits = sorted((_hit(s, duration) for s in item.segments), key=lambda h: (h.start, h.end, h.modality))
+        try:
+            summary = summarize_segments(VideoRef(item.video_id, item.source, duration), hits,
+                                         self.embedder.embed_passages, self.llm, self.settings.llm)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # the transcript is still worth indexing: say why there is no summary
+            log.exception("summary of %s failed", item.source)
+            item.notes.append(f"no summary: {type(exc).__name__}: {exc}")
+            return item
+        item.segments.extend(summary_segments(summary, item.language, item.thumbnail_at))
+        return item
+
+
+def _hit(seg: Segment, duration: float | None) -> Hit:
+    """A segment as the summariser reads it; speech can end a little after the container's duration."""
+    hit = Hit(source=seg.source, video_id=seg.video_id, start=seg.start, end=seg.end, score=0.0,
+              modality=seg.modality, text=seg.text, language=seg.language, thumbnail=seg.thumbnail)
+    if duration is not None and hit.end > duration:
+        hit = replace(hit, end=max(duration, hit.start))
+    return hit
