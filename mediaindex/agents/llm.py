@@ -164,11 +164,11 @@ class RemoteLLM:
 
 
 def start_llm(settings: Settings) -> RemoteLLM:
-    """Start (or join) Ray and the language-model actor; GPUs per `ray.llm_gpus`."""
+    """Start (or join) Ray and the language-model actor, with the `ray.llm_*` share the ingest stage uses."""
     from mediaindex.workers.runtime import ensure_ray
+    from mediaindex.workers.stages import StageSpec
 
     ensure_ray(settings)
-    actor_cls = llm_actor_class()
-    num_cpus = 1 if settings.ray.llm_gpus == 0 else 0.5
-    actor = actor_cls.options(num_gpus=settings.ray.llm_gpus, num_cpus=num_cpus).remote(settings.llm)
+    spec = StageSpec.from_settings("llm", "", settings)
+    actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm)
     return RemoteLLM(actor)
