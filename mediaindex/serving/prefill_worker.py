@@ -8,7 +8,7 @@ import logging
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mediaindex.serving.config import EngineConfig, HandoffDType
+from mediaindex.serving.config import EngineConfig, HandoffDType, WeightsConfig
 from mediaindex.serving.engine import LLMEngine, Prompt, RequestOutput
 from mediaindex.serving.errors import InvalidRequestError
 from mediaindex.serving.handoff import KVHandoff, PrefilledRequest, WireDType, pack_handoff
@@ -39,6 +39,10 @@ class PrefillWorker:
                 "the prefill worker keeps its KV pages in high precision (fp32 or bf16); the decode worker is the "
                 "one that stores FP8 (set kv_cache_dtype on the decode side)"
             )
+        w = config.weights
+        if w is not None and w.decode != w.prefill:
+            # Only prompts run here: build the prefill weight set alone, not the decode set beside it.
+            config = config.model_copy(update={"weights": WeightsConfig(prefill=w.prefill, decode=w.prefill)})
         self.engine = LLMEngine(model, tokenizer, config)
         self.engine.on_finish = self._export
         self.handoff_dtype: WireDType = kind if handoff_dtype == "auto" else handoff_dtype

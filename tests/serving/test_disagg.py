@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams
+from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams, WeightsConfig
 from mediaindex.serving.config import DisaggConfig, WorkerResources
 from mediaindex.serving.decode_worker import DecodeWorker
 from mediaindex.serving.disagg import DisaggregatedLLM, separate_gpus
@@ -91,6 +91,19 @@ def test_fp8_decode_matches_single_fp8_engine(arch, tiny_models, char_tokenizer,
     cache = llm.decode.engine.kv_cache
     assert cache.k[0].dtype == torch.uint8 and llm.prefill.engine.kv_cache.kind == "fp32"
     assert torch.equal(cache.k_scale, single.kv_cache.k_scale) and torch.equal(cache.v_scale, single.kv_cache.v_scale)
+
+
+def test_split_weight_precision_matches_single_engine(tiny_models, char_tokenizer, h):
+    """Prompts through fp32 weights, decode steps through HQQ int8: the prefill worker builds only the fp32 set,
+    the decode worker decodes with the int8 set; the output is the single split-precision engine's."""
+    model, ref_model = tiny_models("qwen3_moe")
+    prompts = h.random_prompts(LENGTHS)
+    weights = {"weights": WeightsConfig(prefill="fp32", decode="int8")}
+    engine = LLMEngine(ref_model, char_tokenizer, EngineConfig(page_size=4, num_pages=64, **weights))
+    expected = [o.token_ids for o in engine.generate(prompts, GREEDY)]
+    llm = DisaggregatedLLM.local(model, char_tokenizer, _config("fp32", prefill=weights, decode=weights))
+    assert _tokens(llm.generate(prompts, GREEDY)) == expected
+    assert not llm.prefill.engine.runner.split and llm.decode.engine.runner.split
 
 
 def test_handoffs_stream_while_earlier_requests_decode(tiny_models, char_tokenizer, h):
