@@ -75,8 +75,8 @@ def _actor_classes() -> tuple[Any, Any]:
         def inject_corruption(self, request_id: str) -> None:
             self.worker.inject_corruption(request_id)
 
-        def stats(self) -> dict[str, float]:
-            return _prefill_stats(self.worker)
+        def stats(self) -> dict[str, Any]:
+            return {**_prefill_stats(self.worker), "gpu_ids": _gpu_ids()}
 
     @ray.remote(max_restarts=0)
     class DecodeActor:
@@ -99,8 +99,8 @@ def _actor_classes() -> tuple[Any, Any]:
         def step(self) -> list[RequestOutput]:
             return self.worker.step()
 
-        def stats(self) -> dict[str, float]:
-            return _decode_stats(self.worker)
+        def stats(self) -> dict[str, Any]:
+            return {**_decode_stats(self.worker), "gpu_ids": _gpu_ids()}
 
     return PrefillActor, DecodeActor
 
@@ -113,6 +113,13 @@ def actor_classes() -> tuple[Any, Any]:
     if _ACTORS is None:
         _ACTORS = _actor_classes()
     return _ACTORS
+
+
+def _gpu_ids() -> list[str]:
+    """The GPUs Ray assigned to this actor (empty on CPU)."""
+    import ray
+
+    return [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
 
 
 def _add_all(worker: PrefillWorker, requests: list[tuple[str, Prompt, SamplingParams]]) -> list[RequestOutput]:
@@ -276,7 +283,7 @@ class DisaggregatedLLM:
                 inflight[self.decode.step.remote()] = "decode"
 
     # -- state ----------------------------------------------------------------------------------------------------
-    def stats(self) -> dict[str, dict[str, float]]:
+    def stats(self) -> dict[str, dict[str, Any]]:
         if self.remote:
             import ray
 
