@@ -93,7 +93,14 @@ def main() -> None:
             "identical": f"{sum(a == b for a, b in zip(tokens, ref['fp8_e4m3'], strict=True))}/{n}",
         }
         if stats:
-            row["handoff_bytes_per_token"] = round(stats["prefill"]["handoff_bytes"] / stats["prefill"]["handoff_tokens"])
+            pre, dec = stats["prefill"], stats["decode"]
+            row["handoff_bytes_per_token"] = round(pre["handoff_bytes"] / pre["handoff_tokens"])
+            # warm-up included: both counters cover n + 1 handoffs
+            row["export_ms_per_handoff"] = round(1000 * pre["export_seconds"] / (n + 1), 2)
+            row["import_ms_per_handoff"] = round(1000 * dec["import_seconds"] / (n + 1), 2)
+            # export runs inside prefill steps; imports run outside decode steps
+            busy = pre["step_seconds"] + dec["step_seconds"] + dec["import_seconds"]
+            row["handoff_share_of_worker_time"] = round((pre["export_seconds"] + dec["import_seconds"]) / busy, 4)
         rows.append(row)
         print(row, flush=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -34,9 +35,11 @@ class DecodeWorker:
         self.model_type = str(getattr(self.engine.model_config, "model_type", ""))
         self._refused: list[RequestOutput] = []
         self.num_refused = 0
+        self.import_seconds = 0.0  # verifying, unpacking and storing handoffs
 
     def submit(self, handoffs: list[KVHandoff]) -> None:
         """Accept handoffs (all that arrived together are stored in one write per layer)."""
+        t0 = time.perf_counter()
         accepted: list[PrefilledRequest] = []
         for handoff in handoffs:
             try:
@@ -49,6 +52,7 @@ class DecodeWorker:
             except ServingError as exc:
                 self.refuse(handoff.request_id, exc)
         self.engine.add_prefilled(accepted)
+        self.import_seconds += time.perf_counter() - t0
 
     def refuse(self, request_id: str, error: Exception) -> None:
         """Report a request that will not be decoded here; it comes out of the next step as a failed output (with no

@@ -137,6 +137,7 @@ def _prefill_stats(worker: PrefillWorker) -> dict[str, float]:
     return {
         "handoff_bytes": worker.handoff_bytes,
         "handoff_tokens": worker.handoff_tokens,
+        "export_seconds": worker.export_seconds,
         "prefill_tokens": m.prefill_tokens,
         "step_seconds": m.extra["step_seconds"],
     }
@@ -148,6 +149,7 @@ def _decode_stats(worker: DecodeWorker) -> dict[str, float]:
         "decode_tokens": m.decode_tokens,
         "imported_prompt_tokens": m.extra["imported_prompt_tokens"],
         "refused": worker.num_refused,
+        "import_seconds": worker.import_seconds,
         "preemptions": m.num_preemptions,
         "step_seconds": m.extra["step_seconds"],
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -53,6 +54,7 @@ class PrefillWorker:
         self._corrupt: set[str] = set()
         self.handoff_bytes = 0
         self.handoff_tokens = 0
+        self.export_seconds = 0.0  # reading pages out, packing and checksumming
 
     def add(self, prompt: Prompt, params: SamplingParams, request_id: str | None = None) -> str:
         """Queue a prompt; raises InvalidRequestError if it cannot be served (nothing else is affected)."""
@@ -82,6 +84,7 @@ class PrefillWorker:
 
     def _export(self, seq: Sequence) -> None:
         """Engine hook: seq has its first token and still holds its pages."""
+        t0 = time.perf_counter()
         cache = self.engine.kv_cache
         n = len(seq.prompt_ids)
         pages = seq.page_table[: -(-n // cache.page_size)]
@@ -103,6 +106,7 @@ class PrefillWorker:
             self._corrupt.discard(seq.request_id)
             handoff.flip_byte(handoff.nbytes // 2)
             log.warning("fault injection: corrupted the KV handoff of %s", seq.request_id)
+        self.export_seconds += time.perf_counter() - t0
         self.handoff_bytes += handoff.nbytes
         self.handoff_tokens += n
         self._ready.append(handoff)
