@@ -182,6 +182,16 @@ def test_handoff_for_another_model_shape_is_refused(receiver, words, char_tokeni
     assert final["req-ok"].error is None and len(final["req-ok"].token_ids) == NEW
 
 
+def test_handoff_too_large_for_the_decode_pool_is_refused(char_tokenizer, h):
+    handoff = _handoff(_llama(), char_tokenizer, h.random_prompts([9])[0], "req-big")
+    decode = DecodeWorker(_llama(), char_tokenizer, EngineConfig(page_size=4, num_pages=4))  # 16 tokens in all
+    decode.submit([handoff])
+    (out,) = decode.step()
+    assert out.request_id == "req-big" and out.finish_reason == "error"
+    assert isinstance(out.error, InvalidRequestError) and "the whole pool has 4" in str(out.error)
+    assert not decode.has_unfinished() and decode.engine.block_manager.num_used == 0
+
+
 def test_handoff_checksum_covers_header_and_bytes(tiny_models, char_tokenizer, h):
     model, _ = tiny_models("llama")
     handoff = _handoff(model, char_tokenizer, h.random_prompts([9])[0])
