@@ -201,8 +201,9 @@ class DisaggregatedLLM:
     ) -> DisaggregatedLLM:
         """Both workers in this process, each with its own copy of the model."""
         config = config or DisaggConfig()
+        decode_model = copy.deepcopy(model)  # before the prefill engine quantizes or re-hooks `model`
         prefill = PrefillWorker(model, tokenizer, config.prefill, config.handoff_dtype)
-        decode = DecodeWorker(copy.deepcopy(model), tokenizer, config.decode)
+        decode = DecodeWorker(decode_model, tokenizer, config.decode)
         return cls(prefill, decode, remote=False)
 
     # -- requests -------------------------------------------------------------------------------------------------

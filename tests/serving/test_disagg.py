@@ -95,11 +95,11 @@ def test_fp8_decode_matches_single_fp8_engine(arch, tiny_models, char_tokenizer,
 
 
 def test_split_weight_precision_matches_single_engine(tiny_models, char_tokenizer, h):
-    """Prompts through fp32 weights, decode steps through HQQ int8: the prefill worker builds only the fp32 set,
-    the decode worker decodes with the int8 set; the output is the single split-precision engine's."""
+    """Prompts through HQQ int8 weights, decode steps through int4: the prefill worker builds only the int8 set,
+    the decode worker decodes with the int4 set; the output is the single split-precision engine's."""
     model, ref_model = tiny_models("qwen3_moe")
     prompts = h.random_prompts(LENGTHS)
-    weights = {"weights": WeightsConfig(prefill="fp32", decode="int8")}
+    weights = {"weights": WeightsConfig(prefill="int8", decode="int4")}
     engine = LLMEngine(ref_model, char_tokenizer, EngineConfig(page_size=4, num_pages=64, **weights))
     expected = [o.token_ids for o in engine.generate(prompts, GREEDY)]
     llm = DisaggregatedLLM.local(model, char_tokenizer, _config("fp32", prefill=weights, decode=weights))
