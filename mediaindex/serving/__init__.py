@@ -1,14 +1,24 @@
-"""LLM serving core: continuous batching over a paged KV cache (FP32/BF16 or FP8 pages) on transformers models."""
+"""LLM serving core: continuous batching over a paged KV cache (FP32/BF16 or FP8 pages) on transformers models.
 
-from mediaindex.serving.config import EngineConfig, WeightsConfig
+Disaggregated prefill/decode (two Ray actors with a checksummed KV handoff): `mediaindex.serving.disagg`."""
+
+from mediaindex.serving.config import DisaggConfig, EngineConfig, WeightsConfig, WorkerResources
 from mediaindex.serving.engine import EngineMetrics, LLMEngine, RequestOutput
-from mediaindex.serving.errors import InvalidRequestError, KVIntegrityError, ServingError, UnknownRequestError
+from mediaindex.serving.errors import (
+    InvalidRequestError,
+    KVHandoffError,
+    KVIntegrityError,
+    ServingError,
+    UnknownRequestError,
+)
 from mediaindex.serving.sampling import SamplingParams
 
 __all__ = [
+    "DisaggConfig",
     "EngineConfig",
     "EngineMetrics",
     "InvalidRequestError",
+    "KVHandoffError",
     "KVIntegrityError",
     "LLMEngine",
     "RequestOutput",
@@ -16,4 +26,5 @@ __all__ = [
     "ServingError",
     "UnknownRequestError",
     "WeightsConfig",
+    "WorkerResources",
 ]

@@ -73,3 +73,47 @@ class EngineConfig(BaseModel):
         if self.kv_cache_dtype == "auto":
             return "bf16" if self.device.startswith("cuda") else "fp32"
         return self.kv_cache_dtype
+
+
+HandoffDType = Literal["auto", "fp32", "bf16", "fp8_e4m3"]
+
+
+class WorkerResources(BaseModel):
+    """What one disaggregated worker's Ray actor reserves. GPU fractions let workers share a device; with two or
+    more GPUs in the cluster the prefill and decode workers are placed on different GPUs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0, le=1)
+    torch_threads: int = Field(0, ge=0, description="torch threads in the worker; 0 = num_cpus rounded, at least 1")
+
+    @property
+    def threads(self) -> int:
+        return self.torch_threads or max(1, round(self.num_cpus))
+
+
+class DisaggConfig(BaseModel):
+    """Disaggregated serving: a prefill worker and a decode worker, each an engine of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefill: EngineConfig = Field(default_factory=EngineConfig, description="high-precision KV (fp32 / bf16)")
+    decode: EngineConfig = Field(default_factory=lambda: EngineConfig(kv_cache_dtype="fp8_e4m3"))
+    handoff_dtype: HandoffDType = Field(
+        "auto", description="dtype of the K/V sent from prefill to decode; auto = the prefill worker's KV dtype"
+    )
+    prefill_resources: WorkerResources = Field(default_factory=WorkerResources)
+    decode_resources: WorkerResources = Field(default_factory=WorkerResources)
+
+    @model_validator(mode="after")
+    def _devices_have_gpus(self) -> DisaggConfig:
+        if self.prefill.resolved_kv_dtype() == "fp8_e4m3":
+            raise ValueError("the prefill worker keeps high-precision KV; set kv_cache_dtype fp8_e4m3 on decode only")
+        for name, engine, res in (
+            ("prefill", self.prefill, self.prefill_resources),
+            ("decode", self.decode, self.decode_resources),
+        ):
+            if engine.device.startswith("cuda") and res.num_gpus == 0:
+                raise ValueError(f"the {name} worker runs on {engine.device} but its resources reserve no GPU")
+        return self

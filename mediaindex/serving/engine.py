@@ -7,7 +7,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
+from mediaindex.serving.handoff import PrefilledRequest
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
 from mediaindex.serving.model_runner import (
@@ -126,6 +128,12 @@ class LLMEngine:
         self._integrity_aborts = 0
         self._check_time = 0.0
         self._step_time = 0.0
+        # Requests whose prompt was computed elsewhere (a prefill worker), waiting for pages to store their KV.
+        self._imports: deque[tuple[Sequence, PrefilledRequest]] = deque()
+        self._imported_tokens = 0
+        # Called with a request that finished normally while it still holds its KV pages (the prefill worker
+        # exports them here).
+        self.on_finish: Callable[[Sequence], None] | None = None
         # Benchmarks set this to keep each finished request's token timestamps (perf_counter) by request id.
         self.record_token_times = False
         self.last_token_times: dict[str, list[float]] = {}
@@ -171,6 +179,26 @@ class LLMEngine:
             return list(prompt)
         raise InvalidRequestError("prompt must be a string, a list of token ids, or a list of chat messages (dicts)")
 
+    def check_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> None:
+        """Raise InvalidRequestError if a request with these tokens and params can never be served here."""
+        params.validate(self.vocab_size)
+        if not prompt_ids:
+            raise InvalidRequestError("prompt is empty: at least one token is needed")
+        if len(prompt_ids) >= self.max_model_len:
+            raise InvalidRequestError(
+                f"prompt has {len(prompt_ids)} tokens but the context limit is {self.max_model_len} "
+                "(including at least one generated token)"
+            )
+        final_len = min(len(prompt_ids) + params.max_tokens, self.max_model_len)
+        pages = self.block_manager.pages_for(final_len)
+        if pages > self.block_manager.num_pages:
+            raise InvalidRequestError(
+                f"request needs up to {pages} KV pages ({final_len} tokens) but the whole pool has "
+                f"{self.block_manager.num_pages}; shorten the prompt or max_tokens, or give the cache more memory"
+            )
+        if request_id is not None and request_id in self._requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+
     def add_request(
         self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None
     ) -> str:
@@ -178,20 +206,7 @@ class LLMEngine:
         params = params or SamplingParams()
         params.validate(self.vocab_size)
         ids = self._encode(prompt)
-        if not ids:
-            raise InvalidRequestError("prompt is empty: at least one token is needed")
-        if len(ids) >= self.max_model_len:
-            raise InvalidRequestError(
-                f"prompt has {len(ids)} tokens but the context limit is {self.max_model_len} "
-                "(including at least one generated token)"
-            )
-        final_len = min(len(ids) + params.max_tokens, self.max_model_len)
-        pages = self.block_manager.pages_for(final_len)
-        if pages > self.block_manager.num_pages:
-            raise InvalidRequestError(
-                f"request needs up to {pages} KV pages ({final_len} tokens) but the whole pool has "
-                f"{self.block_manager.num_pages}; shorten the prompt or max_tokens, or give the cache more memory"
-            )
+        self.check_request(ids, params)
         with self._lock:
             rid = request_id or uuid.uuid4().hex
             if rid in self._requests:
@@ -200,6 +215,60 @@ class LLMEngine:
             self._requests[rid] = seq
             self.scheduler.add(seq)
         return rid
+
+    def add_prefilled(self, requests: list[PrefilledRequest]) -> None:
+        """Continue requests whose prompt was computed elsewhere: their prompt K/V and first token come with them.
+
+        Each must pass `check_request` first. Their K/V are stored in this engine's pages (in its KV dtype) as soon
+        as pages are free, in one write per layer for all that fit now, and they then decode with the others."""
+        with self._lock:
+            for req in requests:
+                if req.request_id in self._requests:
+                    raise InvalidRequestError(f"request id {req.request_id!r} is already in use")
+                seq = Sequence(req.request_id, list(req.prompt_ids), req.params)
+                if seq.generator is not None and req.generator_state is not None:
+                    seq.generator.set_state(req.generator_state)  # continue the sampling stream, not restart it
+                if req.prompt_logprobs is not None:
+                    seq.prompt_logprobs = list(req.prompt_logprobs)
+                    seq.prompt_argmax = list(req.prompt_argmax or [])
+                seq.output_ids.append(req.first_token)
+                seq.token_times.append(time.perf_counter())
+                self._requests[seq.request_id] = seq
+                reason = self._stop_reason(seq, req.first_token)
+                if reason:  # the first token already ends it: no pages needed
+                    self._finish(seq, reason)
+                else:
+                    self._imports.append((seq, req))
+            self._admit_imports()
+
+    def _admit_imports(self) -> None:
+        """Give queued prefilled requests pages and store their K/V; stops at the first that does not fit."""
+        admitted: list[tuple[Sequence, PrefilledRequest]] = []
+        while self._imports and len(self.scheduler.running) + len(admitted) < self.scheduler.max_num_seqs:
+            seq, req = self._imports[0]
+            if not self.block_manager.ensure_capacity(seq, len(seq.prompt_ids)):
+                break
+            self._imports.popleft()
+            admitted.append((seq, req))
+        if not admitted:
+            return
+        slots = torch.tensor(
+            [slot for seq, _ in admitted for slot in self.runner.slots(seq, 0, len(seq.prompt_ids))],
+            dtype=torch.int64,
+            device=self.kv_cache.device,
+        )
+        # One write per layer for the whole group: an FP8 cache calibrates its scales on the first write, so a
+        # group imported together gets the scales one engine computing those prompts in one step would get.
+        for layer in range(self.kv_cache.layout.num_layers):
+            k = torch.cat([req.k[layer] for _, req in admitted]).to(self.kv_cache.device)
+            v = torch.cat([req.v[layer] for _, req in admitted]).to(self.kv_cache.device)
+            self.kv_cache.write(layer, slots, k, v)
+        for seq, _ in admitted:
+            seq.num_computed = len(seq.prompt_ids)
+            self.scheduler.admit_running(seq)
+            self.block_manager.register_full_pages(seq)
+            self._imported_tokens += len(seq.prompt_ids)
+            self._pending.append(self._output(seq))
 
     def abort(self, request_id: str) -> None:
         """Cancel a request; its pages return to the pool and it reports finish_reason 'abort'."""
@@ -212,10 +281,14 @@ class LLMEngine:
             self._finish(seq, "abort")
 
     def _finish(self, seq: Sequence, reason: str, error: Exception | None = None) -> None:
-        self.scheduler.remove(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.error = error
+        if self.on_finish is not None and reason in ("stop", "length"):
+            self.on_finish(seq)
+        if any(s is seq for s, _ in self._imports):
+            self._imports = deque((s, r) for s, r in self._imports if s is not seq)
+        self.scheduler.remove(seq)
         if self.record_token_times:
             self.last_token_times[seq.request_id] = seq.token_times
         self._pending.append(self._output(seq))
@@ -237,7 +310,7 @@ class LLMEngine:
         )
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._pending)
+        return self.scheduler.has_unfinished() or bool(self._pending) or bool(self._imports)
 
     # -- the step -----------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -251,6 +324,7 @@ class LLMEngine:
                 self._step_time += time.perf_counter() - t0
 
     def _step(self) -> list[RequestOutput]:
+        self._admit_imports()
         if not self.scheduler.has_unfinished():
             return self._flush()
         batch = self.scheduler.schedule()
@@ -421,5 +495,9 @@ class LLMEngine:
             prefix_hit_tokens=bm.prefix_hit_tokens,
             integrity_aborts=self._integrity_aborts,
             kv_cache_dtype=self.kv_cache.kind,
-            extra={"step_seconds": self._step_time, "integrity_check_seconds": self._check_time},
+            extra={
+                "step_seconds": self._step_time,
+                "integrity_check_seconds": self._check_time,
+                "imported_prompt_tokens": float(self._imported_tokens),
+            },
         )

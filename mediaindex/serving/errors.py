@@ -20,6 +20,9 @@ class UnknownRequestError(ServingError):
         super().__init__(f"unknown request id {request_id!r} (never added, or already finished and collected)")
         self.request_id = request_id
 
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.request_id,))
+
 
 class KVIntegrityError(ServingError):
     """A request's KV pages no longer match what it acquired: its cache may hold another request's data.
@@ -39,3 +42,21 @@ class KVIntegrityError(ServingError):
         self.expected_tag = expected_tag
         self.found_tag = found_tag
         self.found_page = found_page
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int, int, int]]:
+        # Outputs carrying this error cross process boundaries (Ray); rebuild it from its own arguments.
+        return (type(self), (self.request_id, self.page, self.expected_tag, self.found_tag, self.found_page))
+
+
+class KVHandoffError(ServingError):
+    """A KV handoff from a prefill worker cannot be used (it failed its checksum, or it was made for another model
+    or KV layout). Only that request is refused; the decode worker goes on with the others."""
+
+    def __init__(self, request_id: str, reason: str) -> None:
+        super().__init__(f"KV handoff for request {request_id!r} refused: {reason}")
+        self.request_id = request_id
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # Outputs carrying this error cross process boundaries (Ray); rebuild it from its own arguments.
+        return (type(self), (self.request_id, self.reason))

@@ -65,6 +65,12 @@ def pages_for_budget(budget_bytes: int, layout: KVLayout, page_size: int, kind: 
     return max(0, usable // (bytes_per_page(layout, page_size, kind) + PER_PAGE_METADATA_BYTES))
 
 
+def quantize_fp8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, D] divided by a per-head scale [heads], saturated to e4m3's range, as float8_e4m3fn bytes."""
+    q = (x.float() / scale[None, :, None]).clamp_(-FP8_MAX, FP8_MAX)
+    return q.to(torch.float8_e4m3fn).view(torch.uint8)
+
+
 def fp8_bytes_to_float(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Decode float8_e4m3fn bytes. On CPU, torch's element-wise float8 conversion is slow; moving the bits into an
     fp16 pattern (sign, exponent, mantissa shifted into place) and rescaling by 2**8 for the exponent-bias difference
@@ -108,10 +114,6 @@ class PagedKVCache:
         pages = sum(t.numel() * t.element_size() for t in self.k + self.v)
         return pages + (self.k_scale.numel() + self.v_scale.numel()) * 4 * int(self.is_fp8)
 
-    def _quantize(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        q = (x.float() / scale[None, :, None]).clamp_(-FP8_MAX, FP8_MAX)
-        return q.to(torch.float8_e4m3fn).view(torch.uint8)
-
     def _calibrate(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         tiny = torch.finfo(torch.float32).tiny
         k_amax = k.detach().abs().float().amax(dim=(0, 2))
@@ -125,8 +127,8 @@ class PagedKVCache:
         if self.is_fp8:
             if not self.calibrated[layer]:
                 self._calibrate(layer, k, v)
-            k = self._quantize(k, self.k_scale[layer])
-            v = self._quantize(v, self.v_scale[layer])
+            k = quantize_fp8(k, self.k_scale[layer])
+            v = quantize_fp8(v, self.v_scale[layer])
         else:
             k = k.to(self.k[layer].dtype)
             v = v.to(self.v[layer].dtype)
@@ -145,6 +147,13 @@ class PagedKVCache:
             k = k.to(dtype)
             v = v.to(dtype)
         return k, v
+
+    def read(self, layer: int, pages: list[int], num_tokens: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """K [T, kv_heads, Dk] and V [T, kv_heads, Dv] of one request's first `num_tokens` tokens, held in `pages`
+        (its page table), in `dtype`."""
+        table = torch.tensor([pages], dtype=torch.int64, device=self.device)
+        k, v = self.gather(layer, table, dtype)
+        return k[0, :num_tokens], v[0, :num_tokens]
 
     def scribble(self, page: int, generator: torch.Generator) -> None:
         """Fault injection: overwrite one page with unrelated data in every layer."""

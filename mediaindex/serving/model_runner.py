@@ -174,7 +174,8 @@ class ModelRunner:
     def split(self) -> bool:
         return self.decode_model is not self.model
 
-    def _slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        """Flat cache slots (page * page_size + offset) of seq's positions [start, end)."""
         ps = self.page_size
         table = seq.page_table
         return [table[p // ps] * ps + p % ps for p in range(start, end)]
@@ -217,7 +218,7 @@ class ModelRunner:
             offset = len(ids)
             ids.extend(all_ids[start : start + n])
             positions.extend(range(start, start + n))
-            slots.extend(self._slots(seq, start, start + n))
+            slots.extend(self.slots(seq, start, start + n))
             if n > 1:
                 prefill_spans.append((offset, offset + n, start, seq.page_table[: -(-start // ps)]))
             samples = start + n == len(seq)

@@ -32,6 +32,11 @@ class Scheduler:
         seq.status = Status.WAITING
         self.waiting.append(seq)
 
+    def admit_running(self, seq: Sequence) -> None:
+        """Add a sequence that already holds its pages and computed prompt (a prefilled request handed over)."""
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
