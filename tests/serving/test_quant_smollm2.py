@@ -85,11 +85,14 @@ def _perplexity(model: nn.Module, tokenizer: Any) -> float:
     return math.exp(float(torch.nn.functional.cross_entropy(logits, ids[0, 1:])))
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+# 4-bit at group 32: the bundled weights are a de-quantized Q4_1 GGUF (blocks of 32 on their own 16-level
+# grid), which groups of 32 represent almost exactly and groups of 64 do not (+35% perplexity, see
+# benchmarks/README.md).
+@pytest.mark.parametrize(("bits", "group"), [(8, 64), (4, 32)])
 def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], reference: tuple[torch.Tensor, str, float],
-                                          bits: int, tmp_path: Path) -> None:
+                                          bits: int, group: int, tmp_path: Path) -> None:
     model, tokenizer = smollm2
-    quantized = quantize_model(copy.deepcopy(model), QuantConfig(bits=bits))
+    quantized = quantize_model(copy.deepcopy(model), QuantConfig(bits=bits, group_size=group))
     counts = count_quantized(quantized)
     assert counts["linears"] == 30 * 7  # q, k, v, o, gate, up, down in each of 30 layers
     assert counts["fp_linears"] == 1  # lm_head, tied to the embeddings, stays high precision
@@ -106,10 +109,7 @@ def test_smollm2_quantized_stays_sensible(smollm2: tuple[nn.Module, Any], refere
         assert torch.equal(ids, ref_ids), (text, ref_text)
         assert abs(ppl / ppl_ref - 1) < 0.01, (ppl, ppl_ref)
     else:
-        # 4-bit g64 on this model costs about +60% perplexity (73.2 vs 45.8 measured): SmolLM2's weights
-        # already went through Q4_1 once in the bundled GGUF. The bound catches a broken quantizer
-        # (ppl in the thousands), not a quality target; the 4-bit numbers are reported in benchmarks/.
-        assert ppl / ppl_ref < 2.0, (ppl, ppl_ref)
+        assert abs(ppl / ppl_ref - 1) < 0.03, (ppl, ppl_ref)
 
     save_quantized(quantized, tmp_path / f"smollm2-int{bits}")
     loaded = load_quantized(tmp_path / f"smollm2-int{bits}", expected_config=model.config)
