@@ -120,6 +120,10 @@ class LLMSettings(_Section):
     quant_group_size: int = Field(default=64, ge=8)
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
+    # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept
+    # as FP8 on the decode side when kv_cache_dtype is auto); each actor takes the ray.llm_* share, and with
+    # two GPUs in the cluster they land on different ones. Off: one engine in one actor.
+    disaggregated: bool = False
     # Agentic jobs: bounded loop, bounded output.
     max_steps: int = Field(default=4, ge=1, le=32)
     max_new_tokens: int = Field(default=160, ge=8)  # per model call

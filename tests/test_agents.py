@@ -496,6 +496,23 @@ def test_real_model_summary_is_grounded_and_cited(archive: Archive, smol) -> Non
 
 
 @pytest.mark.llm
+def test_real_model_disaggregated_summary(archive: Archive, agent_settings: Settings, ray_runtime) -> None:
+    """llm.disaggregated: the same job on a prefill actor and a decode actor (FP8 KV on the decode side)."""
+    from mediaindex.agents.llm import DisaggregatedChat, start_llm
+
+    llm_settings = agent_settings.llm.model_copy(update={"disaggregated": True})
+    llm = start_llm(agent_settings.model_copy(update={"llm": llm_settings}))
+    try:
+        assert isinstance(llm, DisaggregatedChat) and llm.max_context > 0
+        s = summarize("jfk.flac", archive, llm, REAL)
+        assert s.status == "summarised" and s.chapters and s.chapters[0].citations
+        assert check(archive, [CitationRef(c.video_id, c.start, c.end) for c in s.chapters[0].citations])[1] == []
+        assert grounded(s.summary, "And so my fellow Americans, ask not what your country can do for you")
+    finally:
+        llm.close()
+
+
+@pytest.mark.llm
 def test_real_model_answers_with_real_citations(archive: Archive, smol) -> None:
     ans = ask(QUESTION, archive, smol, REAL)
     assert ans.status == "answered", ans.trace

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mediaindex.agents.ask import AgentInputError, ask
-from mediaindex.agents.llm import ChatModel, RemoteLLM, start_llm
+from mediaindex.agents.llm import ChatModel, DisaggregatedChat, RemoteLLM, start_llm
 from mediaindex.agents.render import answer_markdown, summary_markdown
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
 from mediaindex.agents.stored import stored_summary
@@ -44,7 +44,7 @@ from mediaindex.jobs import Job, JobStore
 log = logging.getLogger(__name__)
 
 SUMMARIZE, ASK = "summarize", "ask"
-_LLMS: dict[str, RemoteLLM] = {}
+_LLMS: dict[str, RemoteLLM | DisaggregatedChat] = {}
 _LLM_LOCK = threading.Lock()
 
 __all__ = [
@@ -58,7 +58,7 @@ def jobs_path(settings: Settings) -> Path:
     return settings.index_dir / "jobs.db"
 
 
-def get_llm(settings: Settings) -> RemoteLLM:
+def get_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
     """One language-model actor per process and LLM configuration (loading a model is the slow part)."""
     key = settings.llm.model_dump_json()
     with _LLM_LOCK:

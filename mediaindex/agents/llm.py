@@ -65,6 +65,17 @@ def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.Engine
     return EngineConfig(**fields)
 
 
+def _sampling(max_tokens: int, stop: list[str] | None, temperature: float) -> Any:  # -> SamplingParams
+    from mediaindex.serving import SamplingParams
+
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=list(stop or []),
+                          seed=0 if temperature > 0 else None)
+
+
+def _completions(outs: list[Any]) -> list[Completion]:
+    return [Completion(o.text, o.finish_reason, len(o.token_ids), str(o.error) if o.error else None) for o in outs]
+
+
 class LanguageStage:
     """Owns one LLMEngine built from LLMSettings: the bundled SmolLM2, or a local path / hub id."""
 
@@ -92,15 +103,9 @@ class LanguageStage:
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
              temperature: float = 0.0) -> list[Completion]:
         """All conversations go to the engine together, so they are batched continuously."""
-        from mediaindex.serving import SamplingParams
-
         if not conversations:
             return []
-        params = SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=list(stop or []),
-                                seed=0 if temperature > 0 else None)
-        outs = self.engine.generate(conversations, params)
-        return [Completion(o.text, o.finish_reason, len(o.token_ids), str(o.error) if o.error else None)
-                for o in outs]
+        return _completions(self.engine.generate(conversations, _sampling(max_tokens, stop, temperature)))
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "max_context": self.max_context}
@@ -163,12 +168,51 @@ class RemoteLLM:
         ray.kill(self.actor)
 
 
-def start_llm(settings: Settings) -> RemoteLLM:
-    """Start (or join) Ray and the language-model actor, with the `ray.llm_*` share the ingest stage uses."""
+class DisaggregatedChat:
+    """A ChatModel over a prefill actor and a decode actor (`llm.disaggregated`): the same engine code, with the
+    prompt's KV handed from one to the other."""
+
+    def __init__(self, settings: Settings, cpus: float, gpus: float) -> None:
+        import torch
+
+        from mediaindex.serving import DisaggConfig, WorkerResources
+        from mediaindex.serving.disagg import DisaggregatedLLM
+
+        base = engine_config(settings.llm)
+        decode_kv = "fp8_e4m3" if base.kv_cache_dtype == "auto" else base.kv_cache_dtype
+        prefill_kv = "auto" if base.kv_cache_dtype == "fp8_e4m3" else base.kv_cache_dtype  # prefill stays precise
+        resources = WorkerResources(num_cpus=cpus, num_gpus=gpus, torch_threads=settings.llm.cpu_threads)
+        try:
+            config = DisaggConfig(prefill=base.model_copy(update={"kv_cache_dtype": prefill_kv}),
+                                  decode=base.model_copy(update={"kv_cache_dtype": decode_kv}),
+                                  prefill_resources=resources, decode_resources=resources)
+            self.llm = DisaggregatedLLM.start(settings.llm.model, config, dtype=getattr(torch, settings.llm.dtype))
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc
+            raise ModelLoadError(f"cannot start disaggregated language model {settings.llm.model!r}: {cause}") from exc
+        self.name = settings.llm.model
+        self.max_context = int(self.llm.stats()["prefill"]["max_model_len"])
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]:
+        if not conversations:
+            return []
+        return _completions(self.llm.generate(conversations, _sampling(max_tokens, stop, temperature)))
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def start_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
+    """Start (or join) Ray and the language-model actor(s), with the `ray.llm_*` share the ingest stage uses."""
     from mediaindex.workers.runtime import ensure_ray
     from mediaindex.workers.stages import StageSpec
 
     ensure_ray(settings)
     spec = StageSpec.from_settings("llm", "", settings)
+    if settings.llm.disaggregated:
+        return DisaggregatedChat(settings, spec.cpus, spec.gpus)
     actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm)
     return RemoteLLM(actor)

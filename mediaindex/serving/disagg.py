@@ -140,6 +140,7 @@ def _prefill_stats(worker: PrefillWorker) -> dict[str, float]:
         "export_seconds": worker.export_seconds,
         "prefill_tokens": m.prefill_tokens,
         "step_seconds": m.extra["step_seconds"],
+        "max_model_len": worker.engine.max_model_len,
     }
 
 
