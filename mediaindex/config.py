@@ -124,6 +124,8 @@ class LLMSettings(_Section):
     # as FP8 on the decode side when kv_cache_dtype is auto); each actor takes the ray.llm_* share, and with
     # two GPUs in the cluster they land on different ones. Off: one engine in one actor.
     disaggregated: bool = False
+    # Check before every step that each request's KV pages are still its own (tags per page); off = no cost.
+    integrity_checks: bool = False
     # Agentic jobs: bounded loop, bounded output.
     max_steps: int = Field(default=4, ge=1, le=32)
     max_new_tokens: int = Field(default=160, ge=8)  # per model call

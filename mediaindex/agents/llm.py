@@ -54,6 +54,7 @@ def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.Engine
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "quant_group_size": settings.quant_group_size,
+        "integrity_checks": settings.integrity_checks,
         "attention_backend": settings.attention_backend,
     }
     if settings.weights is not None:

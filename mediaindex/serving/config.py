@@ -52,7 +52,7 @@ class EngineConfig(BaseModel):
     max_num_batched_tokens: int = Field(512, ge=1, description="token budget of one step (chunked prefill)")
     max_model_len: int | None = Field(None, ge=2, description="context limit; default: the model's own")
     enable_prefix_sharing: bool = True
-    integrity_checks: bool = Field(False, description="verify KV page ownership before every step (issue: KV integrity)")
+    integrity_checks: bool = Field(False, description="verify KV page ownership before every step (a request never reads pages that changed owner)")
     device: str = "cpu"
     attention_backend: AttentionBackend = Field(
         "auto",
