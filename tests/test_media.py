@@ -158,6 +158,7 @@ def test_keyframe_memory_is_capped(tmp_path: Path, cache_dir: Path) -> None:
     for part in scan.parts:
         assert 1 <= len(part.frames) <= 4 and all(part.start <= f.time < part.end for f in part.frames)
         assert max(part.keyframe.image.shape[:2]) == 64
+        assert all(f.image.shape == (32, 32, 3) for f in part.frames if f is not part.keyframe)
 
 
 def test_audio_streams_in_bounded_chunks() -> None:

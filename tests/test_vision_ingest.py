@@ -167,3 +167,23 @@ def test_unusable_keyframes_are_noted_not_fatal(settings: Settings) -> None:
     visual = [s for s in item.segments if s.modality == "visual"]
     assert 1 <= len(visual) <= good and all(FRAME_VECTOR in s.vectors for s in visual)
     assert any("1 keyframes not usable" in n and "too small" in n for n in item.notes)
+
+
+def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Settings) -> None:
+    from mediaindex.pipeline.decode_stage import decode_media
+
+    stage = VisionStage(settings)
+    item = decode_media(str(media("video/manifesto.mp4")), settings)  # one still title card, 88 s
+    sampled = sum(len(k.samples) for k in item.keyframes)
+    assert len(item.keyframes) >= 17 and sampled == settings.frames.samples * len(item.keyframes)
+    stage.process(item)
+    # 18 parts of the same picture: one picture, its near-identical frames classified once each.
+    assert stage.frames_classified <= settings.frames.samples + 1
+    visual = [s for s in item.segments if s.modality == "visual"]
+    assert len(visual) == 1 and visual[0].start == 0.0 and visual[0].end > 88
+    assert all(k.image.size == 0 and not k.samples for k in item.keyframes)  # pixels dropped
+
+    before = stage.frames_classified
+    item = decode_media(str(media("video/testvideo.mp4")), settings)
+    stage.process(item)
+    assert 0 < stage.frames_classified - before <= settings.frames.samples * len(item.keyframes) + len(item.keyframes)

@@ -216,19 +216,21 @@ def _close_part(parts: list[Part], sampler: SpanSampler[np.ndarray], end: float,
     if chosen:
         parts.append(_make_part(start, end, chosen, sample_side))
     if len(parts) > max_parts:
-        _merge_shortest(parts, sampler.count)
+        _merge_shortest(parts, sampler.count, sample_side)
 
 
-def _merge_shortest(parts: list[Part], samples: int) -> None:
+def _merge_shortest(parts: list[Part], samples: int, sample_side: int) -> None:
     """Merge the part standing for the shortest time into the one before, keeping `samples` frames
-    spread over the joined span (the earlier part's picture stays its picture), so the list stays
-    under its cap."""
+    spread over the joined span (the earlier part's picture stays its picture, the later one's
+    becomes a square), so the list stays under its cap."""
     if len(parts) < 2:
         return
     j = 1 + int(np.argmin([p.end - p.start for p in parts[1:]]))
     before, part = parts[j - 1], parts[j]
     picture = before.keyframe
-    others = [Sampled(f.time, f) for f in before.frames + part.frames if f is not picture]
+    later = [f if i != part.picture else Frame(f.time, _center_square(f.image, sample_side))
+             for i, f in enumerate(part.frames)]
+    others = [Sampled(f.time, f) for f in before.frames + later if f is not picture]
     kept = [c.value for c in spread(others, before.start, part.end, samples - 1)] if samples > 1 else []
     before.frames = sorted([picture, *kept], key=lambda f: f.time)
     before.picture = before.frames.index(picture)

@@ -53,7 +53,7 @@ class Picture:
 
 
 def group_pictures(parts: list[tuple[Keyframe, np.ndarray, list[np.ndarray]]], max_distance: float,
-                   max_samples: int = 3) -> list[Picture]:
+                   max_samples: int = 5) -> list[Picture]:
     """Consecutive parts with near-identical pictures become one Picture; each keeps at most
     `max_samples` distinct frames for the classifier."""
     pictures: list[Picture] = []
@@ -68,6 +68,7 @@ def group_pictures(parts: list[tuple[Keyframe, np.ndarray, list[np.ndarray]]], m
             pictures.append(last)
         last.add_samples(samples or [image], max_distance, max_samples)
     return pictures
+
 
 # How much the frames of the neighbouring pictures in a shot count towards a picture's labels.
 NEIGHBOUR_WEIGHT = 0.5
@@ -85,6 +86,7 @@ class VisionStage:
         self.classifier = load_classifier(v)
         self.reader = load_text_reader(v)
         self.clip = load_clip(v)
+        self.frames_classified = 0  # running count, for benchmarks
 
     def process(self, item: MediaItem) -> MediaItem:
         if not item.keyframes or not self.settings.enabled:
@@ -144,8 +146,9 @@ class VisionStage:
         Each picture is therefore described by its own frames and those of the pictures next to it
         in the same shot, these at half weight, each frame weighted by how many near-identical frames
         it stands for: a part that shows little is described by its shot, one that shows something
-        clearly keeps its own labels, and a long shot is described by a window moving along it. The feature (the "frame" vector) stays
-        the picture's own, so image search finds the very part that looks like a query.
+        clearly keeps its own labels, and a long shot is described by a window moving along it.
+        The feature (the "frame" vector) stays the picture's own, so image search finds the very
+        part that looks like a query.
         """
         assert self.classifier is not None
         images: list[np.ndarray] = []
@@ -159,6 +162,7 @@ class VisionStage:
             if at is None:  # its samples were folded into look-alikes: classify it for its feature
                 images.append(pic.image)
         probs, feats = self.classifier.scores(images)
+        self.frames_classified += len(images)
         mass, weight = [], []  # per picture: weighted sum of its samples' probabilities, sum of weights
         for pic, i in zip(pictures, first, strict=True):
             w = np.asarray(pic.weights, np.float64)[:, None]
