@@ -66,7 +66,7 @@ class ImageClassifier:
         self.device = _device(device)
         model = EfficientNetLite0()
         model.load_state_dict(state)
-        self.model = model.eval().to(self.device)
+        self.model = model.eval().fuse_batchnorm().to(self.device)
         self.name = name
         self.dim = FEATURE_DIM
         self.batch_size = batch_size
