@@ -30,7 +30,7 @@ class TextLine:
 # the detector joined (stacked title lines whose letters touch), which the recogniser, made for one
 # line, reads as one garbled word ("Big Buck / BUNNY" as "BORKSY").
 RECHECK_BELOW = 0.85
-SPLITS = (0.4, 0.5, 0.6)  # where, as a fraction of the box's height, a second line may start
+SPLITS = (0.5, 0.4, 0.6)  # where, as a fraction of the box's height, a second line may start
 OVERLAP = 0.06  # each band reaches this fraction of the height past the split (ascenders, descenders)
 MIN_LINE_PX = 12
 
@@ -60,7 +60,7 @@ class TextReader:
             corners = tuple((float(x), float(y)) for x, y in box)
             read = [(str(text).strip(), float(score), corners)]
             if float(score) < RECHECK_BELOW:
-                read = self._as_two_lines(bgr, corners) or read
+                read = self._as_two_lines(bgr, corners, float(score)) or read
             found += read
         lines = [TextLine(normalise_text(raw), raw, score, corners) for raw, score, corners in found
                  if raw and score >= self.min_confidence]
@@ -74,21 +74,23 @@ class TextReader:
         text, score = result[0]
         return str(text).strip(), float(score)
 
-    def _as_two_lines(self, bgr: np.ndarray, box: tuple[tuple[float, float], ...]
+    def _as_two_lines(self, bgr: np.ndarray, box: tuple[tuple[float, float], ...], whole: float
                       ) -> list[tuple[str, float, tuple[tuple[float, float], ...]]] | None:
-        """The box read as two stacked lines, when both read clearly and better than the box did.
+        """The box read as two stacked lines, when both read clearly and better than the box did
+        (`whole`: its confidence read as one line).
 
-        Splits at a few heights and keeps the best; the recogniser's own confidence decides, so a
-        box that really is one line (split, it reads as fragments) is left as it was.
+        Splits at a few heights, the middle first, and keeps the first split that reads well; the
+        recogniser's own confidence decides, so a box that really is one line (split, it reads as
+        fragments) is left as it was.
         """
         x0, x1 = (max(0, int(f(x for x, _ in box))) for f in (min, max))
         y0, y1 = (max(0, int(f(y for _, y in box))) for f in (min, max))
         crop = bgr[y0 : y1 + 1, x0 : x1 + 1]
-        h = crop.shape[0]
-        if h < 2 * MIN_LINE_PX or crop.shape[1] < MIN_LINE_PX:
+        h, w = crop.shape[:2]
+        # Two stacked lines of horizontal text make a box wider than tall; taller ones are
+        # vertical text, which splitting across cannot help.
+        if h < 2 * MIN_LINE_PX or w < h:
             return None
-        _, whole = self._recognise(crop)
-        best: list[tuple[str, float, tuple[tuple[float, float], ...]]] | None = None
         for split in SPLITS:
             top_end, bottom_start = int(h * (split + OVERLAP)), int(h * (split - OVERLAP))
             bands = [(crop[:top_end], y0, y0 + top_end), (crop[bottom_start:], y0 + bottom_start, y1)]
@@ -102,7 +104,6 @@ class TextReader:
             # box cut in two can still show the same word in both bands.
             (top, _, _), (bottom, _, _) = read
             distinct = difflib.SequenceMatcher(None, top.lower(), bottom.lower()).ratio() < 0.5
-            if top and bottom and distinct and low >= RECHECK_BELOW and low > whole and (
-                    best is None or low > min(score for _, score, _ in best)):
-                best = read
-        return best
+            if top and bottom and distinct and low >= RECHECK_BELOW and low > whole:
+                return read
+        return None
