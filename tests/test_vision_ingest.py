@@ -187,3 +187,15 @@ def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Se
     item = decode_media(str(media("video/testvideo.mp4")), settings)
     stage.process(item)
     assert 0 < stage.frames_classified - before <= settings.frames.samples * len(item.keyframes) + len(item.keyframes)
+
+
+def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> None:
+    from mediaindex.pipeline.decode_stage import decode_media
+
+    item = VisionStage(settings).process(decode_media(str(media("video/big_buck_bunny_0_30.webm")), settings))
+    ocr = [s for s in item.segments if s.modality == "ocr"]
+    title = [s for s in ocr if {"big", "buck", "bunny"} <= set(s.text.lower().replace("/", " ").split())]
+    assert title, [(s.start, s.text) for s in ocr]
+    # The title fades in over the burrow shot (from about 23 s) at 25 s and stays to the end.
+    assert title[0].start >= 22.0 and title[-1].end <= 30.1
+    assert any("PEACH OPEN MOVIE PROJECT" in s.text and s.end <= title[0].start + 1e-3 for s in ocr)
