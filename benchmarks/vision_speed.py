@@ -3,7 +3,8 @@ ViT-B/32-sized) CLIP model, and the vision stage's real-time factor beside the s
 
     python benchmarks/vision_speed.py [MEDIA_DIR/video] [--skip-speech]
 
-Keyframes come from the media stage as ingestion makes them (decoded once, reused by every model).
+Keyframes (each part's middle frame) come from the media stage as ingestion makes them (decoded
+once, reused by every model); the stage rows also classify each part's further samples.
 Real-time factor = seconds of video per wall-clock second of the stage (higher is faster).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import string
 import sys
@@ -58,7 +60,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("media", nargs="?", default=str(REPO.parent / "shared" / "media" / "video"))
     parser.add_argument("--skip-speech", action="store_true")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads per model for vision and speech (default: the cpu profile's)")
     args = parser.parse_args()
 
     import torch
@@ -66,12 +69,12 @@ def main() -> None:
     from mediaindex.pipeline.speech_stage import SpeechStage
     from mediaindex.pipeline.vision_stage import VisionStage
 
-    torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="vision-bench-"))
     clip_dir = random_clip(work / "clip-b32")
-    settings = load_settings("cpu", index_dir=work / "index",
-                             vision={"threads": args.threads, "clip": str(clip_dir)},
-                             speech={"cpu_threads": args.threads})
+    threads = {"threads": args.threads} if args.threads else {}
+    settings = load_settings("cpu", index_dir=work / "index", vision={**threads, "clip": str(clip_dir)},
+                             speech={"cpu_threads": args.threads} if args.threads else {})
+    torch.set_num_threads(settings.vision.threads or min(4, os.cpu_count() or 1))
     no_clip = settings.model_copy(update={"vision": settings.vision.model_copy(update={"clip": None})})
 
     files = discover([args.media]).files
@@ -84,7 +87,10 @@ def main() -> None:
     duration = sum(item.info.duration for item in items if item.info.has_video)
 
     results: dict[str, object] = {"videos": len(items), "video_seconds": round(duration, 1),
-                                  "keyframes": len(frames), "decode_s": round(decode_s, 2)}
+                                  "shots": sum(len(item.shots) for item in items),
+                                  "keyframes": len(frames),
+                                  "samples": sum(len(k.samples) or 1 for item in items for k in item.keyframes),
+                                  "decode_s": round(decode_s, 2)}
     reader, results["ocr_load_s"] = timed(lambda: load_text_reader(settings.vision))
     classifier, results["classifier_load_s"] = timed(lambda: load_classifier(settings.vision))
     clip, results["clip_load_s"] = timed(lambda: load_clip(settings.vision))
@@ -104,17 +110,19 @@ def main() -> None:
         _, dt = timed(lambda st=stage, its=fresh: [st.process(i) for i in its])
         results[f"{name}_s"] = round(dt, 2)
         results[f"{name}_rtf"] = round(duration / dt, 2)
+        results[f"{name}_frames_classified"] = stage.frames_classified
 
     if not args.skip_speech:
         speech = SpeechStage(settings)
         audio_items = [decode_media(str(p), settings) for p in files]
-        audio_s = sum(i.info.duration for i in audio_items if i.audio is not None)
+        audio_s = sum(i.info.duration for i in audio_items if i.info.has_audio)
         _, dt = timed(lambda: [speech.process(i) for i in audio_items])
         results["speech_stage_s"] = round(dt, 2)
         results["speech_audio_seconds"] = round(audio_s, 1)
         results["speech_stage_rtf"] = round(audio_s / dt, 2)
 
-    results["machine"] = f"{platform.machine()}, {__import__('os').cpu_count()} CPUs, torch threads {args.threads}"
+    results["machine"] = (f"{platform.machine()}, {os.cpu_count()} CPUs, vision threads {settings.vision.threads or 'auto'}, "
+                          f"speech threads {settings.speech.cpu_threads or 'auto'}")
     print(json.dumps(results, indent=2))
 
 

@@ -65,13 +65,20 @@ class EmbedSettings(_Section):
 
 
 class FrameSettings(_Section):
-    # One frame every `interval` seconds inside long shots; at least one keyframe per shot.
+    # The vision stage looks at parts of the video: each shot, with long shots cut every `interval`
+    # seconds. Each part keeps `samples` frames spread evenly over it (never just the shot's first
+    # frame, often a transition); the classifier averages its class probabilities over them, so
+    # at most `samples` frames per part are classified. OCR and the thumbnail use the middle one;
+    # the others are kept as `sample_side` px central squares (what the classifier looks at).
     interval: float = Field(default=5.0, gt=0)
+    samples: int = Field(default=5, ge=1, le=16)
+    sample_side: int = Field(default=256, ge=32)
     max_side: int = Field(default=512, ge=32)  # keyframe images handed to the vision stage
     thumbnail_side: int = Field(default=240, ge=16)
     thumbnail_format: Literal["jpeg", "webp"] = "jpeg"
-    # Memory cap: a long file's interval is widened, and past the cap the keyframes standing for
-    # the shortest time are merged into their neighbours.
+    # Memory cap, in parts kept per file (each holds one picture and samples - 1 squares): a long
+    # file's interval is widened, and past the cap the parts standing for the shortest time are
+    # merged into their neighbours.
     max_keyframes: int = Field(default=600, ge=2)
     # PySceneDetect ContentDetector: cut threshold and shortest shot (seconds).
     shot_threshold: float = Field(default=27.0, gt=0)

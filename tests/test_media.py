@@ -91,6 +91,52 @@ def test_keyframes_per_shot_plus_interval_inside_long_shots(tmp_path: Path, cach
             assert max(im.size) <= settings.frames.thumbnail_side and im.format == "JPEG"
 
 
+def test_each_part_is_sampled_from_inside_not_at_its_cut(tmp_path: Path, cache_dir: Path) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir, frames={"samples": 4, "sample_side": 128})
+    item = decode_media(str(media("video/testvideo.mp4")), settings)
+    cuts = [start for start, _ in item.shots[1:]]
+    for part in item.keyframes:
+        # No part crosses a cut, and every part has its frames: the picture and three squares.
+        assert not any(part.time < c < part.end - 1e-3 for c in cuts)
+        assert len(part.samples) == 4
+        assert sum(s is part.image for s in part.samples) == 1
+        assert all(s.shape == (128, 128, 3) for s in part.samples if s is not part.image)
+    scan = scan_video(media("video/testvideo.mp4"), item.info, interval=5.0, max_side=512, samples=4)
+    for part in scan.parts:
+        length = part.end - part.start
+        times = [f.time for f in part.frames]
+        assert all(part.start <= t < part.end for t in times) and times == sorted(times)
+        if length > 1.0:  # the first frame of a shot (a fade, a blend of two shots) is not taken
+            assert times[0] - part.start >= length / 16
+        # Spread evenly: one frame near the centre of each quarter; the picture is the middle one.
+        for i, t in enumerate(times):
+            assert abs(t - (part.start + (i + 0.5) * length / 4)) <= length / 16 + 0.05
+        assert abs(part.keyframe.time - (part.start + part.end) / 2) <= length / 4 + 0.05
+        assert max(part.keyframe.image.shape[:2]) == 512
+
+
+def test_span_sampler_stays_small_and_spreads_its_choice() -> None:
+    from mediaindex.pipeline.sampling import SpanSampler
+
+    sampler: SpanSampler[int] = SpanSampler(5)
+    made = 0
+
+    def make() -> int:
+        nonlocal made
+        made += 1
+        return made
+
+    for n in range(30 * 600):  # a ten-minute shot at 30 frames per second
+        sampler.offer(n / 30, make)
+        assert len(sampler.candidates) <= 2 * sampler.keep
+    assert made < 200  # only candidates are turned into images, not every frame
+    chosen = sampler.close(600.0)
+    assert [round(c.time / 60) for c in chosen] == [1, 3, 5, 7, 9]  # centres of five 2-minute slices
+    assert sampler.start == 600.0 and sampler.candidates == []
+    sampler.offer(600.0, make)
+    assert [c.time for c in sampler.close(600.5)] == [600.0]  # a span shorter than the spacing: what there is
+
+
 def test_keyframes_are_shown_upright_and_unstretched(tmp_path: Path, cache_dir: Path) -> None:
     settings = make_settings(tmp_path / "index", cache_dir, frames={"thumbnail_format": "webp"})
     rotated = decode_media(str(media("video/issue-134-rotate.mp4")), settings)
@@ -104,10 +150,15 @@ def test_keyframes_are_shown_upright_and_unstretched(tmp_path: Path, cache_dir: 
 
 def test_keyframe_memory_is_capped(tmp_path: Path, cache_dir: Path) -> None:
     path = media("video/testvideo.mp4")
-    scan = scan_video(path, probe(path), interval=0.1, max_side=64, max_keyframes=6)
-    assert len(scan.keyframes) <= 6
-    assert scan.keyframes[0].time == 0.0
-    assert scan.spans[-1][1] == pytest.approx(scan.end)
+    scan = scan_video(path, probe(path), interval=0.1, max_side=64, max_keyframes=6, samples=4, sample_side=32)
+    assert len(scan.parts) <= 6 and scan.images <= 6 * 4
+    assert scan.spans[0][0] == 0.0 and scan.spans[-1][1] == pytest.approx(scan.end)
+    assert all(a[1] == b[0] for a, b in zip(scan.spans, scan.spans[1:], strict=False))
+    # Merged parts keep their frames spread over the joined span, the picture whole.
+    for part in scan.parts:
+        assert 1 <= len(part.frames) <= 4 and all(part.start <= f.time < part.end for f in part.frames)
+        assert max(part.keyframe.image.shape[:2]) == 64
+        assert all(f.image.shape == (32, 32, 3) for f in part.frames if f is not part.keyframe)
 
 
 def test_audio_streams_in_bounded_chunks() -> None:

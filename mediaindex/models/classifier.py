@@ -66,7 +66,7 @@ class ImageClassifier:
         self.device = _device(device)
         model = EfficientNetLite0()
         model.load_state_dict(state)
-        self.model = model.eval().to(self.device)
+        self.model = model.eval().fuse_batchnorm().to(self.device)
         self.name = name
         self.dim = FEATURE_DIM
         self.batch_size = batch_size
@@ -81,33 +81,36 @@ class ImageClassifier:
         x = torch.from_numpy(crops).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
         return x.to(self.device)
 
-    def predict(self, images: list[np.ndarray]) -> list[Prediction]:
+    def scores(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Class probabilities (N, 1000) and L2-normalised pooled features (N, FEATURE_DIM), in batches."""
         import torch
 
-        out: list[Prediction] = []
+        probs, feats = [np.zeros((0, len(LABELS)), np.float32)], [np.zeros((0, self.dim), np.float32)]
         for i in range(0, len(images), self.batch_size):
             with torch.inference_mode():
-                feats, logits = self.model(self._tensor(images[i : i + self.batch_size]))
-                probs = torch.softmax(logits.float(), dim=1).cpu().numpy()
-                feats = torch.nn.functional.normalize(feats.float(), dim=1).cpu().numpy()
-            for p, f in zip(probs, feats, strict=True):
-                order = np.argsort(-p)[: self.max_labels]
-                # The best label always describes the frame: an empty description would embed as a
-                # generic text close to every query. Further labels must pass the threshold.
-                keep = [int(order[0])] + [int(k) for k in order[1:] if p[k] >= self.threshold]
-                out.append(Prediction([(LABELS[k], float(p[k])) for k in keep], keep, f.astype(np.float32)))
-        return out
+                f, logits = self.model(self._tensor(images[i : i + self.batch_size]))
+                probs.append(torch.softmax(logits.float(), dim=1).cpu().numpy())
+                feats.append(torch.nn.functional.normalize(f.float(), dim=1).cpu().numpy())
+        return np.concatenate(probs), np.concatenate(feats)
+
+    def describe(self, probs: np.ndarray, feature: np.ndarray) -> Prediction:
+        """Labels from class probabilities (one frame's, or several frames' averaged) and a feature."""
+        order = np.argsort(-probs)[: self.max_labels]
+        # The best label always describes the frame: an empty description would embed as a
+        # generic text close to every query. Further labels must pass the threshold.
+        keep = [int(order[0])] + [int(k) for k in order[1:] if probs[k] >= self.threshold]
+        return Prediction([(LABELS[k], float(probs[k])) for k in keep], keep, feature.astype(np.float32))
+
+    def predict(self, images: list[np.ndarray]) -> list[Prediction]:
+        probs, feats = self.scores(images)
+        return [self.describe(p, f) for p, f in zip(probs, feats, strict=True)]
 
     def features(self, images: list[np.ndarray]) -> np.ndarray:
-        return np.stack([p.feature for p in self.predict(images)]) if images else np.zeros((0, self.dim), np.float32)
+        return self.scores(images)[1] if images else np.zeros((0, self.dim), np.float32)
 
     def probabilities(self, images: list[np.ndarray]) -> np.ndarray:
         """Full class probabilities (N, 1000), for tests and inspection."""
-        import torch
-
-        with torch.inference_mode():
-            _, logits = self.model(self._tensor(images))
-            return torch.softmax(logits.float(), dim=1).cpu().numpy()
+        return self.scores(images)[0]
 
 
 def _device(device: str) -> str:

@@ -1,7 +1,7 @@
 """Decode media, streamed: 16 kHz mono audio in chunks (ffmpeg), video frames in one pass (PyAV).
 
 Nothing here holds a whole file in memory: audio arrives in fixed-size chunks from ffmpeg's pipe,
-and each video frame is looked at once (for shot detection and, when it is a keyframe, kept small).
+and each video frame is looked at once (for shot detection and, when it may be sampled, kept small).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 from mediaindex.errors import MediaError
 from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
 from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.pipeline.sampling import Sampled, SpanSampler, spread
 from mediaindex.pipeline.shots import ShotDetector, shots_from_cuts
 
 SAMPLE_RATE = 16_000
@@ -128,16 +129,47 @@ class Frame:
 
 
 @dataclass
+class Part:
+    """A span of the video (a shot, or an `interval`-long piece of a long shot) and frames from
+    inside it, spread evenly over the span.
+
+    The frame nearest the middle is the part's picture, kept whole (thumbnail, OCR, image search);
+    the others only feed the image classifier and are kept as the central square that classifiers
+    look at, at `sample_side` pixels, which takes about half the memory of a whole picture.
+    """
+
+    start: float
+    end: float
+    frames: list[Frame]  # presentation order, at least one
+    picture: int = 0  # index of the whole picture in `frames`
+
+    @property
+    def keyframe(self) -> Frame:
+        return self.frames[self.picture]
+
+
+@dataclass
 class VideoScan:
     """What one decoding pass over the video found."""
 
-    keyframes: list[Frame] = field(default_factory=list)
-    spans: list[tuple[float, float]] = field(default_factory=list)  # what each keyframe stands for
+    parts: list[Part] = field(default_factory=list)  # tile [first frame, end)
     shots: list[tuple[float, float]] = field(default_factory=list)
     frames: int = 0
     end: float = 0.0  # presentation time where the decoded video ends
     variable_frame_rate: bool = False
     warning: str | None = None
+
+    @property
+    def keyframes(self) -> list[Frame]:
+        return [p.keyframe for p in self.parts]
+
+    @property
+    def spans(self) -> list[tuple[float, float]]:
+        return [(p.start, p.end) for p in self.parts]
+
+    @property
+    def images(self) -> int:
+        return sum(len(p.frames) for p in self.parts)
 
 
 def _keyframe_size(info: MediaInfo, max_side: int) -> tuple[int, int]:
@@ -157,13 +189,53 @@ def _display_image(bgr: np.ndarray, size: tuple[int, int], rotation: int) -> np.
     return np.ascontiguousarray(img[:, :, ::-1])  # BGR -> RGB
 
 
-def _thin(keyframes: list[Frame], keep_first: int = 1) -> None:
-    """Drop the keyframe that stands for the shortest time, so the list stays under its cap."""
-    if len(keyframes) <= keep_first + 1:
+def _center_square(rgb: np.ndarray, side: int) -> np.ndarray:
+    """The central square of a picture, scaled so it is `side` pixels (never enlarged)."""
+    h, w = rgb.shape[:2]
+    scale = min(1.0, side / min(h, w))
+    if scale < 1.0:
+        rgb = cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+    h, w = rgb.shape[:2]
+    s = min(h, w)
+    top, left = (h - s) // 2, (w - s) // 2
+    return np.ascontiguousarray(rgb[top : top + s, left : left + s])
+
+
+def _make_part(start: float, end: float, chosen: list[Sampled[np.ndarray]], sample_side: int) -> Part:
+    middle = (start + end) / 2
+    picture = min(range(len(chosen)), key=lambda i: abs(chosen[i].time - middle))
+    frames = [Frame(round(c.time, 3), c.value if i == picture else _center_square(c.value, sample_side))
+              for i, c in enumerate(chosen)]
+    return Part(round(start, 3), round(end, 3), frames, picture)
+
+
+def _close_part(parts: list[Part], sampler: SpanSampler[np.ndarray], end: float, max_parts: int,
+                sample_side: int) -> None:
+    start = sampler.start
+    chosen = sampler.close(end)
+    if chosen:
+        parts.append(_make_part(start, end, chosen, sample_side))
+    if len(parts) > max_parts:
+        _merge_shortest(parts, sampler.count, sample_side)
+
+
+def _merge_shortest(parts: list[Part], samples: int, sample_side: int) -> None:
+    """Merge the part standing for the shortest time into the one before, keeping `samples` frames
+    spread over the joined span (the earlier part's picture stays its picture, the later one's
+    becomes a square), so the list stays under its cap."""
+    if len(parts) < 2:
         return
-    gaps = [keyframes[i + 1].time - keyframes[i].time for i in range(keep_first, len(keyframes) - 1)]
-    drop = keep_first + int(np.argmin(gaps)) + 1
-    del keyframes[drop]
+    j = 1 + int(np.argmin([p.end - p.start for p in parts[1:]]))
+    before, part = parts[j - 1], parts[j]
+    picture = before.keyframe
+    later = [f if i != part.picture else Frame(f.time, _center_square(f.image, sample_side))
+             for i, f in enumerate(part.frames)]
+    others = [Sampled(f.time, f) for f in before.frames + later if f is not picture]
+    kept = [c.value for c in spread(others, before.start, part.end, samples - 1)] if samples > 1 else []
+    before.frames = sorted([picture, *kept], key=lambda f: f.time)
+    before.picture = before.frames.index(picture)
+    before.end = part.end
+    del parts[j]
 
 
 def scan_video(
@@ -177,21 +249,26 @@ def scan_video(
     deadline: float | None = None,
     timeout: float | None = None,
     on_frame: Callable[[float], None] | None = None,
+    samples: int = 5,
+    sample_side: int = 256,
 ) -> VideoScan:
-    """Decode the first video stream once: detect shots and keep keyframes as frames go by.
+    """Decode the first video stream once: detect shots and keep frames from inside each part.
 
-    Every shot gets its first frame as a keyframe; inside a shot, one more every `interval`
-    seconds. Memory is bounded by `max_keyframes` small images: the interval is widened for long
-    files so interval frames use at most half of the cap, and past the cap the keyframe standing
-    for the shortest time is dropped (its span merges into the one before).
+    Parts are the shots, with long shots cut every `interval` seconds; each part keeps `samples`
+    frames spread evenly over it (not its first frame, which is often a transition): the middle one
+    whole, at most `max_side` pixels, the others as `sample_side` squares (see `Part`). Memory is
+    bounded by `max_keyframes` parts: the interval is widened for long files so interval parts use
+    at most half of the cap, and past the cap the part standing for the shortest time is merged
+    into the one before.
     """
     import av
 
     scan = VideoScan()
+    samples = max(1, samples)
     if info.duration > 0:
         interval = max(interval, info.duration * 2 / max_keyframes)
     size = _keyframe_size(info, max_side)
-    last_kept = -1e9
+    sampler: SpanSampler[np.ndarray] = SpanSampler(samples)
     gaps: list[float] = []
     prev_t: float | None = None
     try:
@@ -222,11 +299,11 @@ def scan_video(
                     bgr = frame.to_ndarray(format="bgr24")
                 cut = bool(detector.feed(pts, Fraction(frame.time_base.numerator, frame.time_base.denominator), bgr))
                 scan.frames += 1
-                if scan.frames == 1 or cut or t - last_kept >= interval - 1e-6:
-                    scan.keyframes.append(Frame(round(t, 3), _display_image(bgr, size, info.rotation)))
-                    last_kept = t
-                    if len(scan.keyframes) > max_keyframes:
-                        _thin(scan.keyframes)
+                if scan.frames == 1:
+                    sampler.start = t
+                elif cut or t - sampler.start >= interval - 1e-6:
+                    _close_part(scan.parts, sampler, t, max_keyframes, sample_side)
+                sampler.offer(t, lambda b=bgr: _display_image(b, size, info.rotation))
                 if on_frame:
                     on_frame(t)
             detector.finish()
@@ -244,10 +321,9 @@ def scan_video(
         scan.end = max(scan.end, round(info.duration, 3))
     elif info.duration > 0 and scan.end < info.duration - 1.0 and scan.warning is None:
         scan.warning = f"video ends early at {scan.end:.1f} s of {info.duration:.1f} s"
+    _close_part(scan.parts, sampler, scan.end, max_keyframes, sample_side)
     scan.variable_frame_rate = bool(gaps) and (max(gaps) - min(gaps)) > 0.5 * float(np.median(gaps))
     scan.shots = [(s.start, s.end) for s in shots_from_cuts(detector.cuts, scan.end)]
-    times = [k.time for k in scan.keyframes]
-    scan.spans = [(t, times[i + 1] if i + 1 < len(times) else scan.end) for i, t in enumerate(times)]
     return scan
 
 

@@ -46,7 +46,8 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         scan = scan_video(
             path, info, interval=f.interval, max_side=f.max_side, max_keyframes=f.max_keyframes,
             shot_threshold=f.shot_threshold, min_shot_len=f.min_shot_len,
-            deadline=started + timeout, timeout=timeout,
+            deadline=started + timeout, timeout=timeout, samples=f.samples,
+            sample_side=f.sample_side,
         )
     except MediaError as exc:
         if not info.has_audio or "took longer" in exc.reason:
@@ -66,8 +67,9 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         duration=info.duration if info.duration > 0 else scan.end,
     )
     item.shots = scan.shots
-    for frame, (start, end) in zip(scan.keyframes, scan.spans, strict=True):
-        thumb = write_thumbnail(frame.image, settings.thumbs_dir, item.video_id, frame.time,
+    for part in scan.parts:
+        picture = part.keyframe
+        thumb = write_thumbnail(picture.image, settings.thumbs_dir, item.video_id, picture.time,
                                 f.thumbnail_side, fmt=f.thumbnail_format)
-        item.keyframes.append(Keyframe(start, end, frame.image, thumb))
+        item.keyframes.append(Keyframe(part.start, part.end, picture.image, thumb, [f.image for f in part.frames]))
     return item

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from mediaindex.config import Settings
-from mediaindex.pipeline.item import Keyframe, MediaItem
+from mediaindex.pipeline.item import MediaItem
 
 
 class EmbedStage:
@@ -15,6 +13,6 @@ class EmbedStage:
         self.embedder = load_text_embedder(settings.embed)
 
     def process(self, item: MediaItem) -> MediaItem:
-        item.keyframes = [Keyframe(k.time, k.end, np.empty((0, 0, 3), np.uint8), k.thumbnail) for k in item.keyframes]
+        item.keyframes = [k.without_pixels() for k in item.keyframes]
         item.vectors = self.embedder.embed_passages([s.text for s in item.segments])
         return item

@@ -13,10 +13,19 @@ from mediaindex.segments import Segment
 
 @dataclass
 class Keyframe:
+    """One part of the video (a shot, or a piece of a long shot) as the vision stage sees it."""
+
     time: float
-    end: float  # the frame stands for [time, end)
-    image: np.ndarray
+    end: float  # the part is [time, end)
+    image: np.ndarray  # its picture: the frame nearest the middle (OCR, thumbnail, image vectors)
     thumbnail: str | None  # relative to the index's thumbnail folder
+    # Frames spread over the part, the picture among them: the classifier pools over them.
+    # Empty means the picture alone.
+    samples: list[np.ndarray] = field(default_factory=list)
+
+    def without_pixels(self) -> Keyframe:
+        """The same part with its images dropped: only times and the thumbnail travel on."""
+        return Keyframe(self.time, self.end, np.empty((0, 0, 3), np.uint8), self.thumbnail)
 
 
 @dataclass

@@ -1,10 +1,17 @@
-"""The vision stage: keyframes become `ocr` segments (on-screen text) and `visual` segments (what is
-in the shot, as words for the text embedder and as "frame" / "image" vectors for image search)."""
+"""The vision stage: parts of the video (shots, pieces of long shots) become `ocr` segments (on-screen
+text) and `visual` segments (what is in the shot, as words for the text embedder and as "frame" /
+"image" vectors for image search).
+
+The classifier looks at several frames of each part and averages their class probabilities; OCR,
+the thumbnail and the CLIP vector use the part's middle frame. Consecutive parts that look the same
+are one picture, read and classified once.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,35 +21,64 @@ from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier
 from mediaindex.pipeline.item import Keyframe, MediaItem
 from mediaindex.segments import Segment
 
+if TYPE_CHECKING:
+    from mediaindex.models.classifier import Prediction
+
 
 @dataclass
 class Picture:
-    """A run of near-identical consecutive keyframes: looked at once, indexed as one span."""
+    """A run of consecutive parts whose pictures are near-identical: looked at once, indexed as one span."""
 
     start: float
     end: float
-    image: np.ndarray  # the first keyframe's picture
+    image: np.ndarray  # the first part's picture: read by OCR, its thumbnail shown
     thumbnail: str | None
     hash: np.ndarray
+    # What the classifier pools over: the run's frames with near-duplicates folded into the first
+    # like them, each weighted by how many frames it stands for.
+    samples: list[np.ndarray] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    hashes: list[np.ndarray] = field(default_factory=list)
+
+    def add_samples(self, images: list[np.ndarray], max_distance: float, limit: int) -> None:
+        for image in images:
+            h = difference_hash(image)
+            near = next((i for i, other in enumerate(self.hashes) if hash_distance(other, h) < max_distance), None)
+            if near is not None:
+                self.weights[near] += 1.0
+            elif len(self.samples) < limit:
+                self.samples.append(image)
+                self.weights.append(1.0)
+                self.hashes.append(h)
 
 
-def group_pictures(frames: list[tuple[Keyframe, np.ndarray]], max_distance: float) -> list[Picture]:
+def group_pictures(parts: list[tuple[Keyframe, np.ndarray, list[np.ndarray]]], max_distance: float,
+                   max_samples: int = 5) -> list[Picture]:
+    """Consecutive parts with near-identical pictures become one Picture; each keeps at most
+    `max_samples` distinct frames for the classifier."""
     pictures: list[Picture] = []
-    for frame, image in frames:
+    for part, image, samples in parts:
         h = difference_hash(image)
         last = pictures[-1] if pictures else None
-        # Compared with the run's first frame, so a slow drift still starts a new picture.
+        # Compared with the run's first picture, so a slow drift still starts a new picture.
         if last is not None and last.image.shape == image.shape and hash_distance(last.hash, h) < max_distance:
-            last.end = max(last.end, frame.end)
-            continue
-        pictures.append(Picture(frame.time, frame.end, image, frame.thumbnail, h))
+            last.end = max(last.end, part.end)
+        else:
+            last = Picture(part.time, part.end, image, part.thumbnail, h)
+            pictures.append(last)
+        last.add_samples(samples or [image], max_distance, max_samples)
     return pictures
+
+
+# How much the frames of the neighbouring pictures in a shot count towards a picture's labels.
+NEIGHBOUR_WEIGHT = 0.5
 
 
 class VisionStage:
     def __init__(self, settings: Settings) -> None:
         v = settings.vision
         self.settings = v
+        self.max_samples = settings.frames.samples
         if v.enabled and v.device != "cuda":
             import torch
 
@@ -50,31 +86,39 @@ class VisionStage:
         self.classifier = load_classifier(v)
         self.reader = load_text_reader(v)
         self.clip = load_clip(v)
+        self.frames_classified = 0  # running count, for benchmarks
 
     def process(self, item: MediaItem) -> MediaItem:
         if not item.keyframes or not self.settings.enabled:
             return item
-        frames: list[tuple[Keyframe, np.ndarray]] = []
+        parts: list[tuple[Keyframe, np.ndarray, list[np.ndarray]]] = []
         unusable: list[str] = []
-        for frame in item.keyframes:
+        for part in item.keyframes:
             try:
-                frames.append((frame, check_image(frame.image, f"keyframe at {frame.time:.1f} s")))
+                image = check_image(part.image, f"keyframe at {part.time:.1f} s")
             except ImageInputError as exc:
                 unusable.append(str(exc))
+                continue
+            samples = []
+            for sample in part.samples:
+                try:
+                    samples.append(check_image(sample))
+                except ImageInputError:
+                    continue  # the part's picture stands in for it
+            parts.append((part, image, samples))
         if unusable:
             item.notes.append(f"{len(unusable)} keyframes not usable for vision ({unusable[0]})")
-        pictures = group_pictures(frames, self.settings.duplicate_distance)
+        pictures = group_pictures(parts, self.settings.duplicate_distance, self.max_samples)
         item.segments += self.visual_segments(item, pictures) + self.ocr_segments(item, pictures)
         # The pixels are not needed downstream; only times and thumbnails travel on.
-        item.keyframes = [Keyframe(k.time, k.end, np.empty((0, 0, 3), np.uint8), k.thumbnail) for k in item.keyframes]
+        item.keyframes = [k.without_pixels() for k in item.keyframes]
         return item
 
     def visual_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
         if not pictures or (self.classifier is None and self.clip is None):
             return []
-        images = [p.image for p in pictures]
-        preds = self.classifier.predict(images) if self.classifier else None
-        clips = self.clip.embed_images(images) if self.clip else None
+        preds = self.describe(item, pictures) if self.classifier is not None else None
+        clips = self.clip.embed_images([p.image for p in pictures]) if self.clip else None
         out = []
         for i, pic in enumerate(pictures):
             vectors: dict[str, list[float]] = {}
@@ -92,6 +136,45 @@ class VisionStage:
                 text=text, language="en" if text else None, confidence=confidence, thumbnail=pic.thumbnail,
                 extra=extra, vectors=vectors,
             ))
+        return out
+
+    def describe(self, item: MediaItem, pictures: list[Picture]) -> list[Prediction]:
+        """Labels for each picture from class probabilities averaged over frames of its shot.
+
+        A single frame's top class flips between near neighbours (a bird turning its head reads as
+        a dog, a mask, a bird), and one part of a shot may show only a detail (the bird's beak).
+        Each picture is therefore described by its own frames and those of the pictures next to it
+        in the same shot, these at half weight, each frame weighted by how many near-identical frames
+        it stands for: a part that shows little is described by its shot, one that shows something
+        clearly keeps its own labels, and a long shot is described by a window moving along it.
+        The feature (the "frame" vector) stays the picture's own, so image search finds the very
+        part that looks like a query.
+        """
+        assert self.classifier is not None
+        images: list[np.ndarray] = []
+        first: list[int] = []  # where each picture's samples start in `images`
+        own: list[int] = []  # where each picture's own image is in `images`
+        for pic in pictures:
+            first.append(len(images))
+            images += pic.samples
+            at = next((i for i, s in enumerate(pic.samples) if s is pic.image), None)
+            own.append(first[-1] + at if at is not None else len(images))
+            if at is None:  # its samples were folded into look-alikes: classify it for its feature
+                images.append(pic.image)
+        probs, feats = self.classifier.scores(images)
+        self.frames_classified += len(images)
+        mass, weight = [], []  # per picture: weighted sum of its samples' probabilities, sum of weights
+        for pic, i in zip(pictures, first, strict=True):
+            w = np.asarray(pic.weights, np.float64)[:, None]
+            mass.append((probs[i : i + len(pic.samples)] * w).sum(axis=0))
+            weight.append(float(w.sum()))
+        shots = [_shot_of(pic.start, item.shots, k) for k, pic in enumerate(pictures)]
+        out = []
+        for k in range(len(pictures)):
+            near = [j for j in (k - 1, k + 1) if 0 <= j < len(pictures) and shots[j] == shots[k]]
+            pooled = (mass[k] + NEIGHBOUR_WEIGHT * sum(mass[j] for j in near)) / (
+                weight[k] + NEIGHBOUR_WEIGHT * sum(weight[j] for j in near))
+            out.append(self.classifier.describe(pooled, feats[own[k]]))
         return out
 
     def ocr_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
@@ -113,3 +196,12 @@ class VisionStage:
                 thumbnail=pic.thumbnail, extra={"raw": [ln.raw for ln in lines]},
             ))
         return out
+
+
+def _shot_of(t: float, shots: list[tuple[float, float]], picture: int) -> int:
+    """The index of the shot holding time t; outside every shot (or without shots), the picture
+    stands alone."""
+    for i, (start, end) in enumerate(shots):
+        if start - 1e-3 <= t < end - 1e-3:
+            return i
+    return -1 - picture
