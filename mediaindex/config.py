@@ -91,6 +91,9 @@ class VisionSettings(_Section):
     # "efficientnet-lite0" (bundled, ImageNet-1k) for visual concepts and the "frame" vector; None = off.
     classifier: str | None = "efficientnet-lite0"
     clip: str | None = None  # local path or hub id of a CLIP / SigLIP model for the "image" vector; None = off
+    # Both CLIP towers in HQQ 8- or 4-bit (the serving engine's quantization code and kernels); None = as loaded.
+    clip_bits: Literal[4, 8] | None = None
+    clip_group_size: int = Field(default=64, ge=8)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=16, ge=1)
     threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4

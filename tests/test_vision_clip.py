@@ -88,6 +88,37 @@ def test_embeddings_are_normalised_and_batching_does_not_change_them(clip_settin
     assert clip is load_clip(clip_settings.vision)  # loaded once per process
 
 
+@pytest.mark.parametrize(("bits", "min_cosine"), [(8, 0.999), (4, 0.95)])
+def test_both_towers_run_in_hqq_through_the_serving_quantizer(clip_settings: Settings, bits: int,
+                                                              min_cosine: float) -> None:
+    import torch
+
+    from mediaindex.serving.quant.layers import QuantLinear
+
+    full = load_clip(clip_settings.vision)
+    # Group 32: the tiny model's layers are 32 and 64 wide (real CLIP towers fit the default 64).
+    quant = load_clip(clip_settings.vision.model_copy(update={"clip_bits": bits, "clip_group_size": 32}))
+    assert quant is not full
+    quantized = [n for n, m in quant.model.named_modules() if isinstance(m, QuantLinear)]
+    assert {n.split(".")[0] for n in quantized} == {"text_model", "vision_model", "text_projection",
+                                                   "visual_projection"}
+    assert not [n for n, m in quant.model.named_modules() if type(m) is torch.nn.Linear]  # none left behind
+    images = [load_image(media(f"images/{n}")) for n in ("skimage_chelsea.png", "skimage_rocket.jpg")]
+    for a, b in ((full.embed_images(images), quant.embed_images(images)),
+                 (full.embed_texts(["a cat", "a rocket"]), quant.embed_texts(["a cat", "a rocket"]))):
+        assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+        assert (a * b).sum(axis=1).min() > min_cosine
+
+
+def test_clip_quantization_settings_are_checked(clip_dir: Path) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        VisionSettings(clip=str(clip_dir), clip_bits=3)
+    with pytest.raises(ValidationError):
+        VisionSettings(clip=str(clip_dir), clip_group_size=4)
+
+
 def test_store_and_query_round_trip(clip_settings: Settings) -> None:
     stage, embed = VisionStage(clip_settings), EmbedStage(clip_settings)
     item = decode_media(str(media("video/testvideo.mp4")), clip_settings)

@@ -49,13 +49,27 @@ def clip_dim(name: str) -> int:
     return _embed_dim(config)
 
 
+def quantize_towers(model, bits: int, group_size: int):  # -> the same model, its linear layers quantized
+    """Both towers' linear layers (attention, MLP, projections) in HQQ through the serving engine's code: one
+    quantization module and one set of kernels (Gemlite on CUDA) for every stage that runs transformer weights.
+    Embeddings and norms stay as loaded."""
+    from mediaindex.serving.quant import QuantConfig, quantize_model
+    from mediaindex.serving.quant.config import QuantizationError
+
+    try:
+        return quantize_model(model, QuantConfig.parse(bits=bits, group_size=group_size))
+    except QuantizationError as exc:
+        raise ModelLoadError(f"cannot quantize the CLIP model to {bits}-bit: {exc}") from exc
+
+
 def _as_tensor(output):  # -> torch.Tensor
     # transformers 5 returns model outputs whose pooler_output is the projected embedding; 4.x a tensor.
     return output if not hasattr(output, "pooler_output") else output.pooler_output
 
 
 class ClipEmbedder:
-    def __init__(self, name: str, device: str = "cpu", batch_size: int = 16) -> None:
+    def __init__(self, name: str, device: str = "cpu", batch_size: int = 16, bits: int | None = None,
+                 group_size: int = 64) -> None:
         import torch
         from transformers import AutoModel, AutoProcessor
 
@@ -71,6 +85,8 @@ class ClipEmbedder:
             raise ModelLoadError(f"{name!r} is a {type(model).__name__}, not a text-image model like CLIP or SigLIP")
         self.device = _device(device)
         self.model = model.eval().to(self.device)
+        if bits is not None:
+            self.model = quantize_towers(self.model, bits, group_size)
         self.name = name
         self.dim = _embed_dim(model.config)
         self.batch_size = batch_size

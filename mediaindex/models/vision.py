@@ -50,5 +50,6 @@ def load_clip(settings: VisionSettings):  # -> ClipEmbedder | None
 
     if not (settings.enabled and settings.clip):
         return None
-    return cached(("clip", settings.clip, settings.device, settings.batch_size),
-                  lambda: ClipEmbedder(settings.clip, settings.device, settings.batch_size))
+    key = ("clip", settings.clip, settings.device, settings.batch_size, settings.clip_bits, settings.clip_group_size)
+    return cached(key, lambda: ClipEmbedder(settings.clip, settings.device, settings.batch_size,
+                                            bits=settings.clip_bits, group_size=settings.clip_group_size))
