@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -313,17 +314,22 @@ def models(config: ConfigOpt = None) -> None:
         raise typer.Exit(1)
 
 
-def _run_agent_job(settings: Settings, kind: str, submit, as_json: bool) -> None:
+def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Callable[[Settings], str],
+                   as_json: bool) -> None:
     """Create the job record, run it here (the model in a Ray actor), print JSON or Markdown."""
     from mediaindex import agents
 
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
     if not (settings.index_dir / "schema.json").exists():
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     import ray
 
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
-        job_id = submit()
+        job_id = submit(settings)
         run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
         job = run(settings, job_id)
     except MediaIndexError as exc:
@@ -357,11 +363,7 @@ def summarize(
 
     if not video.strip():
         raise _fail("no video given")
-    try:
-        settings = _settings(config, index)
-    except MediaIndexError as exc:
-        raise _fail(str(exc)) from exc
-    _run_agent_job(settings, "summarize", lambda: submit_summarize(settings, video, recompute), as_json)
+    _run_agent_job(config, index, "summarize", lambda s: submit_summarize(s, video, recompute), as_json)
 
 
 @app.command()
@@ -377,11 +379,7 @@ def ask(
 
     if not question.strip():
         raise _fail("the question is empty")
-    try:
-        settings = _settings(config, index)
-    except MediaIndexError as exc:
-        raise _fail(str(exc)) from exc
-    _run_agent_job(settings, "ask", lambda: submit_ask(settings, question, video), as_json)
+    _run_agent_job(config, index, "ask", lambda s: submit_ask(s, question, video), as_json)
 
 
 @index_app.command("stats")
