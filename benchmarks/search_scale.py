@@ -90,26 +90,31 @@ def approx_ids(store: EdgeStore, q: np.ndarray, flt: SearchFilters | None, k: in
     return [p.id for p in store._shard.query(req)]
 
 
-def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0) -> dict:
+def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0, reuse: bool = False) -> dict:
     rng = np.random.default_rng(seed)
     centroids = rng.normal(size=(max(100, points // 100), DIM))
     vocab = _vocabulary(rng)
     zipf = 1.0 / np.arange(1, len(vocab) + 1) ** 1.1
     zipf /= zipf.sum()
     path = workdir / f"scale-{points}"
-    shutil.rmtree(path, ignore_errors=True)
     encoder = SparseEncoder()
-    store = EdgeStore(path, {TEXT_VECTOR: DIM}, encoder)
     result: dict = {"points": points}
-
-    t0, written, batch = time.perf_counter(), 0, 5_000
-    while written < points:
-        n = min(batch, points - written)
-        segs, vecs = make_batch(rng, written, n, centroids, vocab, zipf)
-        store.upsert(segs, vecs)
-        written += n
-    result["upsert_s"] = time.perf_counter() - t0
-    result["upsert_per_s"] = points / result["upsert_s"]
+    if reuse:  # search an index an earlier run built (same data; the queries are a fresh sample)
+        if not path.is_dir():
+            raise SystemExit(f"--reuse: no index at {path}")
+        store = EdgeStore(path, {TEXT_VECTOR: DIM}, encoder)
+        rng = np.random.default_rng(seed + 1)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+        store = EdgeStore(path, {TEXT_VECTOR: DIM}, encoder)
+        t0, written, batch = time.perf_counter(), 0, 5_000
+        while written < points:
+            n = min(batch, points - written)
+            segs, vecs = make_batch(rng, written, n, centroids, vocab, zipf)
+            store.upsert(segs, vecs)
+            written += n
+        result["upsert_s"] = time.perf_counter() - t0
+        result["upsert_per_s"] = points / result["upsert_s"]
 
     qs = _unit(centroids[rng.integers(0, len(centroids), queries)] + 0.35 * rng.normal(size=(queries, DIM)) / np.sqrt(DIM) * 4)
     n_videos = points // 50
@@ -132,8 +137,11 @@ def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0)
             lambda i: store.query([Retriever(TEXT_VECTOR, qs[i]), Retriever(SPARSE_VECTOR, words[i])], 10,
                                   filtered[i], candidates=100), range(queries))
 
-    measure("exact")
-    if optimize:
+    if not reuse:
+        measure("exact")
+    if reuse:
+        measure("hnsw")
+    elif optimize:
         t0 = time.perf_counter()
         store.optimize()
         result["optimize_s"] = time.perf_counter() - t0
@@ -159,13 +167,15 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--no-optimize", action="store_true", help="measure exact search only")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="only search the index an earlier run left in --dir (after its optimize)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="mediaindex-scale-"))
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
     for n in args.points:
-        r = run(n, args.queries, workdir, optimize=not args.no_optimize)
+        r = run(n, args.queries, workdir, optimize=not args.no_optimize, reuse=args.reuse)
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
         results.append(r)
         if args.json:
