@@ -37,6 +37,20 @@ def _settings(config: str | None, index: Path | None) -> Settings:
     return load_settings(config, index_dir=index)
 
 
+def _open_existing(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
+    """The index at settings.index_dir, which must exist (reading commands never create one)."""
+    _require_index(settings)
+    try:
+        return _open_index(settings)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _require_index(settings: Settings) -> None:
+    if not (settings.index_dir / "schema.json").exists():
+        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+
+
 def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
     from mediaindex.index.index import MediaIndex
     from mediaindex.models.text_embed import load_text_embedder
@@ -213,9 +227,7 @@ def search(
                                 start=after, end=before)
         settings = _settings(config, index)
         picture = load_image(image) if image is not None else None
-        if not (settings.index_dir / "schema.json").exists():
-            raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
-        media_index, embedder = _open_index(settings)
+        media_index, embedder = _open_existing(settings)
         try:
             if picture is not None:
                 hits = search_image(media_index, settings.vision, picture, limit=limit, filters=filters)
@@ -271,9 +283,7 @@ def transcript(
         raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     try:
         settings = _settings(config, index)
-        if not (settings.index_dir / "schema.json").exists():
-            raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
-        media_index, _ = _open_index(settings)
+        media_index, _ = _open_existing(settings)
         try:
             path = Path(video).expanduser()
             record = media_index.catalog.get(video) or (
@@ -323,8 +333,7 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
         settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    if not (settings.index_dir / "schema.json").exists():
-        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+    _require_index(settings)
     import ray
 
     ours = not ray.is_initialized()  # stop only a Ray this command started
@@ -390,15 +399,10 @@ def index_stats(
 ) -> None:
     """Show what the index holds: files, segments, how many vectors have an HNSW graph, size on disk."""
     settings = _settings(config, index)
-    if not (settings.index_dir / "schema.json").exists():
-        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     from mediaindex.index.filters import SearchFilters
     from mediaindex.segments import MODALITIES
 
-    try:
-        media_index, _ = _open_index(settings)
-    except MediaIndexError as exc:
-        raise _fail(str(exc)) from exc
+    media_index, _ = _open_existing(settings)
     try:
         stats = {"files": media_index.catalog.count(), **media_index.store.stats()}
         for modality in MODALITIES:
@@ -424,12 +428,7 @@ def index_optimize(index: IndexOpt = None, config: ConfigOpt = None) -> None:
     import time
 
     settings = _settings(config, index)
-    if not (settings.index_dir / "schema.json").exists():
-        raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
-    try:
-        media_index, _ = _open_index(settings)
-    except MediaIndexError as exc:
-        raise _fail(str(exc)) from exc
+    media_index, _ = _open_existing(settings)
     try:
         began = time.monotonic()
         changed = media_index.store.optimize()

@@ -25,13 +25,14 @@ from mediaindex.index.store import (
     Retriever,
     ScoredHit,
     SparseVec,
+    VectorStore,
     check_retrievers,
     check_vectors,
     payloads_in_time_order,
     point_payload,
     scored_hit,
 )
-from mediaindex.segments import Hit, Segment
+from mediaindex.segments import Segment
 
 LOCK_WAIT = 5.0  # seconds to wait for another process that holds the shard (e.g. a short write)
 
@@ -40,7 +41,7 @@ def _kb(points: int, dim: int) -> int:
     return max(1, points * dim * 4 // 1024)
 
 
-class EdgeStore:
+class EdgeStore(VectorStore):
     def __init__(
         self, path: Path, dims: dict[str, int], encoder: SparseEncoder | None = None,
         hnsw_threshold: int = 20_000, hnsw_m: int = 16, hnsw_ef_construct: int = 100,
@@ -191,11 +192,6 @@ class EdgeStore:
         if isinstance(r.vector, SparseVec):
             return q.Query.Nearest(q.SparseVector(r.vector.indices, r.vector.values), using=r.using)
         return q.Query.Nearest(np.asarray(r.vector, dtype=np.float32).tolist(), using=r.using)
-
-    def search(
-        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
-    ) -> list[Hit]:
-        return [s.hit for s in self.query([Retriever(using, vector)], limit, filters)]
 
     def query(
         self, retrievers: list[Retriever], limit: int, filters: SearchFilters | None = None,

@@ -23,6 +23,7 @@ from mediaindex.index.store import (
     Retriever,
     ScoredHit,
     SparseVec,
+    VectorStore,
     batches,
     check_retrievers,
     check_vectors,
@@ -30,7 +31,7 @@ from mediaindex.index.store import (
     point_payload,
     scored_hit,
 )
-from mediaindex.segments import Hit, Segment
+from mediaindex.segments import Segment
 
 
 class ServerUnavailableError(MediaIndexError):
@@ -47,7 +48,7 @@ def make_client(url: str, api_key: str | None, timeout: float):  # -> qdrant_cli
     return QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
 
 
-class ServerStore:
+class ServerStore(VectorStore):
     def __init__(
         self, url: str, collection: str, dims: dict[str, int], encoder: SparseEncoder | None = None,
         api_key: str | None = None, timeout: float = 30.0, hnsw_threshold: int = 20_000, hnsw_m: int = 16,
@@ -166,11 +167,6 @@ class ServerStore:
         if isinstance(r.vector, SparseVec):
             return models.SparseVector(indices=r.vector.indices, values=r.vector.values)
         return np.asarray(r.vector, dtype=np.float32).tolist()
-
-    def search(
-        self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
-    ) -> list[Hit]:
-        return [s.hit for s in self.query([Retriever(using, vector)], limit, filters)]
 
     def query(
         self, retrievers: list[Retriever], limit: int, filters: SearchFilters | None = None,

@@ -88,7 +88,9 @@ class VectorStore(Protocol):
 
     def search(
         self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
-    ) -> list[Hit]: ...
+    ) -> list[Hit]:
+        """Nearest neighbours on one dense vector: a one-retriever `query` (shared by both stores)."""
+        return [s.hit for s in self.query([Retriever(using, vector)], limit, filters)]
 
     def query(
         self, retrievers: list[Retriever], limit: int, filters: SearchFilters | None = None,
