@@ -11,12 +11,14 @@ from mediaindex.serving.errors import (
     ServingError,
     UnknownRequestError,
 )
+from mediaindex.serving.guided import Guide
 from mediaindex.serving.sampling import SamplingParams
 
 __all__ = [
     "DisaggConfig",
     "EngineConfig",
     "EngineMetrics",
+    "Guide",
     "InvalidRequestError",
     "KVHandoffError",
     "KVIntegrityError",

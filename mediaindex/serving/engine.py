@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
+from mediaindex.serving.guided import GuideCompiler, advance, mask_disallowed
 from mediaindex.serving.handoff import PrefilledRequest
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
@@ -115,6 +116,7 @@ class LLMEngine:
         self.vocab_size: int = text_cfg.vocab_size
         self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids(model)
+        self.guides = GuideCompiler(tokenizer, self.vocab_size, self.eos_ids)
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._lock = threading.RLock()
@@ -212,6 +214,8 @@ class LLMEngine:
             if rid in self._requests:
                 raise InvalidRequestError(f"request id {rid!r} is already in use")
             seq = Sequence(rid, ids, params)
+            if params.guide is not None:
+                seq.matcher = self.guides.matcher(params.guide)
             self._requests[rid] = seq
             self.scheduler.add(seq)
         return rid
@@ -231,11 +235,16 @@ class LLMEngine:
                 if req.prompt_logprobs is not None:
                     seq.prompt_logprobs = list(req.prompt_logprobs)
                     seq.prompt_argmax = list(req.prompt_argmax or [])
+                if req.params.guide is not None:
+                    seq.matcher = self.guides.matcher(req.params.guide)
                 seq.output_ids.append(req.first_token)
                 seq.token_times.append(time.perf_counter())
                 self._requests[seq.request_id] = seq
                 reason = self._stop_reason(seq, req.first_token)
-                if reason:  # the first token already ends it: no pages needed
+                mismatch = advance(seq, req.first_token)  # sampled on the prefill side under the same grammar
+                if mismatch is not None:
+                    self._finish(seq, "error", ServingError(mismatch))
+                elif reason:  # the first token already ends it: no pages needed
                     self._finish(seq, reason)
                 else:
                     self._imports.append((seq, req))
@@ -368,14 +377,17 @@ class LLMEngine:
                 self._record_prompt_logprobs(rows, logits)
         sampled = [r for r in row_map if r.samples]
         logit_seqs = [r.seq for r in sampled]
-        sample_logits = logits[[r.first_row + r.count - 1 for r in sampled]]
+        sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
         tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
         now = time.perf_counter()
         for seq, tok in zip(logit_seqs, tokens, strict=True):
             seq.output_ids.append(tok)
             seq.token_times.append(now)
             reason = self._stop_reason(seq, tok)
-            if reason:
+            mismatch = advance(seq, tok)
+            if mismatch is not None:  # cannot happen with a masked sample; never hand out off-grammar text silently
+                self._finish(seq, "error", ServingError(mismatch))
+            elif reason:
                 self._finish(seq, reason)
             else:
                 self._pending.append(self._output(seq))

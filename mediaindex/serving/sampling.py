@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from mediaindex.serving.errors import InvalidRequestError
+from mediaindex.serving.guided import Guide
 
 # Beyond these the request is almost certainly a mistake (a swapped argument, a percentage for a probability).
 MAX_TEMPERATURE = 100.0
@@ -27,6 +28,8 @@ class SamplingParams:
     ignore_eos: bool = False
     # report log p(prompt token i+1 | tokens <= i) and the top token at each prompt position (perplexity, agreement)
     prompt_logprobs: bool = False
+    # the output must match this grammar (guided decoding); None = free text
+    guide: Guide | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -50,6 +53,10 @@ class SamplingParams:
             raise InvalidRequestError(f"stop must be a list of non-empty strings, got {self.stop!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**63):
             raise InvalidRequestError(f"seed must be a non-negative 64-bit integer, got {self.seed!r}")
+        if isinstance(self.guide, dict):  # as it comes back from dataclasses.asdict
+            self.guide = Guide(**self.guide)
+        if self.guide is not None and not isinstance(self.guide, Guide):
+            raise InvalidRequestError(f"guide must be a Guide (an EBNF grammar), got {type(self.guide).__name__}")
 
     @property
     def greedy(self) -> bool:

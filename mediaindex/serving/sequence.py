@@ -6,6 +6,7 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -51,6 +52,7 @@ class Sequence:
     page_hashes: list[int] = field(default_factory=list)
     prompt_logprobs: list[float] = field(default_factory=list)
     prompt_argmax: list[int] = field(default_factory=list)
+    matcher: Any = None  # xgrammar GrammarMatcher of a guided request (its state follows output_ids)
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:
