@@ -93,7 +93,8 @@ def ingest(
         "--address", help="Join this Ray cluster ('auto' or ray://host:10001) instead of starting Ray.")] = None,
     summaries: Annotated[bool | None, typer.Option(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
-        "stage; default: ingest.summaries of the config). Summaries and chapters are searchable.")] = None,
+        "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
+        "earlier without a summary get one, from the index (they are not indexed again).")] = None,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
     from mediaindex.cli_progress import IngestDisplay
@@ -125,10 +126,12 @@ def ingest(
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
-    failed = len(report.failed)
-    err.print(f"done: {indexed} indexed, {unchanged} unchanged, {failed} failed or skipped (job {report.job_id})",
-              highlight=False)
-    if indexed == 0 and unchanged == 0 and not (resume and not report.outcomes):
+    summarised, failed = len(report.by_status("summarised")), len(report.failed)
+    # Shown only when there are any: the line of a run without summaries reads as it always did.
+    added = f", {summarised} summarised" if summarised else ""
+    err.print(f"done: {indexed} indexed{added}, {unchanged} unchanged, {failed} failed or skipped "
+              f"(job {report.job_id})", highlight=False)
+    if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
 

@@ -47,6 +47,9 @@ class IngestDisplay:
             self.progress.advance(self.task)
             notes = f" ({'; '.join(o.notes)})" if o.notes else ""
             self._print(f"indexed  {o.path}: {o.segments} segments{notes}")
+        elif o.status == "summarised":
+            self.progress.advance(self.task)
+            self._print(f"summarised {o.path}: {o.segments} summary and chapter segments added")
         elif o.status == "unchanged":
             self._print(f"skipped  {o.path}: {o.reason}")
         else:

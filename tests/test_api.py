@@ -280,6 +280,26 @@ def test_ingest_bodies_are_validated(rooted: TestClient, body) -> None:
     assert_error(rooted.post("/ingest", json=body), 422)
 
 
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, [True], {}])
+def test_ingest_summaries_must_be_a_boolean(rooted: TestClient, value) -> None:
+    before = len(rooted.get("/jobs").json())
+    body = assert_error(rooted.post("/ingest", json={"paths": ["sub/clip.wav"], "summaries": value}), 422,
+                        "summaries: Input should be a valid boolean")
+    assert body["details"] == [{"where": "summaries", "problem": "Input should be a valid boolean"}]
+    upload = rooted.post("/ingest/upload", params={"filename": "clip.wav", "summaries": "maybe"}, content=b"RIFF")
+    assert_error(upload, 422, "query.summaries: Input should be a valid boolean")
+    assert len(rooted.get("/jobs").json()) == before  # no job was created
+
+
+def test_ingest_summaries_is_documented(rooted: TestClient) -> None:
+    spec = rooted.get("/openapi.json").json()
+    field = spec["components"]["schemas"]["IngestRequest"]["properties"]["summaries"]
+    assert "ingest.summaries" in field["description"] and "--summaries" in field["description"]
+    assert field["anyOf"] == [{"type": "boolean"}, {"type": "null"}] and field.get("default") is None
+    upload = spec["paths"]["/ingest/upload"]["post"]["parameters"]
+    assert "ingest.summaries" in next(p for p in upload if p["name"] == "summaries")["description"]
+
+
 def test_no_media_roots_means_nothing_is_served(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
     settings = sample.app_settings(tmp_path, media_roots=[], upload_dir=tmp_path / "up")
     app = create_app(settings, index=sample.index, embedder=sample.embedder, pipeline=sample.pipeline)

@@ -111,6 +111,52 @@ def test_oversized_chunked_upload_is_cut_off(fresh: TestClient) -> None:
     assert not any(p.is_file() for p in fresh.app.state.api.upload_dir.rglob("*"))
 
 
+def test_summaries_switch_reaches_the_ingest_run(fresh: TestClient, monkeypatch) -> None:
+    """The request's `summaries` is the job's ingest.summaries, as `ingest --summaries/--no-summaries` sets it."""
+    import mediaindex.pipeline.ingest as ingest_module
+    from mediaindex.pipeline.ingest import IngestReport
+    from mediaindex.workers.stages import default_stages
+
+    runs: list[tuple[bool, list[str]]] = []  # (ingest.summaries, the stages of the pipeline) per run
+    started: list[bool] = []  # ingest.summaries of every pipeline the server started
+
+    def fake_ingest(paths, settings, index, pipeline=None, **kwargs) -> IngestReport:
+        runs.append((settings.ingest.summaries, [s.name for s in pipeline.stages]))
+        return IngestReport(job_id=kwargs["resume"])
+
+    class FakePipeline:  # the real one would load every model, the language model too
+        def __init__(self, settings) -> None:
+            started.append(settings.ingest.summaries)
+            self.stages = default_stages(settings)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
+    monkeypatch.setattr(ingest_module, "Pipeline", FakePipeline)
+    assert fresh.app.state.api.settings.ingest.summaries is False  # the server's default
+
+    def job(**summaries) -> dict:
+        r = fresh.post("/ingest", json={"paths": ["audio/jfk.flac"], **summaries})
+        assert r.status_code == 202, r.text
+        return wait_for_job(fresh, r.json()["id"])
+
+    assert job(summaries=True)["params"]["summaries"] is True
+    assert runs[-1][0] is True and "language" in runs[-1][1]
+    assert started == [True]  # the session's pipeline has no language stage: one with it was started
+    # Jobs without summaries pass its language stage by (the ingest's route); no other pipeline starts.
+    assert job(summaries=False)["params"]["summaries"] is False and runs[-1][0] is False
+    assert job()["params"]["summaries"] is None and runs[-1][0] is False
+    assert job(summaries=None)["params"]["summaries"] is None and runs[-1][0] is False
+    assert started == [True]
+
+    r = fresh.post("/ingest/upload", params={"filename": "jfk.flac", "summaries": "true"},
+                   content=media("audio/jfk.flac").read_bytes())
+    assert r.status_code == 202, r.text
+    assert wait_for_job(fresh, r.json()["id"])["params"]["summaries"] is True and runs[-1][0] is True
+    assert len(runs) == 5 and started == [True]
+
+
 def test_summarize_refuses_unknown_videos(fresh: TestClient) -> None:
     assert_error(fresh.post("/summarize", json={"video_id": "0000000000000000"}), 404, "no video")
     assert_error(fresh.post("/summarize", json={}), 422, "video_id")

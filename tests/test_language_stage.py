@@ -1,13 +1,15 @@
 """The language stage (ingest.summaries): per-video summaries and chapters written while indexing.
 
-One real ingest per module: the real default model (SmolLM2-135M in the serving engine, few tokens) summarises
-real media inside the Ray pipeline, and the summary and chapter segments land in a real index.
+One pipeline with a language stage per module: the real default model (SmolLM2-135M in the serving engine, few
+tokens) summarises real media inside Ray, and the summary and chapter segments land in a real index. The same
+pipeline indexes a file without summaries (passing its language stage by) and summarises it in a later run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mediaindex import agents
@@ -17,15 +19,21 @@ from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import VideoSummary
 from mediaindex.agents.stored import CHAPTER, STORED_NOTE, SUMMARY, stored_summary
 from mediaindex.config import Settings, load_settings
-from mediaindex.errors import ConfigError
+from mediaindex.errors import ConfigError, MediaIndexError
+from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
-from mediaindex.segments import MEDIA_MODALITIES
-from mediaindex.workers.stages import default_stages
+from mediaindex.jobs import JobStore
+from mediaindex.pipeline.item import MediaItem
+from mediaindex.pipeline.language_stage import SummaryStage, indexed_item
+from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.segments import MEDIA_MODALITIES, Segment
+from mediaindex.workers.stages import StageSpec, default_stages
 from tests.conftest import make_settings, media
 
 SPEECH = "video/manifesto.mp4"  # 88 s of continuous speech
 SILENT = "video/cockatoo.mp4"  # 14 s, digitally silent audio, no on-screen text: pictures only
+LATER = "audio/jfk.flac"  # 11 s of speech: indexed first without summaries, summarised by a later run
 SLACK = 0.5  # seconds: container durations and segment ends differ by a few frames
 
 
@@ -79,43 +87,54 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
 
     import mediaindex.pipeline.ingest as ingest_module
     from mediaindex.cli import app
-    from mediaindex.pipeline.ingest import IngestReport
+    from mediaindex.pipeline.ingest import FileOutcome, IngestReport
 
     seen: list[bool] = []
+    path = str(media("audio/jfk.flac"))
 
     def fake_ingest(paths, settings: Settings, index, **kwargs) -> IngestReport:  # records what the CLI built
         seen.append(settings.ingest.summaries)
-        return IngestReport(job_id="x")
+        return IngestReport(job_id="x", outcomes=[FileOutcome(path, "summarised", segments=2)])
 
     monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
     runner = CliRunner()
-    path = str(media("audio/jfk.flac"))
     for flag, expected in (("--summaries", True), ("--no-summaries", False)):
-        runner.invoke(app, ["ingest", path, "--index", str(tmp_path / "idx"), flag])
+        result = runner.invoke(app, ["ingest", path, "--index", str(tmp_path / "idx"), flag])
         assert seen.pop() is expected
+        # A file indexed earlier that only got its summary counts as work done.
+        assert result.exit_code == 0 and "done: 0 indexed, 1 summarised, 0 unchanged" in result.output, result.output
 
 
 # -- one real ingest with summaries ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def summary_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Settings:
+def make_summary_settings(index_dir: Path, cache_dir: Path, summaries: bool = True) -> Settings:
     # Few tokens: SmolLM2 on two shared cores. Small logical CPU shares so this pipeline fits beside the
     # session's own pipeline and language-model actor in the one Ray of the test session.
     cpus = {f"{stage}_cpus": 0.25 for stage in ("decode", "speech", "vision", "embed", "llm")}
-    return make_settings(tmp_path_factory.mktemp("summaries-index"), cache_dir, ingest={"summaries": True},
+    return make_settings(index_dir, cache_dir, ingest={"summaries": summaries},
                          llm={"max_new_tokens": 32, "max_chapters": 3}, ray=cpus)
 
 
 @pytest.fixture(scope="module")
-def archive(summary_settings: Settings, ray_runtime, embedder):
-    from mediaindex.pipeline.ingest import Pipeline, ingest
+def summary_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Settings:
+    return make_summary_settings(tmp_path_factory.mktemp("summaries-index"), cache_dir)
+
+
+@pytest.fixture(scope="module")
+def summary_pipeline(summary_settings: Settings, ray_runtime):
+    from mediaindex.pipeline.ingest import Pipeline
 
     pipeline = Pipeline(summary_settings)
     assert [s.name for s in pipeline.stages][-2:] == ["language", "embed"]
+    yield pipeline
+    pipeline.close()
+
+
+@pytest.fixture(scope="module")
+def archive(summary_settings: Settings, summary_pipeline, embedder):
+    from mediaindex.pipeline.ingest import ingest
+
     index = MediaIndex(summary_settings, embedder.dim, embedder.name)
-    try:
-        report = ingest([media(SPEECH), media(SILENT)], summary_settings, index, pipeline=pipeline)
-    finally:
-        pipeline.close()
+    report = ingest([media(SPEECH), media(SILENT)], summary_settings, index, pipeline=summary_pipeline)
     assert len(report.indexed) == 2, [(o.path, o.reason) for o in report.outcomes]
     assert not any(n.startswith("no summary") for o in report.indexed for n in o.notes)
     yield Archive(index, embedder)
@@ -239,3 +258,173 @@ def test_language_stage_resources_are_checked(summary_settings: Settings, ray_ru
     greedy = summary_settings.model_copy(update={"ray": summary_settings.ray.model_copy(update={"llm_cpus": 1000})})
     with pytest.raises(StageStartError, match=r"the language stage asks for 1000 CPU .* lower ray\.llm_cpus"):
         Pipeline(greedy)
+
+
+# -- files indexed without summaries, summarised by a later run ----------------------------------------------------
+def _generated(index: MediaIndex, video_id: str) -> tuple[list[dict], list[dict]]:
+    return index.store.segments_of(video_id, modality=SUMMARY), index.store.segments_of(video_id, modality=CHAPTER)
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipeline, tmp_path: Path,
+                                                                     cache_dir: Path, embedder) -> None:
+    from mediaindex.pipeline.ingest import ingest
+
+    off = make_summary_settings(tmp_path / "idx", cache_dir, summaries=False)
+    on = make_summary_settings(tmp_path / "idx", cache_dir, summaries=True)
+    clip = media(LATER)
+    stages: list[str] = []  # the stages each run sent the file to
+
+    def run(settings: Settings):  # -> IngestReport
+        stages.clear()
+        return ingest([clip], settings, index, pipeline=summary_pipeline, on_dispatch=lambda st, _: stages.append(st))
+
+    with MediaIndex(off, embedder.dim, embedder.name) as index:
+        # 1. Indexed without summaries: the pipeline's language stage is passed by.
+        assert [o.status for o in run(off).outcomes] == ["indexed"]
+        assert "language" not in stages and "speech" in stages
+        before = index.catalog.by_source(str(clip))
+        speech = index.store.segments_of(before.video_id, modality="speech")
+        assert speech and _generated(index, before.video_id) == ([], [])
+
+        # 2. With summaries: summarised from the index, not decoded or transcribed again.
+        second = run(on)
+        (outcome,) = second.outcomes
+        assert (outcome.status, outcome.video_id) == ("summarised", before.video_id), outcome
+        assert stages == ["language", "embed"]
+        summaries, chapters = _generated(index, before.video_id)
+        assert len(summaries) == 1 and len(chapters) >= 1 and outcome.segments == 1 + len(chapters)
+        stored = VideoSummary.model_validate(summaries[0]["extra"][SUMMARY])
+        assert stored.status == "summarised" and stored.model == "smollm2" and stored.summary == summaries[0]["text"]
+        for seg in summaries + chapters:
+            assert seg["text"].strip() and 0 <= seg["start"] < seg["end"] <= before.duration + SLACK, seg
+        # The file was not indexed again: the same speech segments, the same catalog entry but for the count.
+        assert index.store.segments_of(before.video_id, modality="speech") == speech
+        after = index.catalog.by_source(str(clip))
+        assert after.indexed_at == before.indexed_at and after.content_hash == before.content_hash
+        assert after.segments == before.segments + outcome.segments == index.store.count(
+            SearchFilters(video_id=before.video_id))  # no duplicates
+        jobs = JobStore(on.index_dir / "jobs.db")
+        try:
+            assert [(f.state, f.video_id) for f in jobs.files(second.job_id)] == [("done", before.video_id)]
+            assert jobs.get(second.job_id).params["summaries"] is True
+        finally:
+            jobs.close()
+        # `mediaindex summarize` and searches find it like a summary made at first ingest.
+        archive = Archive(index, embedder)
+        assert stored_summary(archive, str(clip)).summary == stored.summary
+        assert archive.search(stored.summary, modality=SUMMARY, limit=1)[0].video_id == before.video_id
+
+        # 3. Again with summaries: the stored summary is left alone.
+        third = run(on)
+        assert [(o.status, o.reason) for o in third.outcomes] == [("unchanged", "already indexed")]
+        assert stages == []
+        assert _generated(index, before.video_id) == (summaries, chapters)
+        assert index.catalog.by_source(str(clip)) == after
+
+
+def test_an_indexed_file_is_read_back_as_the_language_stage_needs_it(tmp_path: Path, cache_dir: Path) -> None:
+    settings = make_settings(tmp_path / "idx", cache_dir)
+    info = MediaInfo(path="/m/a.mp4", size=10, duration=12.0, container="mp4", has_audio=True, has_video=True)
+    record = VideoRecord(video_id="v1", source="/m/a.mp4", content_hash="h", size=10, mtime_ns=5, duration=12.0,
+                         language="en", segments=3, indexed_at=1.0,
+                         probe={**info.to_dict(), "written_by_a_later_version": 1})
+    segments = [
+        Segment("v1", "/m/a.mp4", 0.0, 4.0, "speech", "hello there", "en", -0.2, "v1/0.jpg", {"title": "A"}),
+        Segment("v1", "/m/a.mp4", 5.0, 9.0, "visual", "a dog", None, 0.9, "v1/5.jpg"),
+        Segment("v1", "/m/a.mp4", 6.0, 8.0, "speech", "good dog", "en", -0.1, "v1/5.jpg"),
+    ]
+    with MediaIndex(settings, 4, "test-embedder", extra_dims={}) as index:
+        index.replace_video(record, segments, np.eye(3, 4, dtype=np.float32))
+        item = indexed_item(index, "v1")
+        with pytest.raises(MediaIndexError, match="no longer in the index"):
+            indexed_item(index, "v2")
+    assert (item.source, item.video_id, item.language, item.info) == (record.source, "v1", "en", info)
+    assert item.segments == segments  # time order, every field but the vectors, which the summariser does not read
+    # Summary and chapter segments get the thumbnail of the keyframe before their start, as at first ingest.
+    assert [item.thumbnail_at(t) for t in (0.0, 4.9, 5.0, 11.0)] == ["v1/0.jpg", "v1/0.jpg", "v1/5.jpg", "v1/5.jpg"]
+
+
+BROKEN = "english.wav"  # the model fails on this file's summary
+
+
+class BrokenModel(NoModel):
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0) -> list[Completion]:
+        raise RuntimeError("the model ran out of memory")
+
+
+class ExtractiveSummaryStage(SummaryStage):
+    """The language stage without a language model: the summariser falls back on the transcript's own words, and
+    on BROKEN the model fails. Each file it gets is logged, to count the summaries made."""
+
+    def __init__(self, settings: Settings) -> None:
+        from mediaindex.models.text_embed import load_text_embedder
+
+        self.settings = settings
+        self.embedder = load_text_embedder(settings.embed)
+        self.log = settings.index_dir / "language-log"
+
+    def process(self, item: MediaItem) -> MediaItem:
+        with self.log.open("a") as fh:
+            fh.write(Path(item.source).name + "\n")
+        self.llm = BrokenModel() if Path(item.source).name == BROKEN else NoModel()
+        return super().process(item)
+
+
+@pytest.mark.slow
+def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_path: Path, cache_dir: Path,
+                                                                         ray_runtime, embedder) -> None:
+    from mediaindex.pipeline.ingest import FileOutcome, Pipeline, ingest, with_summaries
+
+    # One file at a time, so the run can be stopped between the two files.
+    settings = make_settings(tmp_path / "idx", cache_dir, ray={"max_files_in_flight": 1})
+    settings.index_dir.mkdir(parents=True)
+    log = settings.index_dir / "language-log"
+    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.25),
+              StageSpec("speech", "mediaindex.pipeline.speech_stage:SpeechStage", cpus=0.25),
+              StageSpec("language", "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.25),
+              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.25)]
+    files = [media(LATER), media(f"audio/{BROKEN}")]
+    own = Pipeline(settings, stages)
+    jobs = JobStore(settings.index_dir / "jobs.db")
+    try:
+        with MediaIndex(settings, embedder.dim, embedder.name) as index:
+            assert [o.status for o in ingest(files, settings, index, pipeline=own, jobs=jobs).outcomes] == ["indexed"] * 2
+            assert not log.exists()
+            counts = {r.source: r.segments for r in index.catalog.all()}
+
+            first: list[FileOutcome] = []
+            job_ids: list[str] = []
+
+            def stop_after_first(outcome: FileOutcome) -> None:
+                first.append(outcome)
+                raise KeyboardInterrupt  # Ctrl-C after the first summary
+
+            with pytest.raises(KeyboardInterrupt):
+                ingest(files, with_summaries(settings, True), index, pipeline=own, jobs=jobs,
+                       progress=stop_after_first, on_job=job_ids.append)
+            (job_id,) = job_ids
+            assert [(Path(o.path).name, o.status) for o in first] == [("jfk.flac", "summarised")]
+            assert [(Path(f.path).name, f.state) for f in jobs.files(job_id)] == [("jfk.flac", "done"),
+                                                                                 (BROKEN, "pending")]
+            # Resumed without asking for summaries: the job was started with them, so it finishes them. The
+            # model's failure fails that file alone, with the reason, and the job completes.
+            resumed = ingest([], settings, index, pipeline=own, jobs=jobs, resume=job_id)
+            assert [(Path(o.path).name, o.status, o.reason) for o in resumed.outcomes] == [
+                (BROKEN, "failed", "summary failed: RuntimeError: the model ran out of memory")]
+            assert jobs.get(job_id).state == "done"
+            state = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
+            assert state == {"jfk.flac": ("done", ""), BROKEN: ("failed", resumed.outcomes[0].reason)}
+            assert log.read_text().splitlines() == ["jfk.flac", BROKEN]  # each file went to the model once
+
+            # One summary for the summarised file, none for the other, and nothing else changed.
+            jfk, broken = (index.catalog.by_source(str(f)) for f in files)
+            assert [len(_generated(index, r.video_id)[0]) for r in (jfk, broken)] == [1, 0]
+            assert broken.segments == counts[str(files[1])]
+            assert jfk.segments > counts[str(files[0])]
+            assert index.store.count() == jfk.segments + broken.segments
+    finally:
+        jobs.close()
+        own.close()

@@ -81,9 +81,18 @@ class VideoDetail(VideoOut):
     transcript: list[TranscriptLine]
 
 
+SUMMARIES_DOC = (
+    "Summarise every file with chapters, as searchable `summary` and `chapter` segments (the language stage; "
+    "`mediaindex ingest --summaries` / `--no-summaries`). A file that is already indexed and unchanged but has no "
+    "summary gets one from the index, without being indexed again. Omitted or null: the server's "
+    "`ingest.summaries` setting.")
+
+
 class IngestRequest(_Strict):
     paths: list[str] = Field(min_length=1, max_length=1000,
                              description="Files or folders, relative to a media root or absolute inside one")
+    # Strict: JSON true, false or null; a string or number is refused rather than guessed at ("no" -> False).
+    summaries: bool | None = Field(default=None, strict=True, description=SUMMARIES_DOC)
 
 
 class SummarizeRequest(_Strict):

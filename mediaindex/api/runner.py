@@ -63,19 +63,23 @@ class JobRunner:
             return
         self._set(job_id, "running")
         if job.kind == "ingest":
-            self._ingest(job_id)
+            self._ingest(job_id, job.params)
         elif job.kind == "summarize":
             self._summarize(job_id, job.params)
         else:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
-    def _ingest(self, job_id: str) -> None:
-        from mediaindex.pipeline.ingest import FileOutcome, ingest
+    def _ingest(self, job_id: str, params: dict[str, Any]) -> None:
+        from mediaindex.pipeline.ingest import FileOutcome, ingest, with_summaries
 
         state, metrics = self.state, self.state.metrics
+        # The request's "summaries" overrides ingest.summaries for this job, as `ingest --summaries` does.
+        settings = with_summaries(state.settings, params.get("summaries"))
 
         def progress(o: FileOutcome) -> None:
             metrics.files.labels(o.status).inc()
+            if o.status == "summarised":  # its summary and chapters are new segments; its media was counted before
+                metrics.segments.inc(o.segments)
             if o.status == "indexed":
                 metrics.segments.inc(o.segments)
                 record = state.index.catalog.get(o.video_id) if o.video_id else None
@@ -86,7 +90,7 @@ class JobRunner:
         try:
             # The ingest runs this job's own record (files, states, attempts) in jobs.db: a new run would
             # record a second ingest job for the same files.
-            report = ingest([], state.settings, state.index, pipeline=state.pipeline(), progress=progress,
+            report = ingest([], settings, state.index, pipeline=state.pipeline(settings), progress=progress,
                             resume=job_id)
         finally:
             metrics.ingest_seconds.inc(time.monotonic() - started)
@@ -95,9 +99,10 @@ class JobRunner:
         done = [f for f in files if f.state == "done"]
         failed = [f for f in files if f.state in ("failed", "skipped")]
         result = {
-            "indexed": len(report.indexed), "unchanged": len(report.by_status("unchanged")),
+            "indexed": len(report.indexed), "summarised": len(report.by_status("summarised")),
+            "unchanged": len(report.by_status("unchanged")),
             "failed": len(failed), "video_ids": sorted({f.video_id for f in done if f.video_id}),
-            "segments": sum(o.segments for o in report.indexed),
+            "segments": sum(o.segments for o in report.indexed + report.by_status("summarised")),
         }
         if done:
             self._set(job_id, "done", result=result)

@@ -114,11 +114,23 @@ class ApiState:
             raise ApiError(503, f"the text embedder is not available: {self.open_error or 'still loading'}")
         return self._embedder
 
-    def pipeline(self):  # -> Pipeline; started on the first ingest job (Ray takes seconds to start)
-        if self._pipeline is None:
-            from mediaindex.pipeline.ingest import Pipeline
+    def pipeline(self, settings: Settings | None = None):  # -> Pipeline
+        """Stage pools that can run an ingest job with `settings` (default: the server's).
 
-            self._pipeline = Pipeline(self.settings)
+        Started on the first ingest job (Ray takes seconds to start), and once more, with the language stage,
+        for the first job that asks for summaries when the pools have none; jobs without summaries pass that
+        stage by, so requests that switch summaries on and off do not restart the models.
+        """
+        from mediaindex.pipeline.ingest import LANGUAGE, Pipeline
+
+        settings = settings or self.settings
+        held = self._pipeline
+        if held is not None and (not settings.ingest.summaries or LANGUAGE in [s.name for s in held.stages]):
+            return held
+        if held is not None and self._own_pipeline:
+            held.close()  # its actors hold the Ray resources the new pools need
+            self._pipeline = None
+        self._pipeline, self._own_pipeline = Pipeline(settings), True
         return self._pipeline
 
     def keys_required(self) -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from mediaindex.config import IndexSettings, Settings
 from mediaindex.errors import ConfigError
 from mediaindex.index.catalog import Catalog, VideoRecord
+from mediaindex.index.filters import SearchFilters
 from mediaindex.index.schema import check_or_write
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
@@ -68,6 +71,18 @@ class MediaIndex:
         self.store.delete_video(record.video_id)
         self.store.upsert(segments, vectors)
         self.catalog.upsert(record)
+
+    def add_segments(self, video_id: str, segments: list[Segment], vectors: np.ndarray) -> None:
+        """Add segments to an indexed video (its summary and chapters) and count them in its catalog entry.
+
+        The count is read from the store, so it is exact whenever this finishes; the points have stable ids
+        (video, modality, position), so adding the same segments again replaces them instead of duplicating.
+        """
+        record = self.catalog.get(video_id)
+        if record is None:
+            raise KeyError(f"video {video_id} is not in the index")
+        self.store.upsert(segments, vectors)
+        self.catalog.upsert(replace(record, segments=self.store.count(SearchFilters(video_id=video_id))))
 
     def remove_video(self, video_id: str) -> None:
         self.catalog.delete(video_id)

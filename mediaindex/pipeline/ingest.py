@@ -6,6 +6,11 @@ through the driver. Each actor holds one file at a time and at most ``ray.max_fi
 are between "decode started" and "written", which bounds memory: a fast stage cannot pile up work
 for a slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a
 run stopped by a crash, Ctrl-C or a killed worker continues with ``ingest(..., resume=JOB)``.
+
+With summaries (``ingest.summaries``) every new file also passes the language stage. A file that is indexed and
+unchanged but has no stored summary yet (indexed before summaries were on) is not decoded again: its segments
+are read from the index and it enters the pipeline at the language stage; only its new summary and chapter
+segments are written. A pipeline with a language stage also serves runs without summaries: they pass it by.
 """
 
 from __future__ import annotations
@@ -19,25 +24,31 @@ from pathlib import Path
 from typing import Any
 
 import mediaindex.workers  # noqa: F401  (sets Ray's auth environment before Ray is imported)
+from mediaindex.agents.stored import SUMMARY
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord, content_hash, now
+from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobStore
 from mediaindex.pipeline.inputs import InputError, plan_inputs
 from mediaindex.pipeline.item import MediaItem
+from mediaindex.pipeline.language_stage import NO_SUMMARY, indexed_item
 from mediaindex.pipeline.progress import IngestStats, StageStats
+from mediaindex.segments import GENERATED_MODALITIES
 from mediaindex.workers.pool import Pipeline
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FileOutcome", "IngestReport", "Pipeline", "ingest"]
+__all__ = ["FileOutcome", "IngestReport", "Pipeline", "ingest", "with_summaries"]
+
+LANGUAGE = "language"  # the stage that summarises (mediaindex.workers.stages)
 
 
 @dataclass
 class FileOutcome:
     path: str
-    status: str  # "indexed" | "unchanged" | "failed" | "skipped"
+    status: str  # "indexed" | "summarised" (indexed earlier, summary added now) | "unchanged" | "failed" | "skipped"
     reason: str = ""
     segments: int = 0
     video_id: str | None = None
@@ -81,6 +92,18 @@ def _unchanged(catalog: Catalog, path: Path) -> bool:
     return False
 
 
+def with_summaries(settings: Settings, summaries: bool | None) -> Settings:
+    """`settings` with ingest.summaries set as `ingest --summaries/--no-summaries` sets it; None keeps the config."""
+    if summaries is None or summaries == settings.ingest.summaries:
+        return settings
+    return settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"summaries": summaries})})
+
+
+def _needs_summary(index: MediaIndex, record: VideoRecord) -> bool:
+    """Indexed with something to summarise but without a stored summary (a `summary` segment)."""
+    return record.segments > 0 and index.store.count(SearchFilters(video_id=record.video_id, modality=SUMMARY)) == 0
+
+
 def _error_reason(exc: BaseException) -> str:
     """The user-facing reason inside a (possibly Ray-wrapped) exception."""
     cause = getattr(exc, "cause", None) or exc.__cause__ or exc
@@ -104,6 +127,7 @@ class _File:
     path: str
     meta: dict[str, Any]
     attempts: int
+    summary_of: str | None = None  # the video id of an indexed, unchanged file that only needs its summary
     stage: int = 0
     input: Any = None  # the path for the first stage, then the previous stage's ObjectRef
     busy: list[tuple[int, float]] = field(default_factory=list)  # (stage, seconds) of this attempt
@@ -120,6 +144,13 @@ class _Run:
         self.waiting: list[deque[_File]] = [deque() for _ in pipeline.stages]
         self.running: dict[Any, tuple[_File, Any, float]] = {}  # ObjectRef -> (file, actor, dispatched at)
         self.in_flight = 0
+        # The stages a new file passes, in order: a shared pipeline (the API's) has a language stage that runs
+        # without summaries pass by. A file that only needs its summary starts at the language stage.
+        names = [s.name for s in pipeline.stages]
+        summaries = settings.ingest.summaries
+        self.route = [k for k, name in enumerate(names) if name != LANGUAGE or summaries]
+        language = names.index(LANGUAGE) if summaries and LANGUAGE in names else None
+        self.summary_route = [k for k in self.route if k >= language] if language is not None else []
 
     def run(self, todo: list[_File]) -> None:
         import ray
@@ -152,10 +183,29 @@ class _Run:
 
     def _admit(self, f: _File) -> None:
         f.attempts += 1
-        f.stage, f.input, f.busy = 0, f.path, []
+        f.busy = []
         self.jobs.set_file(self.job_id, f.path, "running", attempt=True)
-        self.waiting[0].append(f)
         self.in_flight += 1
+        try:
+            f.stage, f.input = self._start(f)
+        except Exception as exc:  # e.g. the index cannot be read: this file fails, the run goes on
+            self._close(f, FileOutcome(f.path, "failed", _error_reason(exc), video_id=f.summary_of))
+            return
+        self.waiting[f.stage].append(f)
+
+    def _start(self, f: _File) -> tuple[int, Any]:
+        """A file's first stage and its input: a new file's path for decode, or for a file that only needs its
+        summary, the language stage and the file as indexed (read here, when it is admitted, to bound memory)."""
+        if f.summary_of is None:
+            return self.route[0], f.path
+        if not self.summary_route:
+            raise MediaIndexError("the pipeline has no language stage to summarise with (ingest.summaries)")
+        return self.summary_route[0], indexed_item(self.index, f.summary_of)
+
+    def _next_stage(self, f: _File) -> int | None:
+        route = self.summary_route if f.summary_of else self.route
+        later = route.index(f.stage) + 1
+        return route[later] if later < len(route) else None
 
     def _dispatch(self) -> None:
         # Later stages first: finishing files frees memory before new ones are decoded.
@@ -176,9 +226,9 @@ class _Run:
         f, actor, t0 = self.running.pop(ref)
         self.pipeline.pools[f.stage].push(actor)
         f.busy.append((f.stage, time.monotonic() - t0))
-        if f.stage + 1 < len(self.pipeline.stages):
+        if (nxt := self._next_stage(f)) is not None:
             # Errors travel with the reference and surface at the end, in one place.
-            f.stage, f.input = f.stage + 1, ref
+            f.stage, f.input = nxt, ref
             self.waiting[f.stage].append(f)
             return
         try:
@@ -186,7 +236,7 @@ class _Run:
         except Exception as exc:
             self._failed_attempt(f, exc)
             return
-        outcome = _write(self.index, item, f.meta)
+        outcome = _write_summary(self.index, item, f.meta) if f.summary_of else _write(self.index, item, f.meta)
         if outcome.status == "failed":
             self._close(f, outcome)
             return
@@ -202,7 +252,7 @@ class _Run:
         if _worker_lost(exc):
             # Ray already re-ran the lost call on the restarted actor ray.max_task_retries times.
             reason = f"worker died ({self.pipeline.settings.ingest.max_retries} retries): {reason}"
-        self._close(f, FileOutcome(f.path, "failed", reason))
+        self._close(f, FileOutcome(f.path, "failed", reason, video_id=f.summary_of))
 
     def _check_timeouts(self) -> None:
         import ray
@@ -218,7 +268,8 @@ class _Run:
             ray.cancel(ref)
             ray.kill(actor, no_restart=False)
             self.pipeline.pools[f.stage].push(actor)
-            self._close(f, FileOutcome(f.path, "failed", f"timed out after {limit:g} s in the {stage} stage"))
+            self._close(f, FileOutcome(f.path, "failed", f"timed out after {limit:g} s in the {stage} stage",
+                                       video_id=f.summary_of))
 
     def _close(self, f: _File, outcome: FileOutcome) -> None:
         self.in_flight -= 1
@@ -259,6 +310,25 @@ def _write(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutc
                        notes=item.notes, duration=item.info.duration)
 
 
+def _write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:
+    """Add the summary and chapters of an indexed file; its other segments are left exactly as they are."""
+    failed = [n.removeprefix(NO_SUMMARY) for n in item.notes if n.startswith(NO_SUMMARY)]
+    if failed:
+        return FileOutcome(item.source, "failed", f"summary failed: {failed[0]}", video_id=item.video_id)
+    if item.vectors is None or len(item.vectors) != len(item.segments):
+        return FileOutcome(item.source, "failed", "internal error: segments were not embedded",
+                           video_id=item.video_id)
+    new = [k for k, seg in enumerate(item.segments) if seg.modality in GENERATED_MODALITIES]
+    if not new:
+        return FileOutcome(item.source, "unchanged", "already indexed; nothing to summarise", video_id=item.video_id)
+    segments = [item.segments[k] for k in new]
+    for seg in segments:
+        seg.extra = {**meta, **seg.extra}  # filterable like the file's other segments written by this job
+    index.add_segments(item.video_id, segments, item.vectors[new])
+    return FileOutcome(item.source, "summarised", segments=len(segments), video_id=item.video_id, notes=item.notes,
+                       duration=item.info.duration)
+
+
 def jobs_store(settings: Settings) -> JobStore:
     """The job records of an index live beside it."""
     return JobStore(settings.index_dir / "jobs.db")
@@ -271,6 +341,7 @@ def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] =
     params = {
         "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
         "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),
+        "summaries": settings.ingest.summaries,
     }
     files = plan.files + [(path, {}) for path, _ in plan.skipped]
     job = jobs.create("ingest", params, files=files)
@@ -318,6 +389,8 @@ def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, incl
                              f"resume it with --index {job.params.get('index_dir')}")
         job_id = resume
         new_skips: list = []
+        # The summaries a job was started with are part of its work: a resume finishes them.
+        settings = with_summaries(settings, True) if job.params.get("summaries") else settings
     else:
         job_id = create_job(jobs, settings, paths, manifests, include, exclude)
         new_skips = jobs.files(job_id, states=("skipped",))
@@ -342,6 +415,10 @@ def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, incl
             continue
         try:
             if _unchanged(index.catalog, Path(f.path)):
+                indexed = index.catalog.by_source(f.path)
+                if settings.ingest.summaries and indexed is not None and _needs_summary(index, indexed):
+                    todo.append(_File(f.path, f.meta, f.attempts, summary_of=indexed.video_id))
+                    continue
                 jobs.set_file(job_id, f.path, "done", "already indexed")
                 record(FileOutcome(f.path, "unchanged", "already indexed"))
                 continue

@@ -4,19 +4,33 @@ It runs after speech and vision, on the item's transcript, on-screen text and vi
 map-reduce summariser as `mediaindex summarize` (`agents.summarize.summarize_segments`). The summary and its
 chapters become `summary` / `chapter` segments (`agents.stored`), embedded by the next stage and indexed like
 any other segment; the summary segment keeps the whole structured summary for `mediaindex summarize`.
+
+A file indexed earlier without summaries comes to this stage again, without being decoded: `indexed_item` makes
+its MediaItem from the index (segments, probe data, thumbnails), and the ingest adds only the new segments.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from mediaindex.config import Settings
-from mediaindex.errors import ModelLoadError
-from mediaindex.pipeline.item import MediaItem
-from mediaindex.segments import Hit, Segment
+from mediaindex.errors import MediaIndexError, ModelLoadError
+from mediaindex.pipeline.item import Keyframe, MediaItem
+from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.segments import MEDIA_MODALITIES, Hit, Segment
+
+if TYPE_CHECKING:
+    from mediaindex.index.index import MediaIndex
 
 log = logging.getLogger(__name__)
+
+NO_SUMMARY = "no summary: "  # the note on an item whose summary failed; the reason follows
+_SEGMENT_FIELDS = {f.name for f in fields(Segment)}
+_INFO_FIELDS = {f.name for f in fields(MediaInfo)}  # a catalog record's probe data may come from another version
 
 
 class SummaryStage:
@@ -46,7 +60,7 @@ class SummaryStage:
             raise
         except Exception as exc:  # the transcript is still worth indexing: say why there is no summary
             log.exception("summary of %s failed", item.source)
-            item.notes.append(f"no summary: {type(exc).__name__}: {exc}")
+            item.notes.append(f"{NO_SUMMARY}{type(exc).__name__}: {exc}")
             return item
         item.segments.extend(summary_segments(summary, item.language, item.thumbnail_at))
         return item
@@ -59,3 +73,24 @@ def _hit(seg: Segment, duration: float | None) -> Hit:
     if duration is not None and hit.end > duration:
         hit = replace(hit, end=max(duration, hit.start))
     return hit
+
+
+def indexed_item(index: MediaIndex, video_id: str) -> MediaItem:
+    """An indexed file as this stage reads it, from the index alone: nothing is decoded or transcribed again."""
+    record = index.catalog.get(video_id)
+    if record is None:
+        raise MediaIndexError(f"video {video_id} is no longer in the index")
+    segments = [Segment(**{k: v for k, v in payload.items() if k in _SEGMENT_FIELDS})
+                for payload in index.store.segments_of(video_id)]
+    info = MediaInfo(**{k: v for k, v in record.probe.items() if k in _INFO_FIELDS})
+    return MediaItem(source=record.source, video_id=record.video_id, content_hash=record.content_hash,
+                     size=record.size, mtime_ns=record.mtime_ns, info=info, segments=segments,
+                     language=record.language, keyframes=_thumbnails(segments))
+
+
+def _thumbnails(segments: list[Segment]) -> list[Keyframe]:
+    """Stand-ins for the keyframes, so that summary and chapter segments get thumbnails as at first ingest:
+    every media segment kept the thumbnail of the keyframe before its start."""
+    times = {s.start: s.thumbnail for s in segments if s.modality in MEDIA_MODALITIES and s.thumbnail}
+    empty = np.empty((0, 0, 3), np.uint8)
+    return [Keyframe(t, t, empty, thumb) for t, thumb in sorted(times.items())]

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
+from mediaindex.api.models import SUMMARIES_DOC, ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobNotFound
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
@@ -39,10 +39,12 @@ def _accepted(state: ApiState, job: Job) -> JSONResponse:
     return JSONResponse(body.model_dump(mode="json"), status_code=202, headers={"Location": body.url})
 
 
-def _create_ingest(state: ApiState, params: dict, files: list[Path]) -> Job:
+def _create_ingest(state: ApiState, params: dict, files: list[Path], summaries: bool | None) -> Job:
     state.index  # noqa: B018  (answers 503 before a job is created when the index is not open)
+    # The job's record holds the choice (None: the server's setting), so a job resumed after a restart keeps it.
+    params = {**params, "summaries": summaries, "origin": "api"}
     with state.jobs_lock:
-        return state.jobs.create("ingest", {**params, "origin": "api"}, files=[(str(p), {}) for p in files])
+        return state.jobs.create("ingest", params, files=[(str(p), {}) for p in files])
 
 
 @router.post("/ingest", status_code=202, response_model=JobOut,
@@ -64,7 +66,7 @@ def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
         else:
             raise ApiError(400, f"{raw!r} is neither a regular file nor a folder")
     files = list(dict.fromkeys(files))
-    return _accepted(state, _create_ingest(state, {"paths": body.paths}, files))
+    return _accepted(state, _create_ingest(state, {"paths": body.paths}, files, body.summaries))
 
 
 def _upload_name(filename: str) -> str:
@@ -81,8 +83,10 @@ def _upload_name(filename: str) -> str:
     openapi_extra={"requestBody": {"required": True, "content": {
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
-async def ingest_upload(request: Request, filename: str = Query(min_length=1, max_length=255,
-                                                                description="The file's name, with its suffix")):
+async def ingest_upload(request: Request,
+                        filename: str = Query(min_length=1, max_length=255,
+                                              description="The file's name, with its suffix"),
+                        summaries: bool | None = Query(None, description=SUMMARIES_DOC)):
     """Upload one media file as the raw request body and index it as a background job."""
     state = get_state(request)
     name = _upload_name(filename)
@@ -107,7 +111,7 @@ async def ingest_upload(request: Request, filename: str = Query(min_length=1, ma
         target.unlink(missing_ok=True)
         os.rmdir(folder)
         raise
-    return _accepted(state, _create_ingest(state, {"upload": name, "bytes": size}, [target]))
+    return _accepted(state, _create_ingest(state, {"upload": name, "bytes": size}, [target], summaries))
 
 
 @router.post("/summarize", status_code=202, response_model=JobOut,
