@@ -3,10 +3,16 @@
 #   CUDA: docker build --build-arg VARIANT=gpu -t mediaindex:gpu .   (run with --gpus all)
 # The CUDA build takes torch's default PyPI wheel, which carries the CUDA runtime libraries, so one
 # slim base serves both; the host provides the driver through the NVIDIA container toolkit.
-FROM python:3.11-slim-bookworm
+# Without registry access (README, "Docker"): BASE_IMAGE names a local Python 3.11 bookworm image, and
+# TORCH_INDEX_URL / PIP_FIND_LINKS point the CPU torch install at a reachable index or a wheel folder.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 ARG VARIANT=cpu
 ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# pip's own variable, unset unless given: a folder of wheels (mounted into the build) for every pip step.
+ARG PIP_FIND_LINKS
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -32,7 +38,7 @@ WORKDIR /app
 RUN if [ "$VARIANT" = "gpu" ]; then \
       pip install "torch==${TORCH_VERSION}"; \
     else \
-      pip install --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}"; \
+      pip install --index-url "$TORCH_INDEX_URL" "torch==${TORCH_VERSION}"; \
     fi
 COPY pyproject.toml README.md ./
 COPY mediaindex ./mediaindex
