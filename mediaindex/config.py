@@ -137,6 +137,10 @@ class LLMSettings(_Section):
     # Check before every step that each request's KV pages are still its own (tags per page); off = no cost.
     integrity_checks: bool = False
     # Agentic jobs: bounded loop, bounded output.
+    # Constrain each agent turn by a grammar while decoding: the first is one valid tool call, later ones a call,
+    # NOT FOUND, or an answer citing moments the tools returned (mediaindex.agents.guides). Off: free text, parsed
+    # strictly, as an API model without guided decoding would give.
+    guided_decoding: bool = True
     max_steps: int = Field(default=4, ge=1, le=32)
     max_new_tokens: int = Field(default=160, ge=8)  # per model call
     token_budget: int = Field(default=1200, ge=16)  # generated tokens per job, all calls together

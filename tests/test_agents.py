@@ -19,6 +19,7 @@ from mediaindex import agents
 from mediaindex.agents import Archive, ask, summarize
 from mediaindex.agents.citations import CitationRef, check, parse_citations
 from mediaindex.agents.grounding import content_words, grounded, relevant
+from mediaindex.agents.guides import MAX_QUERY_CHARS, first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
 from mediaindex.agents.toolcall import ToolCallError, close_truncated, parse_reply
@@ -70,10 +71,12 @@ class ScriptedModel:
         self.replies = list(replies)
         self.tokens = tokens
         self.calls: list[list[list[Message]]] = []
+        self.guides: list[str | None] = []
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         self.calls.append(conversations)
+        self.guides.append(guide)
         outs = []
         for conv in conversations:
             reply = self.replies.pop(0) if self.replies else "I have nothing more to say."
@@ -196,7 +199,8 @@ def test_good_tool_use_answers_on_the_agent_path(archive: Archive) -> None:
     ans = ask(QUESTION, archive, model, FAST)
     assert (ans.status, ans.path) == ("answered", "agent")
     assert ans.citations[0].video_id == vid(archive, "jfk.flac")
-    assert ans.searches == ["ask what you can do for your country"]
+    # The model's query, then the question itself: relevance to the question is measured by searching it.
+    assert ans.searches == ["ask what you can do for your country", QUESTION]
     kinds = [s.kind for s in ans.trace]
     assert kinds == ["model", "tool_call", "tool_result", "model", "final"]
     assert ans.trace[1].arguments == {"query": "ask what you can do for your country"}
@@ -248,7 +252,7 @@ def test_steps_and_tokens_are_bounded(archive: Archive) -> None:
 class FailingModel(ScriptedModel):
     """Every request fails in the engine (e.g. a prompt longer than the model's context)."""
 
-    def chat(self, conversations, max_tokens, stop=None, temperature=0.0):
+    def chat(self, conversations, max_tokens, stop=None, temperature=0.0, guide=None):
         self.calls.append(conversations)
         return [Completion("", "error", 0, "prompt has 9000 tokens but the context limit is 8192")
                 for _ in conversations]
@@ -300,6 +304,61 @@ def test_not_found_from_the_model_is_checked(archive: Archive) -> None:
     assert ans.path == "fallback" and ans.status == "answered"
     assert ans.answer.startswith("He says ask what you can do for your country")  # grounded: kept
     assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+
+
+def test_high_scores_from_the_models_own_queries_do_not_make_a_moment_relevant(archive: Archive) -> None:
+    """A query unrelated to the question can find something with a high score; that moment is still no answer."""
+    question = "Which team won the football world cup final?"
+    model = ScriptedModel([search_call("Brandon Castellano copyright"), cite_first_result, "no idea"])
+    ans = ask(question, archive, model, FAST)
+    assert ans.trace[2].kind == "tool_result" and "Castellano" in ans.trace[2].content  # found, with a high score
+    assert ans.status == "not_found" and ans.citations == []
+    assert ans.searches == ["Brandon Castellano copyright", question]
+
+
+def test_an_answer_citing_an_unrelated_moment_falls_back(archive: Archive) -> None:
+    """Two moments shown; the answer cites the one that has nothing to do with the question."""
+    model = ScriptedModel([search_call("banana"), search_call("Brandon Castellano copyright"),
+                           lambda conv: f"The speaker says banana. [{vid(archive, 'testvideo.mp4')}@0.0-6.0]"])
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert "the moment is not related to the question" in {r.reason for r in ans.rejected_citations}
+    assert ans.path == "fallback" and ans.status == "answered"
+    assert any(overlaps(c, 39.0, 41.0) for c in ans.citations)
+
+
+# -- guided decoding of the agent's turns ------------------------------------------------------------------------
+def test_turn_grammars_accept_valid_turns_only() -> None:
+    from xgrammar.testing import _is_grammar_accept_string as accepts
+
+    first = first_turn_grammar()
+    assert accepts(first, search_call("banana"))
+    assert not accepts(first, search_call("banana", limit=3))  # no ids, limits or filters before any result
+    assert not accepts(first, search_call("x" * (MAX_QUERY_CHARS + 1)))
+    assert not accepts(first, "The speaker says banana.")
+    later = later_turn_grammar(["[abc@1.0-2.0]", "[abd@3.0-4.5]"], ["abc", "abd"], "NOT FOUND")
+    transcript = {"name": "get_transcript", "arguments": {"video_id": "abd", "start": 1, "end": 2.5}}
+    assert accepts(later, "He says banana. [abd@3.0-4.5]")
+    assert accepts(later, "He says banana! [abc@1.0-2.0] [abd@3.0-4.5]")
+    assert accepts(later, "NOT FOUND")
+    assert accepts(later, "<tool_call>\n" + json.dumps(transcript) + "\n</tool_call>")
+    assert accepts(later, search_call("banana", video_id="abc"))
+    assert not accepts(later, search_call("banana", video_id="zzz"))  # only videos the tools returned
+    assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
+    assert not accepts(later, "He says banana.")  # an answer cites
+    assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+
+
+def test_each_turn_gets_its_grammar(archive: Archive) -> None:
+    model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+    ask(QUESTION, archive, model, FAST)
+    first, later = model.guides
+    assert first == first_turn_grammar()
+    jfk = vid(archive, "jfk.flac")
+    # its moments as the citations to choose from, its id as the only videos later calls may name
+    assert f'("[{jfk}@' in later and f'\\"{jfk}\\"' in later and '("NOT FOUND")' in later
+    free = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+    ask(QUESTION, archive, free, FAST.model_copy(update={"guided_decoding": False}))
+    assert free.guides == [None, None]
 
 
 def test_questions_scoped_to_a_video(archive: Archive) -> None:
@@ -525,3 +584,18 @@ def test_real_model_does_not_invent_absent_things(archive: Archive, smol) -> Non
     ans = ask("Which team won the football world cup final?", archive, smol, REAL)
     assert ans.status == "not_found" and ans.citations == []
     assert ans.searches and "Not found" in ans.answer
+
+
+GUIDED = LLMSettings(max_steps=2, max_new_tokens=72, token_budget=200)
+
+
+@pytest.mark.llm
+def test_guided_real_model_runs_the_tool_loop(archive: Archive, smol) -> None:
+    """Guided decoding: the small model's first turn is always a valid search call (unguided it answers in prose),
+    and whichever path answers, the answer cites the right moment."""
+    ans = ask(QUESTION, archive, smol, GUIDED)
+    assert [s.kind for s in ans.trace][:3] == ["model", "tool_call", "tool_result"]
+    assert ans.trace[1].tool == "search" and ans.searches[0] == ans.trace[1].arguments["query"]
+    assert not [s for s in ans.trace if s.kind == "error" and "tool call" in s.content]
+    assert ans.status == "answered", ans.trace
+    assert any(c.video_id == vid(archive, "jfk.flac") and overlaps(c, 0.0, 11.0) for c in ans.citations)

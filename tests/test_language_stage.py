@@ -220,7 +220,7 @@ class NoModel:
         self.calls = 0
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         self.calls += 1
         return [Completion("", "stop", 0) for _ in conversations]
 

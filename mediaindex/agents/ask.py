@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations
-from mediaindex.agents.grounding import first_words, grounded, relevant
+from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations, strip_citations
+from mediaindex.agents.grounding import first_words, grounded, relevant, repetitive
+from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import ChatModel, Completion, Message
 from mediaindex.agents.schema import Answer, Citation, RejectedCitation, TraceStep
 from mediaindex.agents.toolcall import (
@@ -33,6 +34,7 @@ from mediaindex.segments import Hit
 
 MAX_QUESTION_CHARS = 1000
 NOT_FOUND = "NOT FOUND"
+ANSWER_GROUNDING = 0.6  # share of the answer's own content words (not the question's) found in what it cites
 
 INSTRUCTIONS = (
     "You answer questions about an archive of indexed videos. Find the relevant moments with the tools. "
@@ -62,7 +64,7 @@ class _Run:
     trace: list[TraceStep] = field(default_factory=list)
     searches: list[str] = field(default_factory=list)
     seen: list[Hit] = field(default_factory=list)  # every moment a tool showed the model
-    scored: list[Hit] = field(default_factory=list)  # search hits, with scores
+    scored: list[Hit] = field(default_factory=list)  # search hits, scored against the question (see search)
     tokens: int = 0
     steps: int = 0
     rejected: list[RejectedCitation] = field(default_factory=list)
@@ -73,11 +75,13 @@ class _Run:
     def budget_left(self) -> int:
         return self.settings.token_budget - self.tokens
 
-    def call_model(self, messages: list[Message], max_tokens: int, stop: list[str] | None = None) -> Completion:
+    def call_model(self, messages: list[Message], max_tokens: int, stop: list[str] | None = None,
+                   guide: str | None = None) -> Completion:
         max_tokens = min(max_tokens, self.budget_left())
         if max_tokens < 1:
             raise _Fallback("token budget spent")
-        out = self.llm.chat([messages], max_tokens=max_tokens, stop=stop, temperature=self.settings.temperature)[0]
+        out = self.llm.chat([messages], max_tokens=max_tokens, stop=stop, temperature=self.settings.temperature,
+                            guide=guide)[0]
         self.tokens += out.tokens
         self.log("model", out.text, tokens=out.tokens)
         if out.error:
@@ -88,8 +92,16 @@ class _Run:
     def search(self, query: str, video_id: str | None, modality: str | None = None, limit: int = 5) -> list[Hit]:
         hits = self.archive.search(query, video_id or self.video_id, modality, limit)
         self.searches.append(query)
-        self.scored.extend(hits)
+        # A score measures a hit against the query that found it: only the question's own search measures it
+        # against the question. Hits of the model's other queries must show relevance by shared words.
+        self.scored.extend(hits if self._is_question(query) else [replace(h, score=0.0) for h in hits])
         return hits
+
+    def _is_question(self, query: str) -> bool:
+        return query.strip().casefold() == self.question.strip().casefold()
+
+    def searched_question(self) -> bool:
+        return any(self._is_question(q) for q in self.searches)
 
     def is_relevant(self, hit: Hit) -> bool:
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
@@ -137,7 +149,7 @@ def _agent_loop(run: _Run) -> Answer:
     called: set[str] = set()
     while run.steps < run.settings.max_steps:
         run.steps += 1
-        out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE])
+        out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE], guide=_turn_guide(run))
         text = close_truncated(out.text, out.finish_reason)
         try:
             reply = parse_reply(text)
@@ -164,6 +176,16 @@ def _agent_loop(run: _Run) -> Answer:
     raise _Fallback(f"no answer within {run.settings.max_steps} steps")
 
 
+def _turn_guide(run: _Run) -> str | None:
+    if not run.settings.guided_decoding:
+        return None
+    if not run.seen:
+        return first_turn_grammar()
+    ranked = sorted(run.seen, key=lambda h: -h.score)
+    ids = [run.video_id] if run.video_id else [h.video_id for h in ranked]
+    return later_turn_grammar([cite(h.video_id, h.start, h.end) for h in ranked], ids, NOT_FOUND)
+
+
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
     if run.video_id and arguments.get("video_id") not in (None, run.video_id):
         raise ToolError(f"only video {run.video_id} is in scope for this question")
@@ -188,7 +210,7 @@ def _final(run: _Run, content: str) -> Answer:
     refs = parse_citations(content)
     valid, rejected = check(run.archive, refs)
     run.rejected.extend(rejected)
-    shown = [c for c in valid if any(h.video_id == c.video_id and h.start < c.end and h.end > c.start for h in run.seen)]
+    shown = [c for c in valid if _moments(run.seen, c)]
     for c in valid:
         if c not in shown:
             run.rejected.append(RejectedCitation(video_id=c.video_id, start=c.start, end=c.end,
@@ -201,18 +223,42 @@ def _final(run: _Run, content: str) -> Answer:
         raise _Fallback("the answer cites no real moment" if refs else "the answer cites nothing")
     if not _any_relevant(run):
         raise _Fallback("the cited moments are not related to the question")
+    related = [c for c in shown if _related(run, c)]
+    for c in shown:
+        if c not in related:
+            run.rejected.append(RejectedCitation(video_id=c.video_id, start=c.start, end=c.end,
+                                                 reason="the moment is not related to the question"))
+    if not related:
+        raise _Fallback("the cited moments are not related to the question")
+    shown = related
+    cited_text = " ".join(h.text for c in shown for h in _moments(run.seen, c))
+    # A guided small model always cites something; what it adds to the question must come from there.
+    words = strip_citations(content)
+    if repetitive(words) or not grounded(words, cited_text, ANSWER_GROUNDING, given=run.question):
+        raise _Fallback("the answer's words are not in the moments it cites")
     return _finish(run, "answered", content.strip(), shown, "agent")
 
 
+def _moments(hits: list[Hit], c: Citation) -> list[Hit]:
+    return [h for h in hits if h.video_id == c.video_id and h.start < c.end and h.end > c.start]
+
+
+def _related(run: _Run, c: Citation) -> bool:
+    """A cited moment is related if the question's own search scored it relevant, or it shares the question's
+    words (scores from the model's other queries say nothing about the question)."""
+    scored = _moments(run.scored, c) + [replace(h, score=0.0) for h in _moments(run.seen, c)]
+    return any(run.is_relevant(h) for h in scored)
+
+
 def _any_relevant(run: _Run) -> bool:
-    if not run.scored:  # the model never searched: measure relevance with the question itself
+    if not run.searched_question():  # relevance to the question is measured by searching the question itself
         run.search(run.question, None)
     return any(run.is_relevant(h) for h in run.scored)
 
 
 def _retrieval_answer(run: _Run) -> Answer:
     """Plain retrieval-augmented answering: our own search, numbered passages, a short cited answer."""
-    hits = run.search(run.question, None, limit=5)
+    hits = [] if run.searched_question() else run.search(run.question, None, limit=5)
     passages: list[Hit] = []
     for h in sorted([*hits, *run.scored], key=lambda h: -h.score):
         if run.is_relevant(h) and not any(p.video_id == h.video_id and p.start == h.start for p in passages):

@@ -33,17 +33,20 @@ def _stem(word: str) -> str:
     return word[:5]
 
 
-def overlap(text: str, source: str) -> float:
-    """Share of the content words of `text` that occur (by stem) in `source`; 0 when text has none."""
-    words = content_words(text)
-    if not words:
-        return 0.0
+def overlap(text: str, source: str, given: str = "") -> float:
+    """Share of the content words of `text` that occur (by stem) in `source`; 0 when text has none. Words of
+    `given` (the question an answer restates) count neither way."""
+    known = {_stem(w) for w in content_words(given)}
+    all_words = content_words(text)
+    words = [w for w in all_words if _stem(w) not in known]
+    if not words:  # nothing but the question's own words (or nothing at all)
+        return 1.0 if known and all_words else 0.0
     stems = {_stem(w) for w in content_words(source)}
     return sum(_stem(w) in stems for w in words) / len(words)
 
 
-def grounded(text: str, source: str, threshold: float = 0.6) -> bool:
-    return overlap(text, source) >= threshold
+def grounded(text: str, source: str, threshold: float = 0.6, given: str = "") -> bool:
+    return overlap(text, source, given) >= threshold
 
 
 def repetitive(text: str, min_words: int = 6, max_share: float = 0.5) -> bool:

@@ -35,8 +35,10 @@ class ChatModel(Protocol):
     name: str
     max_context: int  # tokens of prompt + output one request may use
 
+    # `guide`: a grammar (xgrammar EBNF) every completion must match; the engine enforces it while decoding.
+
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]: ...
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]: ...
 
 
 def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.EngineConfig
@@ -66,11 +68,11 @@ def engine_config(settings: LLMSettings) -> Any:  # -> mediaindex.serving.Engine
     return EngineConfig(**fields)
 
 
-def _sampling(max_tokens: int, stop: list[str] | None, temperature: float) -> Any:  # -> SamplingParams
-    from mediaindex.serving import SamplingParams
+def _sampling(max_tokens: int, stop: list[str] | None, temperature: float, guide: str | None) -> Any:
+    from mediaindex.serving import Guide, SamplingParams
 
     return SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=list(stop or []),
-                          seed=0 if temperature > 0 else None)
+                          seed=0 if temperature > 0 else None, guide=Guide(guide) if guide else None)
 
 
 def _completions(outs: list[Any]) -> list[Completion]:
@@ -102,11 +104,11 @@ class LanguageStage:
         self.max_context = int(self.engine.max_model_len)
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         """All conversations go to the engine together, so they are batched continuously."""
         if not conversations:
             return []
-        return _completions(self.engine.generate(conversations, _sampling(max_tokens, stop, temperature)))
+        return _completions(self.engine.generate(conversations, _sampling(max_tokens, stop, temperature, guide)))
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "max_context": self.max_context}
@@ -126,8 +128,8 @@ def _actor_class():  # -> ray actor class
             return self.stage.info()
 
         def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-                 temperature: float = 0.0) -> list[Completion]:
-            return self.stage.chat(conversations, max_tokens, stop, temperature)
+                 temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
+            return self.stage.chat(conversations, max_tokens, stop, temperature, guide)
 
     return LLMActor
 
@@ -158,10 +160,10 @@ class RemoteLLM:
         self.max_context: int = info["max_context"]
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         import ray
 
-        return ray.get(self.actor.chat.remote(conversations, max_tokens, stop, temperature))
+        return ray.get(self.actor.chat.remote(conversations, max_tokens, stop, temperature, guide))
 
     def close(self) -> None:
         import ray
@@ -197,10 +199,10 @@ class DisaggregatedChat:
         self.max_context = int(self.llm.stats()["prefill"]["max_model_len"])
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         if not conversations:
             return []
-        return _completions(self.llm.generate(conversations, _sampling(max_tokens, stop, temperature)))
+        return _completions(self.llm.generate(conversations, _sampling(max_tokens, stop, temperature, guide)))
 
     def close(self) -> None:
         self.llm.close()
