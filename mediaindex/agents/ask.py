@@ -183,7 +183,10 @@ def _turn_guide(run: _Run) -> str | None:
         return first_turn_grammar()
     ranked = sorted(run.seen, key=lambda h: -h.score)
     ids = [run.video_id] if run.video_id else [h.video_id for h in ranked]
-    return later_turn_grammar([cite(h.video_id, h.start, h.end) for h in ranked], ids, NOT_FOUND)
+    # Only moments the answer check would accept are offered as citations; with none, the turn is a call or
+    # NOT FOUND.
+    cites = [cite(h.video_id, h.start, h.end) for h in ranked if _related(run, h)]
+    return later_turn_grammar(cites, ids, NOT_FOUND)
 
 
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
@@ -239,11 +242,11 @@ def _final(run: _Run, content: str) -> Answer:
     return _finish(run, "answered", content.strip(), shown, "agent")
 
 
-def _moments(hits: list[Hit], c: Citation) -> list[Hit]:
+def _moments(hits: list[Hit], c: Citation | Hit) -> list[Hit]:
     return [h for h in hits if h.video_id == c.video_id and h.start < c.end and h.end > c.start]
 
 
-def _related(run: _Run, c: Citation) -> bool:
+def _related(run: _Run, c: Citation | Hit) -> bool:
     """A cited moment is related if the question's own search scored it relevant, or it shares the question's
     words (scores from the model's other queries say nothing about the question)."""
     scored = _moments(run.scored, c) + [replace(h, score=0.0) for h in _moments(run.seen, c)]

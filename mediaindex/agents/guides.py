@@ -16,7 +16,7 @@ from typing import Any
 
 from mediaindex.agents.tools import TOOL_SCHEMAS
 
-MAX_QUERY_CHARS = 100  # a search query, not a paragraph: a small model otherwise runs on until its token limit
+MAX_QUERY_CHARS = 60  # a search query, not a paragraph: a small model otherwise runs on until its token limit
 MAX_SENTENCE_CHARS = 240  # the answer is one sentence, then its citations
 MAX_CITATION_CHOICES = 24
 MAX_CITATIONS = 3
