@@ -109,7 +109,9 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
     rejected = check(archive, [CitationRef(c.video_id, c.start, c.end) for c in ans.citations])[1]
     row = {"question": q, "status": ans.status, "path": ans.path, "steps": ans.steps, "tokens": ans.tokens,
            "citations": len(ans.citations), "citations_rejected": len(rejected) + len(ans.rejected_citations),
-           "seconds": round(took, 1), "answer": ans.answer[:200]}
+           "seconds": round(took, 1), "answer": ans.answer[:200],
+           "tool_calls": sum(s.kind == "tool_call" for s in ans.trace),
+           "malformed_calls": sum(s.kind == "error" and "tool call" in s.content for s in ans.trace)}
     if file is None:
         row["correct"] = ans.status == "not_found"
     else:
@@ -168,6 +170,9 @@ def main() -> None:
         "answers_citing_right_moment": f"{sum(r['correct'] for r in asked)}/{len(asked)}",
         "absent_not_found": f"{sum(r['correct'] for r in absent)}/{len(absent)}",
         "answer_paths": {p: sum(r["path"] == p for r in questions) for p in ("agent", "fallback")},
+        "tool_calls_run": sum(r["tool_calls"] for r in questions),
+        "malformed_tool_calls": sum(r["malformed_calls"] for r in questions),
+        "questions_with_a_tool_call": f"{sum(r['tool_calls'] > 0 for r in questions)}/{len(questions)}",
         "answer_citations_rejected_or_dropped": sum(r["citations_rejected"] for r in questions),
         "median_answer_s": statistics.median(r["seconds"] for r in questions),
         "median_summary_s": statistics.median(r["seconds"] for r in summaries) if summaries else None,

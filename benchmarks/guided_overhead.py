@@ -2,8 +2,10 @@
 
 Each round runs 16 chat requests through one SmolLM2 engine either free (ignore_eos, fixed length) or guided by
 the agent's first-turn grammar (one `search` tool call) and by a JSON schema. Reported per round: generated tokens
-per second and milliseconds per decode step; the grammar's own cost is the difference per token. Rounds alternate
-(free, guided, guided, free, ...) so a change in machine load hits both sides alike.
+per second, milliseconds per step, and the time the engine spent masking logits and advancing grammars (its own
+timer), as a share of the round and per generated token. Outputs differ in length between the sides, so tokens
+per second compare only roughly; the grammar's share of the time is the direct cost. Rounds alternate (free,
+guided, guided, free, ...) so a change in machine load hits both sides alike.
 
     PYTHONPATH=. python benchmarks/guided_overhead.py [--rounds 4] [--requests 16] [--json OUT]
 """
@@ -35,14 +37,17 @@ SCHEMA = {"type": "object", "properties": {
 
 
 def run(engine: LLMEngine, chats: list, params: SamplingParams) -> dict:
-    steps0 = engine.metrics().num_steps
+    before = engine.metrics()
     t0 = time.perf_counter()
     outs = engine.generate(chats, params)
     wall = time.perf_counter() - t0
+    after = engine.metrics()
     assert all(o.error is None for o in outs), [o.error for o in outs]
     tokens = sum(len(o.token_ids) for o in outs)
-    steps = engine.metrics().num_steps - steps0
-    return {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall, "ms_per_step": 1000 * wall / steps}
+    guide = after.extra["guide_seconds"] - before.extra["guide_seconds"]
+    return {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall,
+            "ms_per_step": 1000 * wall / (after.num_steps - before.num_steps),
+            "guide_share": guide / wall, "guide_us_per_token": 1e6 * guide / tokens}
 
 
 def main() -> None:
@@ -73,7 +78,9 @@ def main() -> None:
     summary = {
         name: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in rows),
                "ms_per_step": statistics.median(x["ms_per_step"] for x in rows),
-               "tokens_per_round": statistics.median(x["tokens"] for x in rows)}
+               "tokens_per_round": statistics.median(x["tokens"] for x in rows),
+               "guide_share": statistics.median(x["guide_share"] for x in rows),
+               "guide_us_per_token": statistics.median(x["guide_us_per_token"] for x in rows)}
         for name, rows in results.items()
     }
     report = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}",

@@ -129,6 +129,7 @@ class LLMEngine:
         self._steps = 0
         self._integrity_aborts = 0
         self._check_time = 0.0
+        self._guide_time = 0.0  # masking logits and advancing grammars (guided requests only)
         self._step_time = 0.0
         # Requests whose prompt was computed elsewhere (a prefill worker), waiting for pages to store their KV.
         self._imports: deque[tuple[Sequence, PrefilledRequest]] = deque()
@@ -377,14 +378,18 @@ class LLMEngine:
                 self._record_prompt_logprobs(rows, logits)
         sampled = [r for r in row_map if r.samples]
         logit_seqs = [r.seq for r in sampled]
+        t_guide = time.perf_counter()
         sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
+        self._guide_time += time.perf_counter() - t_guide
         tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
         now = time.perf_counter()
         for seq, tok in zip(logit_seqs, tokens, strict=True):
             seq.output_ids.append(tok)
             seq.token_times.append(now)
             reason = self._stop_reason(seq, tok)
+            t_guide = time.perf_counter()
             mismatch = advance(seq, tok)
+            self._guide_time += time.perf_counter() - t_guide
             if mismatch is not None:  # cannot happen with a masked sample; never hand out off-grammar text silently
                 self._finish(seq, "error", ServingError(mismatch))
             elif reason:
@@ -510,6 +515,7 @@ class LLMEngine:
             extra={
                 "step_seconds": self._step_time,
                 "integrity_check_seconds": self._check_time,
+                "guide_seconds": self._guide_time,
                 "imported_prompt_tokens": float(self._imported_tokens),
             },
         )
