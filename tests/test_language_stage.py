@@ -351,7 +351,7 @@ BROKEN = "english.wav"  # the model fails on this file's summary
 
 class BrokenModel(NoModel):
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
-             temperature: float = 0.0) -> list[Completion]:
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
         raise RuntimeError("the model ran out of memory")
 
 
@@ -382,10 +382,11 @@ def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_pat
     settings = make_settings(tmp_path / "idx", cache_dir, ray={"max_files_in_flight": 1})
     settings.index_dir.mkdir(parents=True)
     log = settings.index_dir / "language-log"
-    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.25),
-              StageSpec("speech", "mediaindex.pipeline.speech_stage:SpeechStage", cpus=0.25),
-              StageSpec("language", "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.25),
-              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.25)]
+    # Small CPU shares: the module's shared pipeline (summary_pipeline) still holds its actors in the same Ray.
+    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.1),
+              StageSpec("speech", "mediaindex.pipeline.speech_stage:SpeechStage", cpus=0.1),
+              StageSpec("language", "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.1),
+              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.1)]
     files = [media(LATER), media(f"audio/{BROKEN}")]
     own = Pipeline(settings, stages)
     jobs = JobStore(settings.index_dir / "jobs.db")
