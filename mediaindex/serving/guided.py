@@ -100,7 +100,9 @@ def mask_disallowed(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     bitmask = xgr.allocate_token_bitmask(len(seqs), vocab)
     for i in rows:
         seqs[i].matcher.fill_next_token_bitmask(bitmask, i)
-    masked = logits.float().cpu() if logits.device.type != "cuda" else logits.float()
+    masked = logits.float()  # the rows were gathered by index: a copy, so masking in place is safe
+    if masked.device.type not in ("cpu", "cuda"):  # xgrammar masks on these two
+        masked = masked.cpu()
     xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device), vocab_size=vocab, indices=rows)
     return masked
 
