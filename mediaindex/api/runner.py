@@ -91,7 +91,7 @@ class JobRunner:
             # The ingest runs this job's own record (files, states, attempts) in jobs.db: a new run would
             # record a second ingest job for the same files.
             report = ingest([], settings, state.index, pipeline=state.pipeline(settings), progress=progress,
-                            resume=job_id)
+                            resume=job_id, finish_job=False)  # the job ends below, with this result
         finally:
             metrics.ingest_seconds.inc(time.monotonic() - started)
         with state.jobs_lock:

@@ -366,13 +366,20 @@ def ingest(
     on_tick: TickFn | None = None,
     on_dispatch: DispatchFn | None = None,
     on_job: Callable[[str], None] | None = None,
+    finish_job: bool = True,
 ) -> IngestReport:
-    """Run a new ingest job over paths/manifests, or continue job `resume`; returns this run's outcomes."""
+    """Run a new ingest job over paths/manifests, or continue job `resume`; returns this run's outcomes.
+
+    With finish_job=False a run that completes leaves the job "running": the caller records its end with its own
+    result (the API's job runner), so nobody sees the job done before its result is there."""
     own_jobs = jobs is None
     jobs = jobs or jobs_store(settings)
     try:
-        return _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, include, exclude, resume,
-                       jobs, on_tick, on_dispatch, on_job)
+        report = _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, include, exclude, resume,
+                         jobs, on_tick, on_dispatch, on_job)
+        if finish_job:
+            jobs.set_state(report.job_id, "done", result=jobs.counts(report.job_id))
+        return report
     finally:
         if own_jobs:
             jobs.close()
@@ -448,6 +455,4 @@ def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, incl
     finally:
         if own_pipeline and pipeline is not None:
             pipeline.close()
-    counts = jobs.counts(job_id)
-    jobs.set_state(job_id, "done", result=counts)
     return report
