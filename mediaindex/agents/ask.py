@@ -100,8 +100,10 @@ class _Run:
     def _is_question(self, query: str) -> bool:
         return query.strip().casefold() == self.question.strip().casefold()
 
-    def searched_question(self) -> bool:
-        return any(self._is_question(q) for q in self.searches)
+    def search_question(self) -> None:
+        """Search the question itself, once: only that search scores hits against the question."""
+        if not any(self._is_question(q) for q in self.searches):
+            self.search(self.question, None)
 
     def is_relevant(self, hit: Hit) -> bool:
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
@@ -254,16 +256,15 @@ def _related(run: _Run, c: Citation | Hit) -> bool:
 
 
 def _any_relevant(run: _Run) -> bool:
-    if not run.searched_question():  # relevance to the question is measured by searching the question itself
-        run.search(run.question, None)
+    run.search_question()
     return any(run.is_relevant(h) for h in run.scored)
 
 
 def _retrieval_answer(run: _Run) -> Answer:
     """Plain retrieval-augmented answering: our own search, numbered passages, a short cited answer."""
-    hits = [] if run.searched_question() else run.search(run.question, None, limit=5)
+    run.search_question()
     passages: list[Hit] = []
-    for h in sorted([*hits, *run.scored], key=lambda h: -h.score):
+    for h in sorted(run.scored, key=lambda h: -h.score):
         if run.is_relevant(h) and not any(p.video_id == h.video_id and p.start == h.start for p in passages):
             passages.append(h)
     passages = passages[:4]
