@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
@@ -22,7 +23,10 @@ from mediaindex.errors import MediaError
 from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
 from mediaindex.pipeline.probe import MediaInfo
 from mediaindex.pipeline.sampling import Sampled, SpanSampler, spread
-from mediaindex.pipeline.shots import ShotDetector, shots_from_cuts
+from mediaindex.pipeline.shots import ShotDetector, detector_picture, shots_from_cuts
+
+if TYPE_CHECKING:
+    import av
 
 SAMPLE_RATE = 16_000
 
@@ -182,11 +186,12 @@ def _keyframe_size(info: MediaInfo, max_side: int) -> tuple[int, int]:
     return max(2, round(dw * scale)), max(2, round(dh * scale))
 
 
-def _display_image(bgr: np.ndarray, size: tuple[int, int], rotation: int) -> np.ndarray:
-    img = cv2.resize(bgr, size, interpolation=cv2.INTER_AREA) if (bgr.shape[1], bgr.shape[0]) != size else bgr
+def _display_image(frame: av.VideoFrame, size: tuple[int, int], rotation: int) -> np.ndarray:
+    """RGB at the display size, turned upright; scaled before converting, so only the small picture is."""
+    img = frame.reformat(width=size[0], height=size[1], interpolation="AREA").to_ndarray(format="rgb24")
     if rotation:
-        img = np.rot90(img, k={90: -1, 180: 2, 270: 1}.get(rotation, 0))
-    return np.ascontiguousarray(img[:, :, ::-1])  # BGR -> RGB
+        img = np.ascontiguousarray(np.rot90(img, k={90: -1, 180: 2, 270: 1}.get(rotation, 0)))
+    return img
 
 
 def _center_square(rgb: np.ndarray, side: int) -> np.ndarray:
@@ -279,7 +284,6 @@ def scan_video(
             start_pts = stream.start_time or 0
             detector = ShotDetector(stream.codec_context.width, Fraction(rate.numerator, rate.denominator),
                                     threshold=shot_threshold, min_shot_len=min_shot_len)
-            big = stream.codec_context.width > 1920
             for frame in container.decode(stream):
                 if deadline is not None and time.monotonic() > deadline:
                     raise MediaError(str(path), _timeout_reason("video decoding", timeout or 0))
@@ -292,18 +296,16 @@ def scan_video(
                 if prev_t is not None:
                     gaps.append(t - prev_t)
                 prev_t = t
-                if big:  # 4K and up: let swscale halve the work before the detector's own downscale
-                    bgr = frame.reformat(width=1280, height=max(2, round(frame.height * 1280 / frame.width)),
-                                         format="bgr24").to_ndarray()
-                else:
-                    bgr = frame.to_ndarray(format="bgr24")
-                cut = bool(detector.feed(pts, Fraction(frame.time_base.numerator, frame.time_base.denominator), bgr))
+                # Every frame is converted only as small as the detector needs (candidates for the
+                # pictures kept are converted by the sampler, at their own size).
+                small = detector_picture(frame, detector.size(frame.width, frame.height))
+                cut = bool(detector.feed(pts, Fraction(frame.time_base.numerator, frame.time_base.denominator), small))
                 scan.frames += 1
                 if scan.frames == 1:
                     sampler.start = t
                 elif cut or t - sampler.start >= interval - 1e-6:
                     _close_part(scan.parts, sampler, t, max_keyframes, sample_side)
-                sampler.offer(t, lambda b=bgr: _display_image(b, size, info.rotation))
+                sampler.offer(t, lambda f=frame: _display_image(f, size, info.rotation))
                 if on_frame:
                     on_frame(t)
             detector.finish()
