@@ -10,7 +10,9 @@ Measures, on one Pipeline whose models are loaded once (loading is not timed):
   media seconds per wall second of the stage's whole pool;
 - pipeline: `ingest` over N copies into a fresh index: media hours per wall hour, and that speed as
   a fraction of the slowest stage alone (1.0 = perfect overlap, no overhead);
-- peak RSS of the driver plus every process it started (Ray's daemons and workers), sampled.
+- peak RSS of the driver plus every process it started (Ray's daemons and workers), sampled;
+- CPU seconds of each stage's actors, of the driver (scheduling, index writes) and of the rest
+  (Ray's daemons) over the pipeline run, and how full the machine's cores were.
 
 Stage-alone speeds are measured before and after the pipeline runs and averaged, since a shared
 machine's load drifts. On a machine with fewer cores than busy stages, the stages also compete for
@@ -99,22 +101,61 @@ class PeakRSS:
         self._thread.join()
 
 
-def stage_alone(pipeline: Pipeline, files: list[Path], media: float) -> dict[str, float]:
-    """Each stage over prepared inputs, one stage at a time: media seconds per wall second."""
+class CPUTime:
+    """CPU seconds (user + system) spent by each group of processes between enter and exit."""
+
+    def __init__(self, stage_pids: dict[str, list[int]]) -> None:
+        self.groups = {pid: name for name, pids in stage_pids.items() for pid in pids}
+        self.groups[psutil.Process().pid] = "driver"
+        self.spent: dict[str, float] = {}
+
+    def _sample(self) -> dict[int, float]:
+        me = psutil.Process()
+        times = {}
+        for proc in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                times[proc.pid] = t.user + t.system
+        return times
+
+    def __enter__(self) -> CPUTime:
+        self._start = self._sample()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pid, seconds in self._sample().items():
+            group = self.groups.get(pid, "ray and others")
+            self.spent[group] = self.spent.get(group, 0.0) + seconds - self._start.get(pid, 0.0)
+
+
+def stage_pids(pipeline: Pipeline) -> dict[str, list[int]]:
+    import ray
+
+    return {name: ray.get([a.pid.remote() for a in handles]) for name, handles in pipeline.actors.items()}
+
+
+def stage_alone(pipeline: Pipeline, files: list[Path], media: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Each stage over prepared inputs, one stage at a time: media seconds per wall second, and the
+    CPU seconds its actors spent per media second."""
     import ray
 
     speeds: dict[str, float] = {}
+    cpu_per_media: dict[str, float] = {}
     inputs: list = [str(f) for f in files]
+    pids = stage_pids(pipeline)
     for k, spec in enumerate(pipeline.stages):
         actors = pipeline.actors[spec.name]
-        start = time.perf_counter()
-        outputs = [actors[i % len(actors)].process.remote(x) for i, x in enumerate(inputs)]
-        ray.wait(outputs, num_returns=len(outputs), fetch_local=False)
-        speeds[spec.name] = media / (time.perf_counter() - start)
+        with CPUTime(pids) as cpu:
+            start = time.perf_counter()
+            outputs = [actors[i % len(actors)].process.remote(x) for i, x in enumerate(inputs)]
+            ray.wait(outputs, num_returns=len(outputs), fetch_local=False)
+            speeds[spec.name] = media / (time.perf_counter() - start)
+        cpu_per_media[spec.name] = cpu.spent.get(spec.name, 0.0) / media
         inputs = outputs  # the next stage starts from this stage's results, already computed
-        print(f"  stage {k} {spec.name:8s} alone: {speeds[spec.name]:6.2f}x real time", flush=True)
+        print(f"  stage {k} {spec.name:8s} alone: {speeds[spec.name]:6.2f}x real time, "
+              f"{cpu_per_media[spec.name]:.3f} CPU s per media s", flush=True)
     ray.get(inputs[0])  # surface any stage error
-    return speeds
+    return speeds, cpu_per_media
 
 
 def main() -> None:
@@ -123,6 +164,7 @@ def main() -> None:
     parser.add_argument("--media", type=Path, default=_default_media())
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+
     if not args.media.is_dir():
         parser.error(f"no media folder at {args.media}")
 
@@ -137,13 +179,15 @@ def main() -> None:
         print(f"pipeline {[s.name for s in pipeline.stages]} ready; RSS {idle.peak / 2**30:.2f} GiB", flush=True)
         one = make_archive(args.media, work / "archive", 1)
         media_one = sum(probe(str(f)).duration for f in one)
-        before = stage_alone(pipeline, one, media_one)
+        before, cpu_before = stage_alone(pipeline, one, media_one)
         runs = []
         for copies in args.copies:
             files = make_archive(args.media, work / "archive", copies)
             media = media_one * copies
             run_settings = settings.model_copy(update={"index_dir": work / f"index{copies}"})
-            with MediaIndex(run_settings, embedder.dim, embedder.name) as index, PeakRSS() as rss:
+            pids = stage_pids(pipeline)
+            with MediaIndex(run_settings, embedder.dim, embedder.name) as index, PeakRSS() as rss, \
+                    CPUTime(pids) as cpu:
                 final: list = []
                 start = time.perf_counter()
                 report = ingest([work / "archive" / f"copy{n:03d}" for n in range(copies)], run_settings, index,
@@ -152,24 +196,31 @@ def main() -> None:
             # How much of the run each stage's pool was busy: the slowest stage near 1.0 means it never
             # waited for work (overlap and backpressure keep it fed), whatever the machine's load.
             busy = {s.name: round(s.busy / s.workers / wall, 2) for s in final[-1].stages}
-            runs.append((copies, len(files), media, wall, report, rss.peak, busy))
-            print(f"  {len(files)} files: {media / wall:.2f}x real time in {wall:.0f} s", flush=True)
-        after = stage_alone(pipeline, one, media_one)
+            cpu_s = {k: round(v, 1) for k, v in cpu.spent.items()}
+            runs.append((copies, len(files), media, wall, report, rss.peak, busy, cpu_s))
+            print(f"  {len(files)} files: {media / wall:.2f}x real time in {wall:.0f} s; CPU s {cpu_s}", flush=True)
+        after, cpu_after = stage_alone(pipeline, one, media_one)
         pipeline.close()
         speeds = {k: round((before[k] + after[k]) / 2, 2) for k in before}
         slowest = min(speeds, key=speeds.get)
         serial = 1 / sum(1 / v for v in speeds.values())
+        cpu_need = {k: round((cpu_before[k] + cpu_after[k]) / 2, 4) for k in before}
+        # What the cores allow if every stage kept its CPU cost alone: cores / CPU per media second.
+        cpu_bound = (psutil.cpu_count() or 1) / sum(cpu_need.values())
         results.update(stage_alone_x_realtime=speeds, stage_alone_before=before, stage_alone_after=after,
-                       serial_bound_x_realtime=round(serial, 2))
-        for copies, n, media, wall, report, peak, busy in runs:
+                       stage_alone_cpu_s_per_media_s=cpu_need, serial_bound_x_realtime=round(serial, 2),
+                       cpu_bound_x_realtime=round(cpu_bound, 2))
+        for copies, n, media, wall, report, peak, busy, cpu_s in runs:
             speed = media / wall
             results["runs"].append({
                 "copies": copies, "files": n, "media_s": round(media, 1), "wall_s": round(wall, 1),
                 "media_h_per_wall_h": round(speed, 2), "slowest_stage": slowest,
                 "fraction_of_slowest_stage": round(speed / speeds[slowest], 2),
                 "fraction_of_serial_bound": round(speed / serial, 2),
+                "fraction_of_cpu_bound": round(speed / cpu_bound, 2),
                 "indexed": len(report.indexed), "failed": len(report.failed), "peak_rss_gib": round(peak / 2**30, 2),
-                "busy_fraction_of_wall": busy,
+                "busy_fraction_of_wall": busy, "cpu_s": cpu_s,
+                "cores_used": round(sum(cpu_s.values()) / wall / (psutil.cpu_count() or 1), 2),
             })
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -83,6 +83,7 @@ class FrameSettings(_Section):
     # PySceneDetect ContentDetector: cut threshold and shortest shot (seconds).
     shot_threshold: float = Field(default=27.0, gt=0)
     min_shot_len: float = Field(default=0.6, ge=0)
+    decode_threads: int = Field(default=0, ge=0)  # video decoder threads; 0 = FFmpeg's choice (per core)
 
 
 class VisionSettings(_Section):

@@ -256,6 +256,7 @@ def scan_video(
     on_frame: Callable[[float], None] | None = None,
     samples: int = 5,
     sample_side: int = 256,
+    threads: int = 0,
 ) -> VideoScan:
     """Decode the first video stream once: detect shots and keep frames from inside each part.
 
@@ -280,6 +281,8 @@ def scan_video(
         with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
             stream = next(v for v in container.streams.video if (v.codec_context.width or 0) > 0)
             stream.thread_type = "AUTO"
+            if threads:
+                stream.thread_count = threads
             rate = stream.average_rate or stream.guessed_rate or Fraction(25)
             start_pts = stream.start_time or 0
             detector = ShotDetector(stream.codec_context.width, Fraction(rate.numerator, rate.denominator),

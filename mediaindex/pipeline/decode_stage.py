@@ -47,7 +47,7 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
             path, info, interval=f.interval, max_side=f.max_side, max_keyframes=f.max_keyframes,
             shot_threshold=f.shot_threshold, min_shot_len=f.min_shot_len,
             deadline=started + timeout, timeout=timeout, samples=f.samples,
-            sample_side=f.sample_side,
+            sample_side=f.sample_side, threads=f.decode_threads,
         )
     except MediaError as exc:
         if not info.has_audio or "took longer" in exc.reason:
