@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,21 @@ def test_bad_inputs_fail_alone_and_lose_nothing(tmp_path: Path, pipeline: Pipeli
         assert index.store.count() >= before + 1
         hits = search(index, embedder, "ask not what your country can do for you", limit=1)
         assert Path(hits[0].source).name == "jfk.flac"
+
+
+def test_speech_starts_with_the_decode_not_after_it(tmp_path: Path, pipeline: Pipeline, embedder,
+                                                   cache_dir: Path) -> None:
+    """Speech reads the file itself: both are sent at once, and the transcript joins the decoded pictures."""
+    settings = make_settings(tmp_path / "index", cache_dir)
+    clip = media("video/auto-editor_example.mp4")  # 42 s of 720p: its decode takes a while
+    sent: dict[str, float] = {}
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        report = ingest([clip], settings, index, pipeline=pipeline,
+                        on_dispatch=lambda stage, _: sent.setdefault(stage, time.monotonic()))
+        assert [o.status for o in report.outcomes] == ["indexed"]
+        speech = index.store.segments_of(report.outcomes[0].video_id, modality="speech")
+    # Sent in the same round, before any result came back (one round waits up to 0.5 s for results).
+    assert abs(sent["speech"] - sent["decode"]) < 0.4
+    assert sent["vision"] - sent["decode"] > 0.4  # vision did wait for the decoded pictures
+    # The joined transcript carries the decoded file's id and the thumbnail of the shot it falls in.
+    assert speech and all(s["video_id"] == report.outcomes[0].video_id and s["thumbnail"] for s in speech)

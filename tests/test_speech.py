@@ -6,9 +6,13 @@ import numpy as np
 import pytest
 
 from mediaindex.config import SpeechSettings
-from mediaindex.errors import ModelLoadError
+from mediaindex.errors import MediaError, ModelLoadError
 from mediaindex.models.speech import SpeechModel
 from mediaindex.pipeline.decode import decode_audio
+from mediaindex.pipeline.item import Keyframe, MediaItem
+from mediaindex.pipeline.probe import probe
+from mediaindex.pipeline.speech_stage import SpeechResult
+from mediaindex.segments import Segment
 from tests.conftest import media
 
 JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
@@ -135,3 +139,25 @@ def test_whisper_small_is_selectable_by_config(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="whisper-small: .* incomplete model .*no config.json"):
         SpeechModel(SpeechSettings(model="whisper-small"), tmp_path)
     assert not list((tmp_path / "models").glob("whisper-small*/model.bin"))
+
+
+def _item(path: Path, keyframes: list[Keyframe]) -> MediaItem:
+    return MediaItem(source=str(path), video_id="vid", content_hash="hash", size=1, mtime_ns=0, info=probe(path),
+                     keyframes=keyframes)
+
+
+def test_a_transcript_made_beside_the_decode_joins_its_item() -> None:
+    """Speech runs from the file beside the video decode; its result joins the decoded item."""
+    shots = [Keyframe(0.0, 4.0, np.zeros((8, 8, 3), np.uint8), "a.jpg"),
+             Keyframe(4.0, 9.6, np.zeros((8, 8, 3), np.uint8), "b.jpg")]
+    said = SpeechResult([Segment("", "elsewhere", 5.0, 6.0, "speech", "hello")], language="en", notes=["n"])
+    item = said.join(_item(media("video/chaplin.mp4"), shots))
+    assert [(s.video_id, s.source, s.thumbnail) for s in item.segments] == [("vid", item.source, "b.jpg")]
+    assert item.language == "en" and item.notes == ["n"]
+
+    # Audio that cannot be read: a video keeps its pictures with a note, an audio-only file fails.
+    failed = SpeechResult(failure="audio cannot be decoded: broken")
+    video = failed.join(_item(media("video/chaplin.mp4"), shots))
+    assert video.notes == ["audio skipped: audio cannot be decoded: broken"] and not video.segments
+    with pytest.raises(MediaError, match="audio cannot be decoded: broken"):
+        failed.join(_item(media("audio/jfk.flac"), []))

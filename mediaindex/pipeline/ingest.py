@@ -2,9 +2,10 @@
 
 Every stage is an ``ActorPool`` of Ray actors (``mediaindex.workers``). A stage's output stays in
 Ray's object store and its reference is handed to the next stage, so audio and frames never pass
-through the driver. Each actor holds one file at a time and at most ``ray.max_files_in_flight`` files
-are between "decode started" and "written", which bounds memory: a fast stage cannot pile up work
-for a slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a
+through the driver. Speech runs beside the video decode, from the file itself, so transcribing never
+waits for a file's pictures; the two results join at the next stage. Each actor holds one file at a time
+and at most ``ray.max_files_in_flight`` files are between "decode started" and "written", which bounds
+memory: a fast stage cannot pile up work for a slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a
 run stopped by a crash, Ctrl-C or a killed worker continues with ``ingest(..., resume=JOB)``.
 
 With summaries (``ingest.summaries``) every new file also passes the language stage. A file that is indexed and
@@ -37,6 +38,7 @@ from mediaindex.pipeline.language_stage import NO_SUMMARY, indexed_item
 from mediaindex.pipeline.progress import IngestStats, StageStats
 from mediaindex.segments import GENERATED_MODALITIES
 from mediaindex.workers.pool import Pipeline
+from mediaindex.workers.stages import StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +130,21 @@ class _File:
     meta: dict[str, Any]
     attempts: int
     summary_of: str | None = None  # the video id of an indexed, unchanged file that only needs its summary
-    stage: int = 0
-    input: Any = None  # the path for the first stage, then the previous stage's ObjectRef
+    steps: list[list[int]] = field(default_factory=list)  # its route: stages by step, those of a step side by side
+    step: int = 0
+    done: dict[int, Any] = field(default_factory=dict)  # stage -> ObjectRef of the current step's finished calls
     busy: list[tuple[int, float]] = field(default_factory=list)  # (stage, seconds) of this attempt
+
+
+def _steps(stages: list[StageSpec], route: list[int]) -> list[list[int]]:
+    """The route's stages grouped into steps: a stage that runs beside the one before shares its step."""
+    steps: list[list[int]] = []
+    for k in route:
+        if stages[k].beside_previous and steps:
+            steps[-1].append(k)
+        else:
+            steps.append([k])
+    return steps
 
 
 class _Run:
@@ -141,16 +155,18 @@ class _Run:
                  on_tick: TickFn | None, on_dispatch: DispatchFn | None) -> None:
         self.job_id, self.jobs, self.settings, self.index, self.pipeline = job_id, jobs, settings, index, pipeline
         self.stats, self.record, self.on_tick, self.on_dispatch = stats, record, on_tick, on_dispatch
-        self.waiting: list[deque[_File]] = [deque() for _ in pipeline.stages]
-        self.running: dict[Any, tuple[_File, Any, float]] = {}  # ObjectRef -> (file, actor, dispatched at)
+        # Per stage, the files waiting for one of its actors, each with its input (the path, or the references
+        # to the previous step's results).
+        self.waiting: list[deque[tuple[_File, tuple[Any, ...]]]] = [deque() for _ in pipeline.stages]
+        self.running: dict[Any, tuple[_File, int, Any, float]] = {}  # ObjectRef -> (file, stage, actor, sent at)
         self.in_flight = 0
         # The stages a new file passes, in order: a shared pipeline (the API's) has a language stage that runs
         # without summaries pass by. A file that only needs its summary starts at the language stage.
         names = [s.name for s in pipeline.stages]
         summaries = settings.ingest.summaries
-        self.route = [k for k, name in enumerate(names) if name != LANGUAGE or summaries]
+        self.steps = _steps(pipeline.stages, [k for k, name in enumerate(names) if name != LANGUAGE or summaries])
         language = names.index(LANGUAGE) if summaries and LANGUAGE in names else None
-        self.summary_route = [k for k in self.route if k >= language] if language is not None else []
+        self.summary_steps = [step for step in self.steps if step[0] >= language] if language is not None else []
 
     def run(self, todo: list[_File]) -> None:
         import ray
@@ -171,7 +187,8 @@ class _Run:
                     more, _ = ray.wait(rest, num_returns=len(rest), timeout=0, fetch_local=False)
                     ready += more
                 for ref in ready:
-                    self._finished(ref)
+                    if ref in self.running:  # not dropped meanwhile with its file
+                        self._finished(ref)
                 self._check_timeouts()
                 if self.on_tick and time.monotonic() - last_tick >= 1.0:
                     last_tick = time.monotonic()
@@ -187,52 +204,60 @@ class _Run:
         self.jobs.set_file(self.job_id, f.path, "running", attempt=True)
         self.in_flight += 1
         try:
-            f.stage, f.input = self._start(f)
+            f.steps, first_input = self._start(f)
         except Exception as exc:  # e.g. the index cannot be read: this file fails, the run goes on
             self._close(f, FileOutcome(f.path, "failed", _error_reason(exc), video_id=f.summary_of))
             return
-        self.waiting[f.stage].append(f)
+        f.step = 0
+        self._queue(f, (first_input,))
 
-    def _start(self, f: _File) -> tuple[int, Any]:
-        """A file's first stage and its input: a new file's path for decode, or for a file that only needs its
-        summary, the language stage and the file as indexed (read here, when it is admitted, to bound memory)."""
+    def _start(self, f: _File) -> tuple[list[list[int]], Any]:
+        """A file's route and first input: a new file's path for decode, or for a file that only needs its
+        summary, the route from the language stage and the file as indexed (read here, when it is admitted,
+        to bound memory)."""
         if f.summary_of is None:
-            return self.route[0], f.path
-        if not self.summary_route:
+            return self.steps, f.path
+        if not self.summary_steps:
             raise MediaIndexError("the pipeline has no language stage to summarise with (ingest.summaries)")
-        return self.summary_route[0], indexed_item(self.index, f.summary_of)
+        return self.summary_steps, indexed_item(self.index, f.summary_of)
 
-    def _next_stage(self, f: _File) -> int | None:
-        route = self.summary_route if f.summary_of else self.route
-        later = route.index(f.stage) + 1
-        return route[later] if later < len(route) else None
+    def _queue(self, f: _File, args: tuple[Any, ...]) -> None:
+        f.done = {}
+        for k in f.steps[f.step]:
+            self.waiting[k].append((f, args))
 
     def _dispatch(self) -> None:
         # Later stages first: finishing files frees memory before new ones are decoded.
         for k in reversed(range(len(self.waiting))):
             queue, pool = self.waiting[k], self.pipeline.pools[k]
             while queue and pool.has_free():
-                f = queue.popleft()
+                f, args = queue.popleft()
                 actor = pool.pop_idle()
-                ref = actor.process.remote(f.input)
-                f.input = None  # the driver keeps no reference to the previous stage's output
-                self.running[ref] = (f, actor, time.monotonic())
+                ref = actor.process.remote(*args)
+                self.running[ref] = (f, k, actor, time.monotonic())
                 if self.on_dispatch:
                     self.on_dispatch(self.pipeline.stages[k].name, f.path)
 
     def _finished(self, ref: Any) -> None:
         import ray
 
-        f, actor, t0 = self.running.pop(ref)
-        self.pipeline.pools[f.stage].push(actor)
-        f.busy.append((f.stage, time.monotonic() - t0))
-        if (nxt := self._next_stage(f)) is not None:
-            # Errors travel with the reference and surface at the end, in one place.
-            f.stage, f.input = nxt, ref
-            self.waiting[f.stage].append(f)
+        f, k, actor, t0 = self.running.pop(ref)
+        self.pipeline.pools[k].push(actor)
+        f.busy.append((k, time.monotonic() - t0))
+        f.done[k] = ref
+        step = f.steps[f.step]
+        if len(f.done) < len(step):
+            return  # a stage beside this one still works on the file
+        # Errors travel with the references and surface at the end, in one place.
+        results = tuple(f.done[s] for s in step)
+        if f.step + 1 < len(f.steps):
+            f.step += 1
+            self._queue(f, results)
             return
         try:
-            item: MediaItem = ray.get(ref)
+            item: MediaItem = ray.get(results[0])
+            for beside in ray.get(list(results[1:])):
+                item = beside.join(item)
         except Exception as exc:
             self._failed_attempt(f, exc)
             return
@@ -259,17 +284,32 @@ class _Run:
 
         limit = self.settings.ingest.file_timeout
         now_ = time.monotonic()
-        for ref, (f, actor, t0) in list(self.running.items()):
-            if now_ - t0 <= limit:
+        for ref, (f, k, actor, t0) in list(self.running.items()):
+            if ref not in self.running or now_ - t0 <= limit:
                 continue
             del self.running[ref]
-            stage = self.pipeline.stages[f.stage].name
             # A running call on a synchronous actor cannot be interrupted: restart the actor instead.
             ray.cancel(ref)
             ray.kill(actor, no_restart=False)
-            self.pipeline.pools[f.stage].push(actor)
-            self._close(f, FileOutcome(f.path, "failed", f"timed out after {limit:g} s in the {stage} stage",
+            self.pipeline.pools[k].push(actor)
+            self._drop(f)
+            self._close(f, FileOutcome(f.path, "failed",
+                                       f"timed out after {limit:g} s in the {self.pipeline.stages[k].name} stage",
                                        video_id=f.summary_of))
+
+    def _drop(self, f: _File) -> None:
+        """Forget the file's other work: calls beside a failed one and its places in the queues."""
+        import ray
+
+        for ref, (other, k, actor, _) in list(self.running.items()):
+            if other is f:
+                del self.running[ref]
+                ray.cancel(ref)
+                self.pipeline.pools[k].push(actor)
+        for queue in self.waiting:
+            kept = [(g, args) for g, args in queue if g is not f]
+            queue.clear()
+            queue.extend(kept)
 
     def _close(self, f: _File, outcome: FileOutcome) -> None:
         self.in_flight -= 1
@@ -285,9 +325,9 @@ class _Run:
         """On the way out (normal or not), give every busy actor back and drop queued work."""
         import ray
 
-        for ref, (f, actor, _) in self.running.items():
+        for ref, (_, k, actor, _) in self.running.items():
             ray.cancel(ref)
-            self.pipeline.pools[f.stage].push(actor)
+            self.pipeline.pools[k].push(actor)
         self.running.clear()
 
 

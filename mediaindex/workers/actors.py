@@ -20,7 +20,10 @@ class StageActor:
         self.name = spec.name
         self.stage = spec.build(settings)
 
-    def process(self, item: Any) -> Any:
+    def process(self, item: Any, *beside: Any) -> Any:
+        # Results of stages that ran beside the one before (e.g. speech beside decode) join its item here.
+        for result in beside:
+            item = result.join(item)
         return self.stage.process(item)
 
     def ready(self) -> str:
