@@ -32,6 +32,9 @@ class StageActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
 
 def start_actor(spec: StageSpec, settings: Settings):  # -> ray.actor.ActorHandle
     return StageActor.options(

@@ -47,8 +47,12 @@ class Pipeline:
                 self.close()
                 cause = getattr(exc, "cause", None) or exc
                 raise StageStartError(f"the {spec.name} stage could not start: {cause}") from exc
-        log.info("pipeline: %s", ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)"
-                                           for s in self.stages))
+        # The Ray node of each stage's actors: a cluster spreads the stages over its nodes.
+        self.nodes: dict[str, list[str]] = {
+            s.name: ray.get([a.node_id.remote() for a in self.actors[s.name]]) for s in self.stages}
+        count = len({node for ids in self.nodes.values() for node in ids})
+        stages = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
+        log.info("pipeline: %s, on %d Ray node%s", stages, count, "" if count == 1 else "s")
 
     def close(self) -> None:
         import ray

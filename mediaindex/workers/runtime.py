@@ -40,7 +40,10 @@ def ensure_ray(settings: Settings) -> None:
         try:
             ray.init(address=settings.ray.address, runtime_env={"env_vars": env}, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
-            raise ConfigError(f"cannot join the Ray cluster at {settings.ray.address!r}: {exc}") from exc
+            # The port answered (_check_reachable), so a refusal is most often another token or not a Ray head.
+            hint = ("; is RAY_AUTH_TOKEN the cluster's token, and the port its head's GCS port?"
+                    if isinstance(exc, ConnectionError) and settings.ray.address != "auto" else "")
+            raise ConfigError(f"cannot join the Ray cluster at {settings.ray.address!r}: {exc}{hint}") from exc
         log.info("joined the Ray cluster at %s", settings.ray.address)
         return
     # Ray puts unix sockets at <temp>/ray/session_<date>_<pid>/sockets/plasma_store: 108 bytes at most.
