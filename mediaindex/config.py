@@ -34,7 +34,7 @@ class SpeechSettings(_Section):
     model: str = "whisper-base"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     compute_type: str = "int8"
-    cpu_threads: int = Field(default=0, ge=0)
+    cpu_threads: int = Field(default=0, ge=0)  # 0 = up to 4; in the pipeline, the CPUs its actor reserves
     batch_size: int = Field(default=8, ge=1)
     beam_size: int = Field(default=1, ge=1)
     vad: bool = True
@@ -83,7 +83,8 @@ class FrameSettings(_Section):
     # PySceneDetect ContentDetector: cut threshold and shortest shot (seconds).
     shot_threshold: float = Field(default=27.0, gt=0)
     min_shot_len: float = Field(default=0.6, ge=0)
-    decode_threads: int = Field(default=0, ge=0)  # video decoder threads; 0 = FFmpeg's choice (per core)
+    # Video decoder threads; 0 = FFmpeg's choice (one per core), in the pipeline the CPUs its actor reserves.
+    decode_threads: int = Field(default=0, ge=0)
 
 
 class VisionSettings(_Section):
@@ -97,7 +98,7 @@ class VisionSettings(_Section):
     clip_group_size: int = Field(default=64, ge=8)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=16, ge=1)
-    threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4
+    threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4, in the pipeline the CPUs reserved
     label_threshold: float = Field(default=0.15, gt=0, le=1)  # class probability for labels after the best one
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)

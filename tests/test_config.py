@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.config import load_settings
+from mediaindex.config import Settings, load_settings
 from mediaindex.errors import ConfigError
 
 
@@ -54,3 +54,18 @@ def test_bad_environment_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_SPEECH__DEVICE", "tpu")
     with pytest.raises(ConfigError, match="speech.device"):
         load_settings("cpu")
+
+
+def test_stage_actors_run_as_many_threads_as_the_cpus_they_reserve(settings) -> None:
+    from mediaindex.workers.stages import StageSpec
+
+    def sized(name: str, cpus: float, s=settings) -> Settings:
+        return StageSpec(name, "unused:Stage", cpus=cpus).sized(s)
+
+    assert sized("speech", 1.0).speech.cpu_threads == 1
+    assert sized("decode", 0.5).frames.decode_threads == 1
+    assert sized("vision", 2.5).vision.threads == 3
+    # An explicit setting wins; stages without a thread setting, and the settings themselves, are left alone.
+    explicit = settings.model_copy(update={"speech": settings.speech.model_copy(update={"cpu_threads": 4})})
+    assert sized("speech", 1.0, explicit).speech.cpu_threads == 4
+    assert sized("embed", 3.0) is settings and settings.speech.cpu_threads == 0

@@ -11,11 +11,19 @@ stage's name unless its settings section is named otherwise (the language stage 
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from mediaindex.config import Settings
 from mediaindex.pipeline.item import MediaItem
+
+# The setting that holds each stage's CPU threads. Left at 0 (automatic), a stage actor runs as many threads as
+# the CPUs it reserves (ray.<stage>_cpus, rounded up), so stages sharing a machine's cores do not fight over
+# them (on 2 cores, one thread per stage ingested faster than Whisper and the decoder on both; see
+# benchmarks/README.md) and a stage grows by more actors (ray.<stage>_workers) or a larger reservation.
+THREAD_SETTINGS = {"decode": ("frames", "decode_threads"), "speech": ("speech", "cpu_threads"),
+                   "vision": ("vision", "threads")}
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,15 @@ class StageSpec:
 
     def build(self, settings: Settings) -> Any:
         module, _, attr = self.factory.partition(":")
-        return getattr(importlib.import_module(module), attr)(settings)
+        return getattr(importlib.import_module(module), attr)(self.sized(settings))
+
+    def sized(self, settings: Settings) -> Settings:
+        """The settings with this stage's automatic thread count (0) set to the CPUs its actor reserves."""
+        section, name = THREAD_SETTINGS.get(self.name, ("", ""))
+        if not section or getattr(getattr(settings, section), name):
+            return settings
+        part = getattr(settings, section)
+        return settings.model_copy(update={section: part.model_copy(update={name: max(1, math.ceil(self.cpus))})})
 
 
 class DecodeStage:
