@@ -177,3 +177,24 @@ def test_time_limit_stops_decoding(tmp_path: Path, cache_dir: Path) -> None:
         decode_media(str(media("video/auto-editor_example.mp4")), settings)
     with pytest.raises(MediaError, match="audio decoding took longer than"):
         list(AudioStream(media("video/auto-editor_example.mp4"), chunk_seconds=60, timeout=0.001))
+
+
+def test_frames_past_1080p_give_the_same_parts_as_the_original(tmp_path: Path) -> None:
+    """Above 1080p candidates are converted as they come (memory), below they are held as frames:
+    the same video at both sizes is cut and sampled alike."""
+    import subprocess
+
+    from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
+
+    original = media("video/testvideo.mp4")
+    big = tmp_path / "testvideo-1440p.mp4"
+    subprocess.run([ffmpeg_exe(), "-nostdin", "-loglevel", "error", "-i", str(original), "-t", "8",
+                    "-vf", "scale=2560:1440", "-c:v", "libx264", "-preset", "ultrafast", "-crf", "18", str(big)],
+                   check=True)
+    small_scan = scan_video(original, probe(original), interval=5.0, max_side=256)
+    big_scan = scan_video(big, probe(big), interval=5.0, max_side=256)
+    assert [s for s in big_scan.shots if s[1] < 7.5] == [s for s in small_scan.shots if s[1] < 7.5]
+    early = [p for p in small_scan.parts if p.end < 7.5]
+    assert [(p.start, [f.time for f in p.frames]) for p in big_scan.parts[: len(early)]] == \
+        [(p.start, [f.time for f in p.frames]) for p in early]
+    assert all(max(p.keyframe.image.shape[:2]) == 256 for p in big_scan.parts)

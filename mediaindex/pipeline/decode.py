@@ -214,10 +214,10 @@ def _make_part(start: float, end: float, chosen: list[Sampled[np.ndarray]], samp
     return Part(round(start, 3), round(end, 3), frames, picture)
 
 
-def _close_part(parts: list[Part], sampler: SpanSampler[np.ndarray], end: float, max_parts: int,
-                sample_side: int) -> None:
+def _close_part(parts: list[Part], sampler: SpanSampler[av.VideoFrame | np.ndarray], end: float, max_parts: int,
+                sample_side: int, picture: Callable[[av.VideoFrame | np.ndarray], np.ndarray]) -> None:
     start = sampler.start
-    chosen = sampler.close(end)
+    chosen = [Sampled(c.time, picture(c.value)) for c in sampler.close(end)]
     if chosen:
         parts.append(_make_part(start, end, chosen, sample_side))
     if len(parts) > max_parts:
@@ -274,7 +274,14 @@ def scan_video(
     if info.duration > 0:
         interval = max(interval, info.duration * 2 / max_keyframes)
     size = _keyframe_size(info, max_side)
-    sampler: SpanSampler[np.ndarray] = SpanSampler(samples)
+    # Candidates stay decoded frames and only the few chosen per part are converted, at display size; past
+    # 1080p they are converted at once, so the candidates (at most 4 × samples, at least 12) never hold much memory.
+    sampler: SpanSampler[av.VideoFrame | np.ndarray] = SpanSampler(samples)
+    hold_frames = (info.width or 0) * (info.height or 0) <= 1920 * 1088
+
+    def picture(candidate: av.VideoFrame | np.ndarray) -> np.ndarray:
+        return candidate if isinstance(candidate, np.ndarray) else _display_image(candidate, size, info.rotation)
+
     gaps: list[float] = []
     prev_t: float | None = None
     try:
@@ -307,8 +314,8 @@ def scan_video(
                 if scan.frames == 1:
                     sampler.start = t
                 elif cut or t - sampler.start >= interval - 1e-6:
-                    _close_part(scan.parts, sampler, t, max_keyframes, sample_side)
-                sampler.offer(t, lambda f=frame: _display_image(f, size, info.rotation))
+                    _close_part(scan.parts, sampler, t, max_keyframes, sample_side, picture)
+                sampler.offer(t, lambda f=frame: f if hold_frames else picture(f))
                 if on_frame:
                     on_frame(t)
             detector.finish()
@@ -326,7 +333,7 @@ def scan_video(
         scan.end = max(scan.end, round(info.duration, 3))
     elif info.duration > 0 and scan.end < info.duration - 1.0 and scan.warning is None:
         scan.warning = f"video ends early at {scan.end:.1f} s of {info.duration:.1f} s"
-    _close_part(scan.parts, sampler, scan.end, max_keyframes, sample_side)
+    _close_part(scan.parts, sampler, scan.end, max_keyframes, sample_side, picture)
     scan.variable_frame_rate = bool(gaps) and (max(gaps) - min(gaps)) > 0.5 * float(np.median(gaps))
     scan.shots = [(s.start, s.end) for s in shots_from_cuts(detector.cuts, scan.end)]
     return scan
