@@ -124,7 +124,8 @@ def test_bad_inputs_fail_alone_and_lose_nothing(tmp_path: Path, pipeline: Pipeli
 
 def test_speech_starts_with_the_decode_not_after_it(tmp_path: Path, pipeline: Pipeline, embedder,
                                                    cache_dir: Path) -> None:
-    """Speech reads the file itself: both are sent at once, and the transcript joins the decoded pictures."""
+    """Speech reads the file itself: it is sent with the decode, and its transcript joins the decoded (and
+    looked at) pictures before the embedding."""
     settings = make_settings(tmp_path / "index", cache_dir)
     clip = media("video/auto-editor_example.mp4")  # 42 s of 720p: its decode takes a while
     sent: dict[str, float] = {}
@@ -136,5 +137,6 @@ def test_speech_starts_with_the_decode_not_after_it(tmp_path: Path, pipeline: Pi
     # Sent in the same round, before any result came back (one round waits up to 0.5 s for results).
     assert abs(sent["speech"] - sent["decode"]) < 0.4
     assert sent["vision"] - sent["decode"] > 0.4  # vision did wait for the decoded pictures
+    assert sent["embed"] > sent["vision"]
     # The joined transcript carries the decoded file's id and the thumbnail of the shot it falls in.
     assert speech and all(s["video_id"] == report.outcomes[0].video_id and s["thumbnail"] for s in speech)

@@ -2,11 +2,12 @@
 
 Every stage is an ``ActorPool`` of Ray actors (``mediaindex.workers``). A stage's output stays in
 Ray's object store and its reference is handed to the next stage, so audio and frames never pass
-through the driver. Speech runs beside the video decode, from the file itself, so transcribing never
-waits for a file's pictures; the two results join at the next stage. Each actor holds one file at a time
-and at most ``ray.max_files_in_flight`` files are between "decode started" and "written", which bounds
-memory: a fast stage cannot pile up work for a slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a
-run stopped by a crash, Ctrl-C or a killed worker continues with ``ingest(..., resume=JOB)``.
+through the driver. Speech works on the file itself beside decode and vision, so transcribing never
+waits for a file's pictures nor they for it; the transcript joins the item before it is embedded (or
+summarised). Each actor holds one file at a time and at most ``ray.max_files_in_flight`` files are
+between "decode started" and "written", which bounds memory: a fast stage cannot pile up work for a
+slow one. The job's manifest and per-file states live in ``jobs.db`` beside the index, so a run
+stopped by a crash, Ctrl-C or a killed worker continues with ``ingest(..., resume=JOB)``.
 
 With summaries (``ingest.summaries``) every new file also passes the language stage. A file that is indexed and
 unchanged but has no stored summary yet (indexed before summaries were on) is not decoded again: its segments
@@ -38,7 +39,6 @@ from mediaindex.pipeline.language_stage import NO_SUMMARY, indexed_item
 from mediaindex.pipeline.progress import IngestStats, StageStats
 from mediaindex.segments import GENERATED_MODALITIES
 from mediaindex.workers.pool import Pipeline
-from mediaindex.workers.stages import StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -130,21 +130,14 @@ class _File:
     meta: dict[str, Any]
     attempts: int
     summary_of: str | None = None  # the video id of an indexed, unchanged file that only needs its summary
-    steps: list[list[int]] = field(default_factory=list)  # its route: stages by step, those of a step side by side
-    step: int = 0
-    done: dict[int, Any] = field(default_factory=dict)  # stage -> ObjectRef of the current step's finished calls
+    line: list[int] = field(default_factory=list)  # the stages it passes one after another
+    pos: int = 0  # its place on the line: the stage its next input goes to
+    # The stages that work on the file itself beside the line (speech): stage -> its result's reference once
+    # finished. Their results join the item before the first stage that `joins`, or when it is written.
+    side: dict[int, Any] = field(default_factory=dict)
+    joined: bool = False
+    parked: Any = None  # a line result waiting for the side results before it goes on
     busy: list[tuple[int, float]] = field(default_factory=list)  # (stage, seconds) of this attempt
-
-
-def _steps(stages: list[StageSpec], route: list[int]) -> list[list[int]]:
-    """The route's stages grouped into steps: a stage that runs beside the one before shares its step."""
-    steps: list[list[int]] = []
-    for k in route:
-        if stages[k].beside_previous and steps:
-            steps[-1].append(k)
-        else:
-            steps.append([k])
-    return steps
 
 
 class _Run:
@@ -155,18 +148,20 @@ class _Run:
                  on_tick: TickFn | None, on_dispatch: DispatchFn | None) -> None:
         self.job_id, self.jobs, self.settings, self.index, self.pipeline = job_id, jobs, settings, index, pipeline
         self.stats, self.record, self.on_tick, self.on_dispatch = stats, record, on_tick, on_dispatch
-        # Per stage, the files waiting for one of its actors, each with its input (the path, or the references
-        # to the previous step's results).
+        # Per stage, the files waiting for one of its actors, each with its input (the path, or references to
+        # earlier stages' results).
         self.waiting: list[deque[tuple[_File, tuple[Any, ...]]]] = [deque() for _ in pipeline.stages]
         self.running: dict[Any, tuple[_File, int, Any, float]] = {}  # ObjectRef -> (file, stage, actor, sent at)
         self.in_flight = 0
-        # The stages a new file passes, in order: a shared pipeline (the API's) has a language stage that runs
-        # without summaries pass by. A file that only needs its summary starts at the language stage.
+        # The stages a new file passes: a shared pipeline (the API's) has a language stage that runs without
+        # summaries pass by. A file that only needs its summary starts at the language stage, with no side stages.
         names = [s.name for s in pipeline.stages]
         summaries = settings.ingest.summaries
-        self.steps = _steps(pipeline.stages, [k for k, name in enumerate(names) if name != LANGUAGE or summaries])
+        route = [k for k, name in enumerate(names) if name != LANGUAGE or summaries]
+        self.side = [k for k in route if pipeline.stages[k].from_file]
+        self.line = [k for k in route if not pipeline.stages[k].from_file]
         language = names.index(LANGUAGE) if summaries and LANGUAGE in names else None
-        self.summary_steps = [step for step in self.steps if step[0] >= language] if language is not None else []
+        self.summary_line = [k for k in self.line if k >= language] if language is not None else []
 
     def run(self, todo: list[_File]) -> None:
         import ray
@@ -204,27 +199,44 @@ class _Run:
         self.jobs.set_file(self.job_id, f.path, "running", attempt=True)
         self.in_flight += 1
         try:
-            f.steps, first_input = self._start(f)
+            f.line, first_input = self._start(f)
         except Exception as exc:  # e.g. the index cannot be read: this file fails, the run goes on
             self._close(f, FileOutcome(f.path, "failed", _error_reason(exc), video_id=f.summary_of))
             return
-        f.step = 0
-        self._queue(f, (first_input,))
+        f.pos, f.joined, f.parked = 0, False, None
+        f.side = {} if f.summary_of else dict.fromkeys(self.side)
+        for k in f.side:
+            self.waiting[k].append((f, (f.path,)))
+        self._forward(f, first_input)
 
-    def _start(self, f: _File) -> tuple[list[list[int]], Any]:
-        """A file's route and first input: a new file's path for decode, or for a file that only needs its
-        summary, the route from the language stage and the file as indexed (read here, when it is admitted,
+    def _start(self, f: _File) -> tuple[list[int], Any]:
+        """A file's line and first input: a new file's path for decode, or for a file that only needs its
+        summary, the line from the language stage and the file as indexed (read here, when it is admitted,
         to bound memory)."""
         if f.summary_of is None:
-            return self.steps, f.path
-        if not self.summary_steps:
+            return self.line, f.path
+        if not self.summary_line:
             raise MediaIndexError("the pipeline has no language stage to summarise with (ingest.summaries)")
-        return self.summary_steps, indexed_item(self.index, f.summary_of)
+        return self.summary_line, indexed_item(self.index, f.summary_of)
 
-    def _queue(self, f: _File, args: tuple[Any, ...]) -> None:
-        f.done = {}
-        for k in f.steps[f.step]:
-            self.waiting[k].append((f, args))
+    def _forward(self, f: _File, x: Any) -> None:
+        """Send `x` (the first input, or the reference to the last line stage's result) on along the line."""
+        side_ready = all(ref is not None for ref in f.side.values())
+        if f.pos == len(f.line):
+            if side_ready:
+                self._finish(f, x, [] if f.joined else list(f.side.values()))
+            else:
+                f.parked = x
+            return
+        k = f.line[f.pos]
+        if self.pipeline.stages[k].joins and f.side and not f.joined:
+            if not side_ready:
+                f.parked = x
+                return
+            f.joined = True
+            self.waiting[k].append((f, (x, *f.side.values())))
+        else:
+            self.waiting[k].append((f, (x,)))
 
     def _dispatch(self) -> None:
         # Later stages first: finishing files frees memory before new ones are decoded.
@@ -239,25 +251,26 @@ class _Run:
                     self.on_dispatch(self.pipeline.stages[k].name, f.path)
 
     def _finished(self, ref: Any) -> None:
-        import ray
-
         f, k, actor, t0 = self.running.pop(ref)
         self.pipeline.pools[k].push(actor)
         f.busy.append((k, time.monotonic() - t0))
-        f.done[k] = ref
-        step = f.steps[f.step]
-        if len(f.done) < len(step):
-            return  # a stage beside this one still works on the file
         # Errors travel with the references and surface at the end, in one place.
-        results = tuple(f.done[s] for s in step)
-        if f.step + 1 < len(f.steps):
-            f.step += 1
-            self._queue(f, results)
+        if k in f.side:
+            f.side[k] = ref
+            if f.parked is not None and all(r is not None for r in f.side.values()):
+                parked, f.parked = f.parked, None
+                self._forward(f, parked)
             return
+        f.pos += 1
+        self._forward(f, ref)
+
+    def _finish(self, f: _File, ref: Any, side: list[Any]) -> None:
+        import ray
+
         try:
-            item: MediaItem = ray.get(results[0])
-            for beside in ray.get(list(results[1:])):
-                item = beside.join(item)
+            item: MediaItem = ray.get(ref)
+            for result in ray.get(side):
+                item = result.join(item)
         except Exception as exc:
             self._failed_attempt(f, exc)
             return

@@ -21,7 +21,7 @@ class StageActor:
         self.stage = spec.build(settings)
 
     def process(self, item: Any, *beside: Any) -> Any:
-        # Results of stages that ran beside the one before (e.g. speech beside decode) join its item here.
+        # Results of stages that ran on the file beside the others (speech) join the item here.
         for result in beside:
             item = result.join(item)
         return self.stage.process(item)

@@ -1,10 +1,10 @@
 """The ingestion stages in order, and the Ray resources of each stage's actor pool.
 
 A stage is any class built as ``Class(settings)`` whose ``process(x)`` returns the next stage's input:
-the first takes a file path, every later one a MediaItem. A stage marked ``beside_previous`` (speech) runs
-at the same time as the one before it, from the same input, and its result joins the item of the next stage.
-Adding a stage is one entry in
-``default_stages`` plus its ``<key>_workers/_cpus/_gpus`` fields in RaySettings, where the key is the
+the first takes a file path, every later one a MediaItem. A stage marked ``from_file`` (speech) runs beside
+that line from the start, on the file's path; its result has a ``join(item)`` applied to the item before the
+first stage marked ``joins`` (the ones that read every segment: language, embed), or by the index writer.
+Adding a stage is one entry in ``default_stages`` plus its ``<key>_workers/_cpus/_gpus`` fields in RaySettings, where the key is the
 stage's name unless its settings section is named otherwise (the language stage runs the ``llm``).
 """
 
@@ -34,22 +34,21 @@ class StageSpec:
     cpus: float = 1.0
     gpus: float = 0.0
     key: str = ""  # settings section and ray.<key>_* resources; "" = the name
-    # Runs beside the stage before it, from the same input; its result has a `join(item)` that the next stage
-    # applies to the item before processing it (speech needs only the file, not the decoded pictures).
-    beside_previous: bool = False
+    from_file: bool = False  # runs on the file's path beside the other stages (speech needs no decoded pictures)
+    joins: bool = False  # gets the results of the from_file stages joined into its item first
 
     @property
     def settings_key(self) -> str:
         return self.key or self.name
 
     @classmethod
-    def from_settings(cls, name: str, factory: str, settings: Settings, key: str = "",
-                      beside_previous: bool = False) -> StageSpec:
+    def from_settings(cls, name: str, factory: str, settings: Settings, key: str = "", from_file: bool = False,
+                      joins: bool = False) -> StageSpec:
         workers, cpus, gpus = settings.ray.stage_resources(key or name)
         # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
         if getattr(getattr(settings, key or name, None), "device", None) == "cpu":
             gpus = 0.0
-        return cls(name, factory, workers, cpus, gpus, key, beside_previous)
+        return cls(name, factory, workers, cpus, gpus, key, from_file, joins)
 
     def build(self, settings: Settings) -> Any:
         module, _, attr = self.factory.partition(":")
@@ -79,7 +78,7 @@ class DecodeStage:
 def default_stages(settings: Settings) -> list[StageSpec]:
     stages = [
         ("decode", "mediaindex.workers.stages:DecodeStage", ""),
-        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage", ""),  # beside decode, from the file's path
+        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage", ""),  # from the file, beside decode and vision
     ]
     if settings.vision.enabled:
         stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage", ""))
@@ -87,5 +86,6 @@ def default_stages(settings: Settings) -> list[StageSpec]:
         # After speech and vision (it reads their segments), before embed (its segments are embedded too).
         stages.append(("language", "mediaindex.pipeline.language_stage:SummaryStage", "llm"))
     stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage", ""))
-    return [StageSpec.from_settings(name, factory, settings, key, beside_previous=name == "speech")
+    return [StageSpec.from_settings(name, factory, settings, key, from_file=name == "speech",
+                                    joins=name in ("language", "embed"))
             for name, factory, key in stages]
