@@ -179,6 +179,21 @@ class RaySettings(_Section):
     llm_gpus: float = Field(default=0.0, ge=0)
     # Files between "decode started" and "written to the index": bounds object-store use.
     max_files_in_flight: int = Field(default=4, ge=1)
+    # Per stage (decode, speech, vision, language, embed), how much to lower its actors' CPU priority: added to
+    # the niceness Ray gives its workers (15 by default; 19 at most). Stages with spare capacity yield the CPU
+    # to the slowest, which sets the pace, when they share cores.
+    stage_nice: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("stage_nice")
+    @classmethod
+    def _stage_nice(cls, value: dict[str, int]) -> dict[str, int]:
+        stages = ("decode", "speech", "vision", "language", "embed")
+        for stage, nice in value.items():
+            if stage not in stages:
+                raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(stages)})")
+            if not 0 <= nice <= 19:
+                raise ValueError(f"{stage}: must be 0-19 (raising a priority needs privileges), not {nice}")
+        return value
 
     @field_validator("address")
     @classmethod

@@ -90,6 +90,17 @@ def test_interrupted_job_resumes_and_indexes_each_file_once(tmp_path: Path, job_
         assert count("extra.tags", "batch") == index.store.count()
 
 
+def test_stage_actors_run_at_their_configured_priority(pipeline: Pipeline) -> None:
+    """The CPU profile lets decode, vision and embed yield the cores to Whisper (ray.stage_nice)."""
+    import psutil
+    import ray
+
+    nice = {name: {psutil.Process(pid).nice() for pid in ray.get([a.pid.remote() for a in actors])}
+            for name, actors in pipeline.actors.items()}
+    base = nice.pop("speech").pop()  # the niceness Ray gives its workers
+    assert nice == {"decode": {min(19, base + 4)}, "vision": {min(19, base + 4)}, "embed": {min(19, base + 4)}}
+
+
 def test_killed_stage_actor_is_restarted_and_its_file_retried(job_settings: Settings, pipeline: Pipeline,
                                                               embedder) -> None:
     import ray

@@ -18,6 +18,8 @@ from mediaindex.workers.stages import StageSpec
 class StageActor:
     def __init__(self, spec: StageSpec, settings: Settings) -> None:
         self.name = spec.name
+        if spec.nice:
+            os.nice(spec.nice)  # before the model loads: the threads it starts inherit the priority
         self.stage = spec.build(settings)
 
     def process(self, item: Any, *beside: Any) -> Any:

@@ -36,6 +36,7 @@ class StageSpec:
     key: str = ""  # settings section and ray.<key>_* resources; "" = the name
     from_file: bool = False  # runs on the file's path beside the other stages (speech needs no decoded pictures)
     joins: bool = False  # gets the results of the from_file stages joined into its item first
+    nice: int = 0  # added to its actors' niceness (ray.stage_nice)
 
     @property
     def settings_key(self) -> str:
@@ -48,7 +49,7 @@ class StageSpec:
         # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
         if getattr(getattr(settings, key or name, None), "device", None) == "cpu":
             gpus = 0.0
-        return cls(name, factory, workers, cpus, gpus, key, from_file, joins)
+        return cls(name, factory, workers, cpus, gpus, key, from_file, joins, settings.ray.stage_nice.get(name, 0))
 
     def build(self, settings: Settings) -> Any:
         module, _, attr = self.factory.partition(":")
