@@ -2,8 +2,8 @@
 
 The detector sees frames downscaled to the size PySceneDetect's own SceneManager uses (about 256 px
 wide, bilinear), so cuts match what its `detect()` reports, but the frames come from our single
-decoding pass instead of a second one (`detector_picture`). Timecodes are built from each frame's presentation
-timestamp, so variable-frame-rate video gets correct times.
+decoding pass instead of a second one (`detector_picture`). Timecodes are built from each frame's
+presentation timestamp, so variable-frame-rate video gets correct times.
 """
 
 from __future__ import annotations

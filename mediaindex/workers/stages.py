@@ -1,11 +1,12 @@
 """The ingestion stages in order, and the Ray resources of each stage's actor pool.
 
 A stage is any class built as ``Class(settings)`` whose ``process(x)`` returns the next stage's input:
-the first takes a file path, every later one a MediaItem. A stage marked ``from_file`` (speech) runs beside
-that line from the start, on the file's path; its result has a ``join(item)`` applied to the item before the
-first stage marked ``joins`` (the ones that read every segment: language, embed), or by the index writer.
-Adding a stage is one entry in ``default_stages`` plus its ``<key>_workers/_cpus/_gpus`` fields in RaySettings, where the key is the
-stage's name unless its settings section is named otherwise (the language stage runs the ``llm``).
+the first takes a file path, every later one a MediaItem. A stage marked ``from_file`` (speech) runs
+beside that line from the start, on the file's path; its result has a ``join(item)`` applied to the item
+before the first stage marked ``joins`` (those that read every segment: language, embed), or by the index
+writer. Adding a stage is one entry in ``default_stages`` plus its ``<key>_workers/_cpus/_gpus`` fields in
+RaySettings, where the key is the stage's name unless its settings section is named otherwise (the language
+stage runs the ``llm``).
 """
 
 from __future__ import annotations
