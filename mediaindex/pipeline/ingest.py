@@ -139,6 +139,10 @@ class _File:
     parked: Any = None  # a line result waiting for the side results before it goes on
     busy: list[tuple[int, float]] = field(default_factory=list)  # (stage, seconds) of this attempt
 
+    @property
+    def side_ready(self) -> bool:
+        return all(ref is not None for ref in self.side.values())
+
 
 class _Run:
     """One pass over a job's open files through the pipeline's stage pools."""
@@ -221,16 +225,15 @@ class _Run:
 
     def _forward(self, f: _File, x: Any) -> None:
         """Send `x` (the first input, or the reference to the last line stage's result) on along the line."""
-        side_ready = all(ref is not None for ref in f.side.values())
         if f.pos == len(f.line):
-            if side_ready:
+            if f.side_ready:
                 self._finish(f, x, [] if f.joined else list(f.side.values()))
             else:
                 f.parked = x
             return
         k = f.line[f.pos]
         if self.pipeline.stages[k].joins and f.side and not f.joined:
-            if not side_ready:
+            if not f.side_ready:
                 f.parked = x
                 return
             f.joined = True
@@ -257,7 +260,7 @@ class _Run:
         # Errors travel with the references and surface at the end, in one place.
         if k in f.side:
             f.side[k] = ref
-            if f.parked is not None and all(r is not None for r in f.side.values()):
+            if f.parked is not None and f.side_ready:
                 parked, f.parked = f.parked, None
                 self._forward(f, parked)
             return

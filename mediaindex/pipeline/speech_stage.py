@@ -1,8 +1,8 @@
 """The speech stage: stream a file's audio in chunks and transcribe it into speech segments.
 
-In the pipeline it runs beside the video decode, from the file's path: transcribing never waits for
-the pictures to be decoded (`SpeechResult`, joined into the decoded item by the next stage). Given a
-decoded `MediaItem` instead, it adds the speech segments to it directly.
+In the pipeline it runs beside the video decode and the vision stage, from the file's path:
+transcribing never waits for the pictures (its `SpeechResult` joins the item before it is embedded or
+summarised). Given a decoded `MediaItem` instead, it adds the speech segments to it directly.
 """
 
 from __future__ import annotations
