@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import mediaindex.workers  # noqa: F401  (Ray's environment before Ray is imported)
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.agents import ask, open_archive, summarize
 from mediaindex.agents.citations import CitationRef, check
 from mediaindex.config import load_settings
@@ -70,8 +70,8 @@ QUESTIONS = [
 
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
+    from mediaindex.ingest.run import ingest
     from mediaindex.models.text_embed import load_text_embedder
-    from mediaindex.pipeline.ingest import ingest
 
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:

@@ -33,11 +33,11 @@ WORDS = ["archive", "budget", "meeting", "river", "mountain", "speech", "lecture
 
 
 def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
-    import mediaindex.workers  # noqa: F401  (Ray's environment first)
+    import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
     from mediaindex.config import load_settings
     from mediaindex.index.index import MediaIndex
+    from mediaindex.ingest.run import ingest
     from mediaindex.models.text_embed import load_text_embedder
-    from mediaindex.pipeline.ingest import ingest
     from mediaindex.segments import Segment
     from mediaindex.workers.runtime import shutdown_ray
 

@@ -25,7 +25,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 from mediaindex.config import load_settings
-from mediaindex.pipeline.decode_stage import decode_media
+from mediaindex.stages.decode import decode_media
 settings = load_settings("cpu", index_dir={index!r}, speech={{"model": {model!r}, "cpu_threads": 2}})
 t0 = time.perf_counter()
 item = decode_media({path!r}, settings)
@@ -33,7 +33,7 @@ t1 = time.perf_counter()
 rss_decode = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 segments = 0
 if {speech!r}:
-    from mediaindex.pipeline.speech_stage import SpeechStage
+    from mediaindex.stages.speech import SpeechStage
     item = SpeechStage(settings).process(item)
     segments = len(item.segments)
 t2 = time.perf_counter()
@@ -44,7 +44,7 @@ print(json.dumps(dict(duration=item.info.duration, keyframes=len(item.keyframes)
 
 
 def build_long(src: Path, repeat: int, out: Path) -> Path:
-    from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
     listing = out / "list.txt"
     listing.write_text("".join(f"file '{src}'\n" for _ in range(repeat)), encoding="utf-8")

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from serving_common import machine, real_prompts  # noqa: E402
 
-import mediaindex.workers  # noqa: E402,F401  (Ray's environment must be set before Ray is imported)
+import mediaindex.raylib  # noqa: E402,F401  (Ray's environment is set before Ray is imported)
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from mediaindex.serving.config import DisaggConfig, WorkerResources  # noqa: E402
 from mediaindex.serving.disagg import DisaggregatedLLM  # noqa: E402

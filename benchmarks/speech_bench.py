@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.speech_metrics import caption_agreement, normalise, read_srt, wer  # noqa: E402
 from mediaindex.config import SpeechSettings  # noqa: E402
+from mediaindex.media.decode import AudioStream  # noqa: E402
 from mediaindex.models.speech import SpeechModel, Transcript  # noqa: E402
-from mediaindex.pipeline.decode import AudioStream  # noqa: E402
 
 REFERENCES = {
     "audio/jfk.flac": "And so my fellow Americans, ask not what your country can do for you, "

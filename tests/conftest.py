@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import mediaindex.workers  # noqa: F401  (Ray's environment must be set before Ray is imported)
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def ray_runtime(session_settings: Settings) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pipeline(ray_runtime: None, session_settings: Settings):
-    from mediaindex.pipeline.ingest import Pipeline
+    from mediaindex.ingest.run import Pipeline
 
     p = Pipeline(session_settings)
     yield p

@@ -45,7 +45,7 @@ def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) ->
 
 @pytest.fixture(scope="module")
 def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
-    from mediaindex.pipeline.ingest import ingest
+    from mediaindex.ingest.run import ingest
 
     index = MediaIndex(agent_settings, embedder.dim, embedder.name)
     report = ingest([media(s) for s in SAMPLES], agent_settings, index, pipeline=pipeline)

@@ -46,7 +46,7 @@ def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import MediaIndex
-        from mediaindex.pipeline.ingest import Pipeline, ingest
+        from mediaindex.ingest.run import Pipeline, ingest
 
         settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir)
         pipeline = Pipeline(settings)

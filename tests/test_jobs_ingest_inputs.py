@@ -9,9 +9,9 @@ import pytest
 
 from mediaindex.config import load_settings
 from mediaindex.errors import ConfigError
+from mediaindex.ingest.inputs import InputError, ManifestError, plan_inputs, read_manifest
+from mediaindex.ingest.run import create_job
 from mediaindex.jobs import JobStore
-from mediaindex.pipeline.ingest import create_job
-from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
 from tests.conftest import MEDIA, make_settings, media
 
 
@@ -159,9 +159,9 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
 
     from rich.console import Console
 
-    from mediaindex.cli_progress import IngestDisplay
-    from mediaindex.pipeline.ingest import FileOutcome
-    from mediaindex.pipeline.progress import IngestStats, StageStats
+    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.ingest.progress import IngestStats, StageStats
+    from mediaindex.ingest.run import FileOutcome
 
     buffer = io.StringIO()
     display = IngestDisplay(Console(file=buffer, force_terminal=True, width=160))
@@ -184,8 +184,8 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
 
 def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
     from mediaindex.index.index import MediaIndex
+    from mediaindex.ingest.run import ingest
     from mediaindex.jobs import JobNotFound
-    from mediaindex.pipeline.ingest import ingest
 
     first = make_settings(tmp_path / "a", cache_dir)
     other = make_settings(tmp_path / "b", cache_dir)

@@ -24,10 +24,10 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobStore
-from mediaindex.pipeline.item import MediaItem
-from mediaindex.pipeline.language_stage import SummaryStage, indexed_item
-from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.media.probe import MediaInfo
 from mediaindex.segments import MEDIA_MODALITIES, Segment
+from mediaindex.stages.item import MediaItem
+from mediaindex.stages.summary import SummaryStage, indexed_item
 from mediaindex.workers.stages import StageSpec, default_stages
 from tests.conftest import make_settings, media
 
@@ -85,9 +85,9 @@ def test_a_model_caught_in_a_loop_is_not_a_summary() -> None:
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import mediaindex.pipeline.ingest as ingest_module
+    import mediaindex.ingest.run as ingest_module
     from mediaindex.cli import app
-    from mediaindex.pipeline.ingest import FileOutcome, IngestReport
+    from mediaindex.ingest.run import FileOutcome, IngestReport
 
     seen: list[bool] = []
     path = str(media("audio/jfk.flac"))
@@ -121,7 +121,7 @@ def summary_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) 
 
 @pytest.fixture(scope="module")
 def summary_pipeline(summary_settings: Settings, ray_runtime):
-    from mediaindex.pipeline.ingest import Pipeline
+    from mediaindex.ingest.run import Pipeline
 
     pipeline = Pipeline(summary_settings)
     assert [s.name for s in pipeline.stages][-2:] == ["language", "embed"]
@@ -131,7 +131,7 @@ def summary_pipeline(summary_settings: Settings, ray_runtime):
 
 @pytest.fixture(scope="module")
 def archive(summary_settings: Settings, summary_pipeline, embedder):
-    from mediaindex.pipeline.ingest import ingest
+    from mediaindex.ingest.run import ingest
 
     index = MediaIndex(summary_settings, embedder.dim, embedder.name)
     report = ingest([media(SPEECH), media(SILENT)], summary_settings, index, pipeline=summary_pipeline)
@@ -252,7 +252,7 @@ def test_summarize_returns_the_stored_summary(archive: Archive, summary_settings
 
 @pytest.mark.slow
 def test_language_stage_resources_are_checked(summary_settings: Settings, ray_runtime) -> None:
-    from mediaindex.pipeline.ingest import Pipeline
+    from mediaindex.ingest.run import Pipeline
     from mediaindex.workers.pool import StageStartError
 
     greedy = summary_settings.model_copy(update={"ray": summary_settings.ray.model_copy(update={"llm_cpus": 1000})})
@@ -269,7 +269,7 @@ def _generated(index: MediaIndex, video_id: str) -> tuple[list[dict], list[dict]
 @pytest.mark.llm
 def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipeline, tmp_path: Path,
                                                                      cache_dir: Path, embedder) -> None:
-    from mediaindex.pipeline.ingest import ingest
+    from mediaindex.ingest.run import ingest
 
     off = make_summary_settings(tmp_path / "idx", cache_dir, summaries=False)
     on = make_summary_settings(tmp_path / "idx", cache_dir, summaries=True)
@@ -376,7 +376,7 @@ class ExtractiveSummaryStage(SummaryStage):
 @pytest.mark.slow
 def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_path: Path, cache_dir: Path,
                                                                          ray_runtime, embedder) -> None:
-    from mediaindex.pipeline.ingest import FileOutcome, Pipeline, ingest, with_summaries
+    from mediaindex.ingest.run import FileOutcome, Pipeline, ingest, with_summaries
 
     # One file at a time, so the run can be stopped between the two files.
     settings = make_settings(tmp_path / "idx", cache_dir, ray={"max_files_in_flight": 1})
@@ -384,9 +384,9 @@ def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_pat
     log = settings.index_dir / "language-log"
     # Small CPU shares: the module's shared pipeline (summary_pipeline) still holds its actors in the same Ray.
     stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.1),
-              StageSpec("speech", "mediaindex.pipeline.speech_stage:SpeechStage", cpus=0.1),
+              StageSpec("speech", "mediaindex.stages.speech:SpeechStage", cpus=0.1),
               StageSpec("language", "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.1),
-              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.1)]
+              StageSpec("embed", "mediaindex.stages.embed:EmbedStage", cpus=0.1)]
     files = [media(LATER), media(f"audio/{BROKEN}")]
     own = Pipeline(settings, stages)
     jobs = JobStore(settings.index_dir / "jobs.db")

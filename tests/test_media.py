@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from mediaindex.errors import MediaError
-from mediaindex.pipeline.decode import AudioStream, decode_audio, scan_video
-from mediaindex.pipeline.decode_stage import decode_media
-from mediaindex.pipeline.probe import probe
+from mediaindex.media.decode import AudioStream, decode_audio, scan_video
+from mediaindex.media.probe import probe
+from mediaindex.stages.decode import decode_media
 from tests.conftest import MEDIA, make_settings, media
 
 FRAME_24 = 1001 / 24000  # one frame at 23.976 fps
@@ -116,7 +116,7 @@ def test_each_part_is_sampled_from_inside_not_at_its_cut(tmp_path: Path, cache_d
 
 
 def test_span_sampler_stays_small_and_spreads_its_choice() -> None:
-    from mediaindex.pipeline.sampling import SpanSampler
+    from mediaindex.media.sampling import SpanSampler
 
     sampler: SpanSampler[int] = SpanSampler(5)
     made = 0
@@ -184,7 +184,7 @@ def test_frames_past_1080p_give_the_same_parts_as_the_original(tmp_path: Path) -
     the same video at both sizes is cut and sampled alike."""
     import subprocess
 
-    from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
     original = media("video/testvideo.mp4")
     big = tmp_path / "testvideo-1440p.mp4"

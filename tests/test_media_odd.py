@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.index import MediaIndex
-from mediaindex.pipeline.ingest import Pipeline, ingest
+from mediaindex.ingest.run import Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

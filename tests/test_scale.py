@@ -14,8 +14,8 @@ import pytest
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
+from mediaindex.ingest.run import FileOutcome, Pipeline, ingest
 from mediaindex.jobs import JobStore
-from mediaindex.pipeline.ingest import FileOutcome, Pipeline, ingest
 from mediaindex.workers.stages import StageSpec
 from tests.conftest import make_settings, media
 
@@ -106,7 +106,7 @@ def test_killed_stage_actor_is_restarted_and_its_file_retried(job_settings: Sett
     import ray
     from rich.console import Console
 
-    from mediaindex.cli_progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay
 
     files = [media(rel) for rel in SHORT]
     speech_dispatches: list[str] = []
@@ -155,7 +155,7 @@ def test_worker_that_keeps_dying_fails_its_file_and_the_run_goes_on(tmp_path: Pa
     settings.index_dir.mkdir(parents=True)
     stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.25),
               StageSpec("crash", "tests.test_scale:CrashOnPoison", cpus=0.25),
-              StageSpec("embed", "mediaindex.pipeline.embed_stage:EmbedStage", cpus=0.25)]
+              StageSpec("embed", "mediaindex.stages.embed:EmbedStage", cpus=0.25)]
     poison, good = copy_media("audio/english.wav", "poison.wav"), copy_media("audio/LJ002-0035.wav")
     own = Pipeline(settings, stages)
     jobs = JobStore(settings.index_dir / "jobs.db")

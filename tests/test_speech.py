@@ -7,12 +7,12 @@ import pytest
 
 from mediaindex.config import SpeechSettings
 from mediaindex.errors import MediaError, ModelLoadError
+from mediaindex.media.decode import decode_audio
+from mediaindex.media.probe import probe
 from mediaindex.models.speech import SpeechModel
-from mediaindex.pipeline.decode import decode_audio
-from mediaindex.pipeline.item import Keyframe, MediaItem
-from mediaindex.pipeline.probe import probe
-from mediaindex.pipeline.speech_stage import SpeechResult
 from mediaindex.segments import Segment
+from mediaindex.stages.item import Keyframe, MediaItem
+from mediaindex.stages.speech import SpeechResult
 from tests.conftest import media
 
 JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
@@ -60,7 +60,7 @@ def test_bad_model_paths_are_refused(tmp_path: Path, cache_dir: Path) -> None:
 # --- VAD-chunked, batched transcription over real media -------------------------------------------------
 
 def _stream(rel: str, model: SpeechModel, chunk_seconds: float = 300.0):
-    from mediaindex.pipeline.decode import AudioStream
+    from mediaindex.media.decode import AudioStream
 
     return model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.pipeline.transcript_export import export, to_srt, to_vtt
+from mediaindex.index.transcript import export, to_srt, to_vtt
 from tests.conftest import REPO, make_settings, media
 
 SEGMENTS = [
@@ -45,7 +45,7 @@ slow = pytest.mark.slow
 @pytest.fixture(scope="module")
 def transcript_index(tmp_path_factory: pytest.TempPathFactory, pipeline, embedder, cache_dir: Path):
     from mediaindex.index.index import MediaIndex
-    from mediaindex.pipeline.ingest import ingest
+    from mediaindex.ingest.run import ingest
 
     settings = make_settings(tmp_path_factory.mktemp("transcript-index"), cache_dir)
     clip = media("audio/jfk.flac")

@@ -13,13 +13,13 @@ import pytest
 from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
+from mediaindex.ingest.run import _write
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
 from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
-from mediaindex.pipeline.decode_stage import decode_media
-from mediaindex.pipeline.embed_stage import EmbedStage
-from mediaindex.pipeline.ingest import _write
-from mediaindex.pipeline.vision_stage import VisionStage
+from mediaindex.stages.decode import decode_media
+from mediaindex.stages.embed import EmbedStage
+from mediaindex.stages.vision import VisionStage
 from tests.conftest import make_settings, media
 
 PROJECTION = 24

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import mediaindex.workers  # noqa: F401  (Ray's environment must be set before Ray is imported)
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import LLMSettings, Settings
 from mediaindex.errors import ModelLoadError
 

@@ -121,7 +121,7 @@ class ApiState:
         for the first job that asks for summaries when the pools have none; jobs without summaries pass that
         stage by, so requests that switch summaries on and off do not restart the models.
         """
-        from mediaindex.pipeline.ingest import LANGUAGE, Pipeline
+        from mediaindex.ingest.run import LANGUAGE, Pipeline
 
         settings = settings or self.settings
         held = self._pipeline

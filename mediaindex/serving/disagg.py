@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-import mediaindex.workers  # noqa: F401  (Ray's environment must be set before Ray is imported)
 from mediaindex.serving.config import DisaggConfig, WorkerResources
 from mediaindex.serving.decode_worker import DecodeWorker
 from mediaindex.serving.engine import Prompt, RequestOutput

@@ -1,12 +1,3 @@
 """Ray actors that run the ingestion stages, and the Ray runtime."""
 
-import os
-import secrets
-
-# Ray reads its auth settings when it is first imported, so they are set before any `import ray`.
-# A local cluster keeps token auth, with a per-process token held in the environment (inherited by
-# the workers it starts) instead of a token file written into the user's home directory.
-if "RAY_ADDRESS" not in os.environ:
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)

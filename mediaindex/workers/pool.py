@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-import mediaindex.workers  # noqa: F401  (sets Ray's auth environment before Ray is imported)
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.workers.stages import StageSpec, default_stages

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mediaindex.config import Settings
-from mediaindex.pipeline.item import MediaItem
+from mediaindex.stages.item import MediaItem
 
 # The setting that holds each stage's CPU threads. Left at 0 (automatic), a stage actor runs as many threads as
 # the CPUs it reserves (ray.<stage>_cpus, rounded up), so stages sharing a machine's cores do not fight over
@@ -72,7 +72,7 @@ class DecodeStage:
         self.settings = settings
 
     def process(self, path: str) -> MediaItem:
-        from mediaindex.pipeline.decode_stage import decode_media
+        from mediaindex.stages.decode import decode_media
 
         return decode_media(path, self.settings)
 
@@ -80,14 +80,14 @@ class DecodeStage:
 def default_stages(settings: Settings) -> list[StageSpec]:
     stages = [
         ("decode", "mediaindex.workers.stages:DecodeStage", ""),
-        ("speech", "mediaindex.pipeline.speech_stage:SpeechStage", ""),  # from the file, beside decode and vision
+        ("speech", "mediaindex.stages.speech:SpeechStage", ""),  # from the file, beside decode and vision
     ]
     if settings.vision.enabled:
-        stages.append(("vision", "mediaindex.pipeline.vision_stage:VisionStage", ""))
+        stages.append(("vision", "mediaindex.stages.vision:VisionStage", ""))
     if settings.ingest.summaries:
         # After speech and vision (it reads their segments), before embed (its segments are embedded too).
-        stages.append(("language", "mediaindex.pipeline.language_stage:SummaryStage", "llm"))
-    stages.append(("embed", "mediaindex.pipeline.embed_stage:EmbedStage", ""))
+        stages.append(("language", "mediaindex.stages.summary:SummaryStage", "llm"))
+    stages.append(("embed", "mediaindex.stages.embed:EmbedStage", ""))
     return [StageSpec.from_settings(name, factory, settings, key, from_file=name == "speech",
                                     joins=name in ("language", "embed"))
             for name, factory, key in stages]

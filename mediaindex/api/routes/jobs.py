@@ -15,8 +15,8 @@ from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import SUMMARIES_DOC, ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
 from mediaindex.api.state import ApiState
+from mediaindex.ingest.discover import MEDIA_SUFFIXES, discover
 from mediaindex.jobs import Job, JobNotFound
-from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})

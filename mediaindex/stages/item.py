@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mediaindex.pipeline.decode import Frame
-from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.media.decode import Frame
+from mediaindex.media.probe import MediaInfo
 from mediaindex.segments import Segment
 
 

@@ -20,10 +20,10 @@ import cv2
 import numpy as np
 
 from mediaindex.errors import MediaError
-from mediaindex.pipeline.ffmpeg_bin import ffmpeg_exe
-from mediaindex.pipeline.probe import MediaInfo
-from mediaindex.pipeline.sampling import Sampled, SpanSampler, spread
-from mediaindex.pipeline.shots import ShotDetector, detector_picture, shots_from_cuts
+from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+from mediaindex.media.probe import MediaInfo
+from mediaindex.media.sampling import Sampled, SpanSampler, spread
+from mediaindex.media.shots import ShotDetector, detector_picture, shots_from_cuts
 
 if TYPE_CHECKING:
     import av

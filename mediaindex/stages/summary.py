@@ -19,9 +19,9 @@ import numpy as np
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError, ModelLoadError
-from mediaindex.pipeline.item import Keyframe, MediaItem
-from mediaindex.pipeline.probe import MediaInfo
+from mediaindex.media.probe import MediaInfo
 from mediaindex.segments import MEDIA_MODALITIES, Hit, Segment
+from mediaindex.stages.item import Keyframe, MediaItem
 
 if TYPE_CHECKING:
     from mediaindex.index.index import MediaIndex

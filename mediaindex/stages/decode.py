@@ -13,10 +13,10 @@ from pathlib import Path
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.index.catalog import content_hash, video_id_for
-from mediaindex.pipeline.decode import scan_video
-from mediaindex.pipeline.item import Keyframe, MediaItem
-from mediaindex.pipeline.probe import probe
-from mediaindex.pipeline.thumbnails import write_thumbnail
+from mediaindex.media.decode import scan_video
+from mediaindex.media.probe import probe
+from mediaindex.media.thumbnails import write_thumbnail
+from mediaindex.stages.item import Keyframe, MediaItem
 
 # Kept for callers of the earlier module layout.
 __all__ = ["decode_media", "write_thumbnail"]

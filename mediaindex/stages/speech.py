@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
-from mediaindex.pipeline.decode import AudioStream
-from mediaindex.pipeline.item import MediaItem
-from mediaindex.pipeline.probe import MediaInfo, probe
+from mediaindex.media.decode import AudioStream
+from mediaindex.media.probe import MediaInfo, probe
 from mediaindex.segments import Segment
+from mediaindex.stages.item import MediaItem
 
 if TYPE_CHECKING:
     from mediaindex.models.speech import Transcript

@@ -25,19 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mediaindex.workers  # noqa: F401  (sets Ray's auth environment before Ray is imported)
+import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.agents.stored import SUMMARY
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord, content_hash, now
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
+from mediaindex.ingest.inputs import InputError, plan_inputs
+from mediaindex.ingest.progress import IngestStats, StageStats
 from mediaindex.jobs import JobStore
-from mediaindex.pipeline.inputs import InputError, plan_inputs
-from mediaindex.pipeline.item import MediaItem
-from mediaindex.pipeline.language_stage import NO_SUMMARY, indexed_item
-from mediaindex.pipeline.progress import IngestStats, StageStats
 from mediaindex.segments import GENERATED_MODALITIES
+from mediaindex.stages.item import MediaItem
+from mediaindex.stages.summary import NO_SUMMARY, indexed_item
 from mediaindex.workers.pool import Pipeline
 
 log = logging.getLogger(__name__)

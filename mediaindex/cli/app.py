@@ -97,8 +97,8 @@ def ingest(
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli_progress import IngestDisplay
-    from mediaindex.pipeline.ingest import ingest as run_ingest
+    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
         raise _fail("--resume continues a job with its own inputs: give no paths, --manifest, --include or --exclude")
@@ -280,7 +280,7 @@ def transcript(
     config: ConfigOpt = None,
 ) -> None:
     """Print the transcript of an indexed file (from its stored speech segments)."""
-    from mediaindex.pipeline.transcript_export import FORMATS, export
+    from mediaindex.index.transcript import FORMATS, export
 
     if fmt not in FORMATS:
         raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")

@@ -7,8 +7,8 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mediaindex.pipeline.ingest import FileOutcome
-from mediaindex.pipeline.progress import IngestStats, _dur
+from mediaindex.ingest.progress import IngestStats, _dur
+from mediaindex.ingest.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
 

@@ -1,0 +1,1 @@
+"""Media files: probing, decoding, shots, frame sampling, thumbnails and the ffmpeg commands."""
