@@ -24,6 +24,7 @@ class Segment:
     language: str | None = None
     confidence: float | None = None  # speech: average log-probability; ocr/visual: model confidence; else None
     thumbnail: str | None = None  # path relative to the index's thumbnail folder
+    speaker: str | None = None  # speech: "S1", "S2", … stable within a file (diarization); else None
     extra: dict[str, Any] = field(default_factory=dict)
     # Named vectors other than the text embedding (e.g. "image" from a CLIP-family model),
     # stored as vectors of the same point, never in the payload.
@@ -50,6 +51,10 @@ class Hit:
     text: str
     language: str | None = None
     thumbnail: str | None = None
+    speaker: str | None = None
+    # How sure the search is that this moment matches the query: "high", "medium" or "low" (calibrated
+    # per modality by the searcher; hits below "low" are not returned at all).
+    band: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

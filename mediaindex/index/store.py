@@ -127,6 +127,7 @@ def hit_from_payload(payload: dict[str, Any], score: float) -> Hit:
         text=payload.get("text") or "",
         language=payload.get("language"),
         thumbnail=payload.get("thumbnail"),
+        speaker=payload.get("speaker"),
     )
 
 
