@@ -43,12 +43,16 @@ class SpeechSettings(_Section):
     # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not
     # faster on short clips; the GPU profile turns batching on.
     batched: bool = False
-    language: str | None = None  # None: detected once per file
+    language: str | None = None  # None: detected per window of speech (a file may hold several languages)
+    # A window whose detected language is less sure than this is re-checked stretch by stretch (a few
+    # seconds of speech each), since two languages may meet in it; sure windows cost no extra pass.
+    language_confidence: float = Field(default=0.9, gt=0, le=1)
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
     chunk_seconds: float = Field(default=120.0, ge=30.0)
-    # Whisper's segments are joined into passages of about this many seconds (0 keeps them as is).
-    segment_seconds: float = Field(default=10.0, ge=0)
+    # Speech is indexed as sentences cut from word timestamps, at most about this many seconds long (a
+    # longer one is cut at its widest pause; very short ones join a neighbour). 0 keeps whisper's segments.
+    segment_seconds: float = Field(default=12.0, ge=0)
     # Segments that look like hallucinations are dropped: no speech and low confidence, or text
     # that repeats itself (gzip compression ratio), or very low confidence.
     no_speech_threshold: float = Field(default=0.6, ge=0, le=1)
