@@ -270,6 +270,10 @@ class ApiSettings(_Section):
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off
     rate_limit_burst: int = Field(default=60, ge=1)
+    # Jobs waiting to start, at most; past it a new job request is answered 429 with Retry-After.
+    max_pending_jobs: int = Field(default=32, ge=1)
+    # An upload whose job failed or was cancelled is deleted after this many seconds (0: at once).
+    failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
 
 
 def _default_data_dir() -> Path:
