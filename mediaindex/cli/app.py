@@ -368,11 +368,14 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     _require_index(settings)
     import ray
 
+    from mediaindex.cli.agent_display import AgentDisplay, show_markdown
+
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
         job_id = submit(settings)
         run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
-        job = run(settings, job_id)
+        with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
+            job = run(settings, job_id, on_event=display)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     finally:
@@ -383,7 +386,7 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     if as_json:
         print(json.dumps({"job_id": job.id, **job.result["output"]}, ensure_ascii=False, indent=2))
     else:
-        print(job.result["markdown"])
+        show_markdown(out, job.result["markdown"])
         err.print(f"job {job.id}", highlight=False)
 
 

@@ -210,6 +210,7 @@ def bundled_lm_dir(lm: BundledLM, cache_dir: Path) -> Path:
         model.save_pretrained(staging)
         tok.save_pretrained(staging)
         del model
+        os.chmod(staging, 0o755)
         os.rename(staging, target)
     except OSError:
         if not (target / "config.json").is_file():  # not another process finishing first
