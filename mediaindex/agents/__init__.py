@@ -64,22 +64,13 @@ def get_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
 
 
 def open_archive(settings: Settings) -> Archive:
-    from mediaindex.index.index import MediaIndex
+    from mediaindex.index.index import IndexMissingError, open_index
     from mediaindex.models.text_embed import load_text_embedder
 
     if not (settings.index_dir / "schema.json").exists():
-        raise AgentInputError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+        raise IndexMissingError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     embedder = load_text_embedder(settings.embed)
-    try:
-        index = MediaIndex(settings, embedder.dim, embedder.name)
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the embedded Qdrant engine locks its directory to one process
-        if "WouldBlock" in str(exc):
-            raise AgentInputError(f"the index at {settings.index_dir} is in use by another process; "
-                                  "try again when it has finished") from exc
-        raise
-    return Archive(index, embedder)
+    return Archive(open_index(settings, embedder.dim, embedder.name), embedder)
 
 
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:

@@ -39,9 +39,8 @@ def _settings(config: str | None, index: Path | None) -> Settings:
 
 def _open_existing(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
     """The index at settings.index_dir, which must exist (reading commands never create one)."""
-    _require_index(settings)
     try:
-        return _open_index(settings)
+        return _open_index(settings, must_exist=True)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
 
@@ -51,25 +50,15 @@ def _require_index(settings: Settings) -> None:
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
 
 
-def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
-    from mediaindex.index.index import MediaIndex
+def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[MediaIndex, TextEmbedder]
+    from mediaindex.index.index import open_index
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.models.vision import vector_dims
 
+    if must_exist:
+        _require_index(settings)
     embedder = load_text_embedder(settings.embed)
-    extra = vector_dims(settings.vision)
-    try:
-        return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the vector store refuses an index built with other named vectors
-        if "incompatible" not in str(exc).lower():
-            raise
-        raise MediaIndexError(
-            f"the index in {settings.index_dir} was built with other image vectors than configured now "
-            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
-            f"`mediaindex index reset --index {settings.index_dir}` and ingest again"
-        ) from exc
+    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

@@ -29,7 +29,7 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
                  _llm_status(settings)))
     v = settings.vision
     if v.enabled and v.ocr:
-        rows.append(("ocr", "rapidocr (PP-OCRv4)", _try(lambda: load_text_reader(v))))
+        rows.append(("ocr", v.ocr_model, _try(lambda: load_text_reader(v))))
     if v.enabled and v.classifier:
         rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
     if v.enabled and v.clip:
