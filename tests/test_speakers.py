@@ -10,7 +10,14 @@ import pytest
 from mediaindex.errors import ConfigError
 from mediaindex.media.decode import decode_audio
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
-from mediaindex.models.speakers import MAX_CLUSTERED, SpeakerEncoder, SpeakerTrack, check_speakers, cluster, speaker_at
+from mediaindex.models.speakers import (
+    MAX_CLUSTERED,
+    SpeakerEncoder,
+    SpeakerTrack,
+    check_speakers,
+    cluster,
+    speaker_at,
+)
 from mediaindex.models.speech import speech_regions
 from tests.conftest import media
 
