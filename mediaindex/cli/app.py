@@ -95,9 +95,12 @@ def ingest(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
         "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
+        "media (pictures, subtitles, notes).")] = False,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay, summary_line
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -110,7 +113,7 @@ def ingest(
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    display = IngestDisplay(err)
+    display = IngestDisplay(err, verbose=verbose)
     try:
         with display:
             report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
@@ -127,10 +130,9 @@ def ingest(
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
     summarised, failed = len(report.by_status("summarised")), len(report.failed)
-    # Shown only when there are any: the line of a run without summaries reads as it always did.
-    added = f", {summarised} summarised" if summarised else ""
-    err.print(f"done: {indexed} indexed{added}, {unchanged} unchanged, {failed} failed or skipped "
-              f"(job {report.job_id})", highlight=False)
+    display.on_ignored(report.ignored)
+    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), summarised, unchanged, failed,
+                           len(report.ignored), report.job_id), highlight=False, markup=False, soft_wrap=True)
     if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
@@ -245,17 +247,30 @@ def search(
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
     if as_json:
-        print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
+        print(json.dumps([_hit_json(h, settings) for h in hits], ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no hits")
+        out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
         return
+    bands = any(getattr(h, "band", None) for h in hits)
     table = Table(show_lines=False)
-    for col in ("score", "file", "time", "modality", "text"):
-        table.add_column(col)
+    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
+        table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(f"{h.score:.3f}", Path(h.source).name, f"{_ts(h.start)}–{_ts(h.end)}", h.modality, h.text[:120])
+        band = getattr(h, "band", None)
+        speaker = getattr(h, "speaker", None)
+        text = (f"{speaker}: " if speaker else "") + h.text[:120]
+        table.add_row(f"{band or '-'} {h.score:.2f}" if bands else f"{h.score:.3f}", Path(h.source).name,
+                      f"{_ts(h.start)}–{_ts(h.end)}", h.modality, text)
     out.print(table)
+
+
+def _hit_json(hit, settings: Settings) -> dict:
+    """A hit for --json: the thumbnail as an absolute path, as the source is."""
+    data = hit.to_dict()
+    if data.get("thumbnail"):
+        data["thumbnail"] = str(settings.thumbs_dir / data["thumbnail"])
+    return data
 
 
 def _path_prefix(under: str) -> str:
@@ -307,12 +322,12 @@ def transcript(
 
 
 @app.command()
-def models(config: ConfigOpt = None) -> None:
+def models(index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     from mediaindex.models.registry import check_models
 
     try:
-        settings = load_settings(config)
+        settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     table = Table()
@@ -320,7 +335,7 @@ def models(config: ConfigOpt = None) -> None:
         table.add_column(col)
     ok = True
     for role, configured, status in check_models(settings):
-        ok &= status.startswith("ok")
+        ok &= not status.startswith("error")  # a role switched off is not a failure
         table.add_row(role, configured, status)
     out.print(table)
     if not ok:
@@ -415,10 +430,21 @@ def index_stats(
     if as_json:
         print(json.dumps(stats, indent=2))
         return
-    out.print(f"{stats['files']} files, {stats['points']} segments in {media_index.dir}", highlight=False)
+    from mediaindex.cli.progress import plural
+
+    out.print(f"{plural(stats['files'], 'file')}, {plural(stats['points'], 'segment')} in {media_index.dir}",
+              highlight=False)
+    kinds = [f"{m} {stats[f'{m}_segments']}" for m in MODALITIES if stats.get(f"{m}_segments")]
+    if kinds:
+        out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    # The store's own words for its internals: "segments" there are storage segments, not ours.
+    labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
+              "disk_bytes": "size on disk"}
     for key, value in stats.items():
-        if key not in {"files", "points"}:
-            out.print(f"  {key}: {value}", highlight=False)
+        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+            continue
+        shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
+        out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
 
 
 @index_app.command("optimize")

@@ -13,9 +13,30 @@ from mediaindex.ingest.run import FileOutcome
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """'1 segment', '84 segments' (an irregular plural is given: plural(2, 'summary', 'summaries'))."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
+def summary_line(indexed: int, segments: int, summarised: int, unchanged: int, failed: int, ignored: int,
+                 job_id: str) -> str:
+    """The last line of an ingest: every count named once, parts with nothing to say left out."""
+    parts = [f"{plural(indexed, 'file')} indexed ({plural(segments, 'segment')})"] if indexed else []
+    if summarised:
+        parts.append(f"{summarised} summarised")
+    if unchanged:
+        parts.append(f"{unchanged} already indexed")
+    if failed:
+        parts.append(f"{failed} failed")
+    if ignored:
+        parts.append(f"{plural(ignored, 'file')} not media (images, subtitles, …) left out")
+    return f"done: {', '.join(parts) or 'nothing to index'} (job {job_id})"
+
+
 class IngestDisplay:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, verbose: bool = False) -> None:
         self.console = console
+        self.verbose = verbose
         self.interactive = console.is_terminal
         self.job_id: str | None = None
         self._last_line = 0.0
@@ -46,16 +67,22 @@ class IngestDisplay:
         if o.status == "indexed":
             self.progress.advance(self.task)
             notes = f" ({'; '.join(o.notes)})" if o.notes else ""
-            self._print(f"indexed  {o.path}: {o.segments} segments{notes}")
+            self._print(f"indexed    {o.path}: {plural(o.segments, 'segment')}{notes}")
         elif o.status == "summarised":
             self.progress.advance(self.task)
-            self._print(f"summarised {o.path}: {o.segments} summary and chapter segments added")
+            self._print(f"summarised {o.path}: {plural(o.segments, 'summary and chapter segment')} added")
         elif o.status == "unchanged":
-            self._print(f"skipped  {o.path}: {o.reason}")
+            self._print(f"unchanged  {o.path}: {o.reason}")
         else:
             if o.status == "failed":
                 self.progress.advance(self.task)
-            self._print(f"failed   {o.path}: {o.reason}", style="red")
+            self._print(f"{o.status:<10} {o.path}: {o.reason}", style="red")
+
+    def on_ignored(self, paths: list[str]) -> None:
+        """Files in walked folders that are not media by their type: listed with -v, counted always."""
+        if self.verbose:
+            for path in paths:
+                self._print(f"not media  {path}")
 
     def on_tick(self, stats: IngestStats) -> None:
         if self.interactive:

@@ -17,6 +17,9 @@ MEDIA_SUFFIXES = {
 class Discovered:
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    # Files in walked folders left out because of their type (pictures, subtitles, notes): not errors,
+    # but a person should be able to see what was not looked at.
+    ignored: list[str] = field(default_factory=list)
 
 
 def _selected(rel: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -49,9 +52,14 @@ def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequ
         path = Path(raw).expanduser()
         if path.is_dir():
             for child in sorted(path.rglob("*")):
-                if (child.is_file() and child.suffix.lower() in MEDIA_SUFFIXES and not child.name.startswith(".")
-                        and _selected(child.relative_to(path).as_posix(), include, exclude)):
+                if not child.is_file() or child.name.startswith("."):
+                    continue
+                if not _selected(child.relative_to(path).as_posix(), include, exclude):
+                    continue
+                if child.suffix.lower() in MEDIA_SUFFIXES:
                     add(child)
+                else:
+                    found.ignored.append(str(child.resolve()))
         elif path.is_file():
             add(path)
         elif path.exists():

@@ -26,10 +26,32 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
         ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed))),
     ]
     v = settings.vision
+    # Every role has a row: one that is switched off says so and how it is switched on.
     if v.enabled and v.ocr:
         rows.append(("ocr", "rapidocr (PP-OCRv4)", _try(lambda: load_text_reader(v))))
+    else:
+        rows.append(("ocr", "none", "off (vision.ocr)"))
     if v.enabled and v.classifier:
         rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
+    else:
+        rows.append(("image classes", "none", "off (vision.classifier)"))
     if v.enabled and v.clip:
         rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
+    else:
+        rows.append(("text-image (CLIP)", "none", "off (vision.clip: no CLIP weights ship on PyPI)"))
+    llm = settings.llm
+    rows.append(("language (summaries, answers)", f"{llm.model} ({llm.device}, {llm.dtype})",
+                 _try(lambda: _load_language_model(llm.model, llm.dtype))))
     return rows
+
+
+def _load_language_model(model: str, dtype: str) -> None:
+    """The weights and tokenizer, as the serving engine loads them (no engine, no KV cache)."""
+    import torch
+
+    from mediaindex.serving.model_runner import load_pretrained, load_smollm2
+
+    if model == "smollm2":
+        load_smollm2()
+    else:
+        load_pretrained(model, dtype=getattr(torch, dtype))
