@@ -1,4 +1,4 @@
-"""Settings: defaults in code, a YAML profile from configs/, then environment variables.
+"""Settings: defaults in code, a YAML profile from mediaindex/configs/, then environment variables.
 
 Precedence (highest first): explicit overrides (CLI flags) > MEDIAINDEX_* environment variables >
 the YAML profile > the defaults below. Nested keys use a double underscore in the environment,
@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from mediaindex.errors import ConfigError
 
 _YAML_DATA: ContextVar[dict[str, Any]] = ContextVar("mediaindex_yaml", default={})  # noqa: B039
-REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+PROFILES = Path(__file__).resolve().parent / "configs"  # shipped inside the package
 
 
 class _Section(BaseModel):
@@ -178,11 +178,11 @@ class RaySettings(_Section):
     embed_gpus: float = Field(default=0.0, ge=0)
     llm_gpus: float = Field(default=0.0, ge=0)
     # Files between "decode started" and "written to the index": bounds object-store use.
-    max_files_in_flight: int = Field(default=4, ge=1)
+    max_files_in_flight: int = Field(default=8, ge=1)
     # Per stage (decode, speech, vision, language, embed), how much to lower its actors' CPU priority: added to
     # the niceness Ray gives its workers (15 by default; 19 at most). Stages with spare capacity yield the CPU
     # to the slowest, which sets the pace, when they share cores.
-    stage_nice: dict[str, int] = Field(default_factory=dict)
+    stage_nice: dict[str, int] = Field(default_factory=lambda: {"decode": 4, "vision": 4, "embed": 4})
 
     @field_validator("stage_nice")
     @classmethod
@@ -352,19 +352,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def resolve_config_path(config: str | Path | None) -> Path | None:
-    """A path to a YAML file, or a profile name ("cpu", "gpu") found in configs/."""
+    """A path to a YAML file, or a profile name ("cpu", "gpu") shipped in mediaindex/configs/."""
     config = config or os.environ.get("MEDIAINDEX_CONFIG")
     if not config:
-        default = REPO_CONFIGS / "cpu.yaml"
+        default = PROFILES / "cpu.yaml"
         return default if default.exists() else None
     path = Path(config).expanduser()
     if path.suffix in {".yaml", ".yml"} or path.exists():
         return path
-    candidate = REPO_CONFIGS / f"{config}.yaml"
+    candidate = PROFILES / f"{config}.yaml"
     if candidate.exists():
         return candidate
     raise ConfigError(f"unknown config profile {config!r}: give a YAML file or one of "
-                      f"{sorted(p.stem for p in REPO_CONFIGS.glob('*.yaml'))}")
+                      f"{sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
 
 
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:

@@ -2,7 +2,7 @@
 
 The language model runs in the serving engine (`mediaindex.serving.LLMEngine`) inside a Ray actor
 (`mediaindex.agents.llm.LLMActor`). Jobs are persisted in the index directory's job store
-(`mediaindex.jobs.JobStore` at `jobs_path(settings)`), shared by the CLI and the HTTP API.
+(`mediaindex.jobs.JobStore.of(settings)`), shared by the CLI and the HTTP API.
 
 Entry points for the HTTP API (and the CLI):
 
@@ -27,7 +27,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mediaindex.agents.ask import AgentInputError, ask
@@ -48,14 +47,10 @@ _LLMS: dict[str, RemoteLLM | DisaggregatedChat] = {}
 _LLM_LOCK = threading.Lock()
 
 __all__ = [
-    "ASK", "SUMMARIZE", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm", "jobs_path",
+    "ASK", "SUMMARIZE", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm",
     "open_archive", "run_ask_job", "run_summarize_job", "stored_summary", "submit_ask", "submit_summarize",
     "summarize",
 ]
-
-
-def jobs_path(settings: Settings) -> Path:
-    return settings.index_dir / "jobs.db"
 
 
 def get_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
@@ -89,7 +84,7 @@ def open_archive(settings: Settings) -> Archive:
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:
     if not isinstance(video, str) or not video.strip():
         raise AgentInputError("no video given")
-    store = JobStore(jobs_path(settings))
+    store = JobStore.of(settings)
     try:
         return store.create(SUMMARIZE, {"video": video.strip(), "recompute": bool(recompute)}).id
     finally:
@@ -99,7 +94,7 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
 def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
     if not isinstance(question, str) or not question.strip():
         raise AgentInputError("the question is empty")
-    store = JobStore(jobs_path(settings))
+    store = JobStore.of(settings)
     try:
         return store.create(ASK, {"question": question.strip(), "video": video}).id
     finally:
@@ -126,7 +121,7 @@ def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, a
 
 
 def _run(settings: Settings, job_id: str, kind: str, work, llm: ChatModel | None, archive: Archive | None) -> Job:
-    store = JobStore(jobs_path(settings))
+    store = JobStore.of(settings)
     own_archive = archive is None
     try:
         job = store.get(job_id)

@@ -41,10 +41,6 @@ class LockedEmbedder:
         return getattr(self._embedder, name)
 
 
-def jobs_db_path(settings: Settings) -> Path:
-    return settings.index_dir / "jobs.db"
-
-
 class ApiState:
     def __init__(self, settings: Settings, index: Any = None, embedder: Any = None, pipeline: Any = None) -> None:
         from mediaindex.api.runner import JobRunner
@@ -57,7 +53,7 @@ class ApiState:
         self.roots = MediaRoots([*api.media_roots, self.upload_dir])
         self.thumbs = MediaRoots([settings.thumbs_dir])
         self.keys = KeyStore(keys_db_path(settings))
-        self.jobs = JobStore(jobs_db_path(settings))
+        self.jobs = JobStore.of(settings)
         self.jobs_lock = threading.Lock()  # one JobStore connection is shared by request and job threads
         self.limiter = RateLimiter(api.rate_limit_per_minute, api.rate_limit_burst)
         self.metrics = Metrics(self.job_counts)

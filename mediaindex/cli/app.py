@@ -146,13 +146,13 @@ def jobs(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
 ) -> None:
     """List jobs and their state, or one job's files with their state and reason."""
-    from mediaindex.jobs import JobNotFound, JobStore
+    from mediaindex.jobs import JobNotFound, JobStore, jobs_db_path
 
     try:
         settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    db = settings.index_dir / "jobs.db"
+    db = jobs_db_path(settings)
     if not db.exists():
         if job_id:
             raise _fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
