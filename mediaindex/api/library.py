@@ -42,10 +42,23 @@ def _visual(text: str) -> str | None:
     return first or None
 
 
+_examples: dict[tuple, list[str]] = {}  # one entry: the examples of the library as it was last seen
+
+
 def example_queries(store, records: list[VideoRecord], most: int = 4) -> list[str]:
-    """Up to `most` queries taken from the index: speech first, then what was seen."""
+    """Up to `most` queries taken from the index: speech first, then what was seen.
+
+    Reading a file's transcript costs a scroll over its segments: the answer is kept until the library changes."""
     if not records:
         return []
+    key = (id(store), len(records), max(r.indexed_at for r in records), most)
+    if key not in _examples:
+        _examples.clear()
+        _examples[key] = _draw_examples(store, records, most)
+    return list(_examples[key])
+
+
+def _draw_examples(store, records: list[VideoRecord], most: int) -> list[str]:
     step = max(1, len(records) // EXAMPLE_FILES)
     spoken: list[str] = []
     seen: list[str] = []
