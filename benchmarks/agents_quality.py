@@ -18,6 +18,7 @@ import platform
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
@@ -163,6 +164,7 @@ def main() -> None:
     ap.add_argument("--questions-only", action="store_true", help="skip the summaries")
     ap.add_argument("--in-process", action="store_true", help="run the engine in this process, not a Ray actor")
     ap.add_argument("--only", type=int, nargs="*", help="question numbers (0-based) to ask, default all")
+    ap.add_argument("--concurrency", type=int, default=1, help="questions / summaries in flight at once")
     args = ap.parse_args()
 
     tmp = None
@@ -170,8 +172,9 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="agents-bench-")
         args.index = Path(tmp.name) / "index"
     settings = load_settings(None, index_dir=args.index)
-    print(f"model {settings.llm.model}: max_steps={settings.llm.max_steps} max_new_tokens="
-          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget}", flush=True)
+    print(f"model {settings.llm.model} ({settings.llm.dtype}): max_steps={settings.llm.max_steps} max_new_tokens="
+          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget} concurrency={args.concurrency}",
+          flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
     from mediaindex.agents.llm import LanguageStage, start_llm
@@ -183,13 +186,17 @@ def main() -> None:
     archive = open_archive(settings)
     names = [Path(f).name for f in FILES]
     summaries, questions = [], []
-    for n in [] if args.questions_only else names:  # rows are printed as they finish (partial results survive)
-        summaries.append(summary_row(archive, llm, settings, n))
-        print(json.dumps(summaries[-1]), flush=True)
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # rows print as they finish
+        for row in pool.map(lambda n: summary_row(archive, llm, settings, n), [] if args.questions_only else names):
+            summaries.append(row)
+            print(json.dumps(row, ensure_ascii=False), flush=True)
     chosen = [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
-    for q in chosen:
-        questions.append(question_row(archive, llm, settings, *q, fallback=not args.no_fallback))
-        print(json.dumps(questions[-1], ensure_ascii=False), flush=True)
+    # Questions run as concurrent jobs over one engine (their model calls share its batch), as the API runs them.
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        for row in pool.map(lambda q: question_row(archive, llm, settings, *q, fallback=not args.no_fallback),
+                            chosen):
+            questions.append(row)
+            print(json.dumps(row, ensure_ascii=False), flush=True)
     with_topic = [r for r in summaries if "topic_mentioned" in r]
     with_changes = [r for r in summaries if "changes" in r]
     asked = [r for r, q in zip(questions, chosen, strict=True) if q[1] is not None]

@@ -79,10 +79,13 @@ def archive(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[
 def test_counts_read_as_sentences() -> None:
     assert plural(1, "segment") == "1 segment" and plural(84, "segment") == "84 segments"
     assert plural(0, "file") == "0 files" and plural(2, "summary", "summaries") == "2 summaries"
-    line = summary_line(indexed=1, segments=1, summarised=0, unchanged=0, failed=0, ignored=0, job_id="j")
+    line = summary_line(indexed=1, segments=1, summarised=0, unchanged=0, skipped=0, failed=0, left_out=0, job_id="j")
     assert line == "done: 1 file indexed (1 segment) (job j)"
-    line = summary_line(indexed=0, segments=0, summarised=0, unchanged=3, failed=0, ignored=0, job_id="j")
-    assert line == "done: 3 already indexed (job j)"  # no "0 failed or skipped" after three skip lines
+    line = summary_line(indexed=0, segments=0, summarised=0, unchanged=3, skipped=0, failed=0, left_out=0, job_id="j")
+    assert line == "done: 3 already indexed (job j)"  # no "0 failed or skipped" after three unchanged lines
+    line = summary_line(indexed=2, segments=84, summarised=0, unchanged=0, skipped=1, failed=1, left_out=1, job_id="j")
+    assert line == ("done: 2 files indexed (84 segments), 1 skipped, 1 failed, 1 file left out as not media "
+                    "(-v lists them) (job j)")
 
 
 def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, str]]) -> None:
@@ -95,24 +98,24 @@ def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, 
     n = int(indexed.group(2))
     assert f": {plural(n, 'segment')}" in text
     # The picture and the subtitles are not media: listed with -v, counted in the last line.
-    assert f"not media  {folder.resolve() / 'coffee.png'}" in text
-    assert f"not media  {folder.resolve() / 'jfk.srt'}" in text
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in text, text
+    assert f"left out   {folder / 'jfk.srt'}: unsupported type (.srt)" in text
     done = next(line for line in result.stderr.splitlines() if line.startswith("done: "))
-    assert done.startswith(f"done: 1 file indexed ({plural(n, 'segment')}), 2 files not media"), done
+    assert done.startswith(f"done: 1 file indexed ({plural(n, 'segment')}), 2 files left out as not media (job"), done
     assert "failed" not in done and "skipped" not in done
 
     quiet = run("ingest", str(folder), env=env)  # without -v: counted, not listed
     assert quiet.returncode == 0, quiet.stderr
-    assert "not media  " not in quiet.stderr
+    assert "coffee.png" not in quiet.stderr
     done = next(line for line in quiet.stderr.splitlines() if line.startswith("done: "))
-    assert done.startswith("done: 1 already indexed, 2 files not media"), done
-    assert "unchanged" in quiet.stderr and "skipped " not in quiet.stderr
+    assert done.startswith("done: 1 already indexed, 2 files left out as not media (-v lists them)"), done
+    assert "unchanged" in quiet.stderr and "skipped" not in quiet.stderr
 
     # On a terminal (rich's live display, colours, width): the same words, each file on one line.
     shown = run_on_terminal("ingest", str(folder), "-v", env=env)
     assert f"unchanged  {folder.resolve() / 'jfk.flac'}: already indexed" in shown, shown
-    assert f"not media  {folder.resolve() / 'coffee.png'}" in shown
-    assert "done: 1 already indexed, 2 files not media" in shown
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in shown
+    assert "done: 1 already indexed, 2 files left out as not media (job" in shown
     assert "0 failed" not in shown and "Traceback" not in shown
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
+from mediaindex.agents.batching import ContinuousBatcher
 from mediaindex.config import LLMSettings, Settings, default_cache_dir
 from mediaindex.errors import ModelLoadError
 
@@ -106,13 +107,15 @@ class LanguageStage:
             raise ModelLoadError(f"cannot load language model {settings.model!r}: {exc}") from exc
         self.name = settings.model
         self.max_context = int(self.engine.max_model_len)
+        self.batcher = ContinuousBatcher(self.engine)
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
              temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
-        """All conversations go to the engine together, so they are batched continuously."""
+        """Conversations from every caller (thread) join one continuous batch in the engine."""
         if not conversations:
             return []
-        return _completions(self.engine.generate(conversations, _sampling(max_tokens, stop, temperature, guide)))
+        params = _sampling(max_tokens, stop, temperature, guide)
+        return _completions(self.batcher.generate(conversations, [params] * len(conversations)))
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "max_context": self.max_context}
@@ -121,9 +124,10 @@ class LanguageStage:
 def _actor_class():  # -> ray actor class
     import ray
 
-    @ray.remote(max_restarts=1, max_task_retries=0)
+    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)
     class LLMActor:
-        """Thin Ray actor: the model loads once, in the worker process."""
+        """Thin Ray actor: the model loads once, in the worker process; concurrent jobs' calls run in threads and
+        share the engine's batch."""
 
         def __init__(self, settings: LLMSettings, cache_dir: Path | None = None) -> None:
             self.stage = LanguageStage(settings, cache_dir)

@@ -116,6 +116,11 @@ class SummarizeRequest(_Strict):
     recompute: bool = Field(default=False, description="Run the model even when a summary was stored at ingest")
 
 
+class AskRequest(_Strict):
+    question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
+    video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
+
+
 class JobFileOut(BaseModel):
     path: str
     state: str

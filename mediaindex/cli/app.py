@@ -89,7 +89,7 @@ def ingest(
         "media (pictures, subtitles, notes).")] = False,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli.progress import IngestDisplay, summary_line
+    from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -99,6 +99,13 @@ def ingest(
     try:
         settings = load_settings(config, index_dir=index, ray={"address": address} if address else None,
                                  ingest={"summaries": summaries} if summaries is not None else None)
+        if (server := _server(settings)) is not None:
+            if resume or manifest or include or exclude or address:
+                raise _fail(f"the index is held by {server.holder.describe()}: through it, ingest takes paths "
+                            "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
+            from mediaindex.cli.remote_commands import remote_ingest
+
+            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err))
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
@@ -118,29 +125,39 @@ def ingest(
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
-    summarised, failed = len(report.by_status("summarised")), len(report.failed)
-    display.on_ignored(report.ignored)
-    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), summarised, unchanged, failed,
-                           len(report.ignored), report.job_id), highlight=False, markup=False, soft_wrap=True)
+    left_out = sum(map(not_media, report.outcomes))
+    skipped = len(report.by_status("skipped")) - left_out
+    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), len(report.by_status("summarised")),
+                           unchanged, skipped, len(report.by_status("failed")), left_out, report.job_id, verbose),
+              highlight=False, markup=False, soft_wrap=True)
+    summarised = len(report.by_status("summarised"))
     if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
 
 @app.command()
 def jobs(
-    job_id: Annotated[str | None, typer.Argument(help="Show this job's files.")] = None,
+    job_id: Annotated[str | None, typer.Argument(
+        help="Show this job's files; or `cancel` followed by the id of the job to cancel.", metavar="[ID | cancel ID]")] = None,
+    cancel_id: Annotated[str | None, typer.Argument(hidden=True)] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
 ) -> None:
-    """List jobs and their state, or one job's files with their state and reason."""
+    """List jobs and their state, or one job's files with their state and reason; `jobs cancel ID` cancels one:
+    a waiting job at once, a running ingest at its next file boundary (the files it finished are kept)."""
     from mediaindex.jobs import JobNotFound, JobStore, jobs_db_path
 
     try:
         settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
+    if job_id == "cancel" or cancel_id is not None:
+        if job_id != "cancel" or not cancel_id:
+            raise _fail("to cancel a job: mediaindex jobs cancel ID")
+        _cancel_job(settings, cancel_id)
+        return
     db = jobs_db_path(settings)
     if not db.exists():
         if job_id:
@@ -183,6 +200,31 @@ def jobs(
     out.print(table)
 
 
+def _cancel_job(settings: Settings, job_id: str) -> None:
+    """The request is recorded in jobs.db, where the process running the job (this CLI's ingest in
+    another terminal, or `serve`) sees it at its next file boundary."""
+    from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path
+
+    if not jobs_db_path(settings).exists():
+        raise _fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
+    store = JobStore.of(settings)
+    try:
+        job = store.get(job_id)
+        if job.state == "running" and job.kind != "ingest":
+            raise _fail(f"job {job_id} is a running {job.kind} job, done in one step: it cannot be stopped midway")
+        job = store.request_cancel(job_id)
+        counts = store.counts(job_id)
+    except (JobNotFound, JobFinished) as exc:
+        raise _fail(str(exc)) from exc
+    finally:
+        store.close()
+    if job.state == "cancelled":
+        out.print(f"job {job_id} cancelled before it started", highlight=False)
+    else:
+        out.print(f"job {job_id} will stop after the file it is working on; {counts.get('done', 0)} finished "
+                  "file(s) are kept", highlight=False)
+
+
 def _job_dict(job, counts: dict[str, int]) -> dict:
     return {"id": job.id, "kind": job.kind, "state": job.state, "error": job.error, "created": job.created,
             "updated": job.updated, "params": job.params, "counts": counts}
@@ -220,6 +262,15 @@ def search(
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
                                 start=after, end=before)
         settings = _settings(config, index)
+        if (server := _server(settings)) is not None:
+            from mediaindex.cli.remote_commands import remote_search
+
+            if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
+                raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
+                            "query, --limit, --video, --modality and --language only")
+            _print_hits(remote_search(server, query or "", limit, video, modality, language), as_json,
+                        settings.thumbs_dir)
+            return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
         try:
@@ -235,31 +286,39 @@ def search(
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
+    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir)
+
+
+def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
     if as_json:
-        print(json.dumps([_hit_json(h, settings) for h in hits], ensure_ascii=False, indent=2))
+        for h in hits:  # absolute paths, as the source is
+            if h.get("thumbnail"):
+                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
+        print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
         out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
         return
-    bands = any(getattr(h, "band", None) for h in hits)
+    bands = any(h.get("band") for h in hits)  # the search's confidence, where it gives one
     table = Table(show_lines=False)
     for col in ("match" if bands else "score", "file", "time", "kind", "text"):
         table.add_column(col, overflow="fold")
     for h in hits:
-        band = getattr(h, "band", None)
-        speaker = getattr(h, "speaker", None)
-        text = (f"{speaker}: " if speaker else "") + h.text[:120]
-        table.add_row(f"{band or '-'} {h.score:.2f}" if bands else f"{h.score:.3f}", Path(h.source).name,
-                      f"{_ts(h.start)}–{_ts(h.end)}", h.modality, text)
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                      Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], text)
     out.print(table)
 
 
-def _hit_json(hit, settings: Settings) -> dict:
-    """A hit for --json: the thumbnail as an absolute path, as the source is."""
-    data = hit.to_dict()
-    if data.get("thumbnail"):
-        data["thumbnail"] = str(settings.thumbs_dir / data["thumbnail"])
-    return data
+def _server(settings: Settings):  # -> Remote | None
+    """The running `serve` that holds this index, if any: commands then go through it."""
+    from mediaindex.cli.remote import remote_for
+
+    server = remote_for(settings)
+    if server is not None:
+        err.print(f"the index is held by {server.holder.describe()}: sending the request there", highlight=False,
+                  soft_wrap=True)
+    return server
 
 
 def _path_prefix(under: str) -> str:
@@ -361,7 +420,7 @@ def models(ctx: typer.Context, index: IndexOpt = None, config: ConfigOpt = None)
 
 
 def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Callable[[Settings], str],
-                   as_json: bool) -> None:
+                   as_json: bool, remote: dict) -> None:
     """Create the job record, run it here (the model in a Ray actor), print JSON or Markdown."""
     from mediaindex import agents
 
@@ -370,16 +429,25 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     _require_index(settings)
+    if (server := _server(settings)) is not None:
+        from mediaindex.cli.remote_commands import remote_agent_job
+
+        raise typer.Exit(remote_agent_job(server, kind, remote, as_json, err))
     import ray
 
     from mediaindex.cli.agent_display import AgentDisplay, show_markdown
 
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
-        job_id = submit(settings)
-        run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
-        with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
-            job = run(settings, job_id, on_event=display)
+        # The index is opened first: a command that cannot open it leaves no failed job behind.
+        archive = agents.open_archive(settings)
+        try:
+            job_id = submit(settings)
+            run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
+            with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
+                job = run(settings, job_id, archive=archive, on_event=display)
+        finally:
+            archive.index.close()
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     finally:
@@ -411,7 +479,8 @@ def summarize(
 
     if not video.strip():
         raise _fail("no video given")
-    _run_agent_job(config, index, "summarize", lambda s: submit_summarize(s, video, recompute), as_json)
+    _run_agent_job(config, index, "summarize", lambda s: submit_summarize(s, video, recompute), as_json,
+                   {"video": video, "recompute": recompute})
 
 
 @app.command()
@@ -427,7 +496,8 @@ def ask(
 
     if not question.strip():
         raise _fail("the question is empty")
-    _run_agent_job(config, index, "ask", lambda s: submit_ask(s, question, video), as_json)
+    _run_agent_job(config, index, "ask", lambda s: submit_ask(s, question, video), as_json,
+                   {"question": question, "video": video})
 
 
 @index_app.command("stats")
@@ -547,7 +617,9 @@ def serve(
         api = settings.api.model_copy(update={"media_roots": roots, "host": host or settings.api.host,
                                               "port": port or settings.api.port})
         settings = settings.model_copy(update={"api": api})
-        app_ = create_app(settings)
+        # Recorded in the index folder: CLI commands run beside this server send their requests here.
+        local = "127.0.0.1" if api.host in ("0.0.0.0", "", "::") else api.host
+        app_ = create_app(settings, advertise_url=f"http://{'[' + local + ']' if ':' in local else local}:{api.port}")
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "

@@ -33,7 +33,6 @@ class ManifestError(InputError):
 class Plan:
     files: list[tuple[str, Meta]] = field(default_factory=list)  # absolute path, metadata
     skipped: list[tuple[str, str]] = field(default_factory=list)  # path, reason
-    ignored: list[str] = field(default_factory=list)  # not media by their type (see Discovered.ignored)
 
 
 def _check_meta(where: str, meta: Meta) -> Meta:
@@ -133,7 +132,6 @@ def plan_inputs(
     for target, meta in entries:
         found = discover([target], include, exclude)
         plan.skipped += found.skipped
-        plan.ignored += [f for f in found.ignored if f not in plan.ignored]
         for f in found.files:
             if str(f) not in seen:
                 seen.add(str(f))

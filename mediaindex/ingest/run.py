@@ -32,7 +32,7 @@ from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord, content_hash, now
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.inputs import InputError, Plan, plan_inputs
+from mediaindex.ingest.inputs import InputError, plan_inputs
 from mediaindex.ingest.progress import IngestStats, StageStats
 from mediaindex.jobs import JobStore
 from mediaindex.segments import GENERATED_MODALITIES
@@ -62,7 +62,6 @@ class FileOutcome:
 class IngestReport:
     job_id: str = ""
     outcomes: list[FileOutcome] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # files in the folders that are not media by their type
 
     def by_status(self, status: str) -> list[FileOutcome]:
         return [o for o in self.outcomes if o.status == status]
@@ -392,9 +391,9 @@ def jobs_store(settings: Settings) -> JobStore:
 
 
 def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] = (), manifests: Sequence[Path] = (),
-               include: Sequence[str] = (), exclude: Sequence[str] = (), plan: Plan | None = None) -> str:
+               include: Sequence[str] = (), exclude: Sequence[str] = ()) -> str:
     """Expand the inputs into a persisted manifest (nothing runs yet); returns the job id."""
-    plan = plan or plan_inputs(paths, manifests, include, exclude)
+    plan = plan_inputs(paths, manifests, include, exclude)
     params = {
         "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
         "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),
@@ -456,12 +455,11 @@ def _ingest(paths, settings, index, pipeline, progress, on_plan, manifests, incl
         # The summaries a job was started with are part of its work: a resume finishes them.
         settings = with_summaries(settings, True) if job.params.get("summaries") else settings
     else:
-        plan = plan_inputs(paths, manifests, include, exclude)
-        job_id = create_job(jobs, settings, paths, manifests, include, exclude, plan=plan)
+        job_id = create_job(jobs, settings, paths, manifests, include, exclude)
         new_skips = jobs.files(job_id, states=("skipped",))
     if on_job:
         on_job(job_id)
-    report = IngestReport(job_id=job_id, ignored=[] if resume else plan.ignored)
+    report = IngestReport(job_id=job_id)
 
     def record(outcome: FileOutcome) -> None:
         report.outcomes.append(outcome)
