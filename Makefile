@@ -23,6 +23,9 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU
 	# extra and the test extra (Triton's interpreter runs the decode kernel's tests) bring it back.
 	$(PIP) uninstall --quiet --yes triton
+	# Resemblyzer (speaker diarization; its weights are in the wheel) declares webrtcvad, a source build,
+	# and the `typing` backport; pyproject lists what it really imports (librosa, webrtcvad-wheels, scipy).
+	$(PIP) install --quiet --no-deps resemblyzer==0.1.4
 	touch $@
 
 # The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime.

@@ -40,6 +40,7 @@ class HitOut(BaseModel):
     modality: str
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="Who speaks in a speech hit: S1, S2, … within one file")
     thumbnail: str | None = Field(default=None, description="Path relative to the index's thumbnail folder")
     title: str = Field(description="The media file's name")
     thumbnail_url: str | None = None
@@ -89,6 +90,7 @@ class TranscriptLine(BaseModel):
     end: float
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="S1, S2, … within one file (diarization)")
 
 
 class VideoDetail(VideoOut):

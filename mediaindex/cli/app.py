@@ -337,36 +337,102 @@ def _ts(t: float) -> str:
 
 @app.command()
 def transcript(
-    video: Annotated[str, typer.Argument(help="An ingested media file's path, or its video id.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt or json.")] = "srt",
+    video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt, json, txt or tsv.")] = "srt",
+    max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in characters (srt, vtt).")] = 42,
+    max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
+    save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
+                                       "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Print the transcript of an indexed file (from its stored speech segments)."""
-    from mediaindex.index.transcript import FORMATS, export
+    """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
+    written unless --save)."""
+    from mediaindex.index.transcript import CueLimits, check_format, export
 
-    if fmt not in FORMATS:
-        raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     try:
+        check_format(fmt)
+        limits = CueLimits(max_line_width=max_line_width, max_line_count=max_line_count)
         settings = _settings(config, index)
-        media_index, _ = _open_existing(settings)
-        try:
-            path = Path(video).expanduser()
-            record = media_index.catalog.get(video) or (
-                media_index.catalog.by_source(str(path.resolve())) if path.name else None)
-            if record is None:
-                raise _fail(f"{video}: not in the index at {settings.index_dir} (neither an ingested path nor a video id)")
-            segments = media_index.store.segments_of(record.video_id, modality="speech")
-        finally:
-            media_index.close()
+        found = _indexed_transcript(settings, video)
+        path = Path(video).expanduser()
+        if found is None and path.is_file() and save:
+            ingest(paths=[path], index=settings.index_dir, config=config)
+            found = _indexed_transcript(settings, video)
+        if found is None:
+            if not path.is_file():
+                where = f"not in the index at {settings.index_dir}" if _has_index(settings) else "no index yet"
+                raise _fail(f"{video}: no such file, and not an indexed video id ({where})")
+            segments, meta = _transcribe_now(settings, path)
+        else:
+            segments, meta = found
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    meta = {"source": record.source, "video_id": record.video_id, "language": record.language,
-            "duration": record.duration}
     if not segments:
-        err.print(f"{record.source}: no speech was found in this file", highlight=False, markup=False)
-    sys.stdout.write(export(segments, fmt, meta))
+        err.print(f"{meta['source']}: no speech was found in this file", highlight=False, markup=False)
+    sys.stdout.write(export(segments, fmt, meta, limits))
     sys.stdout.flush()
+
+
+def _has_index(settings: Settings) -> bool:
+    return (settings.index_dir / "schema.json").exists()
+
+
+def _indexed_transcript(settings: Settings, video: str):  # -> tuple[list[dict], dict] | None
+    """The stored speech segments and facts of an indexed file (by path or video id), or None."""
+    if not _has_index(settings):
+        return None
+    from mediaindex.index.catalog import Catalog
+
+    path = Path(video).expanduser()
+    db = settings.index_dir / "catalog.db"
+    catalog = Catalog(db) if db.exists() else None
+    if catalog is not None:  # a cheap look first: the index (and its embedder) opens only for a known file
+        try:
+            known = catalog.get(video) or (catalog.by_source(str(path.resolve())) if path.name else None)
+        finally:
+            catalog.close()
+        if known is None:
+            return None
+    media_index, _ = _open_existing(settings)
+    try:
+        record = media_index.catalog.get(video) or (
+            media_index.catalog.by_source(str(path.resolve())) if path.name else None)
+        if record is None:
+            return None
+        segments = media_index.store.segments_of(record.video_id, modality="speech")
+    finally:
+        media_index.close()
+    return segments, {"source": record.source, "video_id": record.video_id, "language": record.language,
+                      "duration": record.duration}
+
+
+def _transcribe_now(settings: Settings, path: Path):  # -> tuple[list[dict], dict]
+    """Transcribe a file that is not indexed, showing progress on a terminal; nothing is written."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mediaindex.errors import MediaError
+    from mediaindex.media.probe import probe
+    from mediaindex.stages.speech import SpeechStage
+
+    source = str(path.resolve())
+    info = probe(source)
+    if not info.has_audio:
+        raise MediaError(source, "has no audio track: nothing to transcribe")
+    progress = Progress(TextColumn("[bold]transcribe"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+                        TimeElapsedColumn(), console=err, disable=not err.is_terminal, transient=True)
+    with progress:
+        task = progress.add_task("", total=max(info.duration or 0.0, 1.0))
+        progress.update(task, description="loading the speech model")
+        stage = SpeechStage(settings)
+        result = stage.transcribe_file(source, info, on_progress=lambda done: progress.update(task, completed=done))
+    if result.failure:
+        raise MediaError(source, result.failure)
+    for note in result.notes:
+        if note != "no speech found":
+            err.print(f"note: {note}", highlight=False, markup=False)
+    segments = [s.payload() for s in result.segments]
+    return segments, {"source": source, "video_id": None, "language": result.language, "duration": info.duration}
 
 
 models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")

@@ -50,7 +50,8 @@ def _record(state: ApiState, video_id: str) -> VideoRecord:
 
 def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
     hits = video_segments(state.index.store, record.video_id, modality="speech")
-    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language) for h in hits]
+    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language, speaker=h.speaker)
+            for h in hits]
 
 
 @router.get("/videos", response_model=list[VideoOut])
@@ -85,22 +86,28 @@ def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
 
 
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
-            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}}}})
+            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}, "text/plain": {},
+                                         "text/tab-separated-values": {}}}})
 def video_transcript(request: Request, video_id: str = VideoId,
-                     format: Literal["json", "srt", "vtt"] = Query("json")):  # noqa: A002
-    """The transcript as JSON lines, SRT or WebVTT subtitles."""
+                     format: Literal["json", "srt", "vtt", "txt", "tsv"] = Query("json"),  # noqa: A002
+                     max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width (srt, vtt)"),
+                     max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)")):
+    """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
+    from mediaindex.index.transcript import CueLimits, export
+
     state = get_state(request)
     record = _record(state, video_id)
-    lines = transcript(state, record)
     if format == "json":
-        return lines
-    from mediaindex.api.transcript import to_srt, to_vtt
-
+        return transcript(state, record)
+    segments = state.index.store.segments_of(record.video_id, "speech")
+    text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
-    if format == "srt":
-        return PlainTextResponse(to_srt(lines), media_type="application/x-subrip", headers=headers)
-    return PlainTextResponse(to_vtt(lines), media_type="text/vtt", headers=headers)
+    return PlainTextResponse(text, media_type=_TRANSCRIPT_TYPES[format], headers=headers)
+
+
+_TRANSCRIPT_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "txt": "text/plain",
+                     "tsv": "text/tab-separated-values"}
 
 
 def check_range(request: Request, path: Path) -> None:
