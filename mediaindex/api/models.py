@@ -71,6 +71,21 @@ class VideoOut(BaseModel):
     thumbnail_url: str | None = None
 
 
+class LibraryVideoOut(VideoOut):
+    kinds: dict[str, int] = Field(default_factory=dict, description="Segments per kind: speech, ocr, visual, …")
+
+
+class LibraryOut(BaseModel):
+    files: int = Field(description="Files in the index")
+    segments: int = Field(description="Segments in the index, all kinds")
+    duration: float = Field(description="Seconds of media in the index")
+    offset: int
+    limit: int
+    videos: list[LibraryVideoOut] = Field(description="This page of files, by path")
+    examples: list[str] = Field(description="A few queries taken from what the index holds")
+    keys_required: bool = Field(description="Whether this server asks for API keys")
+
+
 class TranscriptLine(BaseModel):
     start: float
     end: float

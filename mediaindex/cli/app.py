@@ -84,9 +84,12 @@ def ingest(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
         "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
+        "media (pictures, subtitles, notes).")] = False,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -106,7 +109,7 @@ def ingest(
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    display = IngestDisplay(err)
+    display = IngestDisplay(err, verbose=verbose)
     try:
         with display:
             report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
@@ -122,11 +125,12 @@ def ingest(
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
-    summarised, failed = len(report.by_status("summarised")), len(report.failed)
-    # Shown only when there are any: the line of a run without summaries reads as it always did.
-    added = f", {summarised} summarised" if summarised else ""
-    err.print(f"done: {indexed} indexed{added}, {unchanged} unchanged, {failed} failed or skipped "
-              f"(job {report.job_id})", highlight=False)
+    left_out = sum(map(not_media, report.outcomes))
+    skipped = len(report.by_status("skipped")) - left_out
+    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), len(report.by_status("summarised")),
+                           unchanged, skipped, len(report.by_status("failed")), left_out, report.job_id, verbose),
+              highlight=False, markup=False, soft_wrap=True)
+    summarised = len(report.by_status("summarised"))
     if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
@@ -265,7 +269,8 @@ def search(
             if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
                 raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
                             "query, --limit, --video, --modality, --language and --speaker only")
-            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json)
+            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json,
+                        settings.thumbs_dir)
             return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
@@ -282,22 +287,27 @@ def search(
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    _print_hits([h.to_dict() for h in hits], as_json)
+    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir)
 
 
-def _print_hits(hits: list[dict], as_json: bool) -> None:
+def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
     if as_json:
+        for h in hits:  # absolute paths, as the source is
+            if h.get("thumbnail"):
+                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
         print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no hits")
+        out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
         return
+    bands = any(h.get("band") for h in hits)  # the search's confidence, where it gives one
     table = Table(show_lines=False)
-    for col in ("score", "file", "time", "modality", "text"):
-        table.add_column(col)
+    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
+        table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(f"{h['score']:.3f}", Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"],
-                      h["text"][:120])
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                      Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], text)
     out.print(table)
 
 
@@ -461,14 +471,14 @@ def models_fetch(
 
 
 @models_app.callback(invoke_without_command=True)
-def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
+def models(ctx: typer.Context, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     if ctx.invoked_subcommand is not None:
         return
     from mediaindex.models.registry import check_models
 
     try:
-        settings = load_settings(config)
+        settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     table = Table()
@@ -476,7 +486,7 @@ def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
         table.add_column(col)
     ok = True
     for role, configured, status in check_models(settings):
-        ok &= status.startswith("ok")
+        ok &= not status.startswith("error")  # a role switched off is not a failure
         table.add_row(role, configured, status)
     out.print(table)
     if not ok:
@@ -585,10 +595,21 @@ def index_stats(
     if as_json:
         print(json.dumps(stats, indent=2))
         return
-    out.print(f"{stats['files']} files, {stats['points']} segments in {media_index.dir}", highlight=False)
+    from mediaindex.cli.progress import plural
+
+    out.print(f"{plural(stats['files'], 'file')}, {plural(stats['points'], 'segment')} in {media_index.dir}",
+              highlight=False)
+    kinds = [f"{m} {stats[f'{m}_segments']}" for m in MODALITIES if stats.get(f"{m}_segments")]
+    if kinds:
+        out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    # The store's own words for its internals: "segments" there are storage segments, not ours.
+    labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
+              "disk_bytes": "size on disk"}
     for key, value in stats.items():
-        if key not in {"files", "points"}:
-            out.print(f"  {key}: {value}", highlight=False)
+        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+            continue
+        shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
+        out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
 
 
 @index_app.command("optimize")
