@@ -23,6 +23,7 @@ class Filters(_Strict):
     video_id: str | None = Field(default=None, max_length=64)
     modality: Modality | None = None
     language: str | None = Field(default=None, max_length=16)
+    speaker: str | None = Field(default=None, max_length=16, description="Only speech of this speaker (S1, S2, …)")
 
 
 class SearchRequest(_Strict):

@@ -241,6 +241,7 @@ def search(
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="Only speech of this speaker (S1, S2, … within a file).")] = None,
     after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
@@ -260,15 +261,15 @@ def search(
     try:
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
-                                start=after, end=before)
+                                speaker=speaker, start=after, end=before)
         settings = _settings(config, index)
         if (server := _server(settings)) is not None:
             from mediaindex.cli.remote_commands import remote_search
 
             if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
                 raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
-                            "query, --limit, --video, --modality and --language only")
-            _print_hits(remote_search(server, query or "", limit, video, modality, language), as_json,
+                            "query, --limit, --video, --modality, --language and --speaker only")
+            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json,
                         settings.thumbs_dir)
             return
         picture = load_image(image) if image is not None else None
@@ -343,17 +344,24 @@ def transcript(
     max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
     save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
                                        "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
+    speakers: Annotated[int | None, typer.Option("--speakers", help="How many people speak (default: estimated); "
+                                                 "for a file transcribed now.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
     written unless --save)."""
     from mediaindex.index.transcript import CueLimits, check_format, export
+    from mediaindex.models.speakers import check_speakers
 
     try:
         check_format(fmt)
         limits = CueLimits(max_line_width=max_line_width, max_line_count=max_line_count)
+        check_speakers(speakers)
         settings = _settings(config, index)
+        if speakers is not None:
+            settings = settings.model_copy(update={"speech": settings.speech.model_copy(
+                update={"speakers": speakers, "diarize": True})})
         found = _indexed_transcript(settings, video)
         path = Path(video).expanduser()
         if found is None and path.is_file() and save:
