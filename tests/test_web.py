@@ -134,8 +134,14 @@ def test_start_page_shows_the_library(page: Page, server: LiveServer, sample: Sa
 
 def test_results_show_band_highlights_and_play_the_moment(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     page.p.goto(server.url + "/")
+    page.p.locator("#library .file").first.wait_for()
+    # Answers held back a little: the page says it is searching meanwhile.
+    page.p.evaluate("""() => { const real = window.fetch;
+      window.fetch = (...args) => new Promise(ok => setTimeout(ok, 1500)).then(() => real(...args)); }""")
     page.p.fill("#q", "when the time reaches forty seconds I will say banana")
     page.p.press("#q", "Enter")
+    page.p.locator("#notice.loading").wait_for()
+    assert page.p.locator("#notice").inner_text() == "Searching…" and page.p.locator("#library-view").is_hidden()
     first = page.p.locator("#results .hit").first
     first.wait_for()
     assert "auto-editor_example.mp4" in first.locator(".title").inner_text()
@@ -205,7 +211,16 @@ def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sampl
     assert page.p.evaluate(f"{players}.every(p => p.paused && !p.getAttribute('src') && p.networkState === 0)")
     page.fits()
     page.shot("error")
-    page.failed.clear()  # the 404 was the point
+    # A search the server refuses (a query over 1000 characters) clears the results it replaces.
+    page.p.fill("#q", "banana")
+    page.p.press("#q", "Enter")
+    page.p.locator("#results .hit").first.wait_for()
+    page.p.fill("#q", "banana " * 200)
+    page.p.press("#q", "Enter")
+    page.p.locator("#notice.error").wait_for()
+    assert page.p.locator("#notice").inner_text().startswith("Search failed: ")
+    assert page.p.locator("#results .hit").count() == 0 and page.p.locator("#notice button.retry").is_visible()
+    page.failed.clear()  # the 404 and the 422 were the point
 
 
 def test_an_audio_file_gets_an_audio_player_and_its_transcript(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
