@@ -81,6 +81,27 @@ QUESTIONS = [
 ]
 
 
+class ThreadBound:
+    """Runs every use of an object on one thread (the index's SQLite catalog lives on the thread that opened
+    it), so that concurrent jobs can share one archive while only their model calls run in parallel."""
+
+    _PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
+
+    def __init__(self, obj, thread: ThreadPoolExecutor) -> None:
+        self._obj, self._thread = obj, thread
+
+    def __getattr__(self, name: str):
+        attr = self._thread.submit(getattr, self._obj, name).result()
+        if callable(attr):
+            return lambda *a, **k: self._wrap(self._thread.submit(attr, *a, **k).result())
+        return self._wrap(attr)
+
+    def _wrap(self, value):
+        if isinstance(value, self._PLAIN) or type(value).__module__.startswith(("mediaindex.segments", "numpy")):
+            return value
+        return ThreadBound(value, self._thread)
+
+
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
     from mediaindex.ingest.run import ingest
@@ -183,7 +204,10 @@ def main() -> None:
     # In process: the same engine without a Ray actor around it (one process less on a small machine).
     llm = LanguageStage(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
     load = time.perf_counter() - t0
-    archive = open_archive(settings)
+    io = ThreadPoolExecutor(max_workers=1)
+    archive = io.submit(open_archive, settings).result()
+    if args.concurrency > 1:
+        archive = ThreadBound(archive, io)
     names = [Path(f).name for f in FILES]
     summaries, questions = [], []
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # rows print as they finish
