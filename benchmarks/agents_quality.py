@@ -183,6 +183,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-fallback", action="store_true", help="measure the bare tool-calling loop")
     ap.add_argument("--questions-only", action="store_true", help="skip the summaries")
+    ap.add_argument("--summaries-only", action="store_true", help="skip the questions")
     ap.add_argument("--in-process", action="store_true", help="run the engine in this process, not a Ray actor")
     ap.add_argument("--only", type=int, nargs="*", help="question numbers (0-based) to ask, default all")
     ap.add_argument("--concurrency", type=int, default=1, help="questions / summaries in flight at once")
@@ -214,7 +215,7 @@ def main() -> None:
         for row in pool.map(lambda n: summary_row(archive, llm, settings, n), [] if args.questions_only else names):
             summaries.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
-    chosen = [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
+    chosen = [] if args.summaries_only else [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
     # Questions run as concurrent jobs over one engine (their model calls share its batch), as the API runs them.
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         for row in pool.map(lambda q: question_row(archive, llm, settings, *q, fallback=not args.no_fallback),
@@ -245,7 +246,7 @@ def main() -> None:
         "malformed_tool_calls": sum(r["malformed_calls"] for r in questions),
         "questions_with_a_tool_call": f"{sum(r['tool_calls'] > 0 for r in questions)}/{len(questions)}",
         "answer_citations_rejected_or_dropped": sum(r["citations_rejected"] for r in questions),
-        "median_answer_s": statistics.median(r["seconds"] for r in questions),
+        "median_answer_s": statistics.median(r["seconds"] for r in questions) if questions else None,
         "median_summary_s": statistics.median(r["seconds"] for r in summaries) if summaries else None,
         "summaries": summaries, "questions": questions,
     }
