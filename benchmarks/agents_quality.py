@@ -70,12 +70,12 @@ QUESTIONS = [
 
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
 
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([media / f for f in FILES], settings, index)
+        report = ingest(IngestRequest(settings, [media / f for f in FILES]), index)
     print(f"ingested {len(report.indexed)} of {len(FILES)} files")
 
 

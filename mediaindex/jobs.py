@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS job_files (
     meta TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (job_id, path)
 );
+CREATE TABLE IF NOT EXISTS job_cancels (
+    job_id TEXT PRIMARY KEY REFERENCES jobs(id) ON DELETE CASCADE,
+    requested REAL NOT NULL
+);
 """
 
 
@@ -148,6 +152,23 @@ class JobStore:
             self._db.execute("UPDATE jobs SET updated = ? WHERE id = ?", (time.time(), job_id))
         if cur.rowcount == 0:
             raise KeyError(f"job {job_id} has no file {path!r}")
+
+    def release_file(self, job_id: str, path: str, reason: str = "") -> None:
+        """A running file back to pending without the attempt its start counted: the run stopped in order
+        (Ctrl-C, a cancel), not while the file was being worked on."""
+        with self._db:
+            self._db.execute(
+                "UPDATE job_files SET state = 'pending', reason = ?, attempts = MAX(attempts - 1, 0) "
+                "WHERE job_id = ? AND path = ? AND state = 'running'", (reason, job_id, path))
+
+    def request_cancel(self, job_id: str) -> None:
+        """Ask a running job to stop at its next file boundary (its finished files are kept)."""
+        self.get(job_id)
+        with self._db:
+            self._db.execute("INSERT OR IGNORE INTO job_cancels VALUES (?, ?)", (job_id, time.time()))
+
+    def is_cancel_requested(self, job_id: str) -> bool:
+        return self._db.execute("SELECT 1 FROM job_cancels WHERE job_id = ?", (job_id,)).fetchone() is not None
 
     def counts(self, job_id: str) -> dict[str, int]:
         rows = self._db.execute(
