@@ -61,7 +61,9 @@ class WorkerLostError(MediaIndexError):
 
 def reason_of(exc: BaseException) -> str:
     """The user-facing reason inside an exception (or inside the `cause` a Ray task error wraps)."""
-    cause = getattr(exc, "cause", None) or exc.__cause__ or exc
+    # Ray's task errors carry the worker's error as `cause`; an error of ours says what it means itself,
+    # whatever it was raised from.
+    cause = getattr(exc, "cause", None) or (exc if isinstance(exc, MediaIndexError) else exc.__cause__) or exc
     if isinstance(cause, MediaError):
         return cause.reason
     if isinstance(cause, StageError):

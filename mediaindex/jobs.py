@@ -140,7 +140,8 @@ class JobStore:
         return [f for f in out if states is None or f.state in states]
 
     def set_file(self, job_id: str, path: str, state: FileState, reason: str = "", video_id: str | None = None,
-                 attempt: bool = False) -> None:
+                 attempt: int = 0) -> None:
+        """`attempt` is added to the file's attempts (1: a run started work on it; -1: gives that back)."""
         if state not in FILE_STATES:
             raise ValueError(f"unknown file state {state!r}")
         with self._db:
@@ -153,19 +154,16 @@ class JobStore:
         if cur.rowcount == 0:
             raise KeyError(f"job {job_id} has no file {path!r}")
 
-    def release_file(self, job_id: str, path: str, reason: str = "") -> None:
-        """A running file back to pending without the attempt its start counted: the run stopped in order
-        (Ctrl-C, a cancel), not while the file was being worked on."""
-        with self._db:
-            self._db.execute(
-                "UPDATE job_files SET state = 'pending', reason = ?, attempts = MAX(attempts - 1, 0) "
-                "WHERE job_id = ? AND path = ? AND state = 'running'", (reason, job_id, path))
-
     def request_cancel(self, job_id: str) -> None:
         """Ask a running job to stop at its next file boundary (its finished files are kept)."""
         self.get(job_id)
         with self._db:
             self._db.execute("INSERT OR IGNORE INTO job_cancels VALUES (?, ?)", (job_id, time.time()))
+
+    def clear_cancel(self, job_id: str) -> None:
+        """The request was honoured (or a resume asks the job to run again)."""
+        with self._db:
+            self._db.execute("DELETE FROM job_cancels WHERE job_id = ?", (job_id,))
 
     def is_cancel_requested(self, job_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM job_cancels WHERE job_id = ?", (job_id,)).fetchone() is not None

@@ -178,7 +178,7 @@ def test_a_call_over_the_timeout_fails_its_file_and_a_fresh_worker_takes_the_nex
     assert seen == ["english.wav"]
 
 
-def test_only_files_a_stage_started_on_are_charged_and_stop_hands_back_those_in_flight(settings: Settings) -> None:
+def test_only_files_a_stage_works_on_are_charged_and_stop_hands_back_those_in_flight(settings: Settings) -> None:
     release = threading.Event()
 
     class Stuck(Seen):
@@ -186,23 +186,28 @@ def test_only_files_a_stage_started_on_are_charged_and_stop_hands_back_those_in_
             release.wait(10)
             return super().process(item)
 
-    started: list[str] = []
+    charged: dict[str, int] = {}  # per file: calls started while none ran, minus the ends of its work
+
+    def on_work(plan: Plan, working: bool) -> None:
+        name = Path(plan.path).name
+        charged[name] = charged.get(name, 0) + (1 if working else -1)
+
     executor = InProcessExecutor({D: _settings_decode(settings), V: lambda: Stuck([]), E: lambda: Embedded([])})
-    scheduler = Scheduler(executor, [D, V, E], window=2, timeout=60,
-                          hooks=SchedulerHooks(on_start=lambda plan: started.append(Path(plan.path).name)))
+    scheduler = Scheduler(executor, [D, V, E], window=3, timeout=60, hooks=SchedulerHooks(on_work=on_work))
     for plan in _plans([media(c) for c in CLIPS]):
         scheduler.add(plan, FULL_ROUTE.only([D, V, E]), lambda plan=plan: plan.path)
     deadline = time.monotonic() + 10
-    while len(started) < 2 and time.monotonic() < deadline:
+    while len(charged) < 3 and time.monotonic() < deadline:
         assert scheduler.step() == []
     for _ in range(3):
         scheduler.step()
-    # Two files fit the window; the other two were never handed to a stage, so they are not in progress.
-    assert started == ["jfk.flac", "english.wav"]
-    stopped = scheduler.stop()  # Ctrl-C, a cancel: what was in flight goes back
+    # Three files fit the window: the first is stuck in vision (in a stage's hands, charged); the next two were
+    # decoded and wait for vision (charged nothing: no stage works on them); the fourth was never admitted.
+    assert charged == {"jfk.flac": 1, "english.wav": 0, "LJ002-0020.wav": 0}
+    stopped = scheduler.stop()  # Ctrl-C, a cancel: what was in flight goes back, its charge given back
     release.set()
-    assert sorted(Path(p.path).name for p in stopped) == ["english.wav", "jfk.flac"]
-    assert scheduler.done
+    assert sorted(Path(p.path).name for p in stopped) == ["LJ002-0020.wav", "english.wav", "jfk.flac"]
+    assert charged == {"jfk.flac": 0, "english.wav": 0, "LJ002-0020.wav": 0} and scheduler.done
 
 
 def test_an_item_from_the_index_takes_the_stages_after_the_branches_only(settings: Settings) -> None:

@@ -74,16 +74,8 @@ def open_archive(settings: Settings) -> Archive:
     if not (settings.index_dir / "schema.json").exists():
         raise AgentInputError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     embedder = load_text_embedder(settings.embed)
-    try:
-        index = MediaIndex(settings, embedder.dim, embedder.name)
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the embedded Qdrant engine locks its directory to one process
-        if "WouldBlock" in str(exc):
-            raise AgentInputError(f"the index at {settings.index_dir} is in use by another process; "
-                                  "try again when it has finished") from exc
-        raise
-    return Archive(index, embedder)
+    # An index held by another process is an IndexBusyError, raised by the store with the reason.
+    return Archive(MediaIndex(settings, embedder.dim, embedder.name), embedder)
 
 
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:

@@ -58,18 +58,8 @@ def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
 
     embedder = load_text_embedder(settings.embed)
     extra = vector_dims(settings.vision)
-    try:
-        return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the vector store refuses an index built with other named vectors
-        if "incompatible" not in str(exc).lower():
-            raise
-        raise MediaIndexError(
-            f"the index in {settings.index_dir} was built with other image vectors than configured now "
-            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
-            f"`mediaindex index reset --index {settings.index_dir}` and ingest again"
-        ) from exc
+    # Named vectors other than configured are an IndexSchemaError from the store, with what to do about it.
+    return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

@@ -78,6 +78,7 @@ class _Run:
         if request.resume:
             self.settings = resumable(jobs, request.resume, request.settings)
             self.job_id = request.resume
+            jobs.clear_cancel(self.job_id)  # resuming a cancelled job asks it to run again
             skipped = []
         else:
             self.settings = request.settings
@@ -144,7 +145,7 @@ class _Run:
     def _scheduler(self, executor: Executor, pipeline: StagePipeline, files: int) -> Scheduler:
         names = [s.name for s in pipeline.stages]
         self.stats = IngestStats(self.job_id, files, [StageStats(s.name, s.workers) for s in pipeline.stages])
-        hooks = SchedulerHooks(on_start=self._started, on_dispatch=self.hooks.on_dispatch)
+        hooks = SchedulerHooks(on_work=self._working, on_dispatch=self.hooks.on_dispatch)
         return Scheduler(executor, names, self.settings.ray.max_files_in_flight, self.settings.ingest.file_timeout,
                          hooks)
 
@@ -166,9 +167,10 @@ class _Run:
 
         return route.from_then(StageName.SUMMARY), indexed
 
-    def _started(self, plan: Plan) -> None:
-        """A stage started work on the file: if the run dies now, this attempt counts against it."""
-        self.jobs.set_file(self.job_id, plan.path, "running", attempt=True)
+    def _working(self, plan: Plan, working: bool) -> None:
+        """A stage call on the file started (or its last one ended): while one runs, a run that dies counts one
+        attempt against the file; a file waiting for a stage, or never started, is charged nothing."""
+        self.jobs.set_file(self.job_id, plan.path, "running", attempt=1 if working else -1)
 
     def _write(self, executor: Executor, finished: Finished) -> FileOutcome:
         plan = finished.plan
@@ -185,8 +187,10 @@ class _Run:
     def _close(self, plan: Plan, outcome: FileOutcome, busy: list[tuple[StageName, float]] | None = None) -> None:
         state = "failed" if outcome.status is Status.FAILED else "skipped" if outcome.status is Status.SKIPPED \
             else "done"
-        self.jobs.set_file(self.job_id, plan.path, state, outcome.reason, video_id=outcome.video_id)
-        if busy is not None:  # it went through the stages of this run
+        # A file closed after it went through the stages counts the attempt of this run.
+        self.jobs.set_file(self.job_id, plan.path, state, outcome.reason, video_id=outcome.video_id,
+                           attempt=int(busy is not None))
+        if busy is not None:
             self._count(outcome, busy)
         self._record(outcome)
 
@@ -219,19 +223,17 @@ class _Run:
     def _cancel(self, scheduler: Scheduler) -> None:
         """Stop at this file boundary: files in flight go back to pending, uncharged; finished files stay."""
         for plan in scheduler.stop():
-            self.jobs.release_file(self.job_id, plan.path, "cancelled")
+            self.jobs.set_file(self.job_id, plan.path, "pending", "cancelled")
         self.jobs.set_state(self.job_id, "cancelled", error="cancelled")
+        self.jobs.clear_cancel(self.job_id)
         self.report.cancelled = True
 
     def _stopped(self, exc: BaseException) -> None:
         """The run stopped on an error or Ctrl-C: files caught in flight go back to pending for a resume (the
-        catalog prevents doubles). Ctrl-C is an orderly stop, so their attempts are given back."""
+        catalog prevents doubles), uncharged: the run stopped in order (`Scheduler.stop`), it did not die."""
         interrupted = isinstance(exc, KeyboardInterrupt)
         for f in self.jobs.files(self.job_id, states=("running",)):
-            if interrupted:
-                self.jobs.release_file(self.job_id, f.path, "interrupted")
-            else:
-                self.jobs.set_file(self.job_id, f.path, "pending", "interrupted")
+            self.jobs.set_file(self.job_id, f.path, "pending", "interrupted")
         self.jobs.set_state(self.job_id, "cancelled" if interrupted else "failed",
                             error="interrupted" if interrupted else reason_of(exc))
 

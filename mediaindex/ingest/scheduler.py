@@ -39,7 +39,6 @@ class Flight:
     then_at: int = 0
     tasks: set[Task] = field(default_factory=set)
     busy: list[tuple[StageName, float]] = field(default_factory=list)  # (stage, seconds) of finished calls
-    started: bool = False  # a stage has started work on it
 
 
 @dataclass
@@ -52,7 +51,9 @@ class Finished:
 
 @dataclass
 class SchedulerHooks:
-    on_start: Callable[[Plan], None] = lambda plan: None  # the first stage call on a file went out
+    # (plan, True) when a stage call on a file starts and none was running; (plan, False) when its last running
+    # call ended and it waits for the next stage (or the writer).
+    on_work: Callable[[Plan, bool], None] = lambda plan, working: None
     on_dispatch: Callable[[StageName, str], None] = lambda stage, path: None
 
 
@@ -87,6 +88,10 @@ class Scheduler:
         """Drop every call and queued file (the run stops); returns the plans that were in flight."""
         for task in self.running:
             self.executor.cancel(task)
+        for flight in self.flying:
+            if flight.tasks:
+                self.hooks.on_work(flight.plan, False)
+            flight.tasks.clear()
         stopped = [f.plan for f in self.flying]
         self.running.clear()
         self.flying.clear()
@@ -119,10 +124,9 @@ class Scheduler:
                 flight, inputs = queue.popleft()
                 task = self.executor.submit(stage, inputs)
                 self.running[task] = flight
+                if not flight.tasks:
+                    self.hooks.on_work(flight.plan, True)
                 flight.tasks.add(task)
-                if not flight.started:
-                    flight.started = True
-                    self.hooks.on_start(flight.plan)
                 self.hooks.on_dispatch(stage, flight.plan.path)
         if self.flying and not self.running and any(self.ready.values()):
             waiting = sorted({s.value for s, q in self.ready.items() if q})
@@ -135,6 +139,8 @@ class Scheduler:
                 continue
             flight.tasks.discard(task)
             flight.busy.append((task.stage, time.monotonic() - task.started))
+            if not flight.tasks:
+                self.hooks.on_work(flight.plan, False)
             self._advance(flight, task)
 
     def _advance(self, flight: Flight, task: Task) -> None:
@@ -168,9 +174,11 @@ class Scheduler:
         for task, flight in list(self.running.items()):
             if task in self.running and now - task.started > self.timeout:
                 del self.running[task]
-                flight.tasks.discard(task)
                 # A running call cannot be interrupted: its worker is restarted instead.
                 self.executor.restart(task)
+                flight.tasks.discard(task)
+                if not flight.tasks:  # _fail reports the end of its work otherwise
+                    self.hooks.on_work(flight.plan, False)
                 self._fail(flight, StageError(f"timed out after {self.timeout:g} s in the {task.stage.value} stage"))
 
     def _fail(self, flight: Flight, error: StageError) -> None:
@@ -178,6 +186,8 @@ class Scheduler:
         for task in flight.tasks:
             self.running.pop(task, None)
             self.executor.cancel(task)
+        if flight.tasks:
+            self.hooks.on_work(flight.plan, False)
         flight.tasks.clear()
         for stage, queue in self.ready.items():
             self.ready[stage] = deque((f, args) for f, args in queue if f is not flight)

@@ -78,5 +78,13 @@ def _worker_lost(exc: BaseException) -> bool:
     """The worker died (crash, OOM kill, killed actor or node): Ray re-ran the call; a stage error is not that."""
     from ray import exceptions as rx
 
-    return isinstance(exc, rx.RayActorError | rx.WorkerCrashedError | rx.ObjectLostError | rx.OutOfMemoryError
-                      | rx.NodeDiedError)
+    lost = rx.RayActorError | rx.WorkerCrashedError | rx.ObjectLostError | rx.OutOfMemoryError | rx.NodeDiedError
+    # A call whose input was lost fails with a task error that wraps the loss: look through the wrappers.
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, lost):
+            return True
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return False
