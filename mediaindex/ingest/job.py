@@ -12,7 +12,7 @@ from mediaindex.jobs import JobStore
 
 def jobs_store(settings: Settings) -> JobStore:
     """The job records of an index live beside it."""
-    return JobStore(settings.index_dir / "jobs.db")
+    return JobStore.of(settings)
 
 
 def with_summaries(settings: Settings, summaries: bool | None) -> Settings:

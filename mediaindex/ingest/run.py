@@ -78,7 +78,8 @@ class _Run:
         if request.resume:
             self.settings = resumable(jobs, request.resume, request.settings)
             self.job_id = request.resume
-            jobs.clear_cancel(self.job_id)  # resuming a cancelled job asks it to run again
+            if jobs.get(self.job_id).state == "cancelled":  # resuming a cancelled job asks it to run again
+                jobs.clear_cancel(self.job_id)
             skipped = []
         else:
             self.settings = request.settings
@@ -225,7 +226,6 @@ class _Run:
         for plan in scheduler.stop():
             self.jobs.set_file(self.job_id, plan.path, "pending", "cancelled")
         self.jobs.set_state(self.job_id, "cancelled", error="cancelled")
-        self.jobs.clear_cancel(self.job_id)
         self.report.cancelled = True
 
     def _stopped(self, exc: BaseException) -> None:
