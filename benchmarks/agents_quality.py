@@ -177,11 +177,11 @@ def main() -> None:
           flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
-    from mediaindex.agents.llm import LanguageStage, start_llm
+    from mediaindex.agents.llm import ChatEngine, start_llm
 
     t0 = time.perf_counter()
     # In process: the same engine without a Ray actor around it (one process less on a small machine).
-    llm = LanguageStage(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
+    llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
     load = time.perf_counter() - t0
     archive = open_archive(settings)
     names = [Path(f).name for f in FILES]

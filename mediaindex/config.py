@@ -48,6 +48,12 @@ class SpeechSettings(_Section):
     # A window whose detected language is less sure than this is re-checked stretch by stretch (a few
     # seconds of speech each), since two languages may meet in it; sure windows cost no extra pass.
     language_confidence: float = Field(default=0.9, gt=0, le=1)
+    # Who speaks when (Resemblyzer voice embeddings, clustered): each speech segment gets S1, S2, ….
+    # `speakers` fixes how many there are (None: estimated: two voices whose mean voice prints are closer
+    # than `speaker_threshold`, a cosine distance, are one speaker).
+    diarize: bool = True
+    speakers: int | None = Field(default=None, ge=1, le=20)
+    speaker_threshold: float = Field(default=0.25, gt=0, lt=2)
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
     chunk_seconds: float = Field(default=120.0, ge=30.0)

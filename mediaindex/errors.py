@@ -38,6 +38,10 @@ class IndexCorruptError(MediaIndexError):
     """The index files cannot be read."""
 
 
+class TranscriptFormatError(MediaIndexError, ValueError):
+    """A transcript was asked for in a format, or with cue limits, that do not exist."""
+
+
 class MediaTimeoutError(MediaError):
     """Reading a media file took longer than ingest.file_timeout and was stopped."""
 

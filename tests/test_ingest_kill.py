@@ -140,7 +140,7 @@ def test_three_early_kills_give_up_nothing_and_leave_no_ray_processes(tmp_path: 
     _starts_after(left, fourth)
     assert fourth.proc.wait(300) == 0, "\n".join(fourth.lines)
     assert not any("gave up" in line for line in fourth.lines)
-    assert any(line.startswith(f"done: {len(CLIPS)} indexed") for line in fourth.lines), fourth.lines
+    assert any(line.startswith(f"done: {len(CLIPS)} files indexed") for line in fourth.lines), fourth.lines
     final = _files(db, job_id)
     # An attempt per run that died working on the file, plus the one that finished it.
     assert final == {n: ("done", 2 if n in charged else 1) for n in final}

@@ -179,7 +179,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
         display.on_tick(stats)
         display.progress.refresh()
     text = buffer.getvalue()
-    assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
+    assert "job j1" in text and "indexed    /m/a.mp4: 3 segments" in text
     assert "summarised /m/b.mp4: 4 summary and chapter segments added" in text
     assert "0.50 media h" in text and "ETA 0:01:00" in text
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
