@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from mediaindex.cli.progress import plural, summary_line
+from mediaindex.cli.remote_commands import job_lines
 from tests.conftest import REPO, media
 from tests.test_cli import run
 from tests.test_index_cli import cli_index  # noqa: F401  (fixture)
@@ -103,6 +104,13 @@ def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, 
     done = next(line for line in result.stderr.splitlines() if line.startswith("done: "))
     assert done.startswith(f"done: 1 file indexed ({plural(n, 'segment')}), 2 files left out as not media (job"), done
     assert "failed" not in done and "skipped" not in done
+    # The same job, as a server runs it, is told in the same words (the server's job record has no segment counts).
+    job_id = done.rsplit("(job ", 1)[1].rstrip(")")
+    job = json.loads(run("jobs", job_id, "--json", env=env).stdout)
+    told = job_lines(job, verbose=True)
+    assert told[-1] == f"done: 1 file indexed, 2 files left out as not media (job {job_id})", told
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in told
+    assert any(line.startswith(f"indexed    {folder.resolve() / 'jfk.flac'}") for line in told), told
 
     quiet = run("ingest", str(folder), env=env)  # without -v: counted, not listed
     assert quiet.returncode == 0, quiet.stderr

@@ -21,7 +21,7 @@ from tests.conftest import make_settings, media
 def spoken_index(whisper_base, embedder, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
     idx = MediaIndex(make_settings(tmp_path_factory.mktemp("sentences"), cache_dir), embedder.dim, embedder.name)
     words = {}
-    for rel in ("video/auto-editor_example.mp4", "audio/jfk.flac"):
+    for rel in ("video/auto-editor_example.mp4", "audio/jfk.flac", "audio/multilingual.mp3"):
         path = media(rel)
         transcript = whisper_base.transcribe_stream(AudioStream(path, chunk_seconds=120))
         segments = SpeechStage._result(transcript, str(path)).segments
@@ -83,3 +83,14 @@ def test_search_filters_by_speaker(spoken_index, embedder) -> None:
     assert ("speaker", "equals", "S2") in [(c.key, c.kind, c.value) for c in conditions(SearchFilters(speaker="S2"))]
     with pytest.raises(ValueError, match="speaker must be a non-empty string"):
         SearchFilters(speaker=" ")
+
+
+def test_each_half_of_a_bilingual_file_is_found_in_its_language(spoken_index, embedder) -> None:
+    index, _ = spoken_index
+    german = search(index, embedder, "das Recht, die Software zu verwenden und zu veröffentlichen", limit=3)[0]
+    assert german.video_id == "multilingual" and german.language == "de" and german.start >= 29.5
+    assert german.end - german.start <= 12
+    english = search(index, embedder, "permission is hereby granted, free of charge", limit=3)[0]
+    assert english.video_id == "multilingual" and english.language == "en" and english.end <= 29.5
+    only_german = search(index, embedder, "software", limit=10, filters=SearchFilters(language="de"))
+    assert only_german and all(h.language == "de" and h.start >= 29.5 for h in only_german)

@@ -106,7 +106,7 @@ def ingest(
                             "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
             from mediaindex.cli.remote_commands import remote_ingest
 
-            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err))
+            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc

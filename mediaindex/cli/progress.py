@@ -24,11 +24,12 @@ def not_media(o: FileOutcome) -> bool:
     return o.status == "skipped" and o.reason.startswith(NOT_MEDIA)
 
 
-def summary_line(indexed: int, segments: int, summarised: int, unchanged: int, skipped: int, failed: int,
+def summary_line(indexed: int, segments: int | None, summarised: int, unchanged: int, skipped: int, failed: int,
                  left_out: int, job_id: str, verbose: bool = False) -> str:
     """The last line of an ingest: every count named once, in the words of the lines above it, parts with
-    nothing to say left out."""
-    parts = [f"{plural(indexed, 'file')} indexed ({plural(segments, 'segment')})"] if indexed else []
+    nothing to say left out (segments: None when not known, as for a job run by a server)."""
+    counted = f" ({plural(segments, 'segment')})" if segments is not None else ""
+    parts = [f"{plural(indexed, 'file')} indexed{counted}"] if indexed else []
     if summarised:
         parts.append(f"{summarised} summarised")
     if unchanged:
