@@ -104,12 +104,12 @@ class ThreadBound:
 
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
 
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([media / f for f in FILES], settings, index)
+        report = ingest(IngestRequest(settings, [media / f for f in FILES]), index)
     print(f"ingested {len(report.indexed)} of {len(FILES)} files")
 
 
@@ -199,11 +199,11 @@ def main() -> None:
           flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
-    from mediaindex.agents.llm import LanguageStage, start_llm
+    from mediaindex.agents.llm import ChatEngine, start_llm
 
     t0 = time.perf_counter()
     # In process: the same engine without a Ray actor around it (one process less on a small machine).
-    llm = LanguageStage(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
+    llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
     load = time.perf_counter() - t0
     io = ThreadPoolExecutor(max_workers=1)
     archive = io.submit(open_archive, settings).result()

@@ -45,10 +45,10 @@ def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) ->
 
 @pytest.fixture(scope="module")
 def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     index = MediaIndex(agent_settings, embedder.dim, embedder.name)
-    report = ingest([media(s) for s in SAMPLES], agent_settings, index, pipeline=pipeline)
+    report = ingest(IngestRequest(agent_settings, [media(s) for s in SAMPLES]), index, pipeline)
     assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
     yield Archive(index, embedder)
     index.close()
