@@ -95,12 +95,12 @@ slow = pytest.mark.slow
 @pytest.fixture(scope="module")
 def transcript_index(tmp_path_factory: pytest.TempPathFactory, pipeline, embedder, cache_dir: Path):
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     settings = make_settings(tmp_path_factory.mktemp("transcript-index"), cache_dir)
     clip = media("audio/jfk.flac")
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([clip, media("video/cockatoo.mp4")], settings, index, pipeline=pipeline)
+        report = ingest(IngestRequest(settings, [clip, media("video/cockatoo.mp4")]), index, pipeline)
         assert len(report.indexed) == 2
         ids = {Path(o.path).name: o.video_id for o in report.indexed}
     return settings.index_dir, ids
