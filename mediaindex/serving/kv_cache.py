@@ -1,7 +1,9 @@
 """Paged K/V storage: per layer, [num_pages, page_size, kv_heads, head_dim] for K and V.
 
 FP8 pages are stored as uint8 bytes and viewed as float8_e4m3fn; each (layer, kv head) has one scale for K and one
-for V, computed from the first data written to that layer (amax with headroom). Values beyond the range saturate.
+for V, computed from the first data written to that layer (amax with headroom). The engine makes that first write
+a fixed calibration pass at load (`serving.calibration`), so scales never depend on traffic. Values beyond the
+range saturate.
 """
 
 from __future__ import annotations
