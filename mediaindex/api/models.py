@@ -101,6 +101,11 @@ class SummarizeRequest(_Strict):
     recompute: bool = Field(default=False, description="Run the model even when a summary was stored at ingest")
 
 
+class AskRequest(_Strict):
+    question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
+    video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
+
+
 class JobFileOut(BaseModel):
     path: str
     state: str
@@ -120,6 +125,8 @@ class JobOut(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     files: list[JobFileOut] = Field(default_factory=list)
     url: str
+    # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files.
+    cancel_requested: bool = False
 
 
 class HealthOut(BaseModel):

@@ -6,12 +6,17 @@ from dataclasses import replace
 
 from mediaindex.segments import Hit
 
+# A neighbouring hit widens a moment only when it matches nearly as well as the moment's best hit;
+# weaker neighbours (every sentence of a file is some candidate) are absorbed without stretching it,
+# so sentence-sized hits do not grow back into paragraphs.
+STRETCH_RATIO = 0.85
+
 
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
     """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
 
     A moment keeps its best hit's score, snippet, modality and thumbnail (or the first thumbnail any
-    of its hits has) and spans the union of their time ranges.
+    of its hits has) and spans the union of the time ranges of the hits that match about as well.
     """
     moments: dict[str, list[Hit]] = {}
     for hit in sorted(hits, key=lambda h: -h.score):
@@ -21,7 +26,7 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
             if hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len:
                 # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
                 # absorbed but does not stretch the moment away from what was actually matched.
-                if hit.modality == m.modality:
+                if hit.modality == m.modality and hit.score >= STRETCH_RATIO * m.score:
                     mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
                 break
         else:

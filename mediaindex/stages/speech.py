@@ -91,7 +91,7 @@ class SpeechStage:
         for seg in transcript.segments:
             result.segments.append(Segment(
                 video_id="", source=source, start=seg.start, end=seg.end,
-                modality="speech", text=seg.text, language=transcript.language,
+                modality="speech", text=seg.text, language=seg.language or transcript.language,
                 confidence=seg.avg_logprob, thumbnail=None,
                 extra={"words": [[w.start, w.end, w.text] for w in seg.words],
                        "no_speech_prob": round(seg.no_speech_prob, 4)},

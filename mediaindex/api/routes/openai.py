@@ -304,7 +304,8 @@ def _tool_calls(text: str, forced: bool, tools: list[Tool] | None) -> list[dict[
 
 # -- routes -----------------------------------------------------------------------------------------------------
 
-router = APIRouter(prefix="/v1", tags=["openai"])
+# Not in this API's OpenAPI schema: these routes follow OpenAI's published API and error shape instead.
+router = APIRouter(prefix="/v1", tags=["openai"], include_in_schema=False)
 
 
 @router.get("/models")
