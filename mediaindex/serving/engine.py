@@ -18,7 +18,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mediaindex.serving.attention import unsupported_features
 from mediaindex.serving.block_manager import BlockManager
-from mediaindex.serving.calibration import CALIBRATION_TOKENS, calibration_ids
 from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import (
     InvalidRequestError,
@@ -139,8 +138,6 @@ class LLMEngine:
         self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids(model)
         self.guides = GuideCompiler(tokenizer, self.vocab_size, self.eos_ids)
-        if self.kv_cache.is_fp8:
-            self._calibrate_kv_scales()
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._lock = threading.RLock()
@@ -186,17 +183,6 @@ class LLMEngine:
             elif isinstance(eos, (list, tuple)):
                 ids.update(int(e) for e in eos)
         return ids
-
-    def _calibrate_kv_scales(self) -> None:
-        """Fix the FP8 scales from one pass over the fixed calibration text, so they never depend on traffic."""
-        n = min(CALIBRATION_TOKENS, self.max_model_len - 1, self.block_manager.num_pages * self.config.page_size)
-        ids = [t % self.vocab_size for t in calibration_ids(self.tokenizer, max(1, n))]
-        seq = Sequence("kv-scale-calibration", ids, SamplingParams(max_tokens=1))
-        ok = self.block_manager.ensure_capacity(seq, len(ids))
-        assert ok, "the calibration length was capped at the pool size"
-        self.runner.run([(seq, len(ids))])  # the first write of each layer sets its scales (PagedKVCache.write)
-        self.block_manager.free_seq(seq)  # never registered for prefix sharing: nothing can reuse these pages
-        assert all(self.kv_cache.calibrated)
 
     # -- requests -----------------------------------------------------------------------------------------------
     def _encode(self, prompt: Prompt) -> list[int]:
@@ -302,7 +288,7 @@ class LLMEngine:
             dtype=torch.int64,
             device=self.kv_cache.device,
         )
-        # One write per layer for the whole group (FP8 scales were fixed at load, see _calibrate_kv_scales).
+        # One write per layer for the whole group.
         for layer in range(self.kv_cache.layout.num_layers):
             k = torch.cat([req.k[layer] for _, req in admitted]).to(self.kv_cache.device)
             v = torch.cat([req.v[layer] for _, req in admitted]).to(self.kv_cache.device)
