@@ -1,12 +1,14 @@
 """Cost of the data-path KV integrity check as a share of decode step time, at long context.
 
-    python benchmarks/integrity_overhead.py --requests 16 64 128 --context 4096 --steps 3 [--device cuda]
+    python benchmarks/integrity_overhead.py --requests 16 64 128 --context 4096 --steps 3 [--layers 8] [--device cuda]
 
 One engine (SmolLM2-135M-Instruct, FP8 pages unless --kv-dtype says otherwise) with checks on. For each batch size,
 that many requests are placed in the engine with `context` tokens already in their pages (pages allocated through
 the block manager, so tags and records are the real ones; their K/V content does not matter for timing), and the
 engine decodes `steps` tokens for all of them, alternately with the check on and off (the runner's tracker swapped;
-both see the same pages). Reported: host time inside the check (building the expected tags, launching the
+both see the same pages). `--layers N` keeps only the first N decoder layers, to fit the KV of 128 x 4k tokens in
+a small machine's memory; a shorter step makes the check's share larger, so the share is then an upper bound.
+Reported: host time inside the check (building the expected tags, launching the
 comparison, reading the verdict) per step, and as a share of the step time with checks on. On CUDA the check's
 device work overlaps the step; its share there is what the host spends launching it.
 """
@@ -76,12 +78,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-dtype", default="fp8_e4m3")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--layers", type=int, default=0, help="keep only the first N decoder layers (0 = all)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     model, tok = load_smollm2()
+    if args.layers:
+        model.model.layers = model.model.layers[: args.layers]
+        model.config.num_hidden_layers = args.layers
     report: dict[str, object] = {"machine": machine(), "context": args.context, "kv_dtype": args.kv_dtype,
+                                 "layers": model.config.num_hidden_layers,
                                  "device": args.device, "results": {}}
     for n in args.requests:
         pages = n * -(-(args.context + 4 * args.steps + 4) // 16) + 64
