@@ -679,7 +679,7 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API and the web page."""
+    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
     import uvicorn
 
     from mediaindex.api import create_app
