@@ -8,6 +8,7 @@ call's thread is left to finish and its result dropped.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -106,7 +107,7 @@ class InProcessPipeline:
         self.settings = settings
         self.stages = stages or default_stages(settings)
         self.factories: dict[StageName, Callable[[], Any]] = {
-            spec.name: (lambda spec=spec: spec.build(settings)) for spec in self.stages}
+            spec.name: functools.partial(spec.build, settings) for spec in self.stages}
         self.built = {spec.name: [self.factories[spec.name]() for _ in range(spec.workers)] for spec in self.stages}
 
     def executor(self) -> InProcessExecutor:

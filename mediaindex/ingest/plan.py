@@ -12,6 +12,7 @@ from mediaindex.config import Settings
 from mediaindex.index.catalog import Catalog, VideoRecord, content_hash
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
+from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobFile
 
 
@@ -54,7 +55,7 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
     return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")
 
 
-def _unchanged(catalog: Catalog, path: Path) -> bool:
+def _unchanged(catalog: Catalog | PerThreadCatalog, path: Path) -> bool:
     """Same size and mtime as when indexed, or the same bytes (then the mtime is refreshed)."""
     record = catalog.by_source(str(path))
     if record is None:
