@@ -346,6 +346,9 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
     assert not accepts(later, "He says banana.")  # an answer cites
     assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+    last = later_turn_grammar(["[abc@1.0-2.0]"], ["abc"], "NOT FOUND", calls=False)
+    assert accepts(last, "He says banana. [abc@1.0-2.0]") and accepts(last, "NOT FOUND")
+    assert not accepts(last, search_call("banana", video_id="abc"))  # the last step answers
     # A call written as prose (a small model's habit) is not an answer.
     assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
 

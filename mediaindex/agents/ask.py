@@ -202,7 +202,9 @@ def _turn_guide(run: _Run) -> str | None:
     # Only moments the answer check would accept are offered as citations; with none, the turn is a call or
     # NOT FOUND.
     cites = [cite(h.video_id, h.start, h.end) for h in ranked if _related(run, h)]
-    return later_turn_grammar(cites, ids, NOT_FOUND)
+    # The last step answers: a model that would search on past its steps gives its answer (or NOT FOUND) instead.
+    last = run.steps >= run.settings.max_steps
+    return later_turn_grammar(cites, ids, NOT_FOUND, calls=not last)
 
 
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
