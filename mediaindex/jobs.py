@@ -7,6 +7,7 @@ The CLI and the HTTP API share these records.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import sqlite3
@@ -226,7 +227,7 @@ class JobStore:
         if cur.rowcount == 0:
             raise JobNotFound(job_id)
 
-    def files(self, job_id: str, states: tuple[str, ...] | None = None) -> list[JobFile]:
+    def files(self, job_id: str, states: tuple[str, ...] | None = None) -> builtins.list[JobFile]:
         self.get(job_id)
         rows = self._db.execute(
             "SELECT path, state, reason, attempts, video_id, meta FROM job_files WHERE job_id = ? ORDER BY seq",

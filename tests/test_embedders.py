@@ -138,7 +138,7 @@ def test_cli_refuses_an_unknown_model_to_fetch(tmp_path: Path) -> None:
     env = {**os.environ, "MEDIAINDEX_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "mediaindex", "models", "fetch", "clip"], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=120)
-    assert done.returncode == 2 and "not a model to fetch" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "no bundled language model 'clip'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_another_embedders_index_needs_a_reset(tmp_path: Path, cache_dir: Path) -> None:

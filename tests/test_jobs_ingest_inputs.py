@@ -117,7 +117,8 @@ def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive:
     assert jobs.list() == []
     job_id = create_job(jobs, settings, [archive, tmp_path / "gone.mp4"], include=["*.flac"])
     states = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
-    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found")}
+    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found"),
+                      "notes.txt": ("skipped", "unsupported type (.txt)")}
     assert jobs.get(job_id).params["include"] == ["*.flac"]
 
 
@@ -176,7 +177,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
         display.on_tick(stats)
         display.progress.refresh()
     text = buffer.getvalue()
-    assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
+    assert "job j1" in text and "indexed    /m/a.mp4: 3 segments" in text
     assert "summarised /m/b.mp4: 4 summary and chapter segments added" in text
     assert "0.50 media h" in text and "ETA 0:01:00" in text
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors

@@ -29,7 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mediaindex.agents.ask import AgentInputError, ask
+from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError, ask
+from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.llm import ChatModel, DisaggregatedChat, RemoteLLM, start_llm
 from mediaindex.agents.render import answer_markdown, summary_markdown
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
@@ -85,6 +86,9 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
 def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
     if not isinstance(question, str) or not question.strip():
         raise AgentInputError("the question is empty")
+    if len(question.strip()) > MAX_QUESTION_CHARS:
+        raise AgentInputError(f"the question is too long ({len(question.strip())} characters, at most "
+                              f"{MAX_QUESTION_CHARS})")
     store = JobStore.of(settings)
     try:
         return store.create(ASK, {"question": question.strip(), "video": video}).id
@@ -93,19 +97,25 @@ def submit_ask(settings: Settings, question: str, video: str | None = None) -> s
 
 
 def run_summarize_job(settings: Settings, job_id: str, llm: ChatModel | None = None,
-                      archive: Archive | None = None) -> Job:
+                      archive: Archive | None = None, on_event: OnEvent = ignore) -> Job:
     def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
         video = str(params.get("video") or "")
         out = None if params.get("recompute") else stored_summary(arc, video)
-        out = out or summarize(video, arc, model(), settings.llm)
+        if out is None:
+            on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+            out = summarize(video, arc, model(), settings.llm, on_event)
         return validate_output(out), summary_markdown(out)
 
     return _run(settings, job_id, SUMMARIZE, work, llm, archive)
 
 
-def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, archive: Archive | None = None) -> Job:
+def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, archive: Archive | None = None,
+                on_event: OnEvent = ignore) -> Job:
     def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
-        out = ask(str(params.get("question") or ""), arc, model(), settings.llm, video=params.get("video"))
+        on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+        chat = model()
+        out = ask(str(params.get("question") or ""), arc, chat, settings.llm, video=params.get("video"),
+                  on_event=on_event)
         return validate_output(out), answer_markdown(out)
 
     return _run(settings, job_id, ASK, work, llm, archive)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -111,6 +112,8 @@ class Archive:
     index: MediaIndex
     embedder: TextEmbedder
     _segments: dict[str, list[Hit]] = field(default_factory=dict)
+    # Jobs may share one archive from several threads (their model calls share one batch); reads take turns.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def video(self, video_id: str) -> VideoRecord | None:
         return self.index.catalog.get(video_id)
@@ -132,6 +135,10 @@ class Archive:
 
     def segments(self, video_id: str) -> list[Hit]:
         """Every indexed segment of a video, in time order (cached per job)."""
+        with self._lock:
+            return self._segments_of(video_id)
+
+    def _segments_of(self, video_id: str) -> list[Hit]:
         if video_id not in self._segments:
             hits = [hit_from_payload(p, 0.0) for p in self.index.store.segments_of(video_id)]
             self._segments[video_id] = sorted(self._clamp(hits), key=lambda h: (h.start, h.end, h.modality))
@@ -144,7 +151,8 @@ class Archive:
         from mediaindex.index.search import search
 
         filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
-        return self._clamp(search(self.index, self.embedder, query, limit=limit, filters=filters))
+        with self._lock:
+            return self._clamp(search(self.index, self.embedder, query, limit=limit, filters=filters))
 
     def _clamp(self, hits: list[Hit]) -> list[Hit]:
         """Speech segments can end a little after the container's duration; moments never do."""

@@ -58,6 +58,12 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
         # The page holds no data: it loads everything through the (key-checked) API.
         return FileResponse(WEB_DIR / "index.html", media_type="text/html")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico on every page load; an SVG icon answers it.
+        return FileResponse(WEB_DIR / "favicon.svg", media_type="image/svg+xml",
+                            headers={"Cache-Control": "max-age=86400"})
+
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     api = settings.api
     app.add_middleware(BodyLimit, limit=api.max_body_bytes, upload_limit=api.max_upload_bytes,

@@ -23,6 +23,7 @@ class Filters(_Strict):
     video_id: str | None = Field(default=None, max_length=64)
     modality: Modality | None = None
     language: str | None = Field(default=None, max_length=16)
+    speaker: str | None = Field(default=None, max_length=16, description="Only speech of this speaker (S1, S2, …)")
 
 
 class SearchRequest(_Strict):
@@ -40,6 +41,7 @@ class HitOut(BaseModel):
     modality: str
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="Who speaks in a speech hit: S1, S2, … within one file")
     thumbnail: str | None = Field(default=None, description="Path relative to the index's thumbnail folder")
     title: str = Field(description="The media file's name")
     thumbnail_url: str | None = None
@@ -69,11 +71,27 @@ class VideoOut(BaseModel):
     thumbnail_url: str | None = None
 
 
+class LibraryVideoOut(VideoOut):
+    kinds: dict[str, int] = Field(default_factory=dict, description="Segments per kind: speech, ocr, visual, …")
+
+
+class LibraryOut(BaseModel):
+    files: int = Field(description="Files in the index")
+    segments: int = Field(description="Segments in the index, all kinds")
+    duration: float = Field(description="Seconds of media in the index")
+    offset: int
+    limit: int
+    videos: list[LibraryVideoOut] = Field(description="This page of files, by path")
+    examples: list[str] = Field(description="A few queries taken from what the index holds")
+    keys_required: bool = Field(description="Whether this server asks for API keys")
+
+
 class TranscriptLine(BaseModel):
     start: float
     end: float
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="S1, S2, … within one file (diarization)")
 
 
 class VideoDetail(VideoOut):
@@ -99,6 +117,11 @@ class SummarizeRequest(_Strict):
     video_id: str = Field(min_length=1, max_length=64)
     instructions: str | None = Field(default=None, max_length=2000)
     recompute: bool = Field(default=False, description="Run the model even when a summary was stored at ingest")
+
+
+class AskRequest(_Strict):
+    question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
+    video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
 
 
 class JobFileOut(BaseModel):

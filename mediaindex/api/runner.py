@@ -104,6 +104,8 @@ class JobRunner:
             self._ingest(job_id, job.params)
         elif job.kind == "summarize":
             self._summarize(job_id, job.params)
+        elif job.kind == "ask":
+            self._ask(job_id)
         else:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
@@ -158,3 +160,10 @@ class JobRunner:
         from mediaindex.agents.tools import Archive
 
         run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))
+
+    def _ask(self, job_id: str) -> None:
+        """A question, on this server's open index (the job records its answer or why it failed)."""
+        from mediaindex.agents import run_ask_job
+        from mediaindex.agents.tools import Archive
+
+        run_ask_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))

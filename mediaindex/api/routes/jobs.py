@@ -19,7 +19,15 @@ from fastapi.responses import JSONResponse
 
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import SUMMARIES_DOC, ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
+from mediaindex.api.models import (
+    SUMMARIES_DOC,
+    AskRequest,
+    ErrorOut,
+    IngestRequest,
+    JobFileOut,
+    JobOut,
+    SummarizeRequest,
+)
 from mediaindex.api.state import ApiState
 from mediaindex.ingest.discover import MEDIA_SUFFIXES, discover
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
@@ -163,6 +171,17 @@ def summarize(request: Request, body: SummarizeRequest) -> JSONResponse:
     # "video" is what the summarization job reads; the rest is kept for the record.
     params = {**body.model_dump(), "video": body.video_id}
     job, joined = _queue(state, "summarize", params)
+    return _accepted(state, job, joined)
+
+
+@router.post("/ask", status_code=202, response_model=JobOut,
+             responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+def ask(request: Request, body: AskRequest) -> JSONResponse:
+    """Answer a question with cited moments (or say it is not in the archive) as a background job."""
+    state = get_state(request)
+    if body.video_id is not None and state.index.catalog.get(body.video_id) is None:
+        raise ApiError(404, f"no video with id {body.video_id!r} in the index")
+    job, joined = _queue(state, "ask", {"question": body.question.strip(), "video": body.video_id})
     return _accepted(state, job, joined)
 
 
