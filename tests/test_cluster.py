@@ -166,7 +166,7 @@ def _cli_env(tmp_path: Path, cache_dir: Path, cluster: RayCluster, token: str | 
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=token or cluster.token,
     )
-    env.update({f"MEDIAINDEX_RAY__{stage}_CPUS": cpus for stage, cpus in STAGE_CPUS.items()})
+    env.update({f"MEDIAINDEX_RAY__STAGES__{stage}__CPUS": cpus for stage, cpus in STAGE_CPUS.items()})
     return env
 
 

@@ -100,7 +100,7 @@ class VideoDetail(VideoOut):
 
 
 SUMMARIES_DOC = (
-    "Summarise every file with chapters, as searchable `summary` and `chapter` segments (the language stage; "
+    "Summarise every file with chapters, as searchable `summary` and `chapter` segments (the summary stage; "
     "`mediaindex ingest --summaries` / `--no-summaries`). A file that is already indexed and unchanged but has no "
     "summary gets one from the index, without being indexed again. Omitted or null: the server's "
     "`ingest.summaries` setting.")

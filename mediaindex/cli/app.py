@@ -90,6 +90,7 @@ def ingest(
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
     from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
+    from mediaindex.ingest.run import IngestHooks, IngestRequest
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -112,10 +113,11 @@ def ingest(
     display = IngestDisplay(err, verbose=verbose)
     try:
         with display:
-            report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
-                                on_plan=display.on_plan, manifests=list(manifest or []), include=list(include or []),
-                                exclude=list(exclude or []), resume=resume, on_tick=display.on_tick,
-                                on_job=display.on_job)
+            request = IngestRequest(settings, list(paths or []), list(manifest or []), list(include or []),
+                                    list(exclude or []), resume=resume)
+            hooks = IngestHooks(on_job=display.on_job, on_plan=display.on_plan, on_file=display.on_file,
+                                on_tick=display.on_tick)
+            report = run_ingest(request, media_index, hooks=hooks)
     except KeyboardInterrupt:
         hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
         err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
@@ -693,7 +695,7 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API and the web page."""
+    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
     import uvicorn
 
     from mediaindex.api import create_app
