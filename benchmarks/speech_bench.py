@@ -84,6 +84,7 @@ def model_at(rev: str, settings: SpeechSettings, cache: Path):
                             capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader(f"speech_at_{rev}", loader=None)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     exec(compile(source, f"speech.py@{rev}", "exec"), module.__dict__)  # noqa: S102
     return module.SpeechModel(settings, cache)
 
