@@ -23,6 +23,9 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU
 	# extra and the test extra (Triton's interpreter runs the decode kernel's tests) bring it back.
 	$(PIP) uninstall --quiet --yes triton
+	# Resemblyzer (speaker diarization; its weights are in the wheel) declares webrtcvad, a source build,
+	# and the `typing` backport; pyproject lists what it really imports (librosa, webrtcvad-wheels, scipy).
+	$(PIP) install --quiet --no-deps resemblyzer==0.1.4
 	touch $@
 
 # The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime.
@@ -34,9 +37,11 @@ install: $(VENV)/.runtime
 install-test: $(VENV)/.test
 
 # The web page is tested in Debian's Chromium (never a downloaded browser); without it those tests skip.
+# fonts-noto-cjk: Chinese, Japanese and Korean text on the page needs a font with those glyphs (a test checks).
 browser:
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-	  || echo "chromium could not be installed: the browser tests will be skipped"
+	@(command -v chromium >/dev/null && fc-list :lang=ko | grep -q .) \
+	  || (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk >/dev/null) \
+	  || echo "chromium or fonts-noto-cjk could not be installed: the browser tests will be skipped or fail"
 
 demo: install
 	$(BIN)/mediaindex ingest "$(MEDIA)" --index "$(DEMO_INDEX)"

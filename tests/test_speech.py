@@ -171,3 +171,22 @@ def test_a_transcript_made_beside_the_decode_joins_its_item() -> None:
     assert video.notes == ["audio skipped: audio cannot be decoded: broken"] and not video.segments
     with pytest.raises(MediaError, match="audio cannot be decoded: broken"):
         failed.join(_item(media("audio/jfk.flac"), []))
+
+
+@pytest.mark.slow
+def test_subtitles_of_every_sample_file_fit_the_limits(whisper_base: SpeechModel) -> None:
+    """Every sample file with sound: cues within 2 lines of 42 characters and 7 s, words and times the transcript's."""
+    from mediaindex.index.transcript import CueLimits
+    from mediaindex.stages.speech import SpeechStage
+    from tests.conftest import MEDIA
+    from tests.test_speech_export import check_cues
+
+    spoken = 0
+    for path in sorted(p for d in ("audio", "video") for p in (MEDIA / d).iterdir() if p.is_file()):
+        if not probe(path).has_audio:
+            continue
+        segments = [s.payload() for s in SpeechStage._result(_stream(str(path.relative_to(MEDIA)), whisper_base),
+                                                              str(path)).segments]
+        check_cues(segments, CueLimits())
+        spoken += bool(segments)
+    assert spoken >= 12

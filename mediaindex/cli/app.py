@@ -84,9 +84,13 @@ def ingest(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
         "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
+        "media (pictures, subtitles, notes).")] = False,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
+    from mediaindex.ingest.run import IngestHooks, IngestRequest
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -102,17 +106,18 @@ def ingest(
                             "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
             from mediaindex.cli.remote_commands import remote_ingest
 
-            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err))
+            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    display = IngestDisplay(err)
+    display = IngestDisplay(err, verbose=verbose)
     try:
         with display:
-            report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
-                                on_plan=display.on_plan, manifests=list(manifest or []), include=list(include or []),
-                                exclude=list(exclude or []), resume=resume, on_tick=display.on_tick,
-                                on_job=display.on_job)
+            request = IngestRequest(settings, list(paths or []), list(manifest or []), list(include or []),
+                                    list(exclude or []), resume=resume)
+            hooks = IngestHooks(on_job=display.on_job, on_plan=display.on_plan, on_file=display.on_file,
+                                on_tick=display.on_tick)
+            report = run_ingest(request, media_index, hooks=hooks)
     except KeyboardInterrupt:
         hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
         err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
@@ -122,11 +127,12 @@ def ingest(
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
-    summarised, failed = len(report.by_status("summarised")), len(report.failed)
-    # Shown only when there are any: the line of a run without summaries reads as it always did.
-    added = f", {summarised} summarised" if summarised else ""
-    err.print(f"done: {indexed} indexed{added}, {unchanged} unchanged, {failed} failed or skipped "
-              f"(job {report.job_id})", highlight=False)
+    left_out = sum(map(not_media, report.outcomes))
+    skipped = len(report.by_status("skipped")) - left_out
+    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), len(report.by_status("summarised")),
+                           unchanged, skipped, len(report.by_status("failed")), left_out, report.job_id, verbose),
+              highlight=False, markup=False, soft_wrap=True)
+    summarised = len(report.by_status("summarised"))
     if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
@@ -237,6 +243,7 @@ def search(
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="Only speech of this speaker (S1, S2, … within a file).")] = None,
     after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
@@ -256,15 +263,16 @@ def search(
     try:
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
-                                start=after, end=before)
+                                speaker=speaker, start=after, end=before)
         settings = _settings(config, index)
         if (server := _server(settings)) is not None:
             from mediaindex.cli.remote_commands import remote_search
 
             if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
                 raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
-                            "query, --limit, --video, --modality and --language only")
-            _print_hits(remote_search(server, query or "", limit, video, modality, language), as_json)
+                            "query, --limit, --video, --modality, --language and --speaker only")
+            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json,
+                        settings.thumbs_dir)
             return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
@@ -281,22 +289,27 @@ def search(
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    _print_hits([h.to_dict() for h in hits], as_json)
+    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir)
 
 
-def _print_hits(hits: list[dict], as_json: bool) -> None:
+def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
     if as_json:
+        for h in hits:  # absolute paths, as the source is
+            if h.get("thumbnail"):
+                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
         print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no hits")
+        out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
         return
+    bands = any(h.get("band") for h in hits)  # the search's confidence, where it gives one
     table = Table(show_lines=False)
-    for col in ("score", "file", "time", "modality", "text"):
-        table.add_column(col)
+    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
+        table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(f"{h['score']:.3f}", Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"],
-                      h["text"][:120])
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                      Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], text)
     out.print(table)
 
 
@@ -327,36 +340,109 @@ def _ts(t: float) -> str:
 
 @app.command()
 def transcript(
-    video: Annotated[str, typer.Argument(help="An ingested media file's path, or its video id.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt or json.")] = "srt",
+    video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt, json, txt or tsv.")] = "srt",
+    max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in characters (srt, vtt).")] = 42,
+    max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
+    save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
+                                       "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
+    speakers: Annotated[int | None, typer.Option("--speakers", help="How many people speak (default: estimated); "
+                                                 "for a file transcribed now.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Print the transcript of an indexed file (from its stored speech segments)."""
-    from mediaindex.index.transcript import FORMATS, export
+    """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
+    written unless --save)."""
+    from mediaindex.index.transcript import CueLimits, check_format, export
+    from mediaindex.models.speakers import check_speakers
 
-    if fmt not in FORMATS:
-        raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     try:
+        check_format(fmt)
+        limits = CueLimits(max_line_width=max_line_width, max_line_count=max_line_count)
+        check_speakers(speakers)
         settings = _settings(config, index)
-        media_index, _ = _open_existing(settings)
-        try:
-            path = Path(video).expanduser()
-            record = media_index.catalog.get(video) or (
-                media_index.catalog.by_source(str(path.resolve())) if path.name else None)
-            if record is None:
-                raise _fail(f"{video}: not in the index at {settings.index_dir} (neither an ingested path nor a video id)")
-            segments = media_index.store.segments_of(record.video_id, modality="speech")
-        finally:
-            media_index.close()
+        if speakers is not None:
+            settings = settings.model_copy(update={"speech": settings.speech.model_copy(
+                update={"speakers": speakers, "diarize": True})})
+        found = _indexed_transcript(settings, video)
+        path = Path(video).expanduser()
+        if found is None and path.is_file() and save:
+            ingest(paths=[path], index=settings.index_dir, config=config)
+            found = _indexed_transcript(settings, video)
+        if found is None:
+            if not path.is_file():
+                where = f"not in the index at {settings.index_dir}" if _has_index(settings) else "no index yet"
+                raise _fail(f"{video}: no such file, and not an indexed video id ({where})")
+            segments, meta = _transcribe_now(settings, path)
+        else:
+            segments, meta = found
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    meta = {"source": record.source, "video_id": record.video_id, "language": record.language,
-            "duration": record.duration}
     if not segments:
-        err.print(f"{record.source}: no speech was found in this file", highlight=False, markup=False)
-    sys.stdout.write(export(segments, fmt, meta))
+        err.print(f"{meta['source']}: no speech was found in this file", highlight=False, markup=False)
+    sys.stdout.write(export(segments, fmt, meta, limits))
     sys.stdout.flush()
+
+
+def _has_index(settings: Settings) -> bool:
+    return (settings.index_dir / "schema.json").exists()
+
+
+def _indexed_transcript(settings: Settings, video: str):  # -> tuple[list[dict], dict] | None
+    """The stored speech segments and facts of an indexed file (by path or video id), or None."""
+    if not _has_index(settings):
+        return None
+    from mediaindex.index.catalog import Catalog
+
+    path = Path(video).expanduser()
+    db = settings.index_dir / "catalog.db"
+    catalog = Catalog(db) if db.exists() else None
+    if catalog is not None:  # a cheap look first: the index (and its embedder) opens only for a known file
+        try:
+            known = catalog.get(video) or (catalog.by_source(str(path.resolve())) if path.name else None)
+        finally:
+            catalog.close()
+        if known is None:
+            return None
+    media_index, _ = _open_existing(settings)
+    try:
+        record = media_index.catalog.get(video) or (
+            media_index.catalog.by_source(str(path.resolve())) if path.name else None)
+        if record is None:
+            return None
+        segments = media_index.store.segments_of(record.video_id, modality="speech")
+    finally:
+        media_index.close()
+    return segments, {"source": record.source, "video_id": record.video_id, "language": record.language,
+                      "duration": record.duration}
+
+
+def _transcribe_now(settings: Settings, path: Path):  # -> tuple[list[dict], dict]
+    """Transcribe a file that is not indexed, showing progress on a terminal; nothing is written."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mediaindex.errors import MediaError
+    from mediaindex.media.probe import probe
+    from mediaindex.stages.speech import SpeechStage
+
+    source = str(path.resolve())
+    info = probe(source)
+    if not info.has_audio:
+        raise MediaError(source, "has no audio track: nothing to transcribe")
+    progress = Progress(TextColumn("[bold]transcribe"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+                        TimeElapsedColumn(), console=err, disable=not err.is_terminal, transient=True)
+    with progress:
+        task = progress.add_task("", total=max(info.duration or 0.0, 1.0))
+        progress.update(task, description="loading the speech model")
+        stage = SpeechStage(settings)
+        result = stage.transcribe_file(source, info, on_progress=lambda done: progress.update(task, completed=done))
+    if result.failure:
+        raise MediaError(source, result.failure)
+    for note in result.notes:
+        if note != "no speech found":
+            err.print(f"note: {note}", highlight=False, markup=False)
+    segments = [s.payload() for s in result.segments]
+    return segments, {"source": source, "video_id": None, "language": result.language, "duration": info.duration}
 
 
 models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")
@@ -387,14 +473,14 @@ def models_fetch(
 
 
 @models_app.callback(invoke_without_command=True)
-def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
+def models(ctx: typer.Context, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     if ctx.invoked_subcommand is not None:
         return
     from mediaindex.models.registry import check_models
 
     try:
-        settings = load_settings(config)
+        settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     table = Table()
@@ -402,7 +488,7 @@ def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
         table.add_column(col)
     ok = True
     for role, configured, status in check_models(settings):
-        ok &= status.startswith("ok")
+        ok &= not status.startswith("error")  # a role switched off is not a failure
         table.add_row(role, configured, status)
     out.print(table)
     if not ok:
@@ -511,10 +597,21 @@ def index_stats(
     if as_json:
         print(json.dumps(stats, indent=2))
         return
-    out.print(f"{stats['files']} files, {stats['points']} segments in {media_index.dir}", highlight=False)
+    from mediaindex.cli.progress import plural
+
+    out.print(f"{plural(stats['files'], 'file')}, {plural(stats['points'], 'segment')} in {media_index.dir}",
+              highlight=False)
+    kinds = [f"{m} {stats[f'{m}_segments']}" for m in MODALITIES if stats.get(f"{m}_segments")]
+    if kinds:
+        out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    # The store's own words for its internals: "segments" there are storage segments, not ours.
+    labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
+              "disk_bytes": "size on disk"}
     for key, value in stats.items():
-        if key not in {"files", "points"}:
-            out.print(f"  {key}: {value}", highlight=False)
+        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+            continue
+        shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
+        out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
 
 
 @index_app.command("optimize")
@@ -582,7 +679,7 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API and the web page."""
+    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
     import uvicorn
 
     from mediaindex.api import create_app

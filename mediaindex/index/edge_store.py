@@ -78,6 +78,8 @@ class EdgeStore(VectorStore):
             try:
                 return q.EdgeShard.load(str(self.path), self._config)
             except Exception as exc:
+                # qdrant_edge raises untyped errors: this is the one place their text is read, and they
+                # leave it as typed ones (IndexBusyError, IndexSchemaError, IndexCorruptError).
                 message = str(exc)
                 if "WouldBlock" in message:
                     if time.monotonic() < deadline:

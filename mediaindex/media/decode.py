@@ -20,7 +20,7 @@ import cv2
 import ffmpeg
 import numpy as np
 
-from mediaindex.errors import MediaError
+from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import MediaInfo
 from mediaindex.media.sampling import Sampled, SpanSampler, spread
@@ -112,7 +112,7 @@ class AudioStream:
                 proc.kill()
                 proc.wait()
         if timed_out.is_set():
-            raise MediaError(self.path, _timeout_reason("audio decoding", self.timeout or 0))
+            raise MediaTimeoutError(self.path, _timeout_reason("audio decoding", self.timeout or 0))
         if proc.returncode != 0:
             reason = _last_error_line(b"".join(stderr_tail))
             if total == 0:
@@ -296,7 +296,7 @@ def scan_video(
                                     threshold=shot_threshold, min_shot_len=min_shot_len)
             for frame in container.decode(stream):
                 if deadline is not None and time.monotonic() > deadline:
-                    raise MediaError(str(path), _timeout_reason("video decoding", timeout or 0))
+                    raise MediaTimeoutError(str(path), _timeout_reason("video decoding", timeout or 0))
                 if frame.pts is None:
                     continue
                 pts = max(0, frame.pts - start_pts)

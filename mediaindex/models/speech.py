@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -132,6 +132,7 @@ WINDOW_SAMPLES = 30 * SAMPLE_RATE  # whisper's encoder always looks at 30 s
 JOIN_GAP_SAMPLES = 2 * SAMPLE_RATE  # pauses shorter than this stay inside a window's audio
 DETECT_SAMPLES = 4 * SAMPLE_RATE  # an unsure window is re-checked in stretches of about this much speech
 Region = tuple[int, int]  # sample range of speech within a part
+PartHook = Callable[[np.ndarray, float, list[Region]], None]
 
 
 def speech_regions(audio: np.ndarray) -> list[Region]:
@@ -236,10 +237,11 @@ class SpeechModel:
         """Transcribe 16 kHz mono float32 audio held in memory (a short clip)."""
         return self.transcribe_stream([np.asarray(audio, dtype=np.float32)])
 
-    def transcribe_stream(self, chunks: Iterable[np.ndarray]) -> Transcript:
+    def transcribe_stream(self, chunks: Iterable[np.ndarray], on_part: PartHook | None = None) -> Transcript:
         """Transcribe audio arriving in chunks; at most about two chunks are held at a time.
 
         Each part handed to the model ends in a pause; the language is found per window of speech.
+        `on_part(audio, offset, regions)` sees every part with its speech regions (e.g. for speakers).
         """
         s = self.settings
         part_samples = int(s.chunk_seconds * SAMPLE_RATE)
@@ -251,11 +253,11 @@ class SpeechModel:
             out.duration += len(chunk) / SAMPLE_RATE
             while len(buffer) >= part_samples:
                 cut = pause_cut(buffer[:part_samples])
-                self._transcribe_part(buffer[:cut], offset, out)
+                self._transcribe_part(buffer[:cut], offset, out, on_part)
                 offset += cut / SAMPLE_RATE
                 buffer = buffer[cut:]
         if len(buffer):
-            self._transcribe_part(buffer, offset, out)
+            self._transcribe_part(buffer, offset, out, on_part)
         spoken = {seg.language for seg in out.segments}
         languages = [lang for lang in out.languages if lang in spoken]
         if languages:
@@ -265,7 +267,8 @@ class SpeechModel:
 
     # --- one part: windows, languages, decoding --------------------------------------------------------
 
-    def _transcribe_part(self, audio: np.ndarray, offset: float, out: Transcript) -> None:
+    def _transcribe_part(self, audio: np.ndarray, offset: float, out: Transcript,
+                         on_part: PartHook | None = None) -> None:
         s = self.settings
         if len(audio) < SAMPLE_RATE // 10 or not np.any(audio):
             return  # digital silence: nothing to decode
@@ -276,6 +279,8 @@ class SpeechModel:
         if not regions:
             return  # music, noise or silence only: the model never sees it
         out.speech_seconds += sum(b - a for a, b in regions) / SAMPLE_RATE
+        if on_part is not None:
+            on_part(audio, offset, regions)
         options = self._options()
         found: list[tuple[Window, str | None, list]] = []
         previous = out.segments[-1].language if out.segments else None

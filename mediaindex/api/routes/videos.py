@@ -15,7 +15,7 @@ from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from mediaindex.api.catalog import video_segments
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import ErrorOut, TranscriptLine, VideoDetail, VideoOut
+from mediaindex.api.models import ErrorOut, LibraryOut, LibraryVideoOut, TranscriptLine, VideoDetail, VideoOut
 from mediaindex.api.state import ApiState
 from mediaindex.index.catalog import VideoRecord
 
@@ -50,7 +50,8 @@ def _record(state: ApiState, video_id: str) -> VideoRecord:
 
 def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
     hits = video_segments(state.index.store, record.video_id, modality="speech")
-    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language) for h in hits]
+    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language, speaker=h.speaker)
+            for h in hits]
 
 
 @router.get("/videos", response_model=list[VideoOut])
@@ -58,6 +59,22 @@ def list_videos(request: Request) -> list[VideoOut]:
     """Every indexed file, by path."""
     state = get_state(request)
     return [VideoOut(**_video_out(state, r)) for r in state.index.catalog.all()]
+
+
+@router.get("/library", response_model=LibraryOut)
+def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
+            limit: int = Query(24, ge=1, le=200)) -> LibraryOut:
+    """The start page: one page of files (with segments per kind), the index's size and example queries."""
+    from mediaindex.api.library import example_queries, kind_counts
+
+    state = get_state(request)
+    store = state.index.store
+    records = state.index.catalog.all()
+    page = [LibraryVideoOut(**_video_out(state, r), kinds=kind_counts(store, r.video_id))
+            for r in records[offset:offset + limit]]
+    return LibraryOut(files=len(records), segments=store.count(), duration=sum(r.duration or 0 for r in records),
+                      offset=offset, limit=limit, videos=page, examples=example_queries(store, records),
+                      keys_required=state.keys_required())
 
 
 @router.get("/videos/{video_id}", response_model=VideoDetail)
@@ -69,22 +86,28 @@ def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
 
 
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
-            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}}}})
+            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}, "text/plain": {},
+                                         "text/tab-separated-values": {}}}})
 def video_transcript(request: Request, video_id: str = VideoId,
-                     format: Literal["json", "srt", "vtt"] = Query("json")):  # noqa: A002
-    """The transcript as JSON lines, SRT or WebVTT subtitles."""
+                     format: Literal["json", "srt", "vtt", "txt", "tsv"] = Query("json"),  # noqa: A002
+                     max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width (srt, vtt)"),
+                     max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)")):
+    """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
+    from mediaindex.index.transcript import CueLimits, export
+
     state = get_state(request)
     record = _record(state, video_id)
-    lines = transcript(state, record)
     if format == "json":
-        return lines
-    from mediaindex.api.transcript import to_srt, to_vtt
-
+        return transcript(state, record)
+    segments = state.index.store.segments_of(record.video_id, "speech")
+    text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
-    if format == "srt":
-        return PlainTextResponse(to_srt(lines), media_type="application/x-subrip", headers=headers)
-    return PlainTextResponse(to_vtt(lines), media_type="text/vtt", headers=headers)
+    return PlainTextResponse(text, media_type=_TRANSCRIPT_TYPES[format], headers=headers)
+
+
+_TRANSCRIPT_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "txt": "text/plain",
+                     "tsv": "text/tab-separated-values"}
 
 
 def check_range(request: Request, path: Path) -> None:
