@@ -39,7 +39,13 @@ def _find_media() -> Path:
 MEDIA = _find_media()
 GOOD = ["audio/jfk.flac", "audio/english.wav", "audio/LJ002-0020.wav", "audio/LJ002-0035.wav",
         "audio/2412-153948-0000.flac", "video/testvideo.mp4"]
-LABELS = ("indexed ", "failed ", "skipped ", "summarised ")
+LABELS = ("indexed ", "failed ", "skipped ", "summarised ", "unchanged ", "left out ")  # one per file line
+
+
+def _split(line: str) -> tuple[str, str]:
+    """'skipped    /a/b.mp4: why' -> ('skipped', '/a/b.mp4: why')."""
+    label = next(lb for lb in LABELS if line.startswith(lb))
+    return label.strip(), line[len(label):].lstrip()
 
 
 def cli(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -113,20 +119,30 @@ def run_bad_inputs(base: Path) -> dict:
     kinds = make_bad_inputs(folder)
     env = make_env(base, "bad-index")
     started = time.perf_counter()
-    result = cli(["ingest", str(folder)], env)
+    result = cli(["ingest", str(folder), "--verbose"], env)  # -v: the files that are not media get their line too
     lines = [line for line in result.stderr.splitlines() if line.startswith(LABELS)]
     per_entry: dict[str, int] = {}
+    outcomes: dict[str, list[str]] = {}
     for entry in os.listdir(folder):
-        prefix = shown(folder / entry)
-        per_entry[entry] = sum(1 for line in lines if line.split(None, 1)[1].startswith(prefix + ":"))
+        # A link to good media is indexed, and reported, as the file it leads to.
+        target = folder / entry
+
+        def about(name: str) -> list[str]:
+            return [line for line in lines if _split(line)[1].startswith(name + ":")]
+
+        mine = about(shown(target)) or (about(shown(target.resolve())) if target.is_symlink() and target.exists()
+                                        else [])
+        per_entry[entry] = len(mine)
+        outcomes[kinds.get(entry, "good media (a link)")] = [
+            _split(line)[0] + ": " + line.split(": ", 1)[-1][:100] for line in mine]
     unreported = [e for e, n in per_entry.items() if n == 0]
     doubled = [e for e, n in per_entry.items() if n > 1]
     return {
         "bad_input_kinds": len(kinds), "entries": len(per_entry), "entries_without_a_line": len(unreported),
         "entries_with_several_lines": len(doubled), "unreported": unreported, "doubled": doubled,
         "tracebacks": result.stderr.count("Traceback"), "exit_code": result.returncode,
-        "good_indexed": sum(1 for line in lines if line.startswith("indexed ") and "good.flac" in line),
-        "raw_control_characters": int("\x1b[31m" in result.stderr),
+        "good_indexed": sum(1 for line in lines if line.startswith("indexed ") and str(MEDIA / "audio/jfk.flac") in line),
+        "raw_control_characters": int("\x1b[31m" in result.stderr), "outcomes": outcomes,
         "seconds": round(time.perf_counter() - started, 1),
     }
 
