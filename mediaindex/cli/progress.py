@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from types import TracebackType
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -60,8 +61,9 @@ class IngestDisplay:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.__exit__(exc_type, exc, tb)
 
     def _print(self, text: str, style: str | None = None) -> None:
         self.console.print(text, highlight=False, markup=False, soft_wrap=True, style=style)
