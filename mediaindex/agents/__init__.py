@@ -83,7 +83,7 @@ def open_archive(settings: Settings) -> Archive:
             raise AgentInputError(f"the index at {settings.index_dir} is in use by another process; "
                                   "try again when it has finished") from exc
         raise
-    return Archive(index, embedder)
+    return Archive(index, embedder, settings.vision)
 
 
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:

@@ -115,4 +115,5 @@ class JobRunner:
         from mediaindex.agents import run_summarize_job
         from mediaindex.agents.tools import Archive
 
-        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))
+        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
+                                                                         self.state.settings.vision))

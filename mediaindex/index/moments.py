@@ -1,4 +1,8 @@
-"""From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding."""
+"""From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding.
+
+Only hits that matched reach here (the searcher drops the rest first), so a moment spans the matched
+sentences and no more: a neighbour that did not match the query does not stretch it.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,9 @@ from mediaindex.segments import Hit
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
     """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
 
-    A moment keeps its best hit's score, snippet, modality and thumbnail (or the first thumbnail any
-    of its hits has) and spans the union of their time ranges.
+    A moment keeps its best hit's score, band, snippet, modality and thumbnail (or the first thumbnail
+    any of its hits has), spans the union of their time ranges and starts playing at the earliest
+    matched word of any of them.
     """
     moments: dict[str, list[Hit]] = {}
     for hit in sorted(hits, key=lambda h: -h.score):
@@ -22,7 +27,9 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
                 # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
                 # absorbed but does not stretch the moment away from what was actually matched.
                 if hit.modality == m.modality:
-                    mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
+                    seeks = [t for t in (m.seek, hit.seek) if t is not None]
+                    mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail,
+                                      seek=min(seeks) if seeks else None)
                 break
         else:
             mine.append(replace(hit))
