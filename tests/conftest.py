@@ -80,6 +80,15 @@ def embedder(session_settings: Settings):
     return load_text_embedder(session_settings.embed)
 
 
+@pytest.fixture(scope="session")
+def whisper_base(cache_dir: Path):
+    """The default speech model (Whisper base, bundled), loaded once."""
+    from mediaindex.config import SpeechSettings
+    from mediaindex.models.speech import SpeechModel
+
+    return SpeechModel(SpeechSettings(model="whisper-base"), cache_dir)
+
+
 @pytest.fixture
 def copy_media(tmp_path: Path):
     """Copy a shared media file into the test's folder (to rename, truncate or change it)."""

@@ -499,7 +499,7 @@ def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings
         agents.run_ask_job(agent_settings, "nope", llm=model, archive=archive)
     with pytest.raises(agents.AgentInputError):
         agents.submit_ask(agent_settings, "  ")
-    store = JobStore(agents.jobs_path(agent_settings))
+    store = JobStore.of(agent_settings)
     assert {"ask", "summarize"} <= {j.kind for j in store.list()}  # ingest jobs share the store
     store.close()
 

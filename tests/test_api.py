@@ -50,7 +50,9 @@ def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> No
     assert {"source", "video_id", "start", "end", "score", "modality", "text"} <= set(best)
     assert best["modality"] == "speech" and best["start"] < 8.0 < best["end"] + 3
     assert best["media_url"] == f"/media/{best['video_id']}"
-    assert best["play_url"] == f"/media/{best['video_id']}#t={best['start']:.2f}"
+    # Plays from the first matched word ("ask", after "And so my fellow Americans"), inside the moment.
+    assert best["seek"] is not None and best["start"] <= best["seek"] < best["end"]
+    assert best["play_url"] == f"/media/{best['video_id']}#t={best['seek']:.2f}"
     assert best["title"] == "jfk.flac"
     marked = [best["text"][s:e].lower() for s, e in best["highlights"]]
     assert "country" in marked and "ask" in marked
@@ -69,6 +71,8 @@ def test_search_in_another_language_and_by_post_with_filters(client: TestClient,
     assert Path(r.json()["hits"][0]["source"]).name == "jfk.flac"
     video = sample.video_id("auto-editor_example.mp4")
     r = client.post("/search", json={"q": "my fellow Americans", "limit": 5, "filters": {"video_id": video}})
+    assert r.status_code == 200 and r.json()["hits"] == [], r.text  # JFK is not in that video
+    r = client.post("/search", json={"q": "an example video", "limit": 5, "filters": {"video_id": video}})
     assert r.status_code == 200, r.text
     hits = r.json()["hits"]
     assert hits and all(h["video_id"] == video for h in hits)
@@ -156,7 +160,11 @@ def test_transcript_exports(client: TestClient, sample: Sample) -> None:  # noqa
     srt = client.get(f"/videos/{vid}/transcript", params={"format": "srt"})
     assert srt.headers["content-type"].startswith("application/x-subrip")
     cues = srt.text.strip().split("\n\n")
-    assert len(cues) == len(lines)
+    assert len(cues) >= len(lines)  # cues are cut to subtitle size from the sentences' words
+    assert all(len(line) <= 42 for cue in cues for line in cue.splitlines()[2:])
+    txt = client.get(f"/videos/{vid}/transcript", params={"format": "txt"})
+    assert txt.headers["content-type"].startswith("text/plain") and "fellow Americans" in txt.text
+    assert all("speaker" in line for line in lines)
     first = cues[0].splitlines()
     assert first[0] == "1" and re.fullmatch(r"\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}", first[1])
     vtt = client.get(f"/videos/{vid}/transcript", params={"format": "vtt"})

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mediaindex.config import Settings, load_settings
+from mediaindex.config import PROFILES, Settings, load_settings
 from tests.conftest import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
@@ -60,9 +60,9 @@ def _check_mediaindex_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) 
     names = {k: v for k, v in env.items() if k.startswith("MEDIAINDEX_")}
     assert names, "no MEDIAINDEX_ settings found"
     for key, value in names.items():
-        if key == "MEDIAINDEX_CONFIG":  # read by load_settings itself: a profile file shipped in the image
-            assert value.startswith(APP_DIR + "/"), value
-            monkeypatch.setenv(key, str(REPO / value.removeprefix(APP_DIR + "/")))
+        if key == "MEDIAINDEX_CONFIG":  # read by load_settings itself: a profile shipped inside the package
+            assert value in {p.stem for p in PROFILES.glob("*.yaml")}, value
+            monkeypatch.setenv(key, value)
             continue
         section, _, field = key.removeprefix("MEDIAINDEX_").lower().partition("__")
         assert section in Settings.model_fields, f"{key}: no setting {section!r}"

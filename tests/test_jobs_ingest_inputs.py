@@ -117,7 +117,8 @@ def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive:
     assert jobs.list() == []
     job_id = create_job(jobs, settings, [archive, tmp_path / "gone.mp4"], include=["*.flac"])
     states = {Path(f.path).name: (f.state, f.reason) for f in jobs.files(job_id)}
-    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found")}
+    assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found"),
+                      "notes.txt": ("skipped", "unsupported type (.txt)")}
     assert jobs.get(job_id).params["include"] == ["*.flac"]
 
 

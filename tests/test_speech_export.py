@@ -1,4 +1,4 @@
-"""Transcript export: SRT, WebVTT and JSON from a video's stored speech segments, and the CLI command."""
+"""Transcript export: subtitles, JSON, text and TSV from speech segments, and the `transcript` command."""
 
 from __future__ import annotations
 
@@ -10,33 +10,83 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.index.transcript import export, to_srt, to_vtt
+from mediaindex.errors import TranscriptFormatError
+from mediaindex.index.transcript import CueLimits, cues, export, to_srt, to_tsv, to_txt, to_vtt
 from tests.conftest import REPO, make_settings, media
 
 SEGMENTS = [
     {"start": 3725.5, "end": 3727.25, "text": "  second -->  line ", "language": "en", "confidence": -0.3,
-     "extra": {"words": [[3725.5, 3726.0, "second"], [3726.1, 3727.2, "line"]]}},
-    {"start": 0.0, "end": 1.0049, "text": "First.", "language": "en", "confidence": -0.1, "extra": {}},
+     "speaker": "S2", "extra": {"words": [[3725.5, 3726.0, "second"], [3726.1, 3727.25, "--> <line>"]]}},
+    {"start": 0.0, "end": 1.0049, "text": "First.", "language": "en", "confidence": -0.1, "speaker": "S1",
+     "extra": {}},
     {"start": 5.0, "end": 6.0, "text": "   ", "language": "en", "confidence": -0.2, "extra": {}},
 ]
 
 
-def test_srt_and_vtt_are_well_formed() -> None:
+def test_srt_and_vtt_are_well_formed_with_speakers() -> None:
     srt = to_srt(SEGMENTS)
-    assert srt == ("1\n00:00:00,000 --> 00:00:01,005\nFirst.\n\n"
-                   "2\n01:02:05,500 --> 01:02:07,250\nsecond --> line\n")
+    assert srt == ("1\n00:00:00,000 --> 00:00:01,005\nS1: First.\n\n"
+                   "2\n01:02:05,500 --> 01:02:07,250\nS2: second -> <line>\n")
     vtt = to_vtt(SEGMENTS)
-    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.005\nFirst.\n")
-    assert "01:02:05.500 --> 01:02:07.250\nsecond -> line\n" in vtt  # "-->" is not allowed in a cue
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.005\n<v S1>First.</v>\n")
+    assert "01:02:05.500 --> 01:02:07.250\n<v S2>second --&gt; &lt;line&gt;</v>\n" in vtt  # escaped cue text
 
 
-def test_json_keeps_words_and_confidence() -> None:
+def test_json_txt_and_tsv_carry_words_language_and_speaker() -> None:
     data = json.loads(export(SEGMENTS, "json", {"video_id": "v1", "language": "en"}))
     assert data["video_id"] == "v1" and [s["start"] for s in data["segments"]] == [0.0, 5.0, 3725.5]
-    assert data["segments"][2]["words"][1] == {"start": 3726.1, "end": 3727.2, "word": "line"}
-    assert data["segments"][2]["avg_logprob"] == -0.3
-    with pytest.raises(ValueError, match="unknown transcript format 'doc'"):
+    assert data["segments"][2]["words"][0] == {"start": 3725.5, "end": 3726.0, "word": "second"}
+    assert data["segments"][2]["avg_logprob"] == -0.3 and data["segments"][2]["speaker"] == "S2"
+    assert to_txt(SEGMENTS) == "S1: First.\nS2: second --> line\n"
+    assert to_tsv(SEGMENTS).splitlines() == ["start\tend\tspeaker\tlanguage\ttext", "0\t1005\tS1\ten\tFirst.",
+                                             "3725500\t3727250\tS2\ten\tsecond --> line"]
+
+
+def test_unknown_formats_and_limits_are_refused_clearly() -> None:
+    with pytest.raises(TranscriptFormatError, match="unknown transcript format 'doc'"):
         export(SEGMENTS, "doc", {})
+    for bad in ({"max_line_width": 0}, {"max_line_width": 5}, {"max_line_count": -1}, {"max_line_count": 1.5},
+                {"max_duration": 0}):
+        with pytest.raises(TranscriptFormatError, match="must be"):
+            CueLimits(**bad)
+
+
+def _vosk_segments() -> list[dict]:
+    """manifesto.mp4's reference word timings (vosk), as stored segments (one per caption line)."""
+    data = json.loads(media("groundtruth/manifesto.vosk.json").read_text(encoding="utf-8"))
+    return [{"start": s["start"], "end": s["end"], "text": s["content"], "language": "en",
+             "extra": {"words": [[w["start"], w["end"], w["word"]] for w in s["words"]]}} for s in data]
+
+
+def check_cues(segments: list[dict], limits: CueLimits) -> None:
+    """Every cue within the limits, and the cues' words and times exactly the transcript's."""
+    made = cues(segments, limits)
+    for cue in made:
+        assert len(cue.lines) <= limits.max_line_count, cue
+        assert all(len(line) <= limits.max_line_width or " " not in line for line in cue.lines), cue
+        assert cue.end - cue.start <= limits.max_duration or len(cue.text.split()) == 1, cue
+    words = [w for s in sorted(segments, key=lambda s: s["start"]) for w in s["extra"]["words"]]
+    # The same characters in the same order (spaces aside: Chinese and Japanese are written without them).
+    assert "".join("".join(c.text.split()) for c in made) == "".join("".join(w[2].split()) for w in words)
+    starts = {round(w[0], 3) for w in words}
+    ends = {round(w[1], 3) for w in words}
+    assert all(c.start in starts and c.end in ends for c in made)
+    assert all(a.end <= b.start for a, b in zip(made, made[1:], strict=False))  # no overlaps
+
+
+@pytest.mark.parametrize("limits", [CueLimits(), CueLimits(max_line_width=20, max_line_count=1),
+                                    CueLimits(max_line_width=60, max_line_count=3, max_duration=10.0)])
+def test_cues_fit_the_limits_over_reference_word_timings(limits: CueLimits) -> None:
+    check_cues(_vosk_segments(), limits)
+    long = [{"start": 0.0, "end": 40.0, "text": "", "language": "en",  # one 40-second run-on "sentence"
+             "extra": {"words": [[i * 0.5, i * 0.5 + 0.4, f"word{i}"] for i in range(80)]}}]
+    check_cues(long, limits)
+
+
+def test_unspaced_languages_are_laid_out_without_spaces() -> None:
+    zh = [{"start": 0.0, "end": 1.0, "text": "砸自己的脚", "language": "zh",
+           "extra": {"words": [[0.0, 0.3, "砸"], [0.3, 0.6, "自己"], [0.6, 0.8, "的"], [0.8, 1.0, "脚"]]}}]
+    assert [c.lines for c in cues(zh)] == [("砸自己的脚",)]
 
 
 slow = pytest.mark.slow
@@ -67,7 +117,7 @@ def test_transcript_command_prints_each_format(transcript_index) -> None:
     index, ids = transcript_index
     srt = _cli(str(media("audio/jfk.flac")), index=index)
     assert srt.returncode == 0, srt.stderr
-    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country can do for you" in srt.stdout
+    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country can do for you," in " ".join(srt.stdout.split())
     vtt = _cli(ids["jfk.flac"], "--format", "vtt", index=index)  # by video id
     assert vtt.returncode == 0 and vtt.stdout.startswith("WEBVTT\n\n")
     data = json.loads(_cli(ids["jfk.flac"], "-f", "json", index=index).stdout)
@@ -85,8 +135,28 @@ def test_transcript_command_refuses_bad_input(transcript_index, tmp_path: Path) 
     bad_format = _cli(str(media("audio/jfk.flac")), "--format", "docx", index=index)
     assert bad_format.returncode == 2 and "unknown transcript format 'docx'" in bad_format.stderr
     unknown = _cli(str(tmp_path / "never-ingested.mp4"), index=index)
-    assert unknown.returncode == 2 and "not in the index" in unknown.stderr
+    assert unknown.returncode == 2 and "no such file, and not an indexed video id" in unknown.stderr
     no_index = _cli("abc", index=tmp_path / "nothing-here")
-    assert no_index.returncode == 2 and "no index at" in no_index.stderr
+    assert no_index.returncode == 2 and "no index yet" in no_index.stderr
+    zero = _cli(str(media("audio/jfk.flac")), "--max-line-count", "0", index=index)
+    assert zero.returncode == 2 and "max-line-count must be a whole number" in zero.stderr
     for result in (bad_format, unknown, no_index):
         assert "Traceback" not in result.stderr
+
+
+@slow
+def test_transcript_of_a_file_never_ingested(tmp_path: Path) -> None:
+    """Transcribed on the spot and printed; the index is not touched."""
+    index = tmp_path / "no-index"
+    srt = _cli(str(media("audio/jfk.flac")), index=index)
+    assert srt.returncode == 0, srt.stderr
+    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country" in srt.stdout.replace("\n", " ")
+    blocks = srt.stdout.strip().split("\n\n")
+    assert len(blocks) >= 3 and all(len(b.splitlines()) <= 4 for b in blocks)  # number, time, <= 2 lines
+    data = json.loads(_cli(str(media("audio/jfk.flac")), "-f", "json", index=index).stdout)
+    assert data["video_id"] is None and data["language"] == "en" and data["segments"][0]["words"]
+    assert not index.exists()
+    silent = _cli(str(media("video/cockatoo.mp4")), "-f", "txt", index=index)
+    assert silent.returncode == 0 and silent.stdout == "" and "no speech" in silent.stderr
+    none = _cli(str(media("video/testvideo.mp4")), index=index)
+    assert none.returncode == 2 and "has no audio track" in none.stderr and "Traceback" not in none.stderr

@@ -193,7 +193,9 @@ def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> N
 
     item = VisionStage(settings).process(decode_media(str(media("video/big_buck_bunny_0_30.webm")), settings))
     ocr = [s for s in item.segments if s.modality == "ocr"]
-    title = [s for s in ocr if {"big", "buck", "bunny"} <= set(s.text.lower().replace("/", " ").split())]
+    # PP-OCRv5 (the default) reads the stylised first line as "BigBuek"; PP-OCRv4 read "Big Buck" but
+    # misses more elsewhere (benchmarks/ocr_compare.py; tests/test_vision_models.py keeps v4's reading).
+    title = [s for s in ocr if {"bunny"} <= set(s.text.lower().replace("/", " ").split()) and "big" in s.text.lower()]
     assert title, [(s.start, s.text) for s in ocr]
     # The title fades in over the burrow shot (from about 23 s) at 25 s and stays to the end.
     assert title[0].start >= 22.0 and title[-1].end <= 30.1

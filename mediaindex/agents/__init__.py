@@ -2,7 +2,7 @@
 
 The language model runs in the serving engine (`mediaindex.serving.LLMEngine`) inside a Ray actor
 (`mediaindex.agents.llm.LLMActor`). Jobs are persisted in the index directory's job store
-(`mediaindex.jobs.JobStore` at `jobs_path(settings)`), shared by the CLI and the HTTP API.
+(`mediaindex.jobs.JobStore.of(settings)`), shared by the CLI and the HTTP API.
 
 Entry points for the HTTP API (and the CLI):
 
@@ -27,10 +27,10 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from mediaindex.agents.ask import AgentInputError, ask
+from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError, ask
+from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.llm import ChatModel, DisaggregatedChat, RemoteLLM, start_llm
 from mediaindex.agents.render import answer_markdown, summary_markdown
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
@@ -48,14 +48,10 @@ _LLMS: dict[str, RemoteLLM | DisaggregatedChat] = {}
 _LLM_LOCK = threading.Lock()
 
 __all__ = [
-    "ASK", "SUMMARIZE", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm", "jobs_path",
+    "ASK", "SUMMARIZE", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm",
     "open_archive", "run_ask_job", "run_summarize_job", "stored_summary", "submit_ask", "submit_summarize",
     "summarize",
 ]
-
-
-def jobs_path(settings: Settings) -> Path:
-    return settings.index_dir / "jobs.db"
 
 
 def get_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
@@ -68,28 +64,19 @@ def get_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
 
 
 def open_archive(settings: Settings) -> Archive:
-    from mediaindex.index.index import MediaIndex
+    from mediaindex.index.index import IndexMissingError, open_index
     from mediaindex.models.text_embed import load_text_embedder
 
     if not (settings.index_dir / "schema.json").exists():
-        raise AgentInputError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+        raise IndexMissingError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     embedder = load_text_embedder(settings.embed)
-    try:
-        index = MediaIndex(settings, embedder.dim, embedder.name)
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the embedded Qdrant engine locks its directory to one process
-        if "WouldBlock" in str(exc):
-            raise AgentInputError(f"the index at {settings.index_dir} is in use by another process; "
-                                  "try again when it has finished") from exc
-        raise
-    return Archive(index, embedder, settings.vision)
+    return Archive(open_index(settings, embedder.dim, embedder.name), embedder, settings.vision)
 
 
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:
     if not isinstance(video, str) or not video.strip():
         raise AgentInputError("no video given")
-    store = JobStore(jobs_path(settings))
+    store = JobStore.of(settings)
     try:
         return store.create(SUMMARIZE, {"video": video.strip(), "recompute": bool(recompute)}).id
     finally:
@@ -99,7 +86,10 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
 def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
     if not isinstance(question, str) or not question.strip():
         raise AgentInputError("the question is empty")
-    store = JobStore(jobs_path(settings))
+    if len(question.strip()) > MAX_QUESTION_CHARS:
+        raise AgentInputError(f"the question is too long ({len(question.strip())} characters, at most "
+                              f"{MAX_QUESTION_CHARS})")
+    store = JobStore.of(settings)
     try:
         return store.create(ASK, {"question": question.strip(), "video": video}).id
     finally:
@@ -107,26 +97,32 @@ def submit_ask(settings: Settings, question: str, video: str | None = None) -> s
 
 
 def run_summarize_job(settings: Settings, job_id: str, llm: ChatModel | None = None,
-                      archive: Archive | None = None) -> Job:
+                      archive: Archive | None = None, on_event: OnEvent = ignore) -> Job:
     def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
         video = str(params.get("video") or "")
         out = None if params.get("recompute") else stored_summary(arc, video)
-        out = out or summarize(video, arc, model(), settings.llm)
+        if out is None:
+            on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+            out = summarize(video, arc, model(), settings.llm, on_event)
         return validate_output(out), summary_markdown(out)
 
     return _run(settings, job_id, SUMMARIZE, work, llm, archive)
 
 
-def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, archive: Archive | None = None) -> Job:
+def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, archive: Archive | None = None,
+                on_event: OnEvent = ignore) -> Job:
     def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
-        out = ask(str(params.get("question") or ""), arc, model(), settings.llm, video=params.get("video"))
+        on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+        chat = model()
+        out = ask(str(params.get("question") or ""), arc, chat, settings.llm, video=params.get("video"),
+                  on_event=on_event)
         return validate_output(out), answer_markdown(out)
 
     return _run(settings, job_id, ASK, work, llm, archive)
 
 
 def _run(settings: Settings, job_id: str, kind: str, work, llm: ChatModel | None, archive: Archive | None) -> Job:
-    store = JobStore(jobs_path(settings))
+    store = JobStore.of(settings)
     own_archive = archive is None
     try:
         job = store.get(job_id)

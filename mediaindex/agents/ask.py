@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations, strip_citations
+from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.grounding import first_words, grounded, relevant, repetitive
 from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import ChatModel, Completion, Message
@@ -68,9 +69,16 @@ class _Run:
     tokens: int = 0
     steps: int = 0
     rejected: list[RejectedCitation] = field(default_factory=list)
+    on_event: OnEvent = ignore
 
     def log(self, kind: str, content: str = "", **extra) -> None:
         self.trace.append(TraceStep(step=self.steps, kind=kind, content=content[:2000], **extra))
+        if kind == "tool_call":
+            args = extra.get("arguments") or {}
+            line = f"{extra.get('tool')}({', '.join(f'{k}={json.dumps(v, ensure_ascii=False)}' for k, v in args.items())})"
+        else:
+            line = " ".join(content.split())[:160]
+        self.on_event(AgentEvent(kind, line, self.steps, self.tokens))
 
     def budget_left(self) -> int:
         return self.settings.token_budget - self.tokens
@@ -94,7 +102,7 @@ class _Run:
         self.searches.append(query)
         # A score measures a hit against the query that found it: only the question's own search measures it
         # against the question. Hits of the model's other queries must show relevance by shared words.
-        self.scored.extend(hits if self._is_question(query) else [replace(h, score=0.0) for h in hits])
+        self.scored.extend(hits if self._is_question(query) else [replace(h, score=0.0, band=None) for h in hits])
         return hits
 
     def _is_question(self, query: str) -> bool:
@@ -106,11 +114,15 @@ class _Run:
             self.search(self.question, None)
 
     def is_relevant(self, hit: Hit) -> bool:
+        """Related to the question: the searcher's own confidence band for the question's search when it gives
+        one ("low" is a guess: it needs the question's words too), else the calibrated score."""
+        if hit.band is not None:
+            return hit.band in ("high", "medium") or relevant(self.question, hit.text, 0.0, 1.1)
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
 
 
 def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, video: str | None = None,
-        fallback: bool = True) -> Answer:
+        fallback: bool = True, on_event: OnEvent = ignore) -> Answer:
     """Answer a question over the archive (or one video) with cited moments.
 
     With fallback=False the loop's own answer is returned even when it cites nothing real (status
@@ -126,7 +138,7 @@ def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, 
         if record is None:
             raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
         video_id = record.video_id
-    run = _Run(question, video_id, settings, llm, archive)
+    run = _Run(question, video_id, settings, llm, archive, on_event=on_event)
     try:
         return _agent_loop(run)
     except _Fallback as why:
@@ -151,6 +163,8 @@ def _agent_loop(run: _Run) -> Answer:
     called: set[str] = set()
     while run.steps < run.settings.max_steps:
         run.steps += 1
+        run.on_event(AgentEvent("step", f"step {run.steps} of at most {run.settings.max_steps}", run.steps,
+                                run.tokens))
         out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE], guide=_turn_guide(run))
         text = close_truncated(out.text, out.finish_reason)
         try:
@@ -251,7 +265,7 @@ def _moments(hits: list[Hit], c: Citation | Hit) -> list[Hit]:
 def _related(run: _Run, c: Citation | Hit) -> bool:
     """A cited moment is related if the question's own search scored it relevant, or it shares the question's
     words (scores from the model's other queries say nothing about the question)."""
-    scored = _moments(run.scored, c) + [replace(h, score=0.0) for h in _moments(run.seen, c)]
+    scored = _moments(run.scored, c) + [replace(h, score=0.0, band=None) for h in _moments(run.seen, c)]
     return any(run.is_relevant(h) for h in scored)
 
 

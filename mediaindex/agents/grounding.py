@@ -67,6 +67,38 @@ def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
     return shared >= 1 and shared / len(words) >= 0.5
 
 
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-ZÄÖÜ][\w'-]+|\d[\d.,:]*)", re.UNICODE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9])")
+SUPPORT = 0.75  # share of a generated sentence's content words its sources must hold
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text.strip()) if s.strip()]
+
+
+def names(sentence: str) -> list[str]:
+    """Capitalised words inside the sentence (not its first word) and numbers: the claims a model invents."""
+    body = sentence.strip()
+    return [m.group(1) for m in _NAME.finditer(body) if m.start() > 0]
+
+
+def supported(sentence: str, source: str, threshold: float = SUPPORT) -> bool:
+    """A generated sentence is supported by `source` when every name and number in it occurs there and most of
+    its content words do ("the manifesto of the Communist Party of the United States" fails on "United")."""
+    known = {_stem(w) for w in content_words(source)} | set(re.findall(r"\d+", source))
+    for name in names(sentence):
+        digits = re.findall(r"\d+", name)
+        if digits and not all(d in known for d in digits):
+            return False
+        if not digits and _stem(name.lower()) not in known and name.lower() not in _STOP:
+            return False
+    return overlap(sentence, source) >= threshold and not repetitive(sentence)
+
+
+def unsupported(text: str, source: str) -> list[str]:
+    return [s for s in sentences(text) if not supported(s, source)]
+
+
 def first_words(text: str, n: int) -> str:
     words = text.split()
     return " ".join(words[:n]) + (" …" if len(words) > n else "")

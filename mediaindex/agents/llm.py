@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
-from mediaindex.config import LLMSettings, Settings
+from mediaindex.agents.batching import ContinuousBatcher
+from mediaindex.config import LLMSettings, Settings, default_cache_dir
 from mediaindex.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -82,9 +84,10 @@ def _completions(outs: list[Any]) -> list[Completion]:
 class LanguageStage:
     """Owns one LLMEngine built from LLMSettings: the bundled SmolLM2, or a local path / hub id."""
 
-    def __init__(self, settings: LLMSettings) -> None:
+    def __init__(self, settings: LLMSettings, cache_dir: Path | None = None) -> None:
         import torch
 
+        from mediaindex.models.bundled import bundled_lm, bundled_lm_dir
         from mediaindex.serving import LLMEngine
 
         # Ray workers start with one thread (OMP_NUM_THREADS=1); the language model wants the cores.
@@ -95,20 +98,24 @@ class LanguageStage:
                 self.engine = LLMEngine.from_smollm2(config)
             else:
                 dtype = getattr(torch, settings.dtype)
-                self.engine = LLMEngine.from_pretrained(settings.model, config, dtype=dtype)
+                bundled = bundled_lm(settings.model)
+                source = str(bundled_lm_dir(bundled, cache_dir or default_cache_dir())) if bundled else settings.model
+                self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
         except ModelLoadError:
             raise
         except Exception as exc:  # transformers raises many kinds; the user needs the model name and cause
             raise ModelLoadError(f"cannot load language model {settings.model!r}: {exc}") from exc
         self.name = settings.model
         self.max_context = int(self.engine.max_model_len)
+        self.batcher = ContinuousBatcher(self.engine)
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
              temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
-        """All conversations go to the engine together, so they are batched continuously."""
+        """Conversations from every caller (thread) join one continuous batch in the engine."""
         if not conversations:
             return []
-        return _completions(self.engine.generate(conversations, _sampling(max_tokens, stop, temperature, guide)))
+        params = _sampling(max_tokens, stop, temperature, guide)
+        return _completions(self.batcher.generate(conversations, [params] * len(conversations)))
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "max_context": self.max_context}
@@ -117,12 +124,13 @@ class LanguageStage:
 def _actor_class():  # -> ray actor class
     import ray
 
-    @ray.remote(max_restarts=1, max_task_retries=0)
+    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)
     class LLMActor:
-        """Thin Ray actor: the model loads once, in the worker process."""
+        """Thin Ray actor: the model loads once, in the worker process; concurrent jobs' calls run in threads and
+        share the engine's batch."""
 
-        def __init__(self, settings: LLMSettings) -> None:
-            self.stage = LanguageStage(settings)
+        def __init__(self, settings: LLMSettings, cache_dir: Path | None = None) -> None:
+            self.stage = LanguageStage(settings, cache_dir)
 
         def info(self) -> dict[str, Any]:
             return self.stage.info()
@@ -217,5 +225,5 @@ def start_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
     spec = StageSpec.from_settings("llm", "", settings)
     if settings.llm.disaggregated:
         return DisaggregatedChat(settings, spec.cpus, spec.gpus)
-    actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm)
+    actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm, settings.cache_dir)
     return RemoteLLM(actor)

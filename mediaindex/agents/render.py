@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mediaindex.agents.schema import Answer, Citation, VideoSummary
@@ -14,8 +15,22 @@ def ts(t: float) -> str:
 
 
 def moment(c: Citation) -> str:
+    """`file  0:19.8–0:26.0`: the file a person knows, then the span."""
     name = Path(c.source).name if c.source else c.video_id
-    return f"{name} {ts(c.start)}–{ts(c.end)}"
+    return f"{name}  {ts(c.start)}–{ts(c.end)}"
+
+
+_CITE = re.compile(r"\s*\[([A-Za-z0-9_-]{1,64})@(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)\]")
+
+
+def readable(text: str, citations: list[Citation]) -> str:
+    """Inline `[VIDEO_ID@19.8-26.0]` in generated text becomes `(file  0:19.8–0:26.0)`."""
+    names = {c.video_id: Path(c.source).name for c in citations if c.source}
+
+    def one(m: re.Match[str]) -> str:
+        return f" ({names.get(m.group(1), m.group(1))}  {ts(float(m.group(2)))}–{ts(float(m.group(3)))})"
+
+    return _CITE.sub(one, text)
 
 
 def summary_markdown(s: VideoSummary) -> str:
@@ -41,7 +56,7 @@ def summary_markdown(s: VideoSummary) -> str:
 def answer_markdown(a: Answer) -> str:
     label = {"answered": "Answer", "not_found": "Not found", "unsupported": "Unsupported answer"}[a.status]
     lines = [f"# {a.question}", "", f"**{label}** ({a.path}, {a.steps} steps, {a.tokens} tokens, {a.model})", "",
-             a.answer, ""]
+             readable(a.answer, a.citations), ""]
     if a.citations:
         lines += ["## Moments", ""]
         for c in a.citations:

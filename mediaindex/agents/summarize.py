@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mediaindex.agents.citations import from_hit
-from mediaindex.agents.grounding import first_words, grounded, repetitive
+from mediaindex.agents.events import AgentEvent, OnEvent, ignore
+from mediaindex.agents.grounding import first_words, sentences, supported
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
@@ -71,7 +72,8 @@ class VideoRef:
     duration: float | None
 
 
-def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSettings,
+              on_event: OnEvent = ignore) -> VideoSummary:
     """Summarise an indexed video from its segments in the index."""
     from mediaindex.agents.ask import AgentInputError
 
@@ -81,11 +83,12 @@ def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSetting
     if record is None:
         raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
     ref = VideoRef(record.video_id, record.source, record.duration)
-    return summarize_segments(ref, archive.segments(record.video_id), archive.embedder.embed_passages, llm, settings)
+    return summarize_segments(ref, archive.segments(record.video_id), archive.embedder.embed_passages, llm, settings,
+                              on_event)
 
 
 def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm: ChatModel,
-                       settings: LLMSettings) -> VideoSummary:
+                       settings: LLMSettings, on_event: OnEvent = ignore) -> VideoSummary:
     """Summarise one video from its segments in time order; `embed` finds the topic shifts between chapters.
 
     Summary and chapter segments from an earlier run are ignored: only what was heard and seen counts.
@@ -101,7 +104,8 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
     if not texts:
         return _visual_only(video, visual, llm.name)
     spans = chapter_spans(texts, visual, embed, settings.max_chapters)
-    return _map_reduce(video, spans, llm, settings)
+    on_event(AgentEvent("stage", f"{len(texts)} text segments in {len(spans)} chapters"))
+    return _map_reduce(video, spans, llm, settings, on_event)
 
 
 # -- chapters ---------------------------------------------------------------------------------------------------
@@ -164,7 +168,8 @@ def title_from(text: str) -> str:
     return " ".join(words).strip(",.;: ")[:80] or "Untitled"
 
 
-def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: LLMSettings) -> VideoSummary:
+def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: LLMSettings,
+                on_event: OnEvent = ignore) -> VideoSummary:
     # Characters per window: the configured size, but never more than a third of the model's context.
     max_chars = min(settings.summary_window_chars, max(200, llm.max_context))
     windows = [(ci, w) for ci, sp in enumerate(spans) for w in _windows(sp, max_chars)]
@@ -173,8 +178,10 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         for _, w in windows
     ]
     per_call = max(8, min(settings.max_new_tokens, 64))  # a title and one sentence per window
+    on_event(AgentEvent("stage", f"summarising {len(windows)} windows in one batch"))
     outs = llm.chat(prompts, max_tokens=per_call, temperature=settings.temperature) if prompts else []
     tokens = sum(o.tokens for o in outs)
+    on_event(AgentEvent("model", f"{len(outs)} window summaries", tokens=tokens))
     notes: list[str] = []
     chapters: list[Chapter] = []
     for ci, span in enumerate(spans):
@@ -182,7 +189,9 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         sums, generated = [], True
         for w, o in parts:
             summary = "" if o.error else _first_sentence(o.text)
-            if not (summary and grounded(summary, w.text)) or repetitive(summary):
+            # Every name, number and most words of the sentence must be in its window: otherwise it is dropped
+            # and the window's own words stand in.
+            if not (summary and supported(summary, w.text)):
                 generated = False
                 summary = first_words(w.text, 30)
             sums.append(summary)
@@ -192,10 +201,13 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
             end = min(end, spans[ci + 1].start)
         chapters.append(Chapter(
             title=title_from(sums[0]), start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
-            citations=_chapter_citations(span), generated=generated))
+            citations=_chapter_citations(video, [w for w, _ in parts]), generated=generated))
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
-    summary, reduce_tokens = _reduce(chapters, llm, settings)
+    if len(chapters) > 1:
+        on_event(AgentEvent("stage", f"merging {len(chapters)} chapter summaries", tokens=tokens))
+    summary, reduce_tokens = _reduce(chapters, [w.text for _, w in windows], llm, settings)
+    on_event(AgentEvent("final", "summary done", tokens=tokens + reduce_tokens))
     notes.append(f"{len(windows)} windows, {tokens + reduce_tokens} generated tokens")
     return VideoSummary(
         video_id=video.video_id, source=video.source, duration=video.duration, status="summarised",
@@ -203,27 +215,38 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         chapters=chapters, model=llm.name, windows=len(windows), notes=notes)
 
 
-def _reduce(chapters: list[Chapter], llm: ChatModel, settings: LLMSettings) -> tuple[str, int]:
+def _reduce(chapters: list[Chapter], sources: list[str], llm: ChatModel, settings: LLMSettings) -> tuple[str, int]:
     """The video summary from the chapter summaries; returns (text, generated tokens)."""
-    source = " ".join(c.summary for c in chapters)
     if len(chapters) == 1:
         return chapters[0].summary, 0
     listing = "\n".join(f"- {c.title}: {c.summary}" for c in chapters)
     out = llm.chat([[{"role": "system", "content": REDUCE_SYSTEM},
                      {"role": "user", "content": f"Chapter summaries:\n{listing}"}]],
                    max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
-    text = out.text.strip()
-    if out.error or not text or not grounded(text, source + " " + listing) or repetitive(text):
+    # The summary cites every chapter's moments: each sentence must stand on what those moments hold.
+    source = " ".join(c.summary for c in chapters) + " " + " ".join(sources)
+    kept = [] if out.error else [s for s in sentences(out.text) if supported(s, source)]
+    if not kept:
         return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
-    return text, out.tokens
+    return " ".join(kept), out.tokens
 
 
-def _chapter_citations(span: _Span) -> list[Citation]:
-    segs = span.segments
-    if len(segs) > MAX_CITATIONS_PER_CHAPTER:
-        step = len(segs) / MAX_CITATIONS_PER_CHAPTER
-        segs = [segs[math.floor(i * step)] for i in range(MAX_CITATIONS_PER_CHAPTER)]
-    return [from_hit(s) for s in segs]
+def _chapter_citations(video: VideoRef, windows: list[_Span]) -> list[Citation]:
+    """One citation per window the chapter's sentences came from (its whole span), so that what the summary says
+    is in the moments it cites; at most MAX_CITATIONS_PER_CHAPTER, neighbours merged beyond that."""
+    groups = [windows[math.floor(i * len(windows) / MAX_CITATIONS_PER_CHAPTER):
+                      math.floor((i + 1) * len(windows) / MAX_CITATIONS_PER_CHAPTER)]
+              for i in range(MAX_CITATIONS_PER_CHAPTER)] if len(windows) > MAX_CITATIONS_PER_CHAPTER else [
+        [w] for w in windows]
+    out = []
+    for g in (g for g in groups if g):
+        segs = [s for w in g for s in w.segments]
+        first = segs[0]
+        out.append(Citation(video_id=first.video_id, start=round(min(s.start for s in segs), 2),
+                            end=round(max(s.end for s in segs), 2), modality=first.modality,
+                            text=first_words(" ".join(s.text.strip() for s in segs), 40),
+                            source=first.source or video.source))
+    return out
 
 
 def _visual_only(video: VideoRef, visual: list[Hit], model: str) -> VideoSummary:

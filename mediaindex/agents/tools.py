@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -113,6 +114,8 @@ class Archive:
     embedder: TextEmbedder
     vision: VisionSettings | None = None  # CLIP's text tower joins the search when it is configured
     _segments: dict[str, list[Hit]] = field(default_factory=dict)
+    # Jobs may share one archive from several threads (their model calls share one batch); reads take turns.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def video(self, video_id: str) -> VideoRecord | None:
         return self.index.catalog.get(video_id)
@@ -134,6 +137,10 @@ class Archive:
 
     def segments(self, video_id: str) -> list[Hit]:
         """Every indexed segment of a video, in time order (cached per job)."""
+        with self._lock:
+            return self._segments_of(video_id)
+
+    def _segments_of(self, video_id: str) -> list[Hit]:
         if video_id not in self._segments:
             hits = [hit_from_payload(p, 0.0) for p in self.index.store.segments_of(video_id)]
             self._segments[video_id] = sorted(self._clamp(hits), key=lambda h: (h.start, h.end, h.modality))
@@ -146,7 +153,9 @@ class Archive:
         from mediaindex.index.search import Searcher
 
         filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
-        return self._clamp(Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters))
+        with self._lock:
+            hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters)
+            return self._clamp(hits)
 
     def _clamp(self, hits: list[Hit]) -> list[Hit]:
         """Speech segments can end a little after the container's duration; moments never do."""

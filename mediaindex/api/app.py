@@ -12,7 +12,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from mediaindex import __version__
-from mediaindex.api.errors import install_error_handlers
+from mediaindex.api.errors import COMMON_ERRORS, KEYED_ERRORS, install_error_handlers
 from mediaindex.api.middleware import BodyLimit, RequestMetrics
 from mediaindex.api.routes import health, jobs, search, videos
 from mediaindex.api.state import ApiState
@@ -22,10 +22,12 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 UPLOAD_PATHS = ("/ingest/upload",)
 
 
-def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, pipeline: Any = None) -> FastAPI:
+def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, pipeline: Any = None,
+               advertise_url: str | None = None) -> FastAPI:
     """An app over one index. `index`, `embedder` and `pipeline` may be given already open (they are
-    then left open on shutdown); otherwise they are opened at start-up, and Ray on the first ingest job."""
-    state = ApiState(settings, index=index, embedder=embedder, pipeline=pipeline)
+    then left open on shutdown); otherwise they are opened at start-up, and Ray on the first ingest job.
+    `advertise_url` is recorded in the index folder, so that commands run beside go through this server."""
+    state = ApiState(settings, index=index, embedder=embedder, pipeline=pipeline, advertise_url=advertise_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -48,7 +50,8 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
     app.state.api = state
     install_error_handlers(app)
     for router in (health.router, search.router, videos.router, jobs.router):
-        app.include_router(router)
+        keyed = any(getattr(d.dependency, "__name__", "") == "authorize" for d in router.dependencies)
+        app.include_router(router, responses={**COMMON_ERRORS, **(KEYED_ERRORS if keyed else {})})
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -27,19 +27,24 @@ def authorize(
     """Check the key (when keys are configured) and take a token from its rate-limit bucket."""
     state = get_state(request)
     presented = header_key or (bearer.credentials if bearer else None) or request.cookies.get(KEY_COOKIE)
+    address = f"addr:{request.client.host if request.client else 'unknown'}"
     if state.keys_required():
-        if not presented:
-            raise ApiError(401, "an API key is required: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'",
-                           headers={"WWW-Authenticate": "Bearer"})
-        key = state.keys.verify(presented)
+        key = state.keys.verify(presented) if presented else None
         if key is None:
-            raise ApiError(401, "the API key is not valid (unknown, malformed or revoked)",
-                           headers={"WWW-Authenticate": "Bearer"})
+            # A failed attempt costs the client's address a token: guessing keys is rate limited too.
+            _take(state, address)
+            message = ("the API key is not valid (unknown, malformed or revoked)" if presented else
+                       "an API key is required: send it as 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
+            raise ApiError(401, message, headers={"WWW-Authenticate": "Bearer"})
         identity = f"key:{key.id}"
     else:
-        identity = f"addr:{request.client.host if request.client else 'unknown'}"
+        identity = address
+    _take(state, identity)
+    return identity
+
+
+def _take(state: ApiState, identity: str) -> None:
     wait = state.limiter.take(identity)
     if wait > 0:
         raise ApiError(429, f"rate limit exceeded ({state.settings.api.rate_limit_per_minute} requests per minute); "
                             f"retry in {wait:.1f} s", headers={"Retry-After": state.limiter.retry_after(wait)})
-    return identity

@@ -29,6 +29,38 @@ class BodyLimit:
                 await error_response(413, f"the request body is {int(declared)} bytes; the limit here is "
                                           f"{limit} bytes")(scope, receive, send)
                 return
+        if scope["path"] in self.upload_paths:
+            await self.app(scope, self._counted(receive, limit), send)
+            return
+        # Other bodies are small (api.max_body_bytes): read them whole first, so one over the limit without a
+        # Content-Length (chunked) is answered 413 here, before a handler's parser turns the cut into a 400.
+        chunks: list[bytes] = []
+        seen = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > limit:
+                await error_response(413, f"the request body exceeds the limit of {limit} bytes")(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    def _counted(receive: Receive, limit: int) -> Receive:
+        """Uploads stream to disk: count while the handler reads, and stop it past the limit (its own 413)."""
         seen = 0
 
         async def counted() -> Message:
@@ -42,7 +74,7 @@ class BodyLimit:
                     raise ApiError(413, f"the request body exceeds the limit of {limit} bytes")
             return message
 
-        await self.app(scope, counted, send)
+        return counted
 
 
 class RequestMetrics:

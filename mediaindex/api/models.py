@@ -40,6 +40,7 @@ class HitOut(BaseModel):
     modality: str
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="Who speaks in a speech hit: S1, S2, … within one file")
     thumbnail: str | None = Field(default=None, description="Path relative to the index's thumbnail folder")
     title: str = Field(description="The media file's name")
     thumbnail_url: str | None = None
@@ -79,6 +80,7 @@ class TranscriptLine(BaseModel):
     end: float
     text: str
     language: str | None = None
+    speaker: str | None = Field(default=None, description="S1, S2, … within one file (diarization)")
 
 
 class VideoDetail(VideoOut):
@@ -106,6 +108,11 @@ class SummarizeRequest(_Strict):
     recompute: bool = Field(default=False, description="Run the model even when a summary was stored at ingest")
 
 
+class AskRequest(_Strict):
+    question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
+    video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
+
+
 class JobFileOut(BaseModel):
     path: str
     state: str
@@ -125,6 +132,8 @@ class JobOut(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     files: list[JobFileOut] = Field(default_factory=list)
     url: str
+    # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files.
+    cancel_requested: bool = False
 
 
 class HealthOut(BaseModel):

@@ -49,3 +49,57 @@ class MediaRoots:
         if outside:
             raise ApiError(403, f"path {raw!r} is outside the configured media roots")
         raise ApiError(404, f"no file {raw!r} under the configured media roots")
+
+
+def _hidden_part(path: Path, base: Path | None) -> bool:
+    """Whether a component of `path` below `base` starts with a dot (dotfiles, .ssh, .git, ...); a relative
+    path is taken as below its root. The root itself may lie in a dot folder (~/.local/share/...)."""
+    if path.is_absolute():
+        if base is None or not path.is_relative_to(base):
+            return False
+        path = path.relative_to(base)
+    return any(p.startswith(".") for p in path.parts)
+
+
+class MediaPolicy:
+    """What may leave the server as a file or be ingested over HTTP: media, never anything else.
+
+    A file is served (or ingested) when it lies in a media root (MediaRoots' checks), no part of its
+    path below the root starts with a dot, neither as given nor once symlinks are resolved, it is not
+    one of the server's own files (the index folder except its uploads, the cache, the keys
+    database), and it has a media suffix or the index knows it as an ingested file.
+    """
+
+    def __init__(self, roots: MediaRoots, private: list[Path], allowed_inside_private: list[Path],
+                 suffixes: set[str]) -> None:
+        self.roots = roots
+        self.private = [Path(p).expanduser().resolve() for p in private]
+        self.allowed = [Path(p).expanduser().resolve() for p in allowed_inside_private]
+        self.suffixes = suffixes
+
+    def _root_of(self, real: Path) -> Path | None:
+        return next((r for r in self.roots.roots if real == r or real.is_relative_to(r)), None)
+
+    def is_private(self, real: Path) -> bool:
+        inside = any(real == p or real.is_relative_to(p) for p in self.private)
+        return inside and not any(real.is_relative_to(a) for a in self.allowed)
+
+    def refusal(self, given: Path, real: Path, known: bool = False) -> str | None:
+        """Why this file may not be served or ingested (None: it may)."""
+        root = self._root_of(real)
+        if _hidden_part(real, root) or _hidden_part(given, root):
+            return "hidden files are never served"
+        if self.is_private(real):
+            return "the server's own files are never served"
+        if not known and real.suffix.lower() not in self.suffixes:
+            return "not a media file"
+        return None
+
+    def resolve(self, raw: str, known=None) -> Path:
+        """A client's path -> a real media file; 404 for anything that is not servable media (as for a
+        file that does not exist: a refusal must not tell what lies on the server)."""
+        real = self.roots.resolve(raw, must_be_file=True)
+        given = Path(raw) if Path(raw).is_absolute() else Path(raw.replace("\\", "/"))
+        if self.refusal(given, real, known=bool(known and known(real))) is not None:
+            raise ApiError(404, f"no media file {raw!r} under the configured media roots")
+        return real

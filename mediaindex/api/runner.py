@@ -1,7 +1,9 @@
 """Background jobs: one worker thread runs ingest and summarize jobs in order, on the persisted records.
 
 Jobs that a stopped server left pending or running are picked up again when it starts; an ingest
-job then goes on with the files that were not finished.
+job then goes on with the files that were not finished. A job cancelled while it waited is never
+started; a running ingest asked to stop ends at its next file boundary, as "cancelled", with the
+files it finished kept. After each job, uploads that were not indexed are swept (see uploads.py).
 """
 
 from __future__ import annotations
@@ -10,17 +12,37 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from mediaindex.api.state import ApiState
+from mediaindex.api.uploads import sweep_uploads
+from mediaindex.config import Settings
+from mediaindex.jobs import JobStore
 
 log = logging.getLogger("mediaindex.api.jobs")
 
 
+class JobHost(Protocol):
+    """What the runner needs of the server it runs in (ApiState is one)."""
+
+    settings: Settings
+    jobs: JobStore
+    jobs_lock: threading.Lock
+    upload_dir: Path
+    metrics: Any
+
+    @property
+    def index(self) -> Any: ...
+
+    @property
+    def embedder(self) -> Any: ...
+
+    def pipeline(self, settings: Settings | None = None) -> Any: ...
+
+
 class JobRunner:
-    def __init__(self, state: ApiState) -> None:
-        self.state = state
+    def __init__(self, host: JobHost) -> None:
+        self.state = host
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
@@ -29,9 +51,10 @@ class JobRunner:
             return
         with self.state.jobs_lock:
             leftover = [j for j in self.state.jobs.list(limit=10_000)
-                        if j.state in ("pending", "running") and j.params.get("origin") == "api"]
+                        if j.active and j.params.get("origin") == "api"]
         for job in sorted(leftover, key=lambda j: j.created):
             self._queue.put(job.id)
+        self.sweep()
         self._thread = threading.Thread(target=self._loop, name="mediaindex-jobs", daemon=True)
         self._thread.start()
 
@@ -44,6 +67,14 @@ class JobRunner:
             self._thread.join(timeout=30)
             self._thread = None
 
+    def sweep(self) -> None:
+        with self.state.jobs_lock:
+            jobs = self.state.jobs.list(kind="ingest", limit=100_000)
+        try:
+            sweep_uploads(self.state.upload_dir, jobs, self.state.settings.api.failed_upload_retention_s)
+        except OSError as exc:  # a sweep that cannot delete tries again after the next job
+            log.warning("uploads could not be swept: %s", exc)
+
     def _loop(self) -> None:
         while (job_id := self._queue.get()) is not None:
             try:
@@ -51,21 +82,30 @@ class JobRunner:
             except Exception as exc:  # a job's failure is recorded on the job; the runner goes on
                 log.exception("job %s failed", job_id)
                 self._set(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
+            self.sweep()
 
     def _set(self, job_id: str, state: str, result: Any = None, error: str | None = None) -> None:
         with self.state.jobs_lock:
             self.state.jobs.set_state(job_id, state, result=result, error=error)  # type: ignore[arg-type]
 
+    def _cancel_requested(self, job_id: str) -> bool:
+        with self.state.jobs_lock:
+            return self.state.jobs.is_cancel_requested(job_id)
+
     def _run(self, job_id: str) -> None:
         with self.state.jobs_lock:
             job = self.state.jobs.get(job_id)
-        if job.state not in ("pending", "running"):
-            return
-        self._set(job_id, "running")
+            # A job cancelled while it waited (or ended meanwhile) is not started.
+            if not self.state.jobs.claim(job_id):
+                if job.active:  # cancelled while running, before a restart: it ends here
+                    self.state.jobs.set_state(job_id, "cancelled", error="cancelled")
+                return
         if job.kind == "ingest":
             self._ingest(job_id, job.params)
         elif job.kind == "summarize":
             self._summarize(job_id, job.params)
+        elif job.kind == "ask":
+            self._ask(job_id)
         else:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
@@ -104,10 +144,14 @@ class JobRunner:
             "failed": len(failed), "video_ids": sorted({f.video_id for f in done if f.video_id}),
             "segments": sum(o.segments for o in report.indexed + report.by_status("summarised")),
         }
-        if done:
+        left = [f for f in files if f.state in ("pending", "running")]
+        if self._cancel_requested(job_id) and left:
+            self._set(job_id, "cancelled", result=result,
+                      error=f"cancelled: {len(done)} file(s) finished and kept, {len(left)} not started")
+        elif done:
             self._set(job_id, "done", result=result)
         else:
-            reasons = "; ".join(f"{f.path}: {f.reason}" for f in failed[:5]) or "no file was processed"
+            reasons = "; ".join(f"{Path(f.path).name}: {f.reason}" for f in failed[:5]) or "no file was processed"
             self._set(job_id, "failed", result=result, error=f"nothing could be indexed: {reasons}")
 
     def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
@@ -116,4 +160,12 @@ class JobRunner:
         from mediaindex.agents.tools import Archive
 
         run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
-                                                                         self.state.settings.vision))
+                                                                   self.state.settings.vision))
+
+    def _ask(self, job_id: str) -> None:
+        """A question, on this server's open index (the job records its answer or why it failed)."""
+        from mediaindex.agents import run_ask_job
+        from mediaindex.agents.tools import Archive
+
+        run_ask_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
+                                                                   self.state.settings.vision))

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from mediaindex.api.catalog import PerThreadCatalog
 from mediaindex.api.errors import ApiError
 from mediaindex.api.keys import KeyStore, keys_db_path
 from mediaindex.api.metrics import Metrics
-from mediaindex.api.paths import MediaRoots
+from mediaindex.api.paths import MediaPolicy, MediaRoots
 from mediaindex.api.ratelimit import RateLimiter
+from mediaindex.api.runner import JobRunner
 from mediaindex.config import Settings
+from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobStore
 
 log = logging.getLogger("mediaindex.api")
+THUMB_SUFFIXES = {".jpg", ".jpeg", ".webp"}
 
 
 class LockedEmbedder:
@@ -41,26 +44,39 @@ class LockedEmbedder:
         return getattr(self._embedder, name)
 
 
-def jobs_db_path(settings: Settings) -> Path:
-    return settings.index_dir / "jobs.db"
-
-
 class ApiState:
-    def __init__(self, settings: Settings, index: Any = None, embedder: Any = None, pipeline: Any = None) -> None:
-        from mediaindex.api.runner import JobRunner
-
+    def __init__(self, settings: Settings, index: Any = None, embedder: Any = None, pipeline: Any = None,
+                 advertise_url: str | None = None) -> None:
         self.settings = settings
+        self.advertise_url = advertise_url  # recorded in the index folder: commands run beside go through it
         api = settings.api
         self.upload_dir = (Path(api.upload_dir).expanduser() if api.upload_dir else settings.index_dir / "uploads")
         self.upload_dir.mkdir(parents=True, exist_ok=True)
         # Uploaded files are media too: the upload folder is always a root.
         self.roots = MediaRoots([*api.media_roots, self.upload_dir])
         self.thumbs = MediaRoots([settings.thumbs_dir])
+        from mediaindex.ingest.discover import MEDIA_SUFFIXES
+
+        # Whatever the roots, the index's own files (catalog, jobs, keys, vectors, thumbnails' folder for
+        # /files/) never leave the server, and neither does anything hidden.
+        own = [settings.index_dir, settings.cache_dir, settings.temp_dir, keys_db_path(settings)]
+        self.media = MediaPolicy(self.roots, own, allowed_inside_private=[self.upload_dir], suffixes=MEDIA_SUFFIXES)
+        self.thumb_files = MediaPolicy(self.thumbs, [keys_db_path(settings)], [], suffixes=THUMB_SUFFIXES)
+        # Server folders that never appear in an answer: messages name them by these labels instead.
+        home = os.path.expanduser("~")
+        hidden = [(self.upload_dir, "<uploads>"), (settings.index_dir, "<index>"), (settings.temp_dir, "<temp>"),
+                  (settings.cache_dir, "<cache>"), (Path(tempfile.gettempdir()), "<temp>"), (Path(home), "~")]
+        self._hidden = sorted({(str(Path(p).expanduser().resolve()), label) for p, label in hidden if str(p) != "/"}
+                              | {(str(Path(p).expanduser()), label) for p, label in hidden if str(p) != "/"},
+                              key=lambda pl: -len(pl[0]))
         self.keys = KeyStore(keys_db_path(settings))
-        self.jobs = JobStore(jobs_db_path(settings))
+        self.jobs = JobStore.of(settings)
         self.jobs_lock = threading.Lock()  # one JobStore connection is shared by request and job threads
         self.limiter = RateLimiter(api.rate_limit_per_minute, api.rate_limit_burst)
         self.metrics = Metrics(self.job_counts)
+        if index is not None and not isinstance(index.catalog, PerThreadCatalog):
+            raise TypeError("an index served by the API is read from many threads: open it with "
+                            "open_index(..., thread_safe=True)")
         self._index, self._pipeline = index, pipeline
         self._embedder = LockedEmbedder(embedder) if embedder is not None else None
         self._own_index = index is None
@@ -79,17 +95,15 @@ class ApiState:
             # The first query pays the embedder's warm-up: pay it here, not in a client's request.
             self._embedder.embed_query("warm-up")
             if self._index is None:
-                from mediaindex.index.index import MediaIndex
+                from mediaindex.index.index import open_index
 
-                self._index = MediaIndex(self.settings, self._embedder.dim, self._embedder.name)
-            if not isinstance(self._index.catalog, PerThreadCatalog):
-                # Opened on another thread it cannot be closed here; per-thread catalogs replace it anyway.
-                with contextlib.suppress(Exception):
-                    self._index.catalog.close()
-                self._index.catalog = PerThreadCatalog(self._index.dir / "catalog.db")
+                # Request and job threads each get their own catalog connection.
+                self._index = open_index(self.settings, self._embedder.dim, self._embedder.name, thread_safe=True)
+                if self.advertise_url:
+                    self._index.advertise(self.advertise_url)
         except Exception as exc:  # reported by /health/ready and every data endpoint
-            self.open_error = str(exc) or type(exc).__name__
-            log.error("the index could not be opened: %s", self.open_error)
+            log.error("the index could not be opened: %s", exc)
+            self.open_error = self.public(str(exc) or type(exc).__name__)
             return
         self.runner.start()
 
@@ -100,6 +114,12 @@ class ApiState:
         if self._index is not None and self._own_index:
             self._index.close()
         self.keys.close()
+
+    def public(self, message: str) -> str:
+        """The message with this server's own folders replaced by labels (answers never show them)."""
+        for path, label in self._hidden:
+            message = message.replace(path, label)
+        return message
 
     # --- accessors -------------------------------------------------------------------------------
     @property

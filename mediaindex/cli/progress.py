@@ -7,6 +7,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mediaindex.ingest.discover import shown
 from mediaindex.ingest.progress import IngestStats, _dur
 from mediaindex.ingest.run import FileOutcome
 
@@ -43,19 +44,20 @@ class IngestDisplay:
         self.progress.update(self.task, total=n)
 
     def on_file(self, o: FileOutcome) -> None:
+        path = shown(o.path)  # one line per file, whatever its name holds
         if o.status == "indexed":
             self.progress.advance(self.task)
             notes = f" ({'; '.join(o.notes)})" if o.notes else ""
-            self._print(f"indexed  {o.path}: {o.segments} segments{notes}")
+            self._print(f"indexed  {path}: {o.segments} segments{notes}")
         elif o.status == "summarised":
             self.progress.advance(self.task)
-            self._print(f"summarised {o.path}: {o.segments} summary and chapter segments added")
-        elif o.status == "unchanged":
-            self._print(f"skipped  {o.path}: {o.reason}")
+            self._print(f"summarised {path}: {o.segments} summary and chapter segments added")
+        elif o.status in ("unchanged", "skipped"):
+            self._print(f"skipped  {path}: {shown(o.reason)}")
         else:
             if o.status == "failed":
                 self.progress.advance(self.task)
-            self._print(f"failed   {o.path}: {o.reason}", style="red")
+            self._print(f"failed   {path}: {shown(o.reason)}", style="red")
 
     def on_tick(self, stats: IngestStats) -> None:
         if self.interactive:

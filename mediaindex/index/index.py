@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from mediaindex.config import IndexSettings, Settings
-from mediaindex.errors import ConfigError
+from mediaindex.errors import ConfigError, IndexBusyError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.filters import SearchFilters
+from mediaindex.index.holder import Holder, clear_holder, read_holder, record_holder
+from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.index.schema import check_or_write
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
@@ -35,9 +38,52 @@ def store_location(settings: IndexSettings) -> str | None:
     return f"{settings.url}#{settings.collection}" if settings.backend == "server" else None
 
 
+class IndexMissingError(MediaIndexError):
+    """A reading command was pointed at a folder that holds no index."""
+
+
+class IndexHeldError(IndexBusyError):
+    """Another live process holds the index; `holder` says which (and where a server answers)."""
+
+    def __init__(self, index_dir: Path, holder: Holder | None) -> None:
+        who = holder.describe() if holder else "another process"
+        super().__init__(f"the index at {index_dir} is held by {who}; try again when it has finished"
+                         + (", or send the request to that server" if holder and holder.url else ""))
+        self.holder = holder
+
+
+def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
+               *, must_exist: bool = False, thread_safe: bool = False) -> MediaIndex:
+    """The one way into an index: typed errors for a missing index, one held by another process (naming
+    it), or one built with other image vectors; `thread_safe` gives each thread its own catalog
+    connection (a server's request and job threads)."""
+    index_dir = Path(settings.index_dir)
+    if must_exist and not (index_dir / "schema.json").exists():
+        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
+    holder = read_holder(index_dir)
+    if holder is not None and holder.url and settings.index.backend != "server":
+        raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
+    try:
+        return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe)
+    except IndexBusyError as exc:
+        raise IndexHeldError(index_dir, read_holder(index_dir)) from exc
+    except MediaIndexError:
+        raise
+    except Exception as exc:  # the vector store refuses an index built with other named vectors
+        if "incompatible" not in str(exc).lower():
+            raise
+        extra = extra_dims or {}
+        raise MediaIndexError(
+            f"the index in {index_dir} was built with other image vectors than configured now "
+            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
+            f"`mediaindex index reset --index {index_dir}` and ingest again"
+        ) from exc
+
+
 class MediaIndex:
     def __init__(
-        self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None
+        self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
+        thread_safe: bool = False,
     ) -> None:
         self.dir = settings.index_dir
         self.settings = settings.index
@@ -49,13 +95,21 @@ class MediaIndex:
         extra = check_or_write(self.dir, text_dim, embedder_name, settings.index.backend,
                                store_location(settings.index), extra)
         self.sparse = SparseEncoder()
-        self.catalog = Catalog(self.dir / "catalog.db")
+        self.catalog: Catalog | PerThreadCatalog = (PerThreadCatalog if thread_safe else Catalog)(self.dir / "catalog.db")
         try:
             self.store: VectorStore = open_store(settings.index, self.dir, {TEXT_VECTOR: text_dim, **extra},
                                                  self.sparse)
         except BaseException:
             self.catalog.close()
             raise
+        self._holds = settings.index.backend != "server"  # an embedded store admits one process: say which
+        if self._holds:
+            record_holder(self.dir)
+
+    def advertise(self, url: str) -> None:
+        """Record where the server holding this index answers (commands run beside it go through it)."""
+        if self._holds:
+            record_holder(self.dir, url=url)
 
     def replace_video(self, record: VideoRecord, segments: list[Segment], vectors: np.ndarray) -> None:
         """Swap in a file's new segments.
@@ -93,6 +147,8 @@ class MediaIndex:
             self.store.close()
         finally:
             self.catalog.close()
+            if getattr(self, "_holds", False):
+                clear_holder(self.dir)
 
     def __enter__(self) -> MediaIndex:
         return self

@@ -1,7 +1,7 @@
 """From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding.
 
 Only hits that matched reach here (the searcher drops the rest first), so a moment spans the matched
-sentences and no more: a neighbour that did not match the query does not stretch it.
+sentences and no more.
 """
 
 from __future__ import annotations
@@ -10,13 +10,18 @@ from dataclasses import replace
 
 from mediaindex.segments import Hit
 
+# A neighbouring hit widens a moment only when it matches nearly as well as the moment's best hit;
+# weaker neighbours (every sentence of a file is some candidate) are absorbed without stretching it,
+# so sentence-sized hits do not grow back into paragraphs.
+STRETCH_RATIO = 0.85
+
 
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
     """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
 
     A moment keeps its best hit's score, band, snippet, modality and thumbnail (or the first thumbnail
-    any of its hits has), spans the union of their time ranges and starts playing at the earliest
-    matched word of any of them.
+    any of its hits has), spans the union of the time ranges of the hits that match about as well and
+    starts playing at the earliest matched word of those.
     """
     moments: dict[str, list[Hit]] = {}
     for hit in sorted(hits, key=lambda h: -h.score):
@@ -26,7 +31,7 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
             if hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len:
                 # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
                 # absorbed but does not stretch the moment away from what was actually matched.
-                if hit.modality == m.modality:
+                if hit.modality == m.modality and hit.score >= STRETCH_RATIO * m.score:
                     seeks = [t for t in (m.seek, hit.seek) if t is not None]
                     mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail,
                                       seek=min(seeks) if seeks else None)

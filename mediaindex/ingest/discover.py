@@ -1,7 +1,17 @@
-"""Turn the paths a user gives into media files, recursively, with a reason for each one skipped."""
+"""Turn the paths a user gives into media files, recursively, with a reason for each entry skipped.
+
+Every entry of a walked folder ends up either in `files` or in `skipped` with one specific reason
+(dangling symlink, symlink loop, not a regular file, unreadable, hidden, unsupported type, the same
+file as another): nothing is passed over without a line. Media files the user's --include/--exclude
+globs leave out are what was asked for: they are counted in `left_out`, not listed. Names are kept as they are;
+`shown()` escapes control characters (a newline in a name must not split a report line).
+"""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -11,12 +21,30 @@ MEDIA_SUFFIXES = {
     ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".wmv", ".flv", ".mpg", ".mpeg", ".ts", ".mts", ".3gp", ".ogv",
     ".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg", ".opus", ".aiff", ".aif", ".wma",
 }
+_KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device"}
+
+
+def shown(text: str | Path) -> str:
+    """Text with control characters escaped (\\n, \\t, \\x1b ...), for one-line reports and terminals."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            escaped = repr(ch)[1:-1]  # '\n' -> \n, '\x1b' -> \x1b, '\u200b' -> \u200b
+            out.append(escaped if escaped != ch else f"\\x{ord(ch):02x}")
+    return "".join(out)
 
 
 @dataclass
 class Discovered:
     files: list[Path] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    left_out: int = 0  # media files that the include/exclude globs leave out
 
 
 def _selected(rel: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
@@ -29,33 +57,112 @@ def _selected(rel: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
     return (not include or any(hit(p) for p in include)) and not any(hit(p) for p in exclude)
 
 
+def _broken_link(path: Path) -> str | None:
+    """Why a symlink cannot be followed (None: it can)."""
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:
+        return "symlink loop"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        if exc.errno == errno.ENOENT:
+            return f"dangling symlink (points to {shown(os.readlink(path))}, which does not exist)"
+        return f"unreadable symlink ({exc.strerror or exc})"
+    return None
+
+
+def _not_a_file(path: Path, mode: int) -> str | None:
+    if stat.S_ISREG(mode):
+        return None if os.access(path, os.R_OK) else "unreadable (permission denied)"
+    return f"not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'an unknown kind of file')})"
+
+
+class _Walk:
+    def __init__(self, include: Sequence[str], exclude: Sequence[str]) -> None:
+        self.include, self.exclude = include, exclude
+        self.found = Discovered()
+        self.first: dict[Path, Path] = {}  # real file -> the path it was first found as
+
+    def skip(self, path: Path, reason: str) -> None:
+        self.found.skipped.append((str(path), reason))
+
+    def add(self, path: Path) -> None:
+        real = path.resolve()
+        if real in self.first:
+            if self.first[real] != path:
+                self.skip(path, f"the same file as {shown(self.first[real])}")
+            return
+        self.first[real] = path
+        self.found.files.append(real)
+
+    def argument(self, path: Path) -> None:
+        """A path given by the user: a file is taken as given (the decoder judges its content)."""
+        if path.is_symlink() and (why := _broken_link(path)):
+            self.skip(path, why)
+            return
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            self.skip(path, "file not found")
+            return
+        except OSError as exc:
+            self.skip(path, f"unreadable ({exc.strerror or exc})")
+            return
+        if stat.S_ISDIR(st.st_mode):
+            self.folder(path, path, {(st.st_dev, st.st_ino)})
+        elif why := _not_a_file(path, st.st_mode):
+            self.skip(path, why)
+        else:
+            self.add(path)
+
+    def folder(self, top: Path, folder: Path, above: set[tuple[int, int]]) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            self.skip(folder, f"unreadable folder ({exc.strerror or exc})")
+            return
+        for entry in entries:
+            self.entry(top, Path(entry.path), entry, above)
+
+    def entry(self, top: Path, path: Path, entry: os.DirEntry, above: set[tuple[int, int]]) -> None:
+        if entry.name.startswith("."):
+            self.skip(path, "hidden (the name starts with a dot)")
+            return
+        if entry.is_symlink() and (why := _broken_link(path)):
+            self.skip(path, why)
+            return
+        try:
+            st = path.stat()
+        except OSError as exc:
+            self.skip(path, f"unreadable ({exc.strerror or exc})")
+            return
+        if stat.S_ISDIR(st.st_mode):
+            here = (st.st_dev, st.st_ino)
+            if here in above:  # a symlink back to a folder being walked
+                self.skip(path, "symlink loop (points to a folder that contains it)")
+                return
+            self.folder(top, path, above | {here})
+            return
+        if why := _not_a_file(path, st.st_mode):
+            self.skip(path, why)
+        elif path.suffix.lower() not in MEDIA_SUFFIXES:
+            self.skip(path, f"unsupported type ({shown(path.suffix) or 'no suffix'})")
+        elif not _selected(path.relative_to(top).as_posix(), self.include, self.exclude):
+            self.found.left_out += 1
+        else:
+            self.add(path)
+
+
 def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Discovered:
     """Files are taken as given (a wrong kind of file is reported later, by the decoder);
     folders are walked recursively for files with a media suffix that pass the include/exclude
-    globs (matched against the path below the folder, or the file name)."""
+    globs (matched against the path below the folder, or the file name); every other entry
+    gets a reason in `skipped`."""
     for pattern in (*include, *exclude):
         if not pattern.strip():
             raise ValueError("an include/exclude glob is empty")
-    found = Discovered()
-    seen: set[Path] = set()
-
-    def add(p: Path) -> None:
-        p = p.resolve()
-        if p not in seen:
-            seen.add(p)
-            found.files.append(p)
-
+    walk = _Walk(include, exclude)
     for raw in paths:
-        path = Path(raw).expanduser()
-        if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if (child.is_file() and child.suffix.lower() in MEDIA_SUFFIXES and not child.name.startswith(".")
-                        and _selected(child.relative_to(path).as_posix(), include, exclude)):
-                    add(child)
-        elif path.is_file():
-            add(path)
-        elif path.exists():
-            found.skipped.append((str(path), "not a regular file"))
-        else:
-            found.skipped.append((str(path), "file not found"))
-    return found
+        walk.argument(Path(raw).expanduser())
+    return walk.found

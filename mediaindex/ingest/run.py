@@ -387,7 +387,7 @@ def _write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> 
 
 def jobs_store(settings: Settings) -> JobStore:
     """The job records of an index live beside it."""
-    return JobStore(settings.index_dir / "jobs.db")
+    return JobStore.of(settings)
 
 
 def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] = (), manifests: Sequence[Path] = (),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import cv2
+import ffmpeg
 import numpy as np
 
 from mediaindex.errors import MediaError
@@ -57,11 +58,10 @@ class AudioStream:
         self.warning: str | None = None
 
     def _command(self) -> list[str]:
-        return [
-            ffmpeg_exe(), "-nostdin", "-hide_banner", "-loglevel", "error", "-i", self.path,
-            "-map", "0:a:0", "-vn", "-sn", "-dn", "-f", "f32le", "-acodec", "pcm_f32le",
-            "-ac", "1", "-ar", str(SAMPLE_RATE), "pipe:1",
-        ]
+        # The first audio stream only, as raw 32-bit float mono PCM on stdout.
+        stream = ffmpeg.input(self.path, nostdin=None, hide_banner=None, loglevel="error").output(
+            "pipe:1", map="0:a:0", vn=None, sn=None, dn=None, f="f32le", acodec="pcm_f32le", ac=1, ar=SAMPLE_RATE)
+        return stream.compile(cmd=ffmpeg_exe())
 
     def __iter__(self) -> Iterator[np.ndarray]:
         proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

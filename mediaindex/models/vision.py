@@ -41,8 +41,9 @@ def load_text_reader(settings: VisionSettings):  # -> TextReader | None
 
     if not (settings.enabled and settings.ocr):
         return None
-    key = ("ocr", settings.ocr_min_confidence, settings.ocr_side, settings.threads)
-    return cached(key, lambda: TextReader(settings.ocr_min_confidence, settings.ocr_side, settings.threads))
+    key = ("ocr", settings.ocr_model, settings.ocr_min_confidence, settings.ocr_side, settings.threads)
+    return cached(key, lambda: TextReader(settings.ocr_min_confidence, settings.ocr_side, settings.threads,
+                                          model=settings.ocr_model))
 
 
 def load_clip(settings: VisionSettings):  # -> ClipEmbedder | None

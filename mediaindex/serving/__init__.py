@@ -10,6 +10,7 @@ from mediaindex.serving.errors import (
     KVIntegrityError,
     ServingError,
     UnknownRequestError,
+    UnsupportedModelError,
 )
 from mediaindex.serving.guided import Guide
 from mediaindex.serving.sampling import SamplingParams
@@ -27,6 +28,7 @@ __all__ = [
     "SamplingParams",
     "ServingError",
     "UnknownRequestError",
+    "UnsupportedModelError",
     "WeightsConfig",
     "WorkerResources",
 ]

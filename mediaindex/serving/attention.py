@@ -25,9 +25,13 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
+from mediaindex.serving.errors import UnsupportedModelError
 from mediaindex.serving.kv_cache import PagedKVCache
 
 ATTN_IMPLEMENTATION = "mediaindex_paged"
+
+# Keyword arguments transformers' attention modules pass for features the paged path does not implement.
+_FEATURES = {"softcap": "attention logit softcapping", "s_aux": "attention sinks"}
 
 
 @dataclass
@@ -49,25 +53,30 @@ def torch_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scaling: float | None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Reference decode attention. q [d, H, Dk], k [d, Hkv, Dk] and v [d, Hkv, Dv]: one new token per request;
-    block_tables [d, P], context_lens [d]: its pages and the tokens already in them. Returns [d, H, Dv]."""
+    block_tables [d, P], context_lens [d]: its pages and the tokens already in them. `window`: a sliding window
+    (the token sees itself and the window - 1 tokens before it), None for full attention. Returns [d, H, Dv]."""
     kc, vc = cache.gather(layer, block_tables, q.dtype)  # [d, L, Hkv, D]
     length = kc.shape[1]
     # The current token's own K/V go last, at model precision.
     kd = torch.cat([kc, k[:, None]], dim=1).transpose(1, 2)
     vd = torch.cat([vc, v[:, None]], dim=1).transpose(1, 2)
     pos = torch.arange(length + 1, device=q.device)
-    mask = (pos[None, :] < context_lens[:, None]) | (pos[None, :] == length)
+    mask = pos[None, :] < context_lens[:, None]
+    if window is not None:
+        mask &= pos[None, :] > context_lens[:, None] - window
+    mask |= pos[None, :] == length
     o = F.scaled_dot_product_attention(
         q[:, :, None], kd, vd, attn_mask=mask[:, None, None, :], scale=scaling, enable_gqa=q.shape[1] != k.shape[1]
     )
     return o[:, :, 0]
 
 
-# (cache, layer, q, k, v, block_tables, context_lens, scaling) -> [d, H, Dv]
+# (cache, layer, q, k, v, block_tables, context_lens, scaling, window) -> [d, H, Dv]
 DecodeAttention = Callable[
-    [PagedKVCache, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float | None],
+    [PagedKVCache, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float | None, int | None],
     torch.Tensor,
 ]
 
@@ -113,6 +122,11 @@ def paged_attention_forward(
         )
     layer = module.layer_idx
     cache = meta.kv_cache
+    for feature in ("softcap", "s_aux"):
+        if kwargs.get(feature) is not None:  # refused at load (unsupported_features); never drop it silently
+            raise UnsupportedModelError(f"paged attention does not implement {_FEATURES[feature]}")
+    window = kwargs.get("sliding_window")
+    window = int(window) if window else None
     # [1, H, T, D] -> [T, H, D]
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1)
@@ -125,7 +139,7 @@ def paged_attention_forward(
     if d:
         assert meta.decode_block_tables is not None and meta.decode_context_lens is not None
         out[:d] = meta.decode_attention(
-            cache, layer, q[:d], k[:d], v[:d], meta.decode_block_tables, meta.decode_context_lens, scaling
+            cache, layer, q[:d], k[:d], v[:d], meta.decode_block_tables, meta.decode_context_lens, scaling, window
         )
 
     for span in meta.prefills:
@@ -133,14 +147,18 @@ def paged_attention_forward(
         ks = k[span.start : span.end]
         vs = v[span.start : span.end]
         n = span.end - span.start
-        if span.context_len:
-            kc, vc = cache.gather(layer, span.block_table[None], q.dtype)
-            ks = torch.cat([kc[0, : span.context_len], ks])
-            vs = torch.cat([vc[0, : span.context_len], vs])
+        if span.context_len or window is not None:
+            if span.context_len:
+                kc, vc = cache.gather(layer, span.block_table[None], q.dtype)
+                ks = torch.cat([kc[0, : span.context_len], ks])
+                vs = torch.cat([vc[0, : span.context_len], vs])
             total = span.context_len + n
             pos_k = torch.arange(total, device=q.device)
             pos_q = torch.arange(span.context_len, total, device=q.device)
-            mask = (pos_k[None, :] <= pos_q[:, None])[None, None]
+            mask = pos_k[None, :] <= pos_q[:, None]
+            if window is not None:
+                mask &= pos_k[None, :] > pos_q[:, None] - window
+            mask = mask[None, None]
             o = F.scaled_dot_product_attention(
                 qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], attn_mask=mask, scale=scaling, enable_gqa=gqa
             )
@@ -152,6 +170,20 @@ def paged_attention_forward(
 
     cache.write(layer, meta.slot_mapping, k, v)
     return out[None], None
+
+
+def unsupported_features(model: torch.nn.Module) -> list[str]:
+    """Attention features of `model` that the paged path would otherwise drop silently (so output would differ
+    from the model's own). Sliding windows are honoured and not listed."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    found: list[str] = []
+    if getattr(cfg, "attn_logit_softcapping", None) is not None:
+        found.append(_FEATURES["softcap"])
+    if any(isinstance(getattr(m, "sinks", None), torch.Tensor) for m in model.modules()):
+        found.append(_FEATURES["s_aux"])
+    if getattr(cfg, "attention_chunk_size", None) or "chunked_attention" in (getattr(cfg, "layer_types", None) or []):
+        found.append("chunked attention")
+    return found
 
 
 def register() -> str:

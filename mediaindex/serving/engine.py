@@ -16,9 +16,15 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from mediaindex.serving.attention import unsupported_features
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
-from mediaindex.serving.errors import InvalidRequestError, ServingError, UnknownRequestError
+from mediaindex.serving.errors import (
+    InvalidRequestError,
+    ServingError,
+    UnknownRequestError,
+    UnsupportedModelError,
+)
 from mediaindex.serving.guided import GuideCompiler, advance, mask_disallowed
 from mediaindex.serving.handoff import PrefilledRequest
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
@@ -38,6 +44,16 @@ from mediaindex.serving.sequence import Sequence, Status
 log = logging.getLogger(__name__)
 
 Prompt = str | list[int] | list[dict[str, Any]]
+
+
+def _refuse_unsupported(model: PreTrainedModel) -> None:
+    missing = unsupported_features(model)
+    if missing:
+        name = getattr(model.config, "model_type", type(model).__name__)
+        raise UnsupportedModelError(
+            f"model {name!r} uses {', '.join(missing)}, which the paged attention does not implement; "
+            "serving it would silently give output different from the model's own, so it is refused"
+        )
 
 
 @dataclass
@@ -92,6 +108,7 @@ class LLMEngine:
         cfg = self.config
         self.tokenizer = tokenizer
         device = torch.device(cfg.device)
+        _refuse_unsupported(model.prefill_model if isinstance(model, SplitPrecisionModel) else model)
         if not isinstance(model, SplitPrecisionModel):
             model = model.to(device)  # quantize on the device, so the matching backend is picked
         model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)

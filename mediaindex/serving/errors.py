@@ -13,6 +13,10 @@ class InvalidRequestError(ServingError):
     """The request cannot be served as given (bad prompt, bad sampling values, too large for the pool)."""
 
 
+class UnsupportedModelError(ServingError):
+    """The engine cannot serve this model exactly (an attention feature it does not implement); refused at load."""
+
+
 class UnknownRequestError(ServingError):
     """An operation named a request id the engine does not know."""
 

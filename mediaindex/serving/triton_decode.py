@@ -49,6 +49,7 @@ def _decode_kernel(
     kc_ptr, vc_ptr,  # one layer's pages [num_pages, PAGE_SIZE, HKV, D]
     k_scale_ptr, v_scale_ptr,  # [HKV] fp32 (FP8 pages only)
     bt_ptr, ctx_ptr,  # block tables [B, P] and context lengths [B] (tokens already in the pages)
+    window,  # sliding window (the token sees itself and window - 1 cached tokens before it); 0 = full attention
     out_ptr,  # [B, H, DV], written when NUM_SPLITS_IS_ONE
     part_acc_ptr, part_ml_ptr,  # [B, H, S, DV] and [B, H, S, 2] fp32 partial states, otherwise
     qk_scale,  # softmax scale * log2(e): the kernel works in base 2
@@ -94,9 +95,14 @@ def _decode_kernel(
     ctx = tl.load(ctx_ptr + b).to(tl.int32)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, ctx)
-    for t0 in range(start, end, BLOCK_N):
+    lo = 0
+    if window > 0:
+        lo = tl.maximum(ctx + 1 - window, 0)
+    # Tiles wholly before the window are skipped.
+    first_tile = tl.maximum(start, lo - lo % BLOCK_N)
+    for t0 in range(first_tile, end, BLOCK_N):
         t = t0 + tl.arange(0, BLOCK_N)
-        t_ok = t < end
+        t_ok = (t < end) & (t >= lo)
         page = tl.load(bt_ptr + b * stride_btb + t // PAGE_SIZE, mask=t_ok, other=0).to(tl.int64)
         slot = t % PAGE_SIZE
         k_rows = page * stride_kcp + slot * stride_kct + kvh * stride_kch
@@ -107,8 +113,10 @@ def _decode_kernel(
         s = tl.where(t_ok[None, :], s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        # A split whose tiles all lie before the window has seen nothing (-inf): keep its state empty, not NaN.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
 
         v_rows = page * stride_vcp + slot * stride_vct + kvh * stride_vch
@@ -190,13 +198,14 @@ def paged_decode_attention(
     out: torch.Tensor | None = None,
     num_splits: int | None = None,
     block_n: int | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per request over its cached context plus itself.
 
     q [B, H, DK]; k_new [B, HKV, DK] and v_new [B, HKV, DV]: the token's own K/V at model precision. k_pages
     [num_pages, page_size, HKV, DK] and v_pages [..., DV]: one layer's pages, uint8 (FP8 e4m3 bytes, with
     k_scale / v_scale [HKV] fp32) or a float dtype. block_tables [B, P] (int64), context_lens [B]: tokens of
-    each request already in the pages (0 is fine). Returns (or fills `out`) [B, H, DV] in q's dtype.
+    each request already in the pages (0 is fine). `window`: sliding-window size, None for full attention. Returns (or fills `out`) [B, H, DV] in q's dtype.
     num_splits / block_n override the work split (tests)."""
     n_req, n_heads, dk = q.shape
     n_kv, dv = k_new.shape[1], v_new.shape[2]
@@ -235,7 +244,8 @@ def paged_decode_attention(
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(dk)) * _LOG2E
     scales = (k_scale, v_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
     _decode_kernel[(n_req, n_kv, num_splits)](
-        q, k_new, v_new, k_pages, v_pages, scales[0], scales[1], block_tables, context_lens, out, part_acc, part_ml,
+        q, k_new, v_new, k_pages, v_pages, scales[0], scales[1], block_tables, context_lens, window or 0,
+        out, part_acc, part_ml,
         qk_scale, num_splits, tiles_per_split * block_n,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         k_pages.stride(0), k_pages.stride(1), k_pages.stride(2), v_pages.stride(0), v_pages.stride(1),
@@ -261,9 +271,10 @@ def triton_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scaling: float | None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """The engine's decode attention (same contract as `attention.torch_decode_attention`) on the kernel."""
     scales = (cache.k_scale[layer], cache.v_scale[layer]) if cache.is_fp8 else (None, None)
     return paged_decode_attention(
-        q, k, v, cache.k[layer], cache.v[layer], block_tables, context_lens, *scales, scale=scaling
+        q, k, v, cache.k[layer], cache.v[layer], block_tables, context_lens, *scales, scale=scaling, window=window
     )

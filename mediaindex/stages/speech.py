@@ -7,17 +7,21 @@ summarised). Given a decoded `MediaItem` instead, it adds the speech segments to
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
-from mediaindex.media.decode import AudioStream
+from mediaindex.media.decode import SAMPLE_RATE, AudioStream
 from mediaindex.media.probe import MediaInfo, probe
 from mediaindex.segments import Segment
 from mediaindex.stages.item import MediaItem
 
 if TYPE_CHECKING:
+    from mediaindex.models.speakers import SpeakerTrack, Turn
     from mediaindex.models.speech import Transcript
 
 
@@ -52,6 +56,11 @@ class SpeechStage:
 
         self.settings = settings
         self.model = SpeechModel(settings.speech, settings.cache_dir)
+        self.speakers = None
+        if settings.speech.diarize:
+            from mediaindex.models.speakers import SpeakerEncoder
+
+            self.speakers = SpeakerEncoder("cpu", threads=settings.speech.cpu_threads or 1)
 
     def process(self, item: MediaItem | str) -> MediaItem | SpeechResult:
         """A file path gives its `SpeechResult`; a decoded item comes back with its speech segments
@@ -63,39 +72,66 @@ class SpeechStage:
                 return SpeechResult(failure=exc.reason)
             return self.transcribe_file(item, info)
         if item.audio is not None:
-            result = self._result(self.model.transcribe(item.audio), item.source)
+            track = self._track()
+            transcript = self.model.transcribe_stream([item.audio], on_part=track.add if track else None)
+            result = self._result(transcript, item.source, self._turns(track))
             item.audio = None
         else:
             result = self.transcribe_file(item.source, item.info)
         return result.join(item)
 
-    def transcribe_file(self, path: str, info: MediaInfo) -> SpeechResult:
+    def transcribe_file(self, path: str, info: MediaInfo,
+                        on_progress: Callable[[float], None] | None = None) -> SpeechResult:
+        """The file's transcript; `on_progress` hears the seconds of audio read so far, chunk by chunk."""
         if not info.has_audio:
             return SpeechResult()
         stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
                              timeout=self.settings.ingest.file_timeout)
+        track = self._track()
         try:
-            transcript = self.model.transcribe_stream(stream)
+            transcript = self.model.transcribe_stream(_reporting(stream, on_progress) if on_progress else stream,
+                                                      on_part=track.add if track else None)
         except MediaError as exc:
             return SpeechResult(failure=exc.reason)
-        result = self._result(transcript, path)
+        result = self._result(transcript, path, self._turns(track))
         if stream.warning:
             result.notes.append(stream.warning)
         elif info.duration - stream.decoded_seconds > 1.0:
             result.notes.append(f"audio ends early at {stream.decoded_seconds:.1f} s of {info.duration:.1f} s")
         return result
 
+    def _track(self) -> SpeakerTrack | None:
+        """Where the speaker embeddings of one file gather while its audio streams past (None: no diarization)."""
+        from mediaindex.models.speakers import SpeakerTrack
+
+        return SpeakerTrack(self.speakers) if self.speakers is not None else None
+
+    def _turns(self, track: SpeakerTrack | None) -> list[Turn]:
+        if track is None:
+            return []
+        return track.turns(self.settings.speech.speakers, self.settings.speech.speaker_threshold)
+
     @staticmethod
-    def _result(transcript: Transcript, source: str) -> SpeechResult:
+    def _result(transcript: Transcript, source: str, turns: list[Turn] | None = None) -> SpeechResult:
+        from mediaindex.models.speakers import speaker_at
+
         result = SpeechResult(language=transcript.language)
         for seg in transcript.segments:
             result.segments.append(Segment(
                 video_id="", source=source, start=seg.start, end=seg.end,
-                modality="speech", text=seg.text, language=transcript.language,
-                confidence=seg.avg_logprob, thumbnail=None,
+                modality="speech", text=seg.text, language=seg.language or transcript.language,
+                confidence=seg.avg_logprob, thumbnail=None, speaker=speaker_at(turns or [], seg.start, seg.end),
                 extra={"words": [[w.start, w.end, w.text] for w in seg.words],
                        "no_speech_prob": round(seg.no_speech_prob, 4)},
             ))
         if not transcript.segments:
             result.notes.append("no speech found")
         return result
+
+
+def _reporting(chunks: Iterable[np.ndarray], on_progress: Callable[[float], None]) -> Iterator[np.ndarray]:
+    done = 0.0
+    for chunk in chunks:
+        yield chunk
+        done += len(chunk) / SAMPLE_RATE
+        on_progress(done)

@@ -154,6 +154,23 @@ def test_kernel_counts_the_current_token_once_in_every_split(kernels):
 
 @needs_triton
 @needs_interpreter
+@pytest.mark.parametrize("window", [1, 6, 16, 40])
+def test_kernel_sliding_window_matches_reference(kernels, window):
+    """A sliding window skips tiles before it and masks inside the first tile it visits; windows shorter than a
+    tile, spanning tiles, and longer than every context."""
+    cache, tables, lens = _filled_cache("fp8_e4m3", 2, 64, 64, CONTEXT)
+    q, k, v = _step_inputs(len(CONTEXT), 4, 2, 64, 64, torch.float32)
+    ref = torch_decode_attention(cache, 1, q, k, v, tables, lens, None, window)
+    scales = (cache.k_scale[1], cache.v_scale[1])
+    for splits in (1, 3):
+        got = kernels.paged_decode_attention(
+            q, k, v, cache.k[1], cache.v[1], tables, lens, *scales, num_splits=splits, block_n=16, window=window
+        )
+        torch.testing.assert_close(got, ref, **TOLERANCE[torch.float32])
+
+
+@needs_triton
+@needs_interpreter
 @pytest.mark.parametrize("kv", ["fp32", "fp8_e4m3"])
 def test_engine_greedy_tokens_same_with_triton_backend(kernels, kv, tiny_models, char_tokenizer, h):
     """The engine with the kernel forced (interpreted) generates the same greedy tokens as with the reference
@@ -171,6 +188,21 @@ def test_engine_greedy_tokens_same_with_triton_backend(kernels, kv, tiny_models,
         assert all(o.error is None and len(o.token_ids) == 8 for o in outs)
         outputs[backend] = [o.token_ids for o in outs]
     assert outputs["triton"] == outputs["torch"]
+
+
+@needs_triton
+@needs_interpreter
+def test_engine_sliding_window_same_with_triton_backend(kernels, tiny_models, char_tokenizer, h):
+    """Mixtral reads its sliding window from the config at every forward: with a window of 8 the kernel's greedy
+    tokens match transformers' own."""
+    model, ref_model = tiny_models("mixtral")
+    for m in (model, ref_model):
+        m.config.sliding_window = 8
+    prompts = h.random_prompts([5, 19], seed=2)
+    refs = [h.hf_greedy(ref_model, p, 12) for p in prompts]
+    cfg = EngineConfig(page_size=4, num_pages=64, max_num_batched_tokens=12, attention_backend="triton")
+    outs = LLMEngine(model, char_tokenizer, cfg).generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    assert [o.token_ids for o in outs] == refs
 
 
 # -- selection -------------------------------------------------------------------------------------------------

@@ -1,9 +1,15 @@
-"""Background jobs over HTTP: ingest server paths or an upload, summarize a video, follow a job."""
+"""Background jobs over HTTP: ingest server paths or an upload, summarize a video, follow or cancel a job.
+
+The queue is bounded (api.max_pending_jobs; past it 429 with Retry-After) and a request identical to
+one still pending joins that job instead of queueing the same work twice.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 
@@ -13,10 +19,18 @@ from fastapi.responses import JSONResponse
 
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import SUMMARIES_DOC, ErrorOut, IngestRequest, JobFileOut, JobOut, SummarizeRequest
+from mediaindex.api.models import (
+    SUMMARIES_DOC,
+    AskRequest,
+    ErrorOut,
+    IngestRequest,
+    JobFileOut,
+    JobOut,
+    SummarizeRequest,
+)
 from mediaindex.api.state import ApiState
 from mediaindex.ingest.discover import MEDIA_SUFFIXES, discover
-from mediaindex.jobs import Job, JobNotFound
+from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -30,43 +44,69 @@ def job_out(state: ApiState, job: Job) -> JobOut:
     return JobOut(id=job.id, kind=job.kind, state=job.state, params=job.params, result=job.result,  # type: ignore[arg-type]
                   error=job.error, created=job.created, updated=job.updated, counts=counts,
                   files=[JobFileOut(path=f.path, state=f.state, reason=f.reason, video_id=f.video_id) for f in files],
-                  url=f"/jobs/{job.id}")
+                  url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None)
 
 
-def _accepted(state: ApiState, job: Job) -> JSONResponse:
-    state.runner.submit(job.id)
+QUEUE_RETRY_AFTER_S = 30  # a job takes tens of seconds to minutes: a sooner retry would meet a full queue again
+
+
+def _accepted(state: ApiState, job: Job, joined: bool = False) -> JSONResponse:
+    if not joined:
+        state.runner.submit(job.id)
     body = job_out(state, job)
-    return JSONResponse(body.model_dump(mode="json"), status_code=202, headers={"Location": body.url})
+    headers = {"Location": body.url, **({"X-Joined-Job": job.id} if joined else {})}
+    return JSONResponse(body.model_dump(mode="json"), status_code=202, headers=headers)
 
 
-def _create_ingest(state: ApiState, params: dict, files: list[Path], summaries: bool | None) -> Job:
+def _queue(state: ApiState, kind: str, params: dict, files: list[tuple[str, dict]] | None = None,
+           same_work: dict | None = None) -> tuple[Job, bool]:
+    """A pending job for this request: an identical pending one (joined: True), else a new one if the queue
+    has room, else 429. `same_work` is what makes two requests identical (default: the params)."""
+    key = request_key(kind, same_work if same_work is not None else params)
+    limit = state.settings.api.max_pending_jobs
+    with state.jobs_lock:
+        existing = state.jobs.find_pending(key)
+        if existing is not None:
+            return existing, True
+        if state.jobs.count_pending({"origin": "api"}) >= limit:
+            raise ApiError(429, f"{limit} jobs are already waiting to start (api.max_pending_jobs); retry later",
+                           headers={"Retry-After": str(QUEUE_RETRY_AFTER_S)})
+        return state.jobs.create(kind, {**params, "origin": "api"}, files=files, key=key), False
+
+
+def _create_ingest(state: ApiState, params: dict, files: list[Path], summaries: bool | None,
+                   same_work: dict | None = None) -> tuple[Job, bool]:
     state.index  # noqa: B018  (answers 503 before a job is created when the index is not open)
     # The job's record holds the choice (None: the server's setting), so a job resumed after a restart keeps it.
-    params = {**params, "summaries": summaries, "origin": "api"}
-    with state.jobs_lock:
-        return state.jobs.create("ingest", params, files=[(str(p), {}) for p in files])
+    params = {**params, "summaries": summaries}
+    work = {"files": sorted(str(p) for p in files), "summaries": summaries, **(same_work or {})}
+    return _queue(state, "ingest", params, files=[(str(p), {}) for p in files], same_work=work)
 
 
 @router.post("/ingest", status_code=202, response_model=JobOut,
-             responses={400: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+             responses={400: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut},
+                        503: {"model": ErrorOut}})
 def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
-    """Index files or folders on the server (inside the media roots) as a background job."""
+    """Index media files or folders on the server (inside the media roots) as a background job; the same
+    rules as for serving files: only media, never hidden files or the index's own files."""
     state = get_state(request)
     files: list[Path] = []
     for raw in body.paths:
         real = state.roots.resolve(raw)
         if real.is_dir():
             # A folder's files are checked one by one: a symlink inside may point out of the roots.
-            inside = [p for p in discover([real]).files if state.roots.contains(p)]
+            inside = [p for p in discover([real]).files
+                      if state.roots.contains(p) and state.media.refusal(p, p.resolve()) is None]
             if not inside:
                 raise ApiError(400, f"no media files in folder {raw!r}")
             files.extend(inside)
         elif real.is_file():
-            files.append(real)
+            files.append(state.media.resolve(raw))
         else:
             raise ApiError(400, f"{raw!r} is neither a regular file nor a folder")
     files = list(dict.fromkeys(files))
-    return _accepted(state, _create_ingest(state, {"paths": body.paths}, files, body.summaries))
+    job, joined = _create_ingest(state, {"paths": body.paths}, files, body.summaries)
+    return _accepted(state, job, joined)
 
 
 def _upload_name(filename: str) -> str:
@@ -79,7 +119,7 @@ def _upload_name(filename: str) -> str:
 
 @router.post(
     "/ingest/upload", status_code=202, response_model=JobOut,
-    responses={400: {"model": ErrorOut}, 413: {"model": ErrorOut}, 415: {"model": ErrorOut}},
+    responses={400: {"model": ErrorOut}, 413: {"model": ErrorOut}, 415: {"model": ErrorOut}, 503: {"model": ErrorOut}},
     openapi_extra={"requestBody": {"required": True, "content": {
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
@@ -98,33 +138,51 @@ async def ingest_upload(request: Request,
     folder.mkdir(parents=True)
     target = folder / name
     size = 0
+    digest = hashlib.sha256()
     try:
         with open(target, "wb") as out:
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
                     raise ApiError(413, f"the upload exceeds the limit of {limit} bytes")
+                digest.update(chunk)
                 out.write(chunk)
         if size == 0:
             raise ApiError(400, "the upload is empty")
+        # The same bytes under the same name, still waiting: one job (and one copy) is enough.
+        job, joined = _create_ingest(state, {"upload": name, "bytes": size, "upload_folder": folder.name},
+                                     [target], summaries, same_work={"files": [name], "sha256": digest.hexdigest()})
     except BaseException:
         target.unlink(missing_ok=True)
         os.rmdir(folder)
         raise
-    return _accepted(state, _create_ingest(state, {"upload": name, "bytes": size}, [target], summaries))
+    if joined:
+        shutil.rmtree(folder, ignore_errors=True)
+    return _accepted(state, job, joined)
 
 
 @router.post("/summarize", status_code=202, response_model=JobOut,
-             responses={404: {"model": ErrorOut}})
+             responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 def summarize(request: Request, body: SummarizeRequest) -> JSONResponse:
     """Summarize one video (summary and chapters with cited moments) as a background job."""
     state = get_state(request)
     if state.index.catalog.get(body.video_id) is None:
         raise ApiError(404, f"no video with id {body.video_id!r} in the index")
-    with state.jobs_lock:
-        # "video" is what the summarization job reads; the rest is kept for the record.
-        job = state.jobs.create("summarize", {**body.model_dump(), "video": body.video_id, "origin": "api"})
-    return _accepted(state, job)
+    # "video" is what the summarization job reads; the rest is kept for the record.
+    params = {**body.model_dump(), "video": body.video_id}
+    job, joined = _queue(state, "summarize", params)
+    return _accepted(state, job, joined)
+
+
+@router.post("/ask", status_code=202, response_model=JobOut,
+             responses={404: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+def ask(request: Request, body: AskRequest) -> JSONResponse:
+    """Answer a question with cited moments (or say it is not in the archive) as a background job."""
+    state = get_state(request)
+    if body.video_id is not None and state.index.catalog.get(body.video_id) is None:
+        raise ApiError(404, f"no video with id {body.video_id!r} in the index")
+    job, joined = _queue(state, "ask", {"question": body.question.strip(), "video": body.video_id})
+    return _accepted(state, job, joined)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorOut}})
@@ -137,6 +195,29 @@ def get_job(request: Request, job_id: str = PathParam(min_length=1, max_length=6
     except JobNotFound as exc:
         raise ApiError(404, str(exc)) from exc
     return job_out(state, job)
+
+
+@router.delete("/jobs/{job_id}", response_model=JobOut, status_code=200,
+               responses={202: {"model": JobOut, "description": "A running ingest will stop at its next file"},
+                          404: {"model": ErrorOut}, 409: {"model": ErrorOut}})
+def cancel_job(request: Request,
+               job_id: str = PathParam(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$")) -> JSONResponse:
+    """Cancel a job: a waiting one ends now (200); a running ingest stops at its next file boundary,
+    keeping the files it finished (202). A job that has ended, or a running summary (one step), is 409."""
+    state = get_state(request)
+    try:
+        with state.jobs_lock:
+            job = state.jobs.get(job_id)
+            if job.state == "running" and job.kind != "ingest":
+                raise ApiError(409, f"job {job_id} is a running {job.kind} job, done in one step: it cannot be "
+                                    "stopped midway")
+            job = state.jobs.request_cancel(job_id)
+    except JobNotFound as exc:
+        raise ApiError(404, str(exc)) from exc
+    except JobFinished as exc:
+        raise ApiError(409, str(exc)) from exc
+    body = job_out(state, job)
+    return JSONResponse(body.model_dump(mode="json"), status_code=202 if job.state == "running" else 200)
 
 
 @router.get("/jobs", response_model=list[JobOut])

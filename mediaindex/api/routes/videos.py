@@ -10,6 +10,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, PlainTextResponse
+from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from mediaindex.api.catalog import video_segments
 from mediaindex.api.deps import authorize, get_state
@@ -49,7 +50,8 @@ def _record(state: ApiState, video_id: str) -> VideoRecord:
 
 def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
     hits = video_segments(state.index.store, record.video_id, modality="speech")
-    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language) for h in hits]
+    return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language, speaker=h.speaker)
+            for h in hits]
 
 
 @router.get("/videos", response_model=list[VideoOut])
@@ -68,32 +70,57 @@ def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
 
 
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
-            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}}}})
+            responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}, "text/plain": {},
+                                         "text/tab-separated-values": {}}}})
 def video_transcript(request: Request, video_id: str = VideoId,
-                     format: Literal["json", "srt", "vtt"] = Query("json")):  # noqa: A002
-    """The transcript as JSON lines, SRT or WebVTT subtitles."""
+                     format: Literal["json", "srt", "vtt", "txt", "tsv"] = Query("json"),  # noqa: A002
+                     max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width (srt, vtt)"),
+                     max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)")):
+    """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
+    from mediaindex.index.transcript import CueLimits, export
+
     state = get_state(request)
     record = _record(state, video_id)
-    lines = transcript(state, record)
     if format == "json":
-        return lines
-    from mediaindex.api.transcript import to_srt, to_vtt
-
+        return transcript(state, record)
+    segments = state.index.store.segments_of(record.video_id, "speech")
+    text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
-    if format == "srt":
-        return PlainTextResponse(to_srt(lines), media_type="application/x-subrip", headers=headers)
-    return PlainTextResponse(to_vtt(lines), media_type="text/vtt", headers=headers)
+    return PlainTextResponse(text, media_type=_TRANSCRIPT_TYPES[format], headers=headers)
 
 
-def _file_response(path: Path) -> FileResponse:
-    media_type = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+_TRANSCRIPT_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "txt": "text/plain",
+                     "tsv": "text/tab-separated-values"}
+
+
+def check_range(request: Request, path: Path) -> None:
+    """A Range header FileResponse would refuse is answered here, as JSON: 400 malformed, 416 past the end."""
+    header = request.headers.get("range")
+    if header is None:
+        return
+    size = path.stat().st_size
+    try:
+        FileResponse._parse_range_header(header, size)
+    except MalformedRangeHeader as exc:
+        raise ApiError(400, f"the Range header is malformed ({exc}): use e.g. 'bytes=0-1023'") from exc
+    except RangeNotSatisfiable as exc:
+        raise ApiError(416, f"the range lies outside the file's {size} bytes",
+                       headers={"Content-Range": f"bytes */{size}"}) from exc
+
+
+def _file_response(request: Request, path: Path, media_type: str | None = None,
+                   headers: dict[str, str] | None = None) -> FileResponse:
+    check_range(request, path)
+    media_type = media_type or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     # FileResponse answers Range requests with 206 and Accept-Ranges: bytes, so browsers can seek.
-    return FileResponse(path, media_type=media_type, content_disposition_type="inline", filename=path.name)
+    return FileResponse(path, media_type=media_type, content_disposition_type="inline", filename=path.name,
+                        headers=headers)
 
 
 @router.get("/media/{video_id}", response_class=FileResponse,
-            responses={200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 403: {"model": ErrorOut}})
+            responses={200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 400: {"model": ErrorOut}, 403: {"model": ErrorOut},
+                       416: {"model": ErrorOut}})
 def media(request: Request, video_id: str = VideoId) -> FileResponse:
     """The indexed media file, if it lies under a configured media root."""
     state = get_state(request)
@@ -103,19 +130,28 @@ def media(request: Request, video_id: str = VideoId) -> FileResponse:
         raise ApiError(404, f"the file of video {video_id!r} is no longer on disk")
     if not state.roots.contains(path):
         raise ApiError(403, f"the file of video {video_id!r} is outside the configured media roots")
-    return _file_response(path.resolve())
+    real = path.resolve()
+    if not real.is_file() or state.media.refusal(path, real, known=True) is not None:
+        raise ApiError(404, f"the file of video {video_id!r} is not served")
+    return _file_response(request, real)
 
 
-@router.get("/files/{path:path}", response_class=FileResponse,
-            responses={200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 400: {"model": ErrorOut}, 403: {"model": ErrorOut}})
+@router.get("/files/{path:path}", response_class=FileResponse, responses={
+    200: _MEDIA_RESPONSE, 206: _MEDIA_RESPONSE, 400: {"model": ErrorOut}, 403: {"model": ErrorOut},
+    416: {"model": ErrorOut}})
 def media_file(request: Request, path: str) -> FileResponse:
-    """A file by its path relative to a media root (only under the configured roots)."""
-    return _file_response(get_state(request).roots.resolve(path, must_be_file=True))
+    """A media file by its path relative to a media root: only media (by type, or files the index knows),
+    never hidden files or the index's own files."""
+    state = get_state(request)
+    real = state.media.resolve(path, known=lambda p: state.index.catalog.by_source(str(p)) is not None)
+    return _file_response(request, real)
 
 
-@router.get("/thumbs/{path:path}", response_class=FileResponse,
-            responses={200: {"content": {"image/jpeg": {}}}, 400: {"model": ErrorOut}, 403: {"model": ErrorOut}})
+@router.get("/thumbs/{path:path}", response_class=FileResponse, responses={
+    200: {"content": {"image/jpeg": {}}}, 206: {"content": {"image/jpeg": {}}}, 400: {"model": ErrorOut},
+    403: {"model": ErrorOut}, 416: {"model": ErrorOut}})
 def thumbnail(request: Request, path: str) -> FileResponse:
     """A thumbnail, by the relative path that hits carry in `thumbnail`."""
-    real = get_state(request).thumbs.resolve(path, must_be_file=True)
-    return FileResponse(real, media_type="image/jpeg", headers={"Cache-Control": "max-age=3600"})
+    real = get_state(request).thumb_files.resolve(path)
+    media_type = "image/webp" if real.suffix.lower() == ".webp" else "image/jpeg"
+    return _file_response(request, real, media_type=media_type, headers={"Cache-Control": "max-age=3600"})

@@ -1,0 +1,243 @@
+"""Who speaks when: Resemblyzer d-vectors over the speech regions, clustered into speakers.
+
+The voice encoder (Resemblyzer's `pretrained.pt`, inside its PyPI wheel) embeds windows of 1.6 s
+every ~0.8 s of speech while the audio streams past (`SpeakerTrack.add`), so a long file never has to
+be held: only its window embeddings are kept (256 numbers each, ~1.2 MB per hour of speech).
+At the end the windows are clustered (agglomerative, average linkage on cosine distance; the number of
+speakers is found by a distance threshold unless given), labels are smoothed over neighbouring windows
+and numbered by first appearance (S1 speaks first), and the turns label every speech segment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mediaindex.errors import ConfigError, ModelLoadError
+
+SAMPLE_RATE = 16_000
+WINDOWS_PER_SECOND = 1.3  # Resemblyzer's partial utterances are 1.6 s long; ~0.77 s apart
+MAX_CLUSTERED = 2000  # windows clustered directly; a longer file's others join the nearest speaker
+MAX_SPEAKERS = 20
+WINDOW_DISTANCE = 0.4  # cosine distance at which single windows are first split apart
+# A speaker holds at least MIN_SPEAKER_SECONDS of speech and either this share of it or 30 s; smaller
+# clusters are noise or a cough, and their windows join the nearest real speaker.
+MIN_SHARE = 0.05
+MIN_SPEAKER_SECONDS = 2.0
+SMOOTH = 2  # a window takes the majority label of itself and this many neighbours each side
+
+
+@dataclass(frozen=True)
+class Turn:
+    start: float
+    end: float
+    speaker: str
+
+
+def check_speakers(n: int | None) -> int | None:
+    """A given number of speakers must be a whole number from 1 to MAX_SPEAKERS (None: estimate it)."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= MAX_SPEAKERS:
+        raise ConfigError(f"the number of speakers must be a whole number from 1 to {MAX_SPEAKERS}, got {n!r}")
+    return int(n)
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class SpeakerEncoder:
+    """Resemblyzer's voice encoder, loaded once per process."""
+
+    def __init__(self, device: str = "cpu", threads: int = 1) -> None:
+        try:
+            with warnings.catch_warnings():  # its audio module imports a deprecated scipy path
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from resemblyzer import VoiceEncoder
+                from resemblyzer.audio import normalize_volume
+        except ImportError as exc:
+            raise ModelLoadError(f"speaker diarization needs the resemblyzer package ({exc}); "
+                                 "install it or set speech.diarize: false") from exc
+        self.threads = threads or min(2, os.cpu_count() or 1)
+        try:
+            with _torch_threads(self.threads):
+                self.encoder = VoiceEncoder(device if device != "auto" else None, verbose=False)
+        except Exception as exc:  # torch.load / state-dict errors
+            raise ModelLoadError(f"cannot load the Resemblyzer voice encoder: {exc}") from exc
+        self._normalize = normalize_volume
+
+    def windows(self, speech: np.ndarray) -> tuple[np.ndarray, list[float]]:
+        """Embeddings of windows over continuous speech, with each window's centre (seconds into `speech`)."""
+        wav = np.asarray(speech, dtype=np.float32)
+        if len(wav) < SAMPLE_RATE // 4 or not np.any(wav):
+            return np.zeros((0, 256), np.float32), []
+        wav = self._normalize(wav, -30, increase_only=True).astype(np.float32)
+        with _torch_threads(self.threads):
+            _, partials, slices = self.encoder.embed_utterance(wav, return_partials=True, rate=WINDOWS_PER_SECOND,
+                                                               min_coverage=0.5)
+        centres = [min(len(wav), (s.start + s.stop) / 2) / SAMPLE_RATE for s in slices]
+        return np.asarray(partials, dtype=np.float32), centres
+
+
+@dataclass
+class SpeakerTrack:
+    """Window embeddings of one file, gathered part by part as the audio streams through.
+
+    Within a part the speech regions are joined (silences cut out, as Resemblyzer's own preprocessing
+    does), so a short region is heard in the voice around it rather than padded with silence.
+    """
+
+    encoder: SpeakerEncoder
+    vectors: list[np.ndarray] = field(default_factory=list)
+    centres: list[float] = field(default_factory=list)  # seconds into the file
+    region_spans: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, part: np.ndarray, offset: float, regions: Sequence[tuple[int, int]]) -> None:
+        """One part of the audio (starting `offset` seconds into the file) and its speech regions (samples)."""
+        regions = [(a, b) for a, b in regions if b > a]
+        if not regions:
+            return
+        vecs, centres = self.encoder.windows(np.concatenate([part[a:b] for a, b in regions]))
+        starts = np.cumsum([0] + [b - a for a, b in regions])
+        for vec, centre in zip(vecs, centres, strict=True):
+            at = centre * SAMPLE_RATE
+            i = min(int(np.searchsorted(starts, at, side="right")) - 1, len(regions) - 1)
+            self.vectors.append(vec)
+            self.centres.append(offset + (regions[i][0] + at - starts[i]) / SAMPLE_RATE)
+        self.region_spans.extend((offset + a / SAMPLE_RATE, offset + b / SAMPLE_RATE) for a, b in regions)
+
+    def turns(self, speakers: int | None = None, threshold: float = 0.25) -> list[Turn]:
+        """Speaker turns over the speech regions, S1 first to speak."""
+        speakers = check_speakers(speakers)
+        if not self.centres:  # too little speech for a voice print: one speaker
+            return [Turn(round(a, 3), round(b, 3), "S1") for a, b in _joined(self.region_spans)]
+        speech = sum(b - a for a, b in self.region_spans)
+        labels = cluster(np.stack(self.vectors), speakers, threshold, speech / len(self.centres))
+        return _turns(smooth(labels), self.centres, self.region_spans)
+
+
+def cluster(x: np.ndarray, speakers: int | None, threshold: float, window_seconds: float = 0.77) -> np.ndarray:
+    """A speaker index for each window embedding (rows of `x`, L2-normalised).
+
+    Given no count, windows are first over-split (average linkage, cosine distance WINDOW_DISTANCE: one
+    1.6 s window is a noisy voice print), then clusters whose mean voices are closer than `threshold`
+    (cosine distance) are merged, most similar first: averaged over seconds of speech, one person's
+    voice varies much less than one window does.
+    """
+    n = len(x)
+    if n < 2 or speakers == 1:
+        return np.zeros(n, dtype=int)
+    from sklearn.cluster import AgglomerativeClustering
+
+    # A very long file: cluster evenly spread windows (bounded memory and time), assign the rest after.
+    sample = x if n <= MAX_CLUSTERED else x[np.linspace(0, n - 1, MAX_CLUSTERED).astype(int)]
+    k = min(speakers, len(sample)) if speakers else None
+    model = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average",
+                                    distance_threshold=None if k else WINDOW_DISTANCE)
+    found = model.fit_predict(sample)
+    if k is None:
+        found = _merge_close(sample, found, threshold)
+        share = np.bincount(found) / len(sample)
+        seconds = share * n * window_seconds
+        keep = [i for i in range(len(share))
+                if seconds[i] >= MIN_SPEAKER_SECONDS and (share[i] >= MIN_SHARE or seconds[i] >= 30.0)]
+        centroids = _centroids(sample, found)[keep or [int(np.argmax(share))]]
+    else:
+        centroids = _centroids(sample, found)
+    return np.argmax(x @ centroids.T, axis=1)
+
+
+def _merge_close(x: np.ndarray, labels: np.ndarray, threshold: float) -> np.ndarray:
+    """Join the two clusters with the most similar mean voice while they are closer than `threshold`."""
+    labels = labels.copy()
+    while labels.max() > 0:
+        c = _centroids(x, labels)
+        sim = c @ c.T
+        np.fill_diagonal(sim, -1.0)
+        i, j = np.unravel_index(int(np.argmax(sim)), sim.shape)
+        if 1.0 - sim[i, j] >= threshold:
+            break
+        a, b = min(i, j), max(i, j)
+        labels[labels == b] = a
+        labels[labels > b] -= 1
+    return labels
+
+
+def _centroids(x: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    out = np.stack([x[labels == i].mean(axis=0) for i in range(labels.max() + 1)])
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def smooth(labels: np.ndarray) -> np.ndarray:
+    """Majority label over each window's neighbours: one odd window is no turn."""
+    out = labels.copy()
+    for i in range(len(labels)):
+        counts = np.bincount(labels[max(0, i - SMOOTH) : i + SMOOTH + 1])
+        if counts.max() > counts[labels[i]]:
+            out[i] = int(np.argmax(counts))
+    return out
+
+
+def _joined(spans: Sequence[tuple[float, float]], gap: float = 0.5) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a - out[-1][1] < gap:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _turns(labels: np.ndarray, centres: Sequence[float], region_spans: Sequence[tuple[float, float]]) -> list[Turn]:
+    """Speech regions split among the windows centred in them (at the midpoints between centres); a region
+    without a window centre goes to the nearest window; same-speaker stretches joined. S1 speaks first."""
+    order = np.argsort(centres, kind="stable")
+    times, labels = np.asarray(centres)[order], np.asarray(labels)[order]
+    names: dict[int, str] = {}
+    for label in labels:
+        names.setdefault(int(label), f"S{len(names) + 1}")
+    pieces: list[tuple[float, float, str]] = []
+    for lo, hi in sorted(region_spans):
+        inside = np.nonzero((times >= lo) & (times <= hi))[0]
+        if not len(inside):
+            nearest = int(np.argmin(np.abs(times - (lo + hi) / 2)))
+            pieces.append((lo, hi, names[int(labels[nearest])]))
+            continue
+        edges = [lo] + [(times[i] + times[j]) / 2 for i, j in zip(inside, inside[1:], strict=False)] + [hi]
+        pieces += [(edges[k], edges[k + 1], names[int(labels[i])]) for k, i in enumerate(inside)]
+    out: list[Turn] = []
+    for a, b, name in pieces:
+        if out and out[-1].speaker == name and a - out[-1].end < 0.5:
+            out[-1] = Turn(out[-1].start, round(b, 3), name)
+        else:
+            out.append(Turn(round(a, 3), round(b, 3), name))
+    return out
+
+
+def speaker_at(turns: Sequence[Turn], start: float, end: float) -> str | None:
+    """The speaker of most of [start, end] (the nearest turn's when none overlaps)."""
+    if not turns:
+        return None
+    overlap: dict[str, float] = {}
+    for t in turns:
+        o = min(end, t.end) - max(start, t.start)
+        if o > 0:
+            overlap[t.speaker] = overlap.get(t.speaker, 0.0) + o
+    if overlap:
+        return max(overlap, key=lambda s: overlap[s])
+    middle = (start + end) / 2
+    return min(turns, key=lambda t: min(abs(middle - t.start), abs(middle - t.end))).speaker

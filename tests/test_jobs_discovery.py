@@ -1,0 +1,115 @@
+"""Every entry of a folder given to ingest gets exactly one line with a specific reason; names are escaped.
+
+The broken entries are made at test time beside links to real media; the CLI runs as a user runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mediaindex.ingest.discover import discover, shown
+from mediaindex.ingest.inputs import plan_inputs
+from tests.conftest import REPO, media
+
+
+@pytest.fixture
+def messy(tmp_path: Path) -> Path:
+    """A folder with two good media links and one of every kind of entry that cannot be ingested."""
+    root = tmp_path / "messy"
+    (root / "sub").mkdir(parents=True)
+    (root / "jfk.flac").symlink_to(media("audio/jfk.flac"))
+    (root / "sub" / "english.wav").symlink_to(media("audio/english.wav"))
+    (root / "gone.mp4").symlink_to(tmp_path / "deleted.mp4")           # dangling
+    (root / "self.mp4").symlink_to(root / "self.mp4")                   # a link to itself
+    (root / "sub" / "up").symlink_to(root)                              # a folder link back up: a loop
+    os.mkfifo(root / "pipe.wav")                                        # not a regular file
+    (root / "notes.txt").write_text("not media")                        # unsupported type
+    (root / ".env").write_text("SECRET=1")                              # hidden
+    (root / "again.flac").symlink_to(media("audio/jfk.flac"))           # the same file as jfk.flac
+    (root / "bad\nname.mp4").symlink_to(tmp_path / "nowhere.mp4")       # a newline in a name
+    (root / "esc\x1b[31m.txt").write_text("x")                          # a terminal escape in a name
+    return root
+
+
+def test_every_entry_gets_exactly_one_specific_reason(messy: Path) -> None:
+    found = discover([messy])
+    assert sorted(p.name for p in found.files) == ["english.wav", "jfk.flac"]
+    reasons = {Path(p).relative_to(messy).as_posix(): r for p, r in found.skipped}
+    assert len(found.skipped) == len(reasons)  # one line per entry, never two
+    assert reasons["gone.mp4"].startswith("dangling symlink")
+    assert reasons["self.mp4"] == "symlink loop"
+    assert reasons["sub/up"].startswith("symlink loop")
+    assert reasons["pipe.wav"] == "not a regular file (a named pipe)"
+    assert reasons["notes.txt"] == "unsupported type (.txt)"
+    assert reasons[".env"].startswith("hidden")
+    assert reasons["jfk.flac"] == f"the same file as {messy / 'again.flac'}"  # walked in name order
+    assert reasons["bad\nname.mp4"].startswith("dangling symlink")
+    assert reasons["esc\x1b[31m.txt"].startswith("unsupported type")
+    every = {e.name for e in os.scandir(messy)} | {f"sub/{e.name}" for e in os.scandir(messy / "sub")}
+    accounted = set(reasons) | {"again.flac", "sub/english.wav"}
+    assert accounted == every - {"sub"}  # nothing passed over silently (the folder itself is walked)
+
+
+def test_arguments_say_what_is_wrong(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.mp4"
+    loop.symlink_to(loop)
+    dangling = tmp_path / "dangling.mp4"
+    dangling.symlink_to(tmp_path / "deleted.mp4")
+    os.mkfifo(tmp_path / "fifo")
+    plan = plan_inputs([loop, dangling, tmp_path / "fifo", tmp_path / "missing.mp4"])
+    assert dict(plan.skipped) == {
+        str(loop): "symlink loop",
+        str(dangling): f"dangling symlink (points to {tmp_path / 'deleted.mp4'}, which does not exist)",
+        str(tmp_path / "fifo"): "not a regular file (a named pipe)",
+        str(tmp_path / "missing.mp4"): "file not found",
+    }
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file: an unreadable file cannot be made")
+def test_unreadable_file_and_folder(tmp_path: Path) -> None:
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked").chmod(0)
+    secret = tmp_path / "secret.wav"
+    secret.write_bytes(media("audio/english.wav").read_bytes()[:1000])
+    secret.chmod(0)
+    try:
+        reasons = dict(discover([tmp_path]).skipped)
+    finally:
+        (tmp_path / "locked").chmod(0o755)
+    assert reasons[str(tmp_path / "locked")].startswith("unreadable folder")
+    assert reasons[str(secret)] == "unreadable (permission denied)"
+
+
+def test_control_characters_are_escaped() -> None:
+    assert shown("a\nb") == "a\\nb"
+    assert shown("x\x1b[31my") == "x\\x1b[31my"
+    assert shown("tab\there") == "tab\\there"
+    assert shown("plain name é.mp4") == "plain name é.mp4"
+
+
+def test_ingest_prints_one_line_per_entry_and_escapes_names(messy: Path, tmp_path: Path, cache_dir: Path) -> None:
+    """Only the broken entries (no media): the run ends before any model or Ray starts."""
+    for good in ("jfk.flac", "again.flac", "sub/english.wav"):
+        (messy / good).unlink()
+    env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path / "index"), "MEDIAINDEX_CACHE_DIR": str(cache_dir),
+           "MEDIAINDEX_TEMP_DIR": str(tmp_path / "t")}
+    result = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(messy)], capture_output=True,
+                            text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("skipped ")]
+    assert len(lines) == 8, result.stderr  # gone, self, sub/up, pipe, notes, .env, bad\nname, esc
+    assert any("bad\\nname.mp4: dangling symlink" in line for line in lines), lines
+    assert any("esc\\x1b[31m.txt: unsupported type" in line for line in lines), lines
+    assert "\x1b[31m" not in result.stderr
+    assert any(line.endswith("sub/up: symlink loop (points to a folder that contains it)") for line in lines)
+
+    loop = tmp_path / "loop.mp4"
+    loop.symlink_to(loop)
+    alone = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(loop)], capture_output=True,
+                           text=True, env=env, cwd=REPO, timeout=300)
+    assert f"skipped  {loop}: symlink loop" in alone.stderr and "not found" not in alone.stderr
