@@ -37,9 +37,11 @@ install: $(VENV)/.runtime
 install-test: $(VENV)/.test
 
 # The web page is tested in Debian's Chromium (never a downloaded browser); without it those tests skip.
+# fonts-noto-cjk: Chinese, Japanese and Korean text on the page needs a font with those glyphs (a test checks).
 browser:
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-	  || echo "chromium could not be installed: the browser tests will be skipped"
+	@(command -v chromium >/dev/null && fc-list :lang=ko | grep -q .) \
+	  || (apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk >/dev/null) \
+	  || echo "chromium or fonts-noto-cjk could not be installed: the browser tests will be skipped or fail"
 
 demo: install
 	$(BIN)/mediaindex ingest "$(MEDIA)" --index "$(DEMO_INDEX)"

@@ -81,14 +81,35 @@ QUESTIONS = [
 ]
 
 
+class ThreadBound:
+    """Runs every use of an object on one thread (the index's SQLite catalog lives on the thread that opened
+    it), so that concurrent jobs can share one archive while only their model calls run in parallel."""
+
+    _PLAIN = (str, int, float, bool, type(None), list, tuple, dict)
+
+    def __init__(self, obj, thread: ThreadPoolExecutor) -> None:
+        self._obj, self._thread = obj, thread
+
+    def __getattr__(self, name: str):
+        attr = self._thread.submit(getattr, self._obj, name).result()
+        if callable(attr):
+            return lambda *a, **k: self._wrap(self._thread.submit(attr, *a, **k).result())
+        return self._wrap(attr)
+
+    def _wrap(self, value):
+        if isinstance(value, self._PLAIN) or type(value).__module__.startswith(("mediaindex.segments", "numpy")):
+            return value
+        return ThreadBound(value, self._thread)
+
+
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
 
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([media / f for f in FILES], settings, index)
+        report = ingest(IngestRequest(settings, [media / f for f in FILES]), index)
     print(f"ingested {len(report.indexed)} of {len(FILES)} files")
 
 
@@ -162,6 +183,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-fallback", action="store_true", help="measure the bare tool-calling loop")
     ap.add_argument("--questions-only", action="store_true", help="skip the summaries")
+    ap.add_argument("--summaries-only", action="store_true", help="skip the questions")
     ap.add_argument("--in-process", action="store_true", help="run the engine in this process, not a Ray actor")
     ap.add_argument("--only", type=int, nargs="*", help="question numbers (0-based) to ask, default all")
     ap.add_argument("--concurrency", type=int, default=1, help="questions / summaries in flight at once")
@@ -177,20 +199,23 @@ def main() -> None:
           flush=True)
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
-    from mediaindex.agents.llm import LanguageStage, start_llm
+    from mediaindex.agents.llm import ChatEngine, start_llm
 
     t0 = time.perf_counter()
     # In process: the same engine without a Ray actor around it (one process less on a small machine).
-    llm = LanguageStage(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
+    llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
     load = time.perf_counter() - t0
-    archive = open_archive(settings)
+    io = ThreadPoolExecutor(max_workers=1)
+    archive = io.submit(open_archive, settings).result()
+    if args.concurrency > 1:
+        archive = ThreadBound(archive, io)
     names = [Path(f).name for f in FILES]
     summaries, questions = [], []
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # rows print as they finish
         for row in pool.map(lambda n: summary_row(archive, llm, settings, n), [] if args.questions_only else names):
             summaries.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
-    chosen = [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
+    chosen = [] if args.summaries_only else [QUESTIONS[i] for i in args.only] if args.only is not None else QUESTIONS
     # Questions run as concurrent jobs over one engine (their model calls share its batch), as the API runs them.
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
         for row in pool.map(lambda q: question_row(archive, llm, settings, *q, fallback=not args.no_fallback),
@@ -221,7 +246,7 @@ def main() -> None:
         "malformed_tool_calls": sum(r["malformed_calls"] for r in questions),
         "questions_with_a_tool_call": f"{sum(r['tool_calls'] > 0 for r in questions)}/{len(questions)}",
         "answer_citations_rejected_or_dropped": sum(r["citations_rejected"] for r in questions),
-        "median_answer_s": statistics.median(r["seconds"] for r in questions),
+        "median_answer_s": statistics.median(r["seconds"] for r in questions) if questions else None,
         "median_summary_s": statistics.median(r["seconds"] for r in summaries) if summaries else None,
         "summaries": summaries, "questions": questions,
     }

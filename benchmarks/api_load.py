@@ -36,7 +36,7 @@ def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
     import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
     from mediaindex.config import load_settings
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.segments import Segment
     from mediaindex.workers.runtime import shutdown_ray
@@ -45,7 +45,7 @@ def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         t0 = time.perf_counter()
-        report = ingest([media], settings, index)
+        report = ingest(IngestRequest(settings, [media]), index)
         shutdown_ray()
         print(f"ingested {len(report.indexed)} files in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         # Synthetic segments: random unit vectors cost a nearest-neighbour search exactly what real ones do.

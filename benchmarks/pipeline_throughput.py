@@ -42,7 +42,7 @@ import mediaindex.raylib  # noqa: E402,F401  (Ray's environment is set before Ra
 from mediaindex.config import load_settings  # noqa: E402
 from mediaindex.index.index import MediaIndex  # noqa: E402
 from mediaindex.ingest.discover import MEDIA_SUFFIXES  # noqa: E402
-from mediaindex.ingest.run import Pipeline, ingest  # noqa: E402
+from mediaindex.ingest.run import IngestHooks, IngestRequest, Pipeline, ingest  # noqa: E402
 from mediaindex.media.probe import probe  # noqa: E402
 from mediaindex.models.text_embed import load_text_embedder  # noqa: E402
 
@@ -190,8 +190,9 @@ def main() -> None:
                     CPUTime(pids) as cpu:
                 final: list = []
                 start = time.perf_counter()
-                report = ingest([work / "archive" / f"copy{n:03d}" for n in range(copies)], run_settings, index,
-                                pipeline=pipeline, on_tick=final.append)
+                folders = [work / "archive" / f"copy{n:03d}" for n in range(copies)]
+                report = ingest(IngestRequest(run_settings, folders), index, pipeline,
+                                IngestHooks(on_tick=final.append))
                 wall = time.perf_counter() - start
             # How much of the run each stage's pool was busy: the slowest stage near 1.0 means it never
             # waited for work (overlap and backpressure keep it fed), whatever the machine's load.

@@ -54,13 +54,13 @@ def summarise(ranks: list[int | None]) -> dict[str, float]:
 def ensure_index(index_dir: Path, media: Path) -> None:
     if (index_dir / "schema.json").exists():
         return
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     settings = load_settings(index_dir=index_dir)
     embedder = load_text_embedder(settings.embed)
     began = time.perf_counter()
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([media / "audio", media / "video"], settings, index)
+        report = ingest(IngestRequest(settings, [media / "audio", media / "video"]), index)
     print(f"ingested {len(report.indexed)} files in {time.perf_counter() - began:.0f} s")
 
 

@@ -77,7 +77,8 @@ def main() -> None:
     ratio = measured["fp8_e4m3"]["pages"] / measured["bf16"]["pages"]
     print(f"allocated for real, SmolLM2 at 256 MiB: bf16 {measured['bf16']['pages']} pages, fp8 "
           f"{measured['fp8_e4m3']['pages']} pages (ratio {ratio:.3f}), both within budget")
-    assert all(r["token_ratio"] >= 1.95 for r in rows) and ratio >= 1.95
+    # Per-token FP8 scales cost 8 bytes per token and KV head: 1.88x at head dim 64, 1.94x at 128.
+    assert all(r["token_ratio"] >= 1.85 for r in rows) and ratio >= 1.85
     if args.json:
         args.json.write_text(json.dumps({"budget_bytes": budget, "rows": rows, "allocated": measured}, indent=2))
 

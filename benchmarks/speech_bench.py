@@ -1,11 +1,15 @@
 """Speech stage accuracy and speed on the shared media.
 
-    python benchmarks/speech_bench.py [--media DIR] [--threads 2] [--skip-speed]
+    python benchmarks/speech_bench.py [--media DIR] [--threads 2] [--skip-speed] [--compare-with REV]
 
 Prints: WER of Whisper base on the reference clips, word-timestamp checks (jfk "Americans", caption
 agreement on manifesto.mp4), and real-time factors (audio seconds per wall second, decoding
 included) of the speech stage over every file in video/ and audio/: sequential + VAD (the default),
 batched + VAD, and sequential without VAD; then batched vs sequential on the long speech files.
+Languages: WER per language on multilingual.mp3 (English, then German), the languages its segments are
+tagged with, and what one-language files cost (CPU seconds, encoder passes); with --compare-with REV the
+same files through models/speech.py as it was at git revision REV (language detected once per file),
+side by side in the same process.
 """
 
 from __future__ import annotations
@@ -34,6 +38,26 @@ REFERENCES = {
     "audio/LJ002-0035.wav": "EIGHT THE PRESS YARD",
     "audio/english.wav": "one two three",
 }
+# multilingual.mp3 reads the MIT license in English (to ~29.5 s), then a German translation of it. English:
+# the license's text as read (without its parenthesised "(the "Software")"). German: no transcript ships
+# with the file; this is the wording of the German translation it reads, where Whisper tiny (in
+# faster-whisper's own tests) and base agree with it, so its WER is indicative, not exact.
+MULTILINGUAL = {
+    "en": "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and "
+          "associated documentation files, to deal in the software without restriction, including without "
+          "limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies "
+          "of the software, and to permit persons to whom the software is furnished to do so, subject to the "
+          "following conditions: the above copyright notice and this permission notice shall be included in all "
+          "copies or substantial portions of the software.",
+    "de": "Jedem, der diese Software und die dazugehörigen Dokumentationsdateien erhält, wird hiermit unentgeltlich "
+          "die Genehmigung erteilt, mit der Software uneingeschränkt zu verfahren. Dies umfasst insbesondere das "
+          "Recht, die Software zu verwenden, zu vervielfältigen, zu modifizieren, zusammenzufügen, zu "
+          "veröffentlichen, zu verteilen, unterzulizenzieren und/oder Kopien der Software zu verkaufen und diese "
+          "Rechte unter den folgenden Bedingungen anderen zu übertragen.",
+}
+SWITCH = 29.5  # seconds: where the German reading starts
+ONE_LANGUAGE = ["audio/jfk.flac", "audio/2412-153948-0000.flac", "video/manifesto.mp4",
+                "video/auto-editor_example.mp4", "audio/apollo11.mp3", "video/issue-195-aspect-ratio.mp4"]
 LONG_SPEECH = ["video/manifesto.mp4", "audio/multilingual.mp3", "audio/apollo11.mp3"]
 MODES = {
     "sequential + VAD (default)": {"batched": False, "vad": True},
@@ -50,6 +74,56 @@ def run(model: SpeechModel, path: Path, **mode: bool) -> tuple[Transcript, float
     return transcript, time.perf_counter() - started
 
 
+def model_at(rev: str, settings: SpeechSettings, cache: Path):
+    """SpeechModel as models/speech.py was at git revision `rev`, loaded beside the current one."""
+    import importlib.util
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    source = subprocess.run(["git", "show", f"{rev}:mediaindex/models/speech.py"], cwd=repo, check=True,
+                            capture_output=True, text=True).stdout
+    spec = importlib.util.spec_from_loader(f"speech_at_{rev}", loader=None)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    exec(compile(source, f"speech.py@{rev}", "exec"), module.__dict__)  # noqa: S102
+    return module.SpeechModel(settings, cache)
+
+
+def languages(model: SpeechModel, media: Path, compare: str | None, cache: Path) -> None:
+    print("## Languages")
+    t, _ = run(model, media / "audio/multilingual.mp3", **MODES[DEFAULT])
+    print("multilingual.mp3, each half against its reference:\n")
+    print("| half | tagged | WER | hypothesis |\n|---|---|---|---|")
+    for lang, ref in MULTILINGUAL.items():
+        segs = [s for s in t.segments if (s.start < SWITCH) == (lang == "en")]
+        hyp = " ".join(s.text for s in segs)
+        tags = sorted({str(s.language) for s in segs})
+        print(f"| {lang} | {', '.join(tags)} | {wer(ref, hyp):.3f} | {hyp} |")
+    print(f"\nlanguages (seconds of speech): "
+          f"{ {k: round(v[0], 1) for k, v in t.language_seconds.items()} }, encoder passes {t.encoder_passes}\n")
+    others = {}
+    if compare:
+        others[f"language once per file ({compare})"] = model_at(compare, model.settings, cache)
+    print("One-language files: CPU seconds of transcription (process time; this machine is shared, CPU time "
+          "is steadier than wall time)")
+    header = "| file | audio s | per window: CPU s | encoder passes |" + "".join(f" {k}: CPU s |" for k in others)
+    print(header + "\n|---|---|---|---|" + "---|" * len(others))
+    totals = [0.0] * (1 + len(others))
+    for rel in ONE_LANGUAGE:
+        model.settings = model.settings.model_copy(update=MODES[DEFAULT])
+        cpu = time.process_time()
+        t = model.transcribe_stream(AudioStream(media / rel, chunk_seconds=model.settings.chunk_seconds))
+        spent = [time.process_time() - cpu]
+        for other in others.values():
+            cpu = time.process_time()
+            other.transcribe_stream(AudioStream(media / rel, chunk_seconds=model.settings.chunk_seconds))
+            spent.append(time.process_time() - cpu)
+        totals = [a + b for a, b in zip(totals, spent, strict=True)]
+        print(f"| {Path(rel).name} | {t.duration:.0f} | {spent[0]:.1f} | {t.encoder_passes} |"
+              + "".join(f" {x:.1f} |" for x in spent[1:]), flush=True)
+    print("| all | | " + " | ".join([f"{totals[0]:.1f}", ""] + [f"{x:.1f}" for x in totals[1:]]) + " |\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     repo = Path(__file__).resolve().parents[1]
@@ -58,6 +132,7 @@ def main() -> None:
     parser.add_argument("--model", default="whisper-base")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mediaindex")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--compare-with", metavar="REV", help="Also time models/speech.py of this git revision.")
     args = parser.parse_args()
     media = args.media.resolve()
 
@@ -88,6 +163,7 @@ def main() -> None:
     agree = caption_agreement(cues, [(s.start, s.end, s.text) for s in manifesto.segments])
     print(f"manifesto.mp4: {agree:.1%} of {len(cues)} caption cues overlap a segment with their words "
           f"(target ≥ 80%): {'ok' if agree >= 0.8 else 'MISS'}\n")
+    languages(model, media, args.compare_with, args.cache)
     if args.skip_speed:
         return
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import tempfile
 from contextvars import ContextVar
 from pathlib import Path
@@ -143,10 +144,14 @@ class LLMSettings(_Section):
     max_model_len: int | None = Field(default=None, ge=64)
     weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
     quant_group_size: int = Field(default=64, ge=8)
+    # CPU only: every linear layer but the output head as int8 (per channel), run by torch's packed int8 matmul
+    # on bf16 activations, so decoding reads a quarter of fp32's bytes and never dequantizes (mediaindex/serving/
+    # quant/cpu_int8.py). Exclusive with `weights`.
+    cpu_int8: bool = False
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept
-    # as FP8 on the decode side when kv_cache_dtype is auto); each actor takes the ray.llm_* share, and with
+    # as FP8 on the decode side when kv_cache_dtype is auto); each actor takes the ray.stages.summary share, and with
     # two GPUs in the cluster they land on different ones. Off: one engine in one actor.
     disaggregated: bool = False
     # Check before every step that each request's KV pages are still its own (tags per page); off = no cost.
@@ -167,46 +172,71 @@ class LLMSettings(_Section):
     min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
 
 
+STAGE_NAMES = ("decode", "speech", "vision", "summary", "embed")  # mediaindex.stages.registry.StageName
+# What each stage's actors get unless the profile says otherwise (the CPU profile's values).
+_STAGE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "decode": {"cpus": 0.5, "nice": 4}, "speech": {}, "vision": {"nice": 4}, "summary": {},
+    "embed": {"cpus": 0.5, "nice": 4},
+}
+_FLAT_RAY_KEY = re.compile(r"^(decode|speech|vision|embed|llm|language)_(workers|cpus|gpus|threads)$")
+
+
+class StageResources(_Section):
+    """One stage's actor pool: how many actors, and what each reserves and runs with."""
+
+    workers: int = Field(default=1, ge=1)
+    # Logical CPUs (a local Ray advertises at least 8) and a GPU share (fractions let stages share one device).
+    cpus: float = Field(default=1.0, ge=0)
+    gpus: float = Field(default=0.0, ge=0)
+    # CPU threads of the stage's model or decoder; 0 = its own setting (frames.decode_threads,
+    # speech.cpu_threads, vision.threads, llm.cpu_threads) or, left at 0 too, the CPUs reserved rounded up.
+    threads: int = Field(default=0, ge=0)
+    # Added to the niceness Ray gives its workers (15 by default; 19 at most): stages with spare capacity
+    # yield the CPU to the slowest, which sets the pace, when they share cores.
+    nice: int = Field(default=0, ge=0, le=19)
+
+
+class StagePools(_Section):
+    """`ray.stages.<stage>`; the summary stage's share is also that of the summarize / ask jobs' language model."""
+
+    decode: StageResources = StageResources(**_STAGE_DEFAULTS["decode"])
+    speech: StageResources = StageResources(**_STAGE_DEFAULTS["speech"])
+    vision: StageResources = StageResources(**_STAGE_DEFAULTS["vision"])
+    summary: StageResources = StageResources(**_STAGE_DEFAULTS["summary"])
+    embed: StageResources = StageResources(**_STAGE_DEFAULTS["embed"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_defaults(cls, data: Any) -> Any:
+        # A profile that sets one field of a stage keeps that stage's other defaults.
+        if not isinstance(data, dict):
+            return data
+        return {name: {**_STAGE_DEFAULTS.get(name, {}), **part} if isinstance(part, dict) else part
+                for name, part in data.items()}
+
+
 class RaySettings(_Section):
     address: str | None = None  # None = start a local Ray; "auto" or "ray://host:port" joins a cluster
     num_cpus: int | None = None
     num_gpus: int | None = None
     object_store_memory: int = Field(default=512 * 1024**2, ge=78 * 1024**2)
-    # Per stage: actors in its pool, and the Ray resources each actor reserves. CPUs are logical
-    # (a local Ray advertises at least 4), GPUs may be fractions so stages share one device. llm_* are
-    # the language stage's (ingest.summaries) and the agentic jobs' language-model actor.
-    decode_workers: int = Field(default=1, ge=1)
-    speech_workers: int = Field(default=1, ge=1)
-    vision_workers: int = Field(default=1, ge=1)
-    embed_workers: int = Field(default=1, ge=1)
-    llm_workers: int = Field(default=1, ge=1)
-    decode_cpus: float = Field(default=0.5, ge=0)
-    speech_cpus: float = Field(default=1.0, ge=0)
-    vision_cpus: float = Field(default=1.0, ge=0)
-    embed_cpus: float = Field(default=0.5, ge=0)
-    llm_cpus: float = Field(default=1.0, ge=0)
-    decode_gpus: float = Field(default=0.0, ge=0)
-    speech_gpus: float = Field(default=0.0, ge=0)
-    vision_gpus: float = Field(default=0.0, ge=0)
-    embed_gpus: float = Field(default=0.0, ge=0)
-    llm_gpus: float = Field(default=0.0, ge=0)
+    stages: StagePools = StagePools()
     # Files between "decode started" and "written to the index": bounds object-store use.
     max_files_in_flight: int = Field(default=8, ge=1)
-    # Per stage (decode, speech, vision, language, embed), how much to lower its actors' CPU priority: added to
-    # the niceness Ray gives its workers (15 by default; 19 at most). Stages with spare capacity yield the CPU
-    # to the slowest, which sets the pace, when they share cores.
-    stage_nice: dict[str, int] = Field(default_factory=lambda: {"decode": 4, "vision": 4, "embed": 4})
 
-    @field_validator("stage_nice")
+    @model_validator(mode="before")
     @classmethod
-    def _stage_nice(cls, value: dict[str, int]) -> dict[str, int]:
-        stages = ("decode", "speech", "vision", "language", "embed")
-        for stage, nice in value.items():
-            if stage not in stages:
-                raise ValueError(f"unknown stage {stage!r} (stages: {', '.join(stages)})")
-            if not 0 <= nice <= 19:
-                raise ValueError(f"{stage}: must be 0-19 (raising a priority needs privileges), not {nice}")
-        return value
+    def _refuse_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for key in data:
+            flat = _FLAT_RAY_KEY.match(str(key).lower())
+            if flat:
+                stage = {"llm": "summary", "language": "summary"}.get(flat[1], flat[1])
+                raise ValueError(f"ray.{key} is now ray.stages.{stage}.{flat[2]}")
+            if str(key).lower() == "stage_nice":
+                raise ValueError("ray.stage_nice is now ray.stages.<stage>.nice")
+        return data
 
     @field_validator("address")
     @classmethod
@@ -217,13 +247,6 @@ class RaySettings(_Section):
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("must be 'auto', 'host:port' (the head's GCS port) or 'ray://host:port' (Ray client)")
         return value
-
-    def stage_resources(self, stage: str) -> tuple[int, float, float]:
-        """(workers, cpus, gpus) of a stage, from its `<stage>_workers/_cpus/_gpus` settings."""
-        try:
-            return (getattr(self, f"{stage}_workers"), getattr(self, f"{stage}_cpus"), getattr(self, f"{stage}_gpus"))
-        except AttributeError as exc:
-            raise ConfigError(f"no Ray resources configured for stage {stage!r}") from exc
 
 
 class IndexSettings(_Section):
@@ -265,8 +288,8 @@ class IndexSettings(_Section):
 class IngestSettings(_Section):
     file_timeout: float = Field(default=1800.0, gt=0)  # seconds one stage may spend on one file
     max_retries: int = Field(default=2, ge=0)  # re-runs of a file whose worker died, before it fails
-    # The language stage: summarise every video with chapters (model and limits from `llm`, actors from
-    # ray.llm_*) and index them as "summary" / "chapter" segments. Costs a language model per pool actor.
+    # The summary stage: summarise every video with chapters (model and limits from `llm`, actors from
+    # ray.stages.summary) and index them as "summary" / "chapter" segments. Costs a language model per pool actor.
     summaries: bool = False
 
 

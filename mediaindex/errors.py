@@ -40,3 +40,38 @@ class IndexCorruptError(MediaIndexError):
 
 class TranscriptFormatError(MediaIndexError, ValueError):
     """A transcript was asked for in a format, or with cue limits, that do not exist."""
+
+
+class MediaTimeoutError(MediaError):
+    """Reading a media file took longer than ingest.file_timeout and was stopped."""
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (MediaTimeoutError, (self.path, self.reason))
+
+
+class StageError(MediaIndexError):
+    """A stage failed on one file; `reason` is what the user reads. `worker_lost`: its worker died (crash,
+    out-of-memory kill) on every try, rather than the stage refusing the file."""
+
+    def __init__(self, reason: str, worker_lost: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.worker_lost = worker_lost
+
+
+class WorkerLostError(MediaIndexError):
+    """The worker running a stage died; raised inside an in-process executor's worker it stands for that death."""
+
+
+def reason_of(exc: BaseException) -> str:
+    """The user-facing reason inside an exception (or inside the `cause` a Ray task error wraps)."""
+    # Ray's task errors carry the worker's error as `cause`; an error of ours says what it means itself,
+    # whatever it was raised from.
+    cause = getattr(exc, "cause", None) or (exc if isinstance(exc, MediaIndexError) else exc.__cause__) or exc
+    if isinstance(cause, MediaError):
+        return cause.reason
+    if isinstance(cause, StageError):
+        return cause.reason
+    if isinstance(cause, MediaIndexError):
+        return str(cause)
+    return f"{type(cause).__name__}: {cause}"

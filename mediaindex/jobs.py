@@ -238,7 +238,8 @@ class JobStore:
         return [f for f in out if states is None or f.state in states]
 
     def set_file(self, job_id: str, path: str, state: FileState, reason: str = "", video_id: str | None = None,
-                 attempt: bool = False) -> None:
+                 attempt: int = 0) -> None:
+        """`attempt` is added to the file's attempts (1: a run started work on it; -1: gives that back)."""
         if state not in FILE_STATES:
             raise ValueError(f"unknown file state {state!r}")
         with self._db:
@@ -250,6 +251,11 @@ class JobStore:
             self._db.execute("UPDATE jobs SET updated = ? WHERE id = ?", (time.time(), job_id))
         if cur.rowcount == 0:
             raise KeyError(f"job {job_id} has no file {path!r}")
+
+    def clear_cancel(self, job_id: str) -> None:
+        """Forget a cancel request: a resume asks the job to run again."""
+        with self._db:
+            self._db.execute("UPDATE jobs SET cancel_requested = NULL WHERE id = ?", (job_id,))
 
     def counts(self, job_id: str) -> dict[str, int]:
         rows = self._db.execute(

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# What was heard or seen in the media, and what the language stage (ingest.summaries) wrote about it.
+# What was heard or seen in the media, and what the summary stage (ingest.summaries) wrote about it.
 MEDIA_MODALITIES = ("speech", "ocr", "visual")
 GENERATED_MODALITIES = ("summary", "chapter")
 MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES

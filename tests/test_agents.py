@@ -45,10 +45,10 @@ def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) ->
 
 @pytest.fixture(scope="module")
 def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     index = MediaIndex(agent_settings, embedder.dim, embedder.name)
-    report = ingest([media(s) for s in SAMPLES], agent_settings, index, pipeline=pipeline)
+    report = ingest(IngestRequest(agent_settings, [media(s) for s in SAMPLES]), index, pipeline)
     assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
     yield Archive(index, embedder)
     index.close()
@@ -349,6 +349,8 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
     assert not accepts(later, "He says banana.")  # an answer cites
     assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+    # A call written as prose (a small model's habit) is not an answer.
+    assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
 
 
 def test_each_turn_gets_its_grammar(archive: Archive) -> None:

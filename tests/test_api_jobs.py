@@ -120,9 +120,9 @@ def test_summaries_switch_reaches_the_ingest_run(fresh: TestClient, monkeypatch)
     runs: list[tuple[bool, list[str]]] = []  # (ingest.summaries, the stages of the pipeline) per run
     started: list[bool] = []  # ingest.summaries of every pipeline the server started
 
-    def fake_ingest(paths, settings, index, pipeline=None, **kwargs) -> IngestReport:
-        runs.append((settings.ingest.summaries, [s.name for s in pipeline.stages]))
-        return IngestReport(job_id=kwargs["resume"])
+    def fake_ingest(request, index, pipeline=None, hooks=None) -> IngestReport:
+        runs.append((request.settings.ingest.summaries, [s.name for s in pipeline.stages]))
+        return IngestReport(job_id=request.resume)
 
     class FakePipeline:  # the real one would load every model, the language model too
         def __init__(self, settings) -> None:
@@ -142,9 +142,9 @@ def test_summaries_switch_reaches_the_ingest_run(fresh: TestClient, monkeypatch)
         return wait_for_job(fresh, r.json()["id"])
 
     assert job(summaries=True)["params"]["summaries"] is True
-    assert runs[-1][0] is True and "language" in runs[-1][1]
-    assert started == [True]  # the session's pipeline has no language stage: one with it was started
-    # Jobs without summaries pass its language stage by (the ingest's route); no other pipeline starts.
+    assert runs[-1][0] is True and "summary" in runs[-1][1]
+    assert started == [True]  # the session's pipeline has no summary stage: one with it was started
+    # Jobs without summaries pass its summary stage by (the ingest's route); no other pipeline starts.
     assert job(summaries=False)["params"]["summaries"] is False and runs[-1][0] is False
     assert job()["params"]["summaries"] is None and runs[-1][0] is False
     assert job(summaries=None)["params"]["summaries"] is None and runs[-1][0] is False

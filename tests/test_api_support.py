@@ -46,13 +46,13 @@ def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import open_index
-        from mediaindex.ingest.run import Pipeline, ingest
+        from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 
         settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir)
         pipeline = Pipeline(settings)
         # Served from request threads: one catalog connection per thread, as `serve` opens it.
         index = open_index(settings, embedder.dim, embedder.name, thread_safe=True)
-        report = ingest([media(s) for s in SAMPLES], settings, index, pipeline=pipeline)
+        report = ingest(IngestRequest(settings, [media(s) for s in SAMPLES]), index, pipeline)
         assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
 
         def close() -> None:

@@ -37,7 +37,7 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     result = run("ingest", str(media("audio/jfk.flac")), str(junk), env=cli_env)
     assert result.returncode == 0, result.stderr
     assert f"{junk}: not a readable media file" in result.stderr.replace("\n", " ")
-    assert "1 indexed" in result.stderr
+    assert "done: 1 file indexed (" in result.stderr and ", 1 failed" in result.stderr
 
     result = run("search", "ask not what your country can do", "--json", "--limit", "2", env=cli_env)
     assert result.returncode == 0, result.stderr

@@ -166,7 +166,7 @@ def _cli_env(tmp_path: Path, cache_dir: Path, cluster: RayCluster, token: str | 
         RAY_AUTH_MODE="token",
         RAY_AUTH_TOKEN=token or cluster.token,
     )
-    env.update({f"MEDIAINDEX_RAY__{stage}_CPUS": cpus for stage, cpus in STAGE_CPUS.items()})
+    env.update({f"MEDIAINDEX_RAY__STAGES__{stage}__CPUS": cpus for stage, cpus in STAGE_CPUS.items()})
     return env
 
 
@@ -184,7 +184,8 @@ def test_ingest_spreads_over_a_two_node_cluster(ray_cluster: RayCluster, tmp_pat
     assert "Traceback" not in result.stderr
     assert f"joined the Ray cluster at {ray_cluster.address}" in result.stderr
     assert "on 2 Ray nodes" in result.stderr, result.stderr[-5000:]
-    assert f"done: {len(files)} indexed, 0 unchanged, 0 failed" in result.stderr
+    done = next(line for line in result.stderr.splitlines() if line.startswith("done: "))
+    assert done.startswith(f"done: {len(files)} files indexed (") and "failed" not in done, done
 
     # Each file indexed exactly once, on the first attempt, as its own video.
     (job,) = json.loads(_run("jobs", "--json", env=env).stdout)

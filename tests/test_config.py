@@ -10,7 +10,7 @@ def test_profiles_load() -> None:
     cpu = load_settings("cpu")
     gpu = load_settings("gpu")
     assert cpu.speech.model == "whisper-base" and cpu.speech.device == "cpu"
-    assert gpu.speech.device == "cuda" and gpu.ray.speech_gpus == 0.25
+    assert gpu.speech.device == "cuda" and gpu.ray.stages.speech.gpus == 0.25
 
 
 def test_environment_overrides_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -57,10 +57,10 @@ def test_bad_environment_value(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stage_actors_run_as_many_threads_as_the_cpus_they_reserve(settings) -> None:
-    from mediaindex.workers.stages import StageSpec
+    from mediaindex.workers.stages import StageName, StageSpec
 
-    def sized(name: str, cpus: float, s=settings) -> Settings:
-        return StageSpec(name, "unused:Stage", cpus=cpus).sized(s)
+    def sized(name: str, cpus: float, s=settings, threads: int = 0) -> Settings:
+        return StageSpec(StageName(name), cpus=cpus, threads=threads).sized(s)
 
     assert sized("speech", 1.0).speech.cpu_threads == 1
     assert sized("decode", 0.5).frames.decode_threads == 1
@@ -69,3 +69,6 @@ def test_stage_actors_run_as_many_threads_as_the_cpus_they_reserve(settings) -> 
     explicit = settings.model_copy(update={"speech": settings.speech.model_copy(update={"cpu_threads": 4})})
     assert sized("speech", 1.0, explicit).speech.cpu_threads == 4
     assert sized("embed", 3.0) is settings and settings.speech.cpu_threads == 0
+    # ray.stages.<stage>.threads wins over both; the language model keeps every core unless told otherwise.
+    assert sized("speech", 1.0, explicit, threads=2).speech.cpu_threads == 2
+    assert sized("summary", 1.0) is settings and sized("summary", 1.0, threads=3).llm.cpu_threads == 3

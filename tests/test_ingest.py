@@ -12,7 +12,7 @@ import pytest
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import search
-from mediaindex.ingest.run import IngestReport, Pipeline, ingest
+from mediaindex.ingest.run import IngestHooks, IngestReport, IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow
@@ -23,7 +23,7 @@ SAMPLES = ["video/manifesto.mp4", "audio/jfk.flac", "video/auto-editor_example.m
 @pytest.fixture(scope="session")
 def ingested(session_settings: Settings, pipeline: Pipeline, embedder) -> tuple[MediaIndex, IngestReport]:
     index = MediaIndex(session_settings, embedder.dim, embedder.name)
-    report = ingest([media(s) for s in SAMPLES], session_settings, index, pipeline=pipeline)
+    report = ingest(IngestRequest(session_settings, [media(s) for s in SAMPLES]), index, pipeline)
     yield index, report
     index.close()
 
@@ -74,16 +74,17 @@ def test_reingest_is_a_no_op_and_changed_file_is_reindexed(tmp_path: Path, pipel
     settings = make_settings(tmp_path / "idx", cache_dir)
     clip = copy_media("audio/jfk.flac", "speech clip.flac")
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        first = ingest([clip.parent], settings, index, pipeline=pipeline)
+        first = ingest(IngestRequest(settings, [clip.parent]), index, pipeline)
         assert len(first.indexed) == 1
         count = index.store.count()
-        again = ingest([clip], settings, index, pipeline=pipeline)
+        again = ingest(IngestRequest(settings, [clip]), index, pipeline)
         assert [o.status for o in again.outcomes] == ["unchanged"]
         assert index.store.count() == count
         os.utime(clip, ns=(1, 1))  # touched but identical bytes: still unchanged
-        assert [o.status for o in ingest([clip], settings, index, pipeline=pipeline).outcomes] == ["unchanged"]
+        touched = ingest(IngestRequest(settings, [clip]), index, pipeline)
+        assert [o.status for o in touched.outcomes] == ["unchanged"]
         shutil.copy(media("audio/english.wav"), clip)  # new content under the same name
-        changed = ingest([clip], settings, index, pipeline=pipeline)
+        changed = ingest(IngestRequest(settings, [clip]), index, pipeline)
         assert [o.status for o in changed.outcomes] == ["indexed"]
         hits = search(index, embedder, "one two three", limit=5)
         assert all(h.source == str(clip) for h in hits)
@@ -96,7 +97,7 @@ def test_bad_inputs_fail_alone_and_lose_nothing(tmp_path: Path, pipeline: Pipeli
     settings = make_settings(tmp_path / "idx", cache_dir)
     good = copy_media("audio/jfk.flac")
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        ingest([good], settings, index, pipeline=pipeline)
+        ingest(IngestRequest(settings, [good]), index, pipeline)
         before = index.store.count()
 
         bad = tmp_path / "bad"
@@ -107,7 +108,7 @@ def test_bad_inputs_fail_alone_and_lose_nothing(tmp_path: Path, pipeline: Pipeli
         (bad / "truncated.mp4").write_bytes(whole[: len(whole) // 2])
         shutil.copy(media("video/goldeneye-vfr-drop3.mp4"), bad / "no audio.mp4")
         shutil.copy(media("audio/english.wav"), bad / "ünïcode name.wav")
-        report = ingest([bad, tmp_path / "missing.mp4"], settings, index, pipeline=pipeline)
+        report = ingest(IngestRequest(settings, [bad, tmp_path / "missing.mp4"]), index, pipeline)
 
         reasons = {Path(o.path).name: (o.status, o.reason, o.notes) for o in report.outcomes}
         assert reasons["missing.mp4"][:2] == ("skipped", "file not found")
@@ -130,8 +131,8 @@ def test_speech_starts_with_the_decode_not_after_it(tmp_path: Path, pipeline: Pi
     clip = media("video/auto-editor_example.mp4")  # 42 s of 720p: its decode takes a while
     sent: dict[str, float] = {}
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([clip], settings, index, pipeline=pipeline,
-                        on_dispatch=lambda stage, _: sent.setdefault(stage, time.monotonic()))
+        report = ingest(IngestRequest(settings, [clip]), index, pipeline,
+                        IngestHooks(on_dispatch=lambda stage, _: sent.setdefault(stage, time.monotonic())))
         assert [o.status for o in report.outcomes] == ["indexed"]
         speech = index.store.segments_of(report.outcomes[0].video_id, modality="speech")
     # Sent in the same round, before any result came back (one round waits up to 0.5 s for results).

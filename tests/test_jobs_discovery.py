@@ -98,11 +98,13 @@ def test_ingest_prints_one_line_per_entry_and_escapes_names(messy: Path, tmp_pat
         (messy / good).unlink()
     env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path / "index"), "MEDIAINDEX_CACHE_DIR": str(cache_dir),
            "MEDIAINDEX_TEMP_DIR": str(tmp_path / "t")}
-    result = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(messy)], capture_output=True,
+    # -v: the entries that are simply not media (notes, .env, esc) are listed too, as "left out".
+    result = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(messy), "-v"], capture_output=True,
                             text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 1, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("skipped ")]
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("skipped ", "left out "))]
     assert len(lines) == 8, result.stderr  # gone, self, sub/up, pipe, notes, .env, bad\nname, esc
+    assert sum(line.startswith("left out ") for line in lines) == 3, lines
     assert any("bad\\nname.mp4: dangling symlink" in line for line in lines), lines
     assert any("esc\\x1b[31m.txt: unsupported type" in line for line in lines), lines
     assert "\x1b[31m" not in result.stderr
@@ -112,4 +114,4 @@ def test_ingest_prints_one_line_per_entry_and_escapes_names(messy: Path, tmp_pat
     loop.symlink_to(loop)
     alone = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(loop)], capture_output=True,
                            text=True, env=env, cwd=REPO, timeout=300)
-    assert f"skipped  {loop}: symlink loop" in alone.stderr and "not found" not in alone.stderr
+    assert f"skipped    {loop}: symlink loop" in alone.stderr and "not found" not in alone.stderr

@@ -137,13 +137,17 @@ def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"ray": {"speech_workers": 0}}, "ray.speech_workers"),
-        ({"ray": {"vision_gpus": -0.5}}, "ray.vision_gpus"),
+        ({"ray": {"stages": {"speech": {"workers": 0}}}}, "ray.stages.speech.workers"),
+        ({"ray": {"stages": {"vision": {"gpus": -0.5}}}}, "ray.stages.vision.gpus"),
         ({"ray": {"max_files_in_flight": 0}}, "ray.max_files_in_flight"),
-        ({"ray": {"speech_threads": 2}}, "ray.speech_threads"),
-        ({"ray": {"stage_nice": {"ocr": 5}}}, "ray.stage_nice: Value error, unknown stage 'ocr'"),
-        ({"ray": {"stage_nice": {"decode": -5}}}, "ray.stage_nice: Value error, decode: must be 0-19"),
-        ({"ray": {"stage_nice": {"decode": "low"}}}, "ray.stage_nice.decode"),
+        ({"ray": {"stages": {"ocr": {"cpus": 1}}}}, "ray.stages.ocr: Extra inputs are not permitted"),
+        ({"ray": {"stages": {"decode": {"nice": -5}}}}, "ray.stages.decode.nice"),
+        ({"ray": {"stages": {"decode": {"nice": 20}}}}, "ray.stages.decode.nice"),
+        ({"ray": {"stages": {"speech": {"threads": "many"}}}}, "ray.stages.speech.threads"),
+        # The flat keys of earlier versions name their new place.
+        ({"ray": {"speech_workers": 2}}, "ray.speech_workers is now ray.stages.speech.workers"),
+        ({"ray": {"llm_gpus": 0.5}}, "ray.llm_gpus is now ray.stages.summary.gpus"),
+        ({"ray": {"stage_nice": {"decode": 4}}}, "ray.stage_nice is now ray.stages.<stage>.nice"),
         ({"ingest": {"max_retries": -1}}, "ingest.max_retries"),
         ({"ingest": {"file_timeout": 0}}, "ingest.file_timeout"),
     ],
@@ -151,8 +155,6 @@ def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) 
 def test_bad_ray_and_ingest_settings_are_refused(overrides: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         load_settings("cpu", **overrides)
-    with pytest.raises(ConfigError, match="no Ray resources configured for stage 'ocr'"):
-        load_settings("cpu").ray.stage_resources("ocr")
 
 
 def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
@@ -177,7 +179,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
         display.on_tick(stats)
         display.progress.refresh()
     text = buffer.getvalue()
-    assert "job j1" in text and "indexed  /m/a.mp4: 3 segments" in text
+    assert "job j1" in text and "indexed    /m/a.mp4: 3 segments" in text
     assert "summarised /m/b.mp4: 4 summary and chapter segments added" in text
     assert "0.50 media h" in text and "ETA 0:01:00" in text
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
@@ -185,7 +187,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
 
 def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.jobs import JobNotFound
 
     first = make_settings(tmp_path / "a", cache_dir)
@@ -195,9 +197,9 @@ def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cac
     ask = jobs.create("ask", {"question": "q"}).id
     with MediaIndex(other, embedder.dim, embedder.name) as index:
         with pytest.raises(InputError, match=f"job {job_id} writes to the index at .*a; resume it with --index"):
-            ingest([], other, index, resume=job_id, jobs=jobs)
+            ingest(IngestRequest(other, resume=job_id, jobs=jobs), index)
         with pytest.raises(InputError, match=f"job {ask} is a ask job, not an ingest job"):
-            ingest([], other, index, resume=ask, jobs=jobs)
+            ingest(IngestRequest(other, resume=ask, jobs=jobs), index)
         with pytest.raises(JobNotFound):
-            ingest([], other, index, resume="nope", jobs=jobs)
+            ingest(IngestRequest(other, resume="nope", jobs=jobs), index)
     assert {f.state for f in jobs.files(job_id)} == {"pending"}  # nothing lost, nothing started

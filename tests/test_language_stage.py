@@ -28,7 +28,7 @@ from mediaindex.media.probe import MediaInfo
 from mediaindex.segments import MEDIA_MODALITIES, Segment
 from mediaindex.stages.item import MediaItem
 from mediaindex.stages.summary import SummaryStage, indexed_item
-from mediaindex.workers.stages import StageSpec, default_stages
+from mediaindex.workers.stages import StageName, StageSpec, default_stages
 from tests.conftest import make_settings, media
 
 SPEECH = "video/manifesto.mp4"  # 88 s of continuous speech
@@ -41,20 +41,20 @@ SLACK = 0.5  # seconds: container durations and segment ends differ by a few fra
 def test_switch_off_by_default_adds_no_stage(cache_dir: Path, tmp_path: Path) -> None:
     settings = make_settings(tmp_path, cache_dir)
     assert settings.ingest.summaries is False
-    assert "language" not in [s.name for s in default_stages(settings)]
+    assert "summary" not in [s.name for s in default_stages(settings)]
 
 
 def test_switch_on_adds_the_language_stage_before_embed(cache_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_INGEST__SUMMARIES", "1")
     stages = default_stages(make_settings(tmp_path, cache_dir))
-    assert [s.name for s in stages] == ["decode", "speech", "vision", "language", "embed"]
+    assert [s.name for s in stages] == ["decode", "speech", "vision", "summary", "embed"]
     language = stages[3]
     assert (language.workers, language.cpus, language.gpus, language.settings_key) == (1, 1.0, 0.0, "llm")
     # The GPU profile gives the language model half a GPU; on the CPU it reserves none.
     gpu = {s.name: s.gpus for s in default_stages(load_settings("gpu", cache_dir=cache_dir))}
-    assert gpu["language"] == 0.5 and gpu["speech"] == 0.25
+    assert gpu["summary"] == 0.5 and gpu["speech"] == 0.25
     on_cpu = load_settings("gpu", cache_dir=cache_dir, llm={"device": "cpu"})
-    assert {s.name: s.gpus for s in default_stages(on_cpu)}["language"] == 0.0
+    assert {s.name: s.gpus for s in default_stages(on_cpu)}["summary"] == 0.0
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "yes please"])
@@ -92,8 +92,8 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     seen: list[bool] = []
     path = str(media("audio/jfk.flac"))
 
-    def fake_ingest(paths, settings: Settings, index, **kwargs) -> IngestReport:  # records what the CLI built
-        seen.append(settings.ingest.summaries)
+    def fake_ingest(request, index, pipeline=None, hooks=None) -> IngestReport:  # records what the CLI built
+        seen.append(request.settings.ingest.summaries)
         return IngestReport(job_id="x", outcomes=[FileOutcome(path, "summarised", segments=2)])
 
     monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
@@ -102,16 +102,16 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
         result = runner.invoke(app, ["ingest", path, "--index", str(tmp_path / "idx"), flag])
         assert seen.pop() is expected
         # A file indexed earlier that only got its summary counts as work done.
-        assert result.exit_code == 0 and "done: 0 indexed, 1 summarised, 0 unchanged" in result.output, result.output
+        assert result.exit_code == 0 and "done: 1 summarised (job" in result.output, result.output
 
 
 # -- one real ingest with summaries ------------------------------------------------------------------------------
 def make_summary_settings(index_dir: Path, cache_dir: Path, summaries: bool = True) -> Settings:
     # Few tokens: SmolLM2 on two shared cores. Small logical CPU shares so this pipeline fits beside the
     # session's own pipeline and language-model actor in the one Ray of the test session.
-    cpus = {f"{stage}_cpus": 0.25 for stage in ("decode", "speech", "vision", "embed", "llm")}
+    cpus = {stage: {"cpus": 0.25} for stage in ("decode", "speech", "vision", "summary", "embed")}
     return make_settings(index_dir, cache_dir, ingest={"summaries": summaries},
-                         llm={"max_new_tokens": 32, "max_chapters": 3}, ray=cpus)
+                         llm={"max_new_tokens": 32, "max_chapters": 3}, ray={"stages": cpus})
 
 
 @pytest.fixture(scope="module")
@@ -124,17 +124,17 @@ def summary_pipeline(summary_settings: Settings, ray_runtime):
     from mediaindex.ingest.run import Pipeline
 
     pipeline = Pipeline(summary_settings)
-    assert [s.name for s in pipeline.stages][-2:] == ["language", "embed"]
+    assert [s.name for s in pipeline.stages][-2:] == ["summary", "embed"]
     yield pipeline
     pipeline.close()
 
 
 @pytest.fixture(scope="module")
 def archive(summary_settings: Settings, summary_pipeline, embedder):
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     index = MediaIndex(summary_settings, embedder.dim, embedder.name)
-    report = ingest([media(SPEECH), media(SILENT)], summary_settings, index, pipeline=summary_pipeline)
+    report = ingest(IngestRequest(summary_settings, [media(SPEECH), media(SILENT)]), index, summary_pipeline)
     assert len(report.indexed) == 2, [(o.path, o.reason) for o in report.outcomes]
     assert not any(n.startswith("no summary") for o in report.indexed for n in o.notes)
     yield Archive(index, embedder)
@@ -255,8 +255,10 @@ def test_language_stage_resources_are_checked(summary_settings: Settings, ray_ru
     from mediaindex.ingest.run import Pipeline
     from mediaindex.workers.pool import StageStartError
 
-    greedy = summary_settings.model_copy(update={"ray": summary_settings.ray.model_copy(update={"llm_cpus": 1000})})
-    with pytest.raises(StageStartError, match=r"the language stage asks for 1000 CPU .* lower ray\.llm_cpus"):
+    greedy = make_summary_settings(summary_settings.index_dir, summary_settings.cache_dir)
+    greedy.ray.stages.summary.cpus = 1000
+    with pytest.raises(StageStartError,
+                       match=r"the summary stage asks for 1000 CPU .* lower ray\.stages\.summary\.cpus"):
         Pipeline(greedy)
 
 
@@ -269,7 +271,7 @@ def _generated(index: MediaIndex, video_id: str) -> tuple[list[dict], list[dict]
 @pytest.mark.llm
 def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipeline, tmp_path: Path,
                                                                      cache_dir: Path, embedder) -> None:
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestHooks, IngestRequest, ingest
 
     off = make_summary_settings(tmp_path / "idx", cache_dir, summaries=False)
     on = make_summary_settings(tmp_path / "idx", cache_dir, summaries=True)
@@ -278,12 +280,13 @@ def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipe
 
     def run(settings: Settings):  # -> IngestReport
         stages.clear()
-        return ingest([clip], settings, index, pipeline=summary_pipeline, on_dispatch=lambda st, _: stages.append(st))
+        return ingest(IngestRequest(settings, [clip]), index, summary_pipeline,
+                      IngestHooks(on_dispatch=lambda st, _: stages.append(st)))
 
     with MediaIndex(off, embedder.dim, embedder.name) as index:
         # 1. Indexed without summaries: the pipeline's language stage is passed by.
         assert [o.status for o in run(off).outcomes] == ["indexed"]
-        assert "language" not in stages and "speech" in stages
+        assert "summary" not in stages and "speech" in stages
         before = index.catalog.by_source(str(clip))
         speech = index.store.segments_of(before.video_id, modality="speech")
         assert speech and _generated(index, before.video_id) == ([], [])
@@ -292,7 +295,7 @@ def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipe
         second = run(on)
         (outcome,) = second.outcomes
         assert (outcome.status, outcome.video_id) == ("summarised", before.video_id), outcome
-        assert stages == ["language", "embed"]
+        assert stages == ["summary", "embed"]
         summaries, chapters = _generated(index, before.video_id)
         assert len(summaries) == 1 and len(chapters) >= 1 and outcome.segments == 1 + len(chapters)
         stored = VideoSummary.model_validate(summaries[0]["extra"][SUMMARY])
@@ -376,23 +379,30 @@ class ExtractiveSummaryStage(SummaryStage):
 @pytest.mark.slow
 def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_path: Path, cache_dir: Path,
                                                                          ray_runtime, embedder) -> None:
-    from mediaindex.ingest.run import FileOutcome, Pipeline, ingest, with_summaries
+    from mediaindex.ingest.run import (
+        FileOutcome,
+        IngestHooks,
+        IngestRequest,
+        Pipeline,
+        ingest,
+        with_summaries,
+    )
 
     # One file at a time, so the run can be stopped between the two files.
     settings = make_settings(tmp_path / "idx", cache_dir, ray={"max_files_in_flight": 1})
     settings.index_dir.mkdir(parents=True)
     log = settings.index_dir / "language-log"
     # Small CPU shares: the module's shared pipeline (summary_pipeline) still holds its actors in the same Ray.
-    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.1),
-              StageSpec("speech", "mediaindex.stages.speech:SpeechStage", cpus=0.1),
-              StageSpec("language", "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.1),
-              StageSpec("embed", "mediaindex.stages.embed:EmbedStage", cpus=0.1)]
+    stages = [StageSpec(StageName.DECODE, cpus=0.1), StageSpec(StageName.SPEECH, cpus=0.1),
+              StageSpec(StageName.SUMMARY, "tests.test_language_stage:ExtractiveSummaryStage", cpus=0.1),
+              StageSpec(StageName.EMBED, cpus=0.1)]
     files = [media(LATER), media(f"audio/{BROKEN}")]
     own = Pipeline(settings, stages)
     jobs = JobStore(settings.index_dir / "jobs.db")
     try:
         with MediaIndex(settings, embedder.dim, embedder.name) as index:
-            assert [o.status for o in ingest(files, settings, index, pipeline=own, jobs=jobs).outcomes] == ["indexed"] * 2
+            first_run = ingest(IngestRequest(settings, files, jobs=jobs), index, own)
+            assert [o.status for o in first_run.outcomes] == ["indexed"] * 2
             assert not log.exists()
             counts = {r.source: r.segments for r in index.catalog.all()}
 
@@ -404,15 +414,15 @@ def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_pat
                 raise KeyboardInterrupt  # Ctrl-C after the first summary
 
             with pytest.raises(KeyboardInterrupt):
-                ingest(files, with_summaries(settings, True), index, pipeline=own, jobs=jobs,
-                       progress=stop_after_first, on_job=job_ids.append)
+                ingest(IngestRequest(with_summaries(settings, True), files, jobs=jobs), index, own,
+                       IngestHooks(on_file=stop_after_first, on_job=job_ids.append))
             (job_id,) = job_ids
             assert [(Path(o.path).name, o.status) for o in first] == [("jfk.flac", "summarised")]
             assert [(Path(f.path).name, f.state) for f in jobs.files(job_id)] == [("jfk.flac", "done"),
                                                                                  (BROKEN, "pending")]
             # Resumed without asking for summaries: the job was started with them, so it finishes them. The
             # model's failure fails that file alone, with the reason, and the job completes.
-            resumed = ingest([], settings, index, pipeline=own, jobs=jobs, resume=job_id)
+            resumed = ingest(IngestRequest(settings, resume=job_id, jobs=jobs), index, own)
             assert [(Path(o.path).name, o.status, o.reason) for o in resumed.outcomes] == [
                 (BROKEN, "failed", "summary failed: RuntimeError: the model ran out of memory")]
             assert jobs.get(job_id).state == "done"

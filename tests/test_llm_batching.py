@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from mediaindex.agents.llm import LanguageStage
+from mediaindex.agents.llm import ChatEngine
 from mediaindex.config import LLMSettings
 
 pytestmark = pytest.mark.llm
@@ -20,11 +20,11 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def stage(cache_dir) -> LanguageStage:
-    return LanguageStage(LLMSettings(max_num_seqs=8), cache_dir)
+def stage(cache_dir) -> ChatEngine:
+    return ChatEngine(LLMSettings(max_num_seqs=8), cache_dir)
 
 
-def test_threads_get_the_answers_they_would_get_alone(stage: LanguageStage) -> None:
+def test_threads_get_the_answers_they_would_get_alone(stage: ChatEngine) -> None:
     alone = [stage.chat([p], max_tokens=12)[0] for p in PROMPTS]
     together: list = [None] * len(PROMPTS)
 

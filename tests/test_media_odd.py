@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.run import Pipeline, ingest
+from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
     folder = tmp_path / "odd"
     _broken_variants(folder)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([folder], settings, index, pipeline=pipeline)
+        report = ingest(IngestRequest(settings, [folder]), index, pipeline)
         out = {Path(o.path).name: o for o in report.outcomes}
         assert len(out) == 10
 

@@ -14,9 +14,9 @@ import pytest
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.run import FileOutcome, Pipeline, ingest
+from mediaindex.ingest.run import FileOutcome, IngestHooks, IngestRequest, Pipeline, ingest
 from mediaindex.jobs import JobStore
-from mediaindex.workers.stages import StageSpec
+from mediaindex.workers.stages import StageName, StageSpec
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow
@@ -60,8 +60,8 @@ def test_interrupted_job_resumes_and_indexes_each_file_once(tmp_path: Path, job_
     job_ids: list[str] = []
     with _open(job_settings, embedder) as index:
         with pytest.raises(KeyboardInterrupt):
-            ingest([], job_settings, index, pipeline=pipeline, manifests=[manifest], progress=stop_after_first,
-                   jobs=jobs, on_job=job_ids.append)
+            ingest(IngestRequest(job_settings, manifests=[manifest], jobs=jobs), index, pipeline,
+                   IngestHooks(on_file=stop_after_first, on_job=job_ids.append))
         (job_id,) = job_ids
         assert jobs.get(job_id).state == "cancelled"
         counts = jobs.counts(job_id)
@@ -72,13 +72,13 @@ def test_interrupted_job_resumes_and_indexes_each_file_once(tmp_path: Path, job_
         # not be indexed again on resume.
         jobs.set_file(job_id, first.path, "running")
 
-        resumed = ingest([], job_settings, index, pipeline=pipeline, resume=job_id, jobs=jobs)
+        resumed = ingest(IngestRequest(job_settings, resume=job_id, jobs=jobs), index, pipeline)
         assert resumed.job_id == job_id
         assert jobs.get(job_id).state == "done"
         assert {f.state for f in jobs.files(job_id)} == {"done"}
         assert {o.path: o.status for o in resumed.outcomes}[first.path] == "unchanged"
         _assert_each_indexed_once(index, files, first_run, resumed.outcomes)
-        assert ingest([], job_settings, index, pipeline=pipeline, resume=job_id, jobs=jobs).outcomes == []
+        assert ingest(IngestRequest(job_settings, resume=job_id, jobs=jobs), index, pipeline).outcomes == []
 
         def count(key: str, value: str) -> int:
             flt = Filter(must=[FieldCondition(key=key, match=MatchValue(value))])
@@ -91,7 +91,7 @@ def test_interrupted_job_resumes_and_indexes_each_file_once(tmp_path: Path, job_
 
 
 def test_stage_actors_run_at_their_configured_priority(pipeline: Pipeline) -> None:
-    """The CPU profile lets decode, vision and embed yield the cores to Whisper (ray.stage_nice)."""
+    """The CPU profile lets decode, vision and embed yield the cores to Whisper (ray.stages.<stage>.nice)."""
     import psutil
     import ray
 
@@ -121,16 +121,16 @@ def test_killed_stage_actor_is_restarted_and_its_file_retried(job_settings: Sett
     display = IngestDisplay(Console(file=buffer, width=200))  # not a terminal: plain lines
     jobs = JobStore(job_settings.index_dir / "jobs.db")
     with _open(job_settings, embedder) as index, display:
-        report = ingest(files, job_settings, index, pipeline=pipeline, jobs=jobs, progress=display.on_file,
-                        on_plan=display.on_plan, on_tick=display.on_tick, on_job=display.on_job,
-                        on_dispatch=kill_speech_on_second_file)
+        hooks = IngestHooks(on_file=display.on_file, on_plan=display.on_plan, on_tick=display.on_tick,
+                            on_job=display.on_job, on_dispatch=kill_speech_on_second_file)
+        report = ingest(IngestRequest(job_settings, files, jobs=jobs), index, pipeline, hooks)
         assert len(speech_dispatches) == len(files)  # the retry was Ray's, on the restarted actor
         _assert_each_indexed_once(index, files, report.outcomes)
         assert jobs.get(report.job_id).state == "done"
         assert {(f.state, f.attempts) for f in jobs.files(report.job_id)} == {("done", 1)}
     lines = buffer.getvalue().splitlines()
     assert lines[0] == f"job {report.job_id}"
-    assert any(line.startswith(f"indexed  {files[0]}: ") for line in lines)
+    assert any(line.startswith(f"indexed    {files[0]}: ") for line in lines)
     assert lines[-1].startswith(f"job {report.job_id}: 3/3 files (0 failed), 0.01 media h in 0:0")
     assert "speech " in lines[-1] and "x" in lines[-1]  # per-stage speed, as multiples of real time
 
@@ -153,15 +153,16 @@ def test_worker_that_keeps_dying_fails_its_file_and_the_run_goes_on(tmp_path: Pa
                                                                    copy_media, embedder) -> None:
     settings = make_settings(tmp_path / "idx", cache_dir, ingest={"max_retries": 1})
     settings.index_dir.mkdir(parents=True)
-    stages = [StageSpec("decode", "mediaindex.workers.stages:DecodeStage", cpus=0.25),
-              StageSpec("crash", "tests.test_scale:CrashOnPoison", cpus=0.25),
-              StageSpec("embed", "mediaindex.stages.embed:EmbedStage", cpus=0.25)]
+    # The crashing stage takes the vision stage's place on the route, after the decode.
+    stages = [StageSpec(StageName.DECODE, cpus=0.25),
+              StageSpec(StageName.VISION, "tests.test_scale:CrashOnPoison", cpus=0.25),
+              StageSpec(StageName.EMBED, cpus=0.25)]
     poison, good = copy_media("audio/english.wav", "poison.wav"), copy_media("audio/LJ002-0035.wav")
     own = Pipeline(settings, stages)
     jobs = JobStore(settings.index_dir / "jobs.db")
     try:
         with _open(settings, embedder) as index:
-            report = ingest([poison, good], settings, index, pipeline=own, jobs=jobs)
+            report = ingest(IngestRequest(settings, [poison, good], jobs=jobs), index, own)
             outcome = {Path(o.path).name: o for o in report.outcomes}
             assert outcome["LJ002-0035.wav"].status == "indexed"
             assert outcome["poison.wav"].status == "failed"
@@ -180,21 +181,23 @@ def test_a_file_over_the_timeout_fails_and_the_pipeline_recovers(tmp_path: Path,
     slow = make_settings(tmp_path / "idx", cache_dir, ingest={"file_timeout": 0.05})
     clip = media("audio/LJ002-0020.wav")  # probing, decoding and transcribing it each take longer than 0.05 s
     with _open(slow, embedder) as index:
-        report = ingest([clip], slow, index, pipeline=pipeline)
+        report = ingest(IngestRequest(slow, [clip]), index, pipeline)
         (outcome,) = report.outcomes
         assert outcome.status == "failed"
         assert outcome.reason.startswith("timed out after 0.05 s in the ")
         assert index.catalog.all() == []
     normal = make_settings(tmp_path / "idx", cache_dir)
     with _open(normal, embedder) as index:  # the restarted actor serves the next run
-        assert [o.status for o in ingest([clip], normal, index, pipeline=pipeline).outcomes] == ["indexed"]
+        again = ingest(IngestRequest(normal, [clip]), index, pipeline)
+        assert [o.status for o in again.outcomes] == ["indexed"]
 
 
 def test_a_stage_asking_for_a_gpu_the_cluster_lacks_is_refused_before_starting(tmp_path: Path, cache_dir: Path,
                                                                                ray_runtime) -> None:
     from mediaindex.workers.pool import StageStartError
 
-    settings = make_settings(tmp_path / "idx", cache_dir, speech={"device": "cuda"}, ray={"speech_gpus": 0.25})
+    settings = make_settings(tmp_path / "idx", cache_dir, speech={"device": "cuda"},
+                             ray={"stages": {"speech": {"gpus": 0.25}}})
     with pytest.raises(StageStartError, match=r"the speech stage asks for 0\.25 GPU per actor but the Ray cluster "
-                                              r"has 0: lower ray\.speech_gpus"):
+                                              r"has 0: lower ray\.stages\.speech\.gpus"):
         Pipeline(settings)

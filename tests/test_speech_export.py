@@ -95,12 +95,12 @@ slow = pytest.mark.slow
 @pytest.fixture(scope="module")
 def transcript_index(tmp_path_factory: pytest.TempPathFactory, pipeline, embedder, cache_dir: Path):
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import ingest
+    from mediaindex.ingest.run import IngestRequest, ingest
 
     settings = make_settings(tmp_path_factory.mktemp("transcript-index"), cache_dir)
     clip = media("audio/jfk.flac")
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest([clip, media("video/cockatoo.mp4")], settings, index, pipeline=pipeline)
+        report = ingest(IngestRequest(settings, [clip, media("video/cockatoo.mp4")]), index, pipeline)
         assert len(report.indexed) == 2
         ids = {Path(o.path).name: o.video_id for o in report.indexed}
     return settings.index_dir, ids
@@ -160,3 +160,8 @@ def test_transcript_of_a_file_never_ingested(tmp_path: Path) -> None:
     assert silent.returncode == 0 and silent.stdout == "" and "no speech" in silent.stderr
     none = _cli(str(media("video/testvideo.mp4")), index=index)
     assert none.returncode == 2 and "has no audio track" in none.stderr and "Traceback" not in none.stderr
+    for bad in ("0", "-1"):
+        refused = _cli(str(media("audio/jfk.flac")), "--speakers", bad, index=index)
+        assert refused.returncode == 2 and "number of speakers must be a whole number from 1 to 20" in refused.stderr
+    two = _cli(str(media("audio/jfk.flac")), "-f", "tsv", "--speakers", "1", index=index)
+    assert two.returncode == 0 and {row.split("\t")[2] for row in two.stdout.splitlines()[1:]} == {"S1"}

@@ -14,7 +14,7 @@ from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, judged
-from mediaindex.ingest.run import _write
+from mediaindex.ingest.write import write_item
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
 from mediaindex.stages.decode import decode_media
@@ -130,7 +130,7 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
 
     dims = vector_dims(clip_settings.vision)
     with MediaIndex(clip_settings, embed.embedder.dim, embed.embedder.name, extra_dims=dims) as index:
-        assert _write(index, item, {}).status == "indexed"
+        assert write_item(index, item, {}).status == "indexed"
         # The CLIP vector alone (classifier off): a keyframe finds its own shot, near score 1.
         clip_only = clip_settings.vision.model_copy(update={"classifier": None})
         # Shot-aware keyframes can repeat a picture in different shots (testvideo.mp4 has black frames

@@ -17,7 +17,7 @@ from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, search
 from mediaindex.index.store import SearchFilters
-from mediaindex.ingest.run import Pipeline, ingest
+from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
@@ -34,7 +34,7 @@ def vision_index(tmp_path_factory: pytest.TempPathFactory, session_settings: Set
                  embedder, cache_dir: Path):
     settings = make_settings(tmp_path_factory.mktemp("vision-index"), cache_dir)
     index = MediaIndex(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision))
-    report = ingest([media(s) for s in SAMPLES], settings, index, pipeline=pipeline)
+    report = ingest(IngestRequest(settings, [media(s) for s in SAMPLES]), index, pipeline)
     assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.failed]
     yield settings, index
     index.close()

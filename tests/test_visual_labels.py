@@ -15,7 +15,7 @@ from mediaindex.index import calibration
 from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, judged
-from mediaindex.ingest.run import _write
+from mediaindex.ingest.write import write_item
 from mediaindex.models.vision import vector_dims
 from mediaindex.stages.decode import decode_media
 from mediaindex.stages.embed import EmbedStage
@@ -39,7 +39,7 @@ def labelled(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
                     extra_dims=vector_dims(settings.vision)) as index:
         for rel in UNLABELLED + list(FINDABLE):
             item = embed.process(vision.process(decode_media(str(media(rel)), settings)))
-            assert _write(index, item, {}).status == "indexed"
+            assert write_item(index, item, {}).status == "indexed"
             items[rel] = item
     yield settings, items, embed.embedder
 

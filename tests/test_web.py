@@ -1,5 +1,8 @@
 """The web page in a real headless Chromium (Debian's package, driven by Playwright) against a real
-uvicorn server on loopback: search, play a moment, read a transcript and seek from it."""
+uvicorn server on loopback, at a desktop size (1400×900) and a phone size (390×844).
+
+Every test writes a full-page screenshot to test-artifacts/web/ (ignored by git) to look at.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +18,21 @@ from tests.conftest import REPO
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-ARTIFACTS = REPO / "test-artifacts"
+SHOTS = REPO / "test-artifacts" / "web"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Chromium started for tests only: no outbound connections, no sandbox (root), sound allowed without a gesture.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
                  "--disable-default-apps", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
                  "--disable-gpu", "--mute-audio", "--autoplay-policy=no-user-gesture-required",
                  "--disable-features=Translate,MediaRouter,OptimizationHints"]
+VIEWPORTS = {"desktop": {"width": 1400, "height": 900}, "phone": {"width": 390, "height": 844}}
+PLAYER = ("document.querySelector('#player-area video:not([hidden]), #player-area audio:not([hidden])')")
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
     if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; `make install` does it)")
+        pytest.skip("Debian's chromium is not installed (`make browser` installs it with fonts-noto-cjk)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -43,96 +48,285 @@ def server(sample: Sample, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield live
 
 
-@pytest.fixture
-def page(browser, server: LiveServer):
-    context = browser.new_context(viewport={"width": 1100, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.set_default_timeout(30_000)
+class Page:
+    """A Playwright page that records script errors and failed requests (a 404 favicon counts)."""
+
+    def __init__(self, context, size: str) -> None:
+        self.context, self.size = context, size
+        self.p = context.new_page()
+        self.p.set_default_timeout(60_000)  # a busy 2-core machine
+        self.errors: list[str] = []
+        self.failed: list[str] = []
+        self.p.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.p.on("response", lambda r: self.failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    def shot(self, name: str) -> Path:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{name}-{self.size}.png"
+        self.p.screenshot(path=str(path), full_page=True)
+        return path
+
+    def fits(self) -> None:
+        """Nothing scrolls sideways: the document is no wider than the viewport."""
+        width, inner = self.p.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width <= inner, f"{width} px of content in a {inner} px viewport"
+
+    def taps(self, selector: str) -> None:
+        """Every visible control matched is at least 40 px tall and wide enough to hit."""
+        small = self.p.evaluate("""(sel) => [...document.querySelectorAll(sel)]
+            .filter(e => e.offsetParent !== null)
+            .map(e => [e.id || e.className || e.tagName, e.getBoundingClientRect()])
+            .filter(([, r]) => r.height < 40 || r.width < 24).map(([n, r]) => `${n} ${r.width}x${r.height}`)""",
+                              selector)
+        assert not small, small
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def page(request: pytest.FixtureRequest, browser, server: LiveServer) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORTS[request.param])
+    page = Page(context, request.param)
     yield page
     context.close()
-    assert not errors, errors
+    assert not page.errors, page.errors
 
 
 # Armed before a click: records where the player is when its next seek completes.
 ARM_SEEK = """() => {
   window.__seek = null;
-  const p = document.getElementById('player');
-  p.addEventListener('seeked', () => { window.__seek = {t: p.currentTime, src: p.currentSrc}; }, {once: true});
+  const ps = [document.getElementById('player'), document.getElementById('audio-player')];
+  for (const p of ps) p.addEventListener('seeked', () => { window.__seek = {t: p.currentTime, src: p.currentSrc,
+                                                                          tag: p.tagName}; }, {once: true});
 }"""
 
 
-def click_and_seek(page, locator) -> dict:
-    page.evaluate(ARM_SEEK)
+def click_and_seek(page: Page, locator) -> dict:
+    page.p.evaluate(ARM_SEEK)
     locator.click()
-    return page.wait_for_function("() => window.__seek").json_value()
+    return page.p.wait_for_function("() => window.__seek").json_value()
 
 
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+def test_start_page_shows_the_library(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    page.p.goto(server.url + "/")
+    files = page.p.locator("#library .file")
+    files.first.wait_for()
+    assert files.count() == 2
+    size = page.p.locator("#library-size").inner_text()
+    total = sample.index.store.count()
+    assert size.startswith("2 files, ") and f"{total} segments" in size, size
+    jfk = page.p.locator(f"#library .file[data-video='{sample.video_id('jfk.flac')}']")
+    assert "jfk.flac" in jfk.inner_text() and "0:11.0 · audio · en" in jfk.inner_text()
+    assert "(speech " in jfk.inner_text()
+    video = page.p.locator(f"#library .file[data-video='{sample.video_id('auto-editor_example.mp4')}'] img")
+    page.p.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=video.element_handle())
+    examples = page.p.locator("#examples .example")
+    assert examples.count() >= 2
+    assert page.p.locator("#key-button").is_hidden()  # this server has no keys
+    page.fits()
+    page.taps("header a, header button, header select, header input, #examples a")
+    page.shot("library")
+    # An example query finds something: it was taken from the index.
+    example = examples.first.inner_text()
+    examples.first.click()
+    page.p.locator("#results .hit").first.wait_for()
+    assert page.p.input_value("#q") == example
+    assert not page.failed, page.failed  # the favicon and every thumbnail answered
 
 
-def test_search_click_plays_the_moment(page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
-    page.goto(server.url + "/")
-    page.fill("#q", "when the time reaches forty seconds I will say banana")
-    page.press("#q", "Enter")
-    first = page.locator("#results .hit").first
+def test_results_show_band_highlights_and_play_the_moment(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    page.p.goto(server.url + "/")
+    page.p.locator("#library .file").first.wait_for()
+    # Answers held back a little: the page says it is searching meanwhile.
+    page.p.evaluate("""() => { const real = window.fetch;
+      window.fetch = (...args) => new Promise(ok => setTimeout(ok, 1500)).then(() => real(...args)); }""")
+    page.p.fill("#q", "when the time reaches forty seconds I will say banana")
+    page.p.press("#q", "Enter")
+    page.p.locator("#notice.loading").wait_for()
+    assert page.p.locator("#notice").inner_text() == "Searching…" and page.p.locator("#library-view").is_hidden()
+    first = page.p.locator("#results .hit").first
     first.wait_for()
     assert "auto-editor_example.mp4" in first.locator(".title").inner_text()
     assert first.locator(".badge").inner_text() == "speech"
-    assert first.locator(".snippet mark").count() >= 2  # matched words are highlighted
     marked = " ".join(first.locator(".snippet mark").all_inner_texts()).lower()
-    assert "banana" in marked and "time" in marked
-    thumb = first.locator("img")
-    thumb.wait_for()
-    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
-    # The line is said again alone at ~40 s ("Banana"): click the result that starts late in the
-    # file, so the click must really seek.
-    hits = page.locator("#results .hit")
+    assert "banana" in marked and "time" in marked  # matched words are highlighted
+    bands = page.p.evaluate("fetch('/search?q=banana&limit=1').then(r => r.json()).then(d => d.hits[0].band)")
+    if bands:  # the searcher gives a confidence band: each hit shows it
+        assert first.locator(".band").inner_text() in {"strong match", "good match", "weak match"}
+    # The time is a link that plays the moment; the line is said again alone at ~40 s ("Banana").
+    hits = page.p.locator("#results .hit")
     late = next(hits.nth(i) for i in range(hits.count()) if float(hits.nth(i).get_attribute("data-start")) > 10)
     start, end = float(late.get_attribute("data-start")), float(late.get_attribute("data-end"))
-    state = click_and_seek(page, late)
-    assert state["src"].endswith(f"/media/{sample.video_id('auto-editor_example.mp4')}")
+    state = click_and_seek(page, late.locator("a.time"))
+    assert state["src"].endswith(f"/media/{sample.video_id('auto-editor_example.mp4')}") and state["tag"] == "VIDEO"
     assert start <= state["t"] <= end, (state, start, end)
-    page.wait_for_function("() => document.getElementById('player').currentTime > 0 && "
-                           "!document.getElementById('player').paused")
-    shot(page, "web-search.png")
+    assert page.p.evaluate("location.hash").startswith("#/search")  # played in place, not navigated away
+    page.p.wait_for_function(f"() => {PLAYER}.currentTime > 0 && !{PLAYER}.paused")
+    page.fits()
+    page.taps("header a, header button, header select, header input, .hit a")
+    if page.size == "phone":
+        # The player fits the screen and keeps room for the results.
+        box = page.p.locator("#player").bounding_box()
+        assert box["width"] <= 390 and box["height"] <= 0.34 * 844, box
+    # A long page whatever the number of hits (padding inside the player's containing block), scrolled down.
+    page.p.evaluate("document.getElementById('search-view').style.paddingBottom = '3000px'; scrollTo(0, 800)")
+    page.p.wait_for_function("() => scrollY >= 800")
+    # Sticky offsets are measured: after scrolling the player sits right below the header (or at 0 on phones).
+    header = page.p.locator("#top").bounding_box()
+    area = page.p.locator("#player-area").bounding_box()
+    expected = header["height"] if page.size == "desktop" else 0
+    assert abs(area["y"] - expected) <= 2, (area, header)
+    page.p.evaluate("document.getElementById('search-view').style.paddingBottom = ''")
+    page.p.evaluate("scrollTo(0, 0)")
+    page.shot("results")
 
 
-def test_a_later_moment_and_the_filters(page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+def test_empty_state_suggests_what_to_change(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     jfk = sample.video_id("jfk.flac")
-    page.goto(server.url + "/")
-    page.locator(f"#video-filter option[value='{jfk}']").wait_for(state="attached")
-    page.select_option("#video-filter", jfk)
-    page.select_option("#modality-filter", "speech")
-    page.fill("#q", "ask what you can do for your country")
-    page.click("button[type=submit]")
-    page.locator("#results .hit").first.wait_for()
-    hits = page.locator("#results .hit")
-    assert {hits.nth(i).get_attribute("data-video") for i in range(hits.count())} == {jfk}
-    assert "video_id=" in page.evaluate("location.hash") and "modality=speech" in page.evaluate("location.hash")
-    page.select_option("#modality-filter", "ocr")
-    page.click("button[type=submit]")
-    page.wait_for_function("() => document.getElementById('status').textContent.includes('No moments')")
+    page.p.goto(f"{server.url}/#/search?q=ask+what+you+can+do+for+your+country&video_id={jfk}&modality=ocr")
+    page.p.locator("#empty").wait_for()
+    assert page.p.locator("#results .hit").count() == 0
+    assert "No moments match “ask what you can do for your country”" in page.p.locator("#empty-title").inner_text()
+    tips = page.p.locator("#suggestions").inner_text()
+    assert "fewer words: ask country" in tips and "another language: the files here are in English" in tips
+    assert "search every kind" in tips and "search all files" in tips
+    page.fits()
+    page.shot("empty")
+    page.p.get_by_role("link", name="search every kind").click()
+    page.p.locator("#results .hit").first.wait_for()
+    assert page.p.locator("#empty").is_hidden()
 
 
-def test_transcript_line_click_seeks(page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
-    video = sample.video_id("auto-editor_example.mp4")
-    page.goto(f"{server.url}/#/video/{video}")
-    lines = page.locator("#transcript .line")
+def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    page.p.goto(f"{server.url}/#/video/{sample.video_id('auto-editor_example.mp4')}")
+    page.p.locator("#transcript .line").first.wait_for()
+    page.p.wait_for_function(f"() => {PLAYER} && !{PLAYER}.paused && {PLAYER}.currentTime > 0")
+    page.p.evaluate("location.hash = '#/video/nosuchfile0000'")
+    page.p.locator("#notice.error").wait_for()
+    assert "no video with id 'nosuchfile0000'" in page.p.locator("#notice").inner_text()
+    assert page.p.locator("#notice").get_attribute("role") == "alert"
+    assert page.p.locator("#video-view").is_hidden() and page.p.locator("#player-area").is_hidden()
+    assert page.p.locator("#video-title").inner_text() == "" and page.p.locator("#transcript li").count() == 0
+    assert page.p.locator("#export-srt").get_attribute("href") is None
+    players = "[...document.querySelectorAll('video, audio')]"
+    # Paused, with no source and nothing loading (NETWORK_EMPTY).
+    assert page.p.evaluate(f"{players}.every(p => p.paused && !p.getAttribute('src') && p.networkState === 0)")
+    page.fits()
+    page.shot("error")
+    # A search the server refuses (a query over 1000 characters) clears the results it replaces.
+    page.p.fill("#q", "banana")
+    page.p.press("#q", "Enter")
+    page.p.locator("#results .hit").first.wait_for()
+    page.p.fill("#q", "banana " * 200)
+    page.p.press("#q", "Enter")
+    page.p.locator("#notice.error").wait_for()
+    assert page.p.locator("#notice").inner_text().startswith("Search failed: ")
+    assert page.p.locator("#results .hit").count() == 0 and page.p.locator("#notice button.retry").is_visible()
+    page.failed.clear()  # the 404 and the 422 were the point
+
+
+def test_an_audio_file_gets_an_audio_player_and_its_transcript(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    page.p.goto(f"{server.url}/#/video/{sample.video_id('jfk.flac')}")
+    lines = page.p.locator("#transcript .line")
     lines.first.wait_for()
-    assert page.locator("#video-title").inner_text() == "auto-editor_example.mp4"
-    page.wait_for_function("() => document.getElementById('player').readyState >= 1")
+    assert page.p.locator("#audio-player").is_visible() and page.p.locator("#player").is_hidden()
+    assert "country" in page.p.locator("#transcript").inner_text()
+    assert page.p.locator("#video-meta").inner_text().startswith("0:11.0 · audio · language en · ")
+    page.p.wait_for_function("() => document.getElementById('audio-player').readyState >= 1")
+    target = lines.nth(lines.count() - 1)
+    start, end = float(target.get_attribute("data-start")), float(target.get_attribute("data-end"))
+    state = click_and_seek(page, target)
+    assert state["tag"] == "AUDIO" and start <= state["t"] <= end, state
+    speakers = page.p.evaluate(f"fetch('/videos/{sample.video_id('jfk.flac')}').then(r => r.json())"
+                               ".then(v => v.transcript.filter(l => l.speaker).length)")
+    assert page.p.locator("#transcript .speaker").count() == speakers  # shown when the server labels speakers
+    page.fits()
+    page.taps(".line, .exports a")
+    page.shot("audio")
+
+
+def test_transcript_view_and_video_at_its_own_size(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    video = sample.video_id("auto-editor_example.mp4")
+    page.p.goto(f"{server.url}/#/video/{video}")
+    lines = page.p.locator("#transcript .line")
+    lines.first.wait_for()
+    assert page.p.locator("#video-title").inner_text() == "auto-editor_example.mp4"
+    page.p.wait_for_function("() => document.getElementById('player').readyState >= 1")
     target = lines.nth(lines.count() - 1)  # the last line starts after 0: a real seek
     start, end = float(target.get_attribute("data-start")), float(target.get_attribute("data-end"))
     assert start > 0
     state = click_and_seek(page, target)
-    assert start <= state["t"] <= end, (state, start, end)
-    href = page.get_attribute("#export-srt", "href")
-    assert href == f"/videos/{video}/transcript?format=srt"
-    shot(page, "web-transcript.png")
+    assert state["tag"] == "VIDEO" and start <= state["t"] <= end, (state, start, end)
+    assert page.p.get_attribute("#export-srt", "href") == f"/videos/{video}/transcript?format=srt"
+    # 1280×720 is wider than the column: the player takes the column's width, never more than the screen.
+    box = page.p.locator("#player").bounding_box()
+    column = page.p.locator("main").evaluate("m => m.clientWidth")
+    assert box["width"] <= column and box["height"] <= 0.56 * VIEWPORTS[page.size]["height"]
+    page.fits()
+    page.shot("transcript")
+    # A 320×180 file plays at 320×180, not blown up to the column.
+    page.p.evaluate("play('/files/video/manifesto.mp4', 1, 'manifesto.mp4', true)")
+    page.p.wait_for_function("() => document.getElementById('player').videoWidth === 320")
+    small = page.p.locator("#player").bounding_box()
+    assert (round(small["width"]), round(small["height"])) == (320, 180), small
+
+
+# A glyph the fonts do not have is drawn as the .notdef box ("tofu"); every missing glyph looks the same.
+GLYPHS = """([font, chars]) => {
+  const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+  const ctx = c.getContext('2d', {willReadFrequently: true});
+  const draw = (ch) => { ctx.clearRect(0, 0, 64, 64); ctx.font = font; ctx.fillStyle = '#000';
+                         ctx.fillText(ch, 4, 48); return Array.from(ctx.getImageData(0, 0, 64, 64).data).join(','); };
+  return {tofu: [draw('\\u{10FFFD}'), draw('\\u{10FFF0}')], glyphs: chars.map(draw)};
+}"""
+
+
+def test_cjk_and_korean_text_render_as_glyphs(page: Page, server: LiveServer) -> None:
+    query = "미국 국민 여러분 砸自己的脚"
+    page.p.goto(f"{server.url}/#/search?q={query}")
+    page.p.wait_for_function("() => document.querySelector('#results .hit') || !document.getElementById('empty').hidden")
+    font = page.p.locator("#q").evaluate("e => getComputedStyle(e).font")
+    chars = ["미", "국", "민", "여", "砸", "自", "己", "脚"]
+    drawn = page.p.evaluate(GLYPHS, [font, chars])
+    assert drawn["tofu"][0] == drawn["tofu"][1], "the check cannot tell a missing glyph from a drawn one"
+    tofu = drawn["tofu"][0]
+    missing = [ch for ch, pixels in zip(chars, drawn["glyphs"], strict=True) if pixels == tofu]
+    assert not missing, f"drawn as boxes (no CJK font: apt-get install fonts-noto-cjk): {missing}"
+    assert len(set(drawn["glyphs"])) == len(chars)  # each character its own glyph
+    assert page.p.input_value("#q") == query
+    page.fits()
+    page.shot("cjk")
+
+
+def test_offline_server_is_said_and_retried(page: Page, server: LiveServer) -> None:
+    page.p.goto(server.url + "/")
+    page.p.locator("#library .file").first.wait_for()
+    page.context.set_offline(True)
+    page.p.fill("#q", "fellow Americans")
+    page.p.press("#q", "Enter")
+    page.p.locator("#notice.offline").wait_for()
+    assert "does not answer" in page.p.locator("#notice").inner_text()
+    assert page.p.locator("#notice button.retry").is_visible()
+    page.shot("offline")
+    page.context.set_offline(False)  # back online: the page tries again by itself
+    page.p.locator("#results .hit").first.wait_for()
+    assert page.p.locator("#notice.offline").count() == 0
+    assert "jfk.flac" in page.p.locator("#results .hit .title").first.inner_text()
+
+
+def test_library_pages(server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    import httpx
+
+    whole = httpx.get(f"{server.url}/library").json()
+    assert whole["files"] == 2 and [v["source"] for v in whole["videos"]] == sorted(v["source"] for v in whole["videos"])
+    second = httpx.get(f"{server.url}/library", params={"offset": 1, "limit": 1}).json()
+    assert second["files"] == 2 and len(second["videos"]) == 1
+    assert second["videos"][0]["video_id"] == whole["videos"][1]["video_id"]
+    jfk = next(v for v in whole["videos"] if v["title"] == "jfk.flac")
+    assert jfk["kinds"]["speech"] == jfk["segments"] and jfk["has_video"] is False
+    assert whole["duration"] == pytest.approx(sum(v["duration"] for v in whole["videos"]))
+    assert whole["keys_required"] is False and whole["examples"]
+    icon = httpx.get(f"{server.url}/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert httpx.get(f"{server.url}/library", params={"limit": 0}).status_code == 422
 
 
 def test_the_page_asks_for_a_key_when_keys_are_required(browser, sample: Sample, tmp_path: Path) -> None:  # noqa: F811
@@ -149,4 +343,5 @@ def test_the_page_asks_for_a_key_when_keys_are_required(browser, sample: Sample,
         page.press("#key-input", "Enter")
         page.locator("#results .hit").first.wait_for(timeout=30_000)
         assert "jfk.flac" in page.locator("#results .hit .title").first.inner_text()
+        assert page.locator("#key-button").is_visible()  # keys exist here: the key can be changed
         context.close()

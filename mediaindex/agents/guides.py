@@ -77,8 +77,9 @@ def later_turn_grammar(citations: list[str], video_ids: list[str], not_found: st
         cite = " | ".join(_literal(c) for c in choices)
         alternatives.append(xgr.Grammar.from_ebnf(
             # One sentence, then the citations: a small model otherwise writes until its token limit and never
-            # cites. No "[" or "<" in the words, so every citation is one of the choices and no tag is half-written.
-            f"root ::= words [.!?] \" \" cites\nwords ::= [^\\[<\\n.!?]{{1,{MAX_SENTENCE_CHARS}}}\n"
+            # cites. No "[" or "<" in the words, so every citation is one of the choices and no tag is half-written;
+            # no "{", so a call cannot be written as prose.
+            f"root ::= words [.!?] \" \" cites\nwords ::= [^\\[<{{}}\\n.!?]{{1,{MAX_SENTENCE_CHARS}}}\n"
             f"cites ::= cite (\" \" cite){{0,{MAX_CITATIONS - 1}}}\ncite ::= {cite}"
         ))
     return str(xgr.Grammar.union(*alternatives))

@@ -1,6 +1,6 @@
-"""The language stage: one serving engine (`mediaindex.serving.LLMEngine`) behind a small chat interface.
+"""The language model: one serving engine (`mediaindex.serving.LLMEngine`) behind a small chat interface.
 
-`LanguageStage` is the plain class that owns the engine; `LLMActor` is the thin Ray actor around it, and
+`ChatEngine` is the plain class that owns the engine; `LLMActor` is the thin Ray actor around it, and
 `RemoteLLM` is what jobs hold: it sends batches of conversations to the actor. Every model call of the agentic
 jobs goes through `ChatModel.chat`, so the model runs in our engine and nowhere else.
 """
@@ -81,7 +81,7 @@ def _completions(outs: list[Any]) -> list[Completion]:
     return [Completion(o.text, o.finish_reason, len(o.token_ids), str(o.error) if o.error else None) for o in outs]
 
 
-class LanguageStage:
+class ChatEngine:
     """Owns one LLMEngine built from LLMSettings: the bundled SmolLM2, or a local path / hub id."""
 
     def __init__(self, settings: LLMSettings, cache_dir: Path | None = None) -> None:
@@ -100,7 +100,10 @@ class LanguageStage:
                 dtype = getattr(torch, settings.dtype)
                 bundled = bundled_lm(settings.model)
                 source = str(bundled_lm_dir(bundled, cache_dir or default_cache_dir())) if bundled else settings.model
-                self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
+                if settings.cpu_int8 and config.device == "cpu":
+                    self.engine = _int8_engine(source, config, dtype)
+                else:
+                    self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
         except ModelLoadError:
             raise
         except Exception as exc:  # transformers raises many kinds; the user needs the model name and cause
@@ -121,6 +124,17 @@ class LanguageStage:
         return {"name": self.name, "max_context": self.max_context}
 
 
+def _int8_engine(source: str, config: Any, dtype: Any) -> Any:  # -> LLMEngine
+    """The model's linear layers as int8 for torch's packed CPU matmul (`llm.cpu_int8`), then the engine."""
+    from mediaindex.serving import LLMEngine
+    from mediaindex.serving.model_runner import load_pretrained
+    from mediaindex.serving.quant.cpu_int8 import quantize_int8_cpu
+
+    model, tok = load_pretrained(source, dtype=dtype)
+    log.info("int8 CPU weights for %d linear layers of %s", quantize_int8_cpu(model), source)
+    return LLMEngine(model, tok, config)
+
+
 def _actor_class():  # -> ray actor class
     import ray
 
@@ -130,14 +144,14 @@ def _actor_class():  # -> ray actor class
         share the engine's batch."""
 
         def __init__(self, settings: LLMSettings, cache_dir: Path | None = None) -> None:
-            self.stage = LanguageStage(settings, cache_dir)
+            self.engine = ChatEngine(settings, cache_dir)
 
         def info(self) -> dict[str, Any]:
-            return self.stage.info()
+            return self.engine.info()
 
         def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
                  temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
-            return self.stage.chat(conversations, max_tokens, stop, temperature, guide)
+            return self.engine.chat(conversations, max_tokens, stop, temperature, guide)
 
     return LLMActor
 
@@ -217,12 +231,13 @@ class DisaggregatedChat:
 
 
 def start_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
-    """Start (or join) Ray and the language-model actor(s), with the `ray.llm_*` share the ingest stage uses."""
+    """Start (or join) Ray and the language-model actor(s), with the `ray.stages.summary` share the summary
+    stage uses."""
     from mediaindex.workers.runtime import ensure_ray
-    from mediaindex.workers.stages import StageSpec
+    from mediaindex.workers.stages import StageName, StageSpec
 
     ensure_ray(settings)
-    spec = StageSpec.from_settings("llm", "", settings)
+    spec = StageSpec.from_settings(StageName.SUMMARY, settings)
     if settings.llm.disaggregated:
         return DisaggregatedChat(settings, spec.cpus, spec.gpus)
     actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm, settings.cache_dir)

@@ -1,4 +1,4 @@
-"""Summaries made while ingesting (the pipeline's language stage), as segments of the index and back.
+"""Summaries made while ingesting (the pipeline's summary stage), as segments of the index and back.
 
 A video's summary becomes one `summary` segment spanning its chapters and every chapter a `chapter` segment over
 the chapter's time range: both are embedded and searched like speech, so a search for a topic finds the chapter

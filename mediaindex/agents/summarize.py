@@ -10,7 +10,7 @@ own first words) stands in and the chapter says `generated: false`. A video with
 "nothing to summarise"; one with only visual concepts gets a summary listing them. Nothing is invented.
 
 `summarize` reads a video's segments from the index; `summarize_segments` is the same work over segments in
-hand, which is how the ingestion pipeline's language stage summarises a video before it is indexed.
+hand, which is how the ingestion pipeline's summary stage summarises a video before it is indexed.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from mediaindex import __version__
 from mediaindex.api.errors import COMMON_ERRORS, KEYED_ERRORS, install_error_handlers
 from mediaindex.api.middleware import BodyLimit, RequestMetrics
-from mediaindex.api.routes import health, jobs, search, videos
+from mediaindex.api.routes import health, jobs, openai, search, videos
 from mediaindex.api.state import ApiState
 from mediaindex.config import Settings
 
@@ -52,11 +52,18 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
     for router in (health.router, search.router, videos.router, jobs.router):
         keyed = any(getattr(d.dependency, "__name__", "") == "authorize" for d in router.dependencies)
         app.include_router(router, responses={**COMMON_ERRORS, **(KEYED_ERRORS if keyed else {})})
+    openai.install(app)  # /v1: OpenAI-compatible chat over the serving engine
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         # The page holds no data: it loads everything through the (key-checked) API.
         return FileResponse(WEB_DIR / "index.html", media_type="text/html")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        # Browsers ask for /favicon.ico on every page load; an SVG icon answers it.
+        return FileResponse(WEB_DIR / "favicon.svg", media_type="image/svg+xml",
+                            headers={"Cache-Control": "max-age=86400"})
 
     app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
     api = settings.api

@@ -23,6 +23,7 @@ class Filters(_Strict):
     video_id: str | None = Field(default=None, max_length=64)
     modality: Modality | None = None
     language: str | None = Field(default=None, max_length=16)
+    speaker: str | None = Field(default=None, max_length=16, description="Only speech of this speaker (S1, S2, …)")
 
 
 class SearchRequest(_Strict):
@@ -75,6 +76,21 @@ class VideoOut(BaseModel):
     thumbnail_url: str | None = None
 
 
+class LibraryVideoOut(VideoOut):
+    kinds: dict[str, int] = Field(default_factory=dict, description="Segments per kind: speech, ocr, visual, …")
+
+
+class LibraryOut(BaseModel):
+    files: int = Field(description="Files in the index")
+    segments: int = Field(description="Segments in the index, all kinds")
+    duration: float = Field(description="Seconds of media in the index")
+    offset: int
+    limit: int
+    videos: list[LibraryVideoOut] = Field(description="This page of files, by path")
+    examples: list[str] = Field(description="A few queries taken from what the index holds")
+    keys_required: bool = Field(description="Whether this server asks for API keys")
+
+
 class TranscriptLine(BaseModel):
     start: float
     end: float
@@ -89,7 +105,7 @@ class VideoDetail(VideoOut):
 
 
 SUMMARIES_DOC = (
-    "Summarise every file with chapters, as searchable `summary` and `chapter` segments (the language stage; "
+    "Summarise every file with chapters, as searchable `summary` and `chapter` segments (the summary stage; "
     "`mediaindex ingest --summaries` / `--no-summaries`). A file that is already indexed and unchanged but has no "
     "summary gets one from the index, without being indexed again. Omitted or null: the server's "
     "`ingest.summaries` setting.")

@@ -110,7 +110,7 @@ class JobRunner:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
     def _ingest(self, job_id: str, params: dict[str, Any]) -> None:
-        from mediaindex.ingest.run import FileOutcome, ingest, with_summaries
+        from mediaindex.ingest.run import FileOutcome, IngestHooks, IngestRequest, ingest, with_summaries
 
         state, metrics = self.state, self.state.metrics
         # The request's "summaries" overrides ingest.summaries for this job, as `ingest --summaries` does.
@@ -130,8 +130,8 @@ class JobRunner:
         try:
             # The ingest runs this job's own record (files, states, attempts) in jobs.db: a new run would
             # record a second ingest job for the same files.
-            report = ingest([], settings, state.index, pipeline=state.pipeline(settings), progress=progress,
-                            resume=job_id, finish_job=False)  # the job ends below, with this result
+            request = IngestRequest(settings, resume=job_id, finish_job=False)  # the job ends below, with this result
+            report = ingest(request, state.index, state.pipeline(settings), IngestHooks(on_file=progress))
         finally:
             metrics.ingest_seconds.inc(time.monotonic() - started)
         with state.jobs_lock:

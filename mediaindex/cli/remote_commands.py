@@ -14,9 +14,9 @@ API_MAX_LIMIT = 100  # the server's own cap on hits per search
 
 
 def remote_search(server: Remote, query: str, limit: int, video: str | None, modality: str | None,
-                  language: str | None) -> list[dict]:
+                  language: str | None, speaker: str | None = None) -> list[dict]:
     params = {"q": query, "limit": min(limit, API_MAX_LIMIT), "video_id": video, "modality": modality,
-              "language": language}
+              "language": language, "speaker": speaker}
     return server.request("GET", "/search", params=params)["hits"]
 
 
@@ -25,7 +25,8 @@ def _fail(console: Console, message: str) -> int:
     return 2
 
 
-def remote_ingest(server: Remote, paths: list[Path], summaries: bool | None, console: Console) -> int:
+def remote_ingest(server: Remote, paths: list[Path], summaries: bool | None, console: Console,
+                  verbose: bool = False) -> int:
     """An ingest job on the server for these paths (they must lie in its media roots); exit code as ingest's."""
     try:
         job = server.request("POST", "/ingest", body={
@@ -34,15 +35,34 @@ def remote_ingest(server: Remote, paths: list[Path], summaries: bool | None, con
         job = server.wait(job["id"])
     except RemoteError as exc:
         return _fail(console, str(exc))
-    for f in job["files"]:
-        label = {"done": "indexed ", "failed": "failed  ", "skipped": "skipped "}.get(f["state"], f["state"])
-        console.print(f"{label} {shown(f['path'])}" + (f": {shown(f['reason'])}" if f["reason"] else ""),
-                      highlight=False, markup=False, soft_wrap=True)
+    for line in job_lines(job, verbose):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     counts = job.get("counts") or {}
-    console.print(f"done: {counts.get('done', 0)} indexed or unchanged, "
-                  f"{counts.get('failed', 0) + counts.get('skipped', 0)} failed or skipped (job {job['id']}, "
-                  f"{job['state']})", highlight=False)
     return 0 if counts.get("done") else 1
+
+
+def job_lines(job: dict, verbose: bool = False) -> list[str]:
+    """A server's ingest job in the words of a local ingest: one line per file, then the counts."""
+    from mediaindex.cli.progress import summary_line
+    from mediaindex.ingest.discover import NOT_MEDIA
+
+    lines: list[str] = []
+    tally = {"indexed": 0, "unchanged": 0, "skipped": 0, "failed": 0, "left out": 0}
+    for f in job["files"]:
+        state, reason = f["state"], f.get("reason") or ""
+        if state == "done":
+            label = "unchanged" if reason == "already indexed" else "indexed"
+        elif state == "skipped" and reason.startswith(NOT_MEDIA):
+            label = "left out"
+        else:
+            label = state
+        tally[label] = tally.get(label, 0) + 1
+        if label != "left out" or verbose:
+            lines.append(f"{label:<10} {shown(f['path'])}" + (f": {shown(reason)}" if reason else ""))
+    done = summary_line(tally["indexed"], None, 0, tally["unchanged"], tally["skipped"], tally["failed"],
+                        tally["left out"], job["id"], verbose)
+    state = "" if job["state"] == "done" else f" ({job['state']})"
+    return [*lines, done + state]
 
 
 def _video_id(server: Remote, video: str) -> str:

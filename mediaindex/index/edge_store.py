@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from mediaindex.index.store import (
     word_text,
 )
 from mediaindex.segments import Segment
+
+if TYPE_CHECKING:
+    import qdrant_edge
 
 LOCK_WAIT = 5.0  # seconds to wait for another process that holds the shard (e.g. a short write)
 
@@ -64,7 +67,7 @@ class EdgeStore(VectorStore):
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def _open(self):  # -> qdrant_edge.EdgeShard
+    def _open(self) -> qdrant_edge.EdgeShard:
         import qdrant_edge as q
 
         if self.path.exists() and not self.path.is_dir():
@@ -79,6 +82,8 @@ class EdgeStore(VectorStore):
             try:
                 return q.EdgeShard.load(str(self.path), self._config)
             except Exception as exc:
+                # qdrant_edge raises untyped errors: this is the one place their text is read, and they
+                # leave it as typed ones (IndexBusyError, IndexSchemaError, IndexCorruptError).
                 message = str(exc)
                 if "WouldBlock" in message:
                     if time.monotonic() < deadline:
@@ -95,7 +100,7 @@ class EdgeStore(VectorStore):
                     f"Run `mediaindex index reset --index {self.path.parent}` and ingest again"
                 ) from exc
 
-    def _migrate(self, why: str):  # -> qdrant_edge.EdgeShard
+    def _migrate(self, why: str) -> qdrant_edge.EdgeShard:
         """Add named vectors configured since the index was made; keep vectors no longer configured."""
         import qdrant_edge as q
 
@@ -127,6 +132,7 @@ class EdgeStore(VectorStore):
         for name, kind in PAYLOAD_INDEXES.items():
             if name in have:
                 continue
+            schema: q.PayloadSchemaType | q.PayloadSchemaParams
             if kind == "keyword":
                 schema = q.KeywordIndexParams(prefix=name == "source")
             else:
@@ -159,12 +165,14 @@ class EdgeStore(VectorStore):
 
         # Durable through the write-ahead log once update() returns; segments are flushed by the next
         # upsert or on close (each flush costs an fsync, ~0.2 s).
-        self._shard.update(q.UpdateOperation.delete_points_by_filter(self._filter(SearchFilters(video_id=video_id))))
+        flt = self._filter(SearchFilters(video_id=video_id))
+        assert flt is not None  # the video id is always a condition
+        self._shard.update(q.UpdateOperation.delete_points_by_filter(flt))
 
     # -- reading ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _filter(filters: SearchFilters | None):  # -> qdrant_edge.Filter | None
+    def _filter(filters: SearchFilters | None) -> qdrant_edge.Filter | None:
         import qdrant_edge as q
 
         def condition(c: Condition) -> Any:
@@ -188,7 +196,7 @@ class EdgeStore(VectorStore):
         return payloads_in_time_order(lambda offset: self._shard.scroll(
             q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)))
 
-    def _query_of(self, r: Retriever):  # -> qdrant_edge.Query
+    def _query_of(self, r: Retriever) -> qdrant_edge.Query:
         import qdrant_edge as q
 
         if isinstance(r.vector, SparseVec):
@@ -212,7 +220,8 @@ class EdgeStore(VectorStore):
             request = q.QueryRequest(
                 limit=limit,
                 prefetches=[q.Prefetch(limit=candidates, query=self._query_of(r), filter=flt) for r in retrievers],
-                query=q.Fusion.Rrf(k=rrf_k, weights=[r.weight for r in retrievers]),
+                # Rrf subclasses Fusion at run time; the stubs declare it as a nested class only.
+                query=q.Fusion.Rrf(k=rrf_k, weights=[r.weight for r in retrievers]),  # type: ignore[arg-type]
                 filter=flt, with_payload=payload, with_vector=with_vector,
             )
         return [scored_hit(p.payload, p.score, p.vector) for p in self._shard.query(request)]

@@ -17,11 +17,12 @@ class SearchFilters:
     source_prefix: str | None = None  # a path prefix of the media file, e.g. a folder
     modality: str | tuple[str, ...] | None = None  # one modality or several
     language: str | None = None
+    speaker: str | None = None  # a speech segment's speaker label within its file, e.g. "S2"
     start: float | None = None
     end: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("video_id", "source_prefix", "language"):
+        for name in ("video_id", "source_prefix", "language", "speaker"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"filter {name} must be a non-empty string, got {value!r}")
@@ -48,7 +49,7 @@ class SearchFilters:
 
     def is_empty(self) -> bool:
         return all(getattr(self, n) is None for n in ("video_id", "source_prefix", "modality", "language",
-                                                       "start", "end"))
+                                                       "speaker", "start", "end"))
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def conditions(filters: SearchFilters | None) -> list[Condition]:
     """The filters as payload conditions that must all hold (empty: no filter)."""
     if filters is None or filters.is_empty():
         return []
-    out = [Condition(key, "equals", getattr(filters, key)) for key in ("video_id", "language")
+    out = [Condition(key, "equals", getattr(filters, key)) for key in ("video_id", "language", "speaker")
            if getattr(filters, key) is not None]
     if filters.source_prefix is not None:
         out.append(Condition("source", "prefix", filters.source_prefix))

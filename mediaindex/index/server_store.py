@@ -8,7 +8,7 @@ store, and queries are the same engine-side prefetch + RRF fusion. `url` may als
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,12 +34,15 @@ from mediaindex.index.store import (
 )
 from mediaindex.segments import Segment
 
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient, models
+
 
 class ServerUnavailableError(MediaIndexError):
     """The Qdrant server cannot be reached or refused a request."""
 
 
-def make_client(url: str, api_key: str | None, timeout: float):  # -> qdrant_client.QdrantClient
+def make_client(url: str, api_key: str | None, timeout: float) -> QdrantClient:
     from qdrant_client import QdrantClient
 
     if url == ":memory:":
@@ -59,13 +62,13 @@ class ServerStore(VectorStore):
         self.collection = collection
         self.dims = dict(dims)
         self.encoder = encoder or SparseEncoder()
-        self._client = None
+        opened: QdrantClient | None = None
         try:
-            self._client = client or make_client(url, api_key, timeout)
+            self._client: QdrantClient = (opened := client or make_client(url, api_key, timeout))
             self._ensure_collection(hnsw_threshold, hnsw_m, hnsw_ef_construct)
         except BaseException as exc:
-            if self._client is not None:
-                self._client.close()  # an in-process store keeps its folder locked until closed
+            if opened is not None:
+                opened.close()  # an in-process store keeps its folder locked until closed
             if isinstance(exc, MediaIndexError) or not isinstance(exc, Exception):
                 raise
             raise ServerUnavailableError(f"cannot use the Qdrant collection {collection!r} at {url}: {exc}") from exc
@@ -140,7 +143,7 @@ class ServerStore(VectorStore):
     # -- reading ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _filter(filters: SearchFilters | None):  # -> models.Filter | None
+    def _filter(filters: SearchFilters | None) -> models.Filter | None:
         from qdrant_client import models
 
         def condition(c: Condition) -> Any:
@@ -178,7 +181,7 @@ class ServerStore(VectorStore):
 
         check_retrievers(retrievers, self.dims)
         flt = self._filter(filters)
-        common = {"query_filter": flt, "limit": limit, "with_payload": HIT_FIELDS,
+        common: dict[str, Any] = {"query_filter": flt, "limit": limit, "with_payload": HIT_FIELDS,
                   "with_vectors": list(with_vectors) if with_vectors else False}
         try:
             if len(retrievers) == 1:

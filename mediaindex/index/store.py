@@ -24,7 +24,7 @@ TEXT_VECTOR = "text"
 SPARSE_VECTOR = "words"
 # Payload fields that filters use; each gets an index in the engine ("source" also for prefixes).
 PAYLOAD_INDEXES = {"video_id": "keyword", "source": "keyword", "modality": "keyword", "language": "keyword",
-                   "start": "float", "end": "float"}
+                   "speaker": "keyword", "start": "float", "end": "float"}
 # Payload fields a hit needs; the rest (e.g. "extra") stays in the engine.
 HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail", "speaker",
               "confidence", "extra.words"]

@@ -145,7 +145,8 @@ def _split(words: Sequence[Word], limits: CueLimits, language: str | None, reser
                 continue
             # One cue more is worth a cut at a clause or a pause rather than inside a phrase.
             cost = prev[0] + 1.0 + (_break_cost(words, start) if start > 0 else 0.0)
-            if best[end] is None or cost < best[end][0]:
+            held = best[end]
+            if held is None or cost < held[0]:
                 best[end] = (cost, start)
     cuts, end = [], n
     while end > 0:

@@ -21,6 +21,11 @@ MEDIA_SUFFIXES = {
     ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".wmv", ".flv", ".mpg", ".mpeg", ".ts", ".mts", ".3gp", ".ogv",
     ".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg", ".opus", ".aiff", ".aif", ".wma",
 }
+# Entries of a walked folder that are simply not media (pictures, subtitles, notes, dotfiles): the CLI counts
+# them and lists them only when asked (-v), where every other skip gets its line.
+UNSUPPORTED_TYPE = "unsupported type"
+HIDDEN = "hidden"
+NOT_MEDIA = (UNSUPPORTED_TYPE, HIDDEN)
 _KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device"}
 
@@ -127,7 +132,7 @@ class _Walk:
 
     def entry(self, top: Path, path: Path, entry: os.DirEntry, above: set[tuple[int, int]]) -> None:
         if entry.name.startswith("."):
-            self.skip(path, "hidden (the name starts with a dot)")
+            self.skip(path, f"{HIDDEN} (the name starts with a dot)")
             return
         if entry.is_symlink() and (why := _broken_link(path)):
             self.skip(path, why)
@@ -147,7 +152,7 @@ class _Walk:
         if why := _not_a_file(path, st.st_mode):
             self.skip(path, why)
         elif path.suffix.lower() not in MEDIA_SUFFIXES:
-            self.skip(path, f"unsupported type ({shown(path.suffix) or 'no suffix'})")
+            self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix) or 'no suffix'})")
         elif not _selected(path.relative_to(top).as_posix(), self.include, self.exclude):
             self.found.left_out += 1
         else:

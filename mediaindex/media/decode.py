@@ -7,6 +7,7 @@ and each video frame is looked at once (for shot detection and, when it may be s
 from __future__ import annotations
 
 import collections
+import functools
 import subprocess
 import threading
 import time
@@ -20,7 +21,7 @@ import cv2
 import ffmpeg
 import numpy as np
 
-from mediaindex.errors import MediaError
+from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import MediaInfo
 from mediaindex.media.sampling import Sampled, SpanSampler, spread
@@ -67,7 +68,9 @@ class AudioStream:
         proc = subprocess.Popen(self._command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         stderr_tail: collections.deque[bytes] = collections.deque(maxlen=20)
-        drain = threading.Thread(target=lambda: stderr_tail.extend(iter(proc.stderr.readline, b"")), daemon=True)
+        stderr = proc.stderr
+        assert stderr is not None  # opened with stderr=PIPE
+        drain = threading.Thread(target=lambda: stderr_tail.extend(iter(stderr.readline, b"")), daemon=True)
         drain.start()
         # The limit counts time spent waiting for ffmpeg, not time the consumer spends on a chunk
         # (transcribing a long file may rightly take longer than decoding it).
@@ -92,9 +95,9 @@ class AudioStream:
             assert proc.stdout is not None
             want = self.chunk_samples * 4
             while True:
-                reading_since[0] = time.monotonic()
+                reading_since[0] = started = time.monotonic()
                 buf = proc.stdout.read(want)
-                waited += time.monotonic() - reading_since[0]
+                waited += time.monotonic() - started
                 reading_since[0] = None
                 usable = len(buf) // 4 * 4
                 if usable and not timed_out.is_set():
@@ -112,7 +115,7 @@ class AudioStream:
                 proc.kill()
                 proc.wait()
         if timed_out.is_set():
-            raise MediaError(self.path, _timeout_reason("audio decoding", self.timeout or 0))
+            raise MediaTimeoutError(self.path, _timeout_reason("audio decoding", self.timeout or 0))
         if proc.returncode != 0:
             reason = _last_error_line(b"".join(stderr_tail))
             if total == 0:
@@ -188,7 +191,7 @@ def _keyframe_size(info: MediaInfo, max_side: int) -> tuple[int, int]:
 
 def _display_image(frame: av.VideoFrame, size: tuple[int, int], rotation: int) -> np.ndarray:
     """RGB at the display size, turned upright; scaled before converting, so only the small picture is."""
-    img = frame.reformat(width=size[0], height=size[1], interpolation="AREA").to_ndarray(format="rgb24")
+    img: np.ndarray = frame.reformat(width=size[0], height=size[1], interpolation="AREA").to_ndarray(format="rgb24")
     if rotation:
         img = np.ascontiguousarray(np.rot90(img, k={90: -1, 180: 2, 270: 1}.get(rotation, 0)))
     return img
@@ -282,6 +285,9 @@ def scan_video(
     def picture(candidate: av.VideoFrame | np.ndarray) -> np.ndarray:
         return candidate if isinstance(candidate, np.ndarray) else _display_image(candidate, size, info.rotation)
 
+    def keep(frame: av.VideoFrame) -> av.VideoFrame | np.ndarray:
+        return frame if hold_frames else picture(frame)
+
     gaps: list[float] = []
     prev_t: float | None = None
     try:
@@ -296,10 +302,11 @@ def scan_video(
                                     threshold=shot_threshold, min_shot_len=min_shot_len)
             for frame in container.decode(stream):
                 if deadline is not None and time.monotonic() > deadline:
-                    raise MediaError(str(path), _timeout_reason("video decoding", timeout or 0))
+                    raise MediaTimeoutError(str(path), _timeout_reason("video decoding", timeout or 0))
                 if frame.pts is None:
                     continue
                 pts = max(0, frame.pts - start_pts)
+                assert frame.time_base is not None  # frames decoded from a stream carry its time base
                 t = float(pts * frame.time_base)
                 if prev_t is not None and t <= prev_t:
                     continue  # a repeated or out-of-order timestamp carries no new picture
@@ -315,7 +322,7 @@ def scan_video(
                     sampler.start = t
                 elif cut or t - sampler.start >= interval - 1e-6:
                     _close_part(scan.parts, sampler, t, max_keyframes, sample_side, picture)
-                sampler.offer(t, lambda f=frame: f if hold_frames else picture(f))
+                sampler.offer(t, functools.partial(keep, frame))
                 if on_frame:
                     on_frame(t)
             detector.finish()

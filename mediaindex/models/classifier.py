@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -10,6 +11,9 @@ from mediaindex.errors import ModelLoadError
 from mediaindex.models.efficientnet_lite import FEATURE_DIM, INPUT_SIZE
 from mediaindex.models.imagenet_labels import GROUP_TRANSLATIONS, LABELS, group_members, groups_of
 from mediaindex.models.images import check_image, resize_center_crop
+
+if TYPE_CHECKING:
+    import torch
 
 CLASSIFIERS = {"efficientnet-lite0": FEATURE_DIM}
 
@@ -87,7 +91,7 @@ class ImageClassifier:
         self.threshold = threshold
         self.max_labels = max_labels
 
-    def _tensor(self, images: list[np.ndarray]):  # -> torch.Tensor
+    def _tensor(self, images: list[np.ndarray]) -> torch.Tensor:
         import torch
 
         crops = np.stack([resize_center_crop(check_image(im), INPUT_SIZE) for im in images])

@@ -7,11 +7,15 @@ directory or a hub id. Frames and queries are embedded into one space and L2-nor
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.images import check_image
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _resolve(name: str) -> str:
@@ -49,7 +53,7 @@ def clip_dim(name: str) -> int:
     return _embed_dim(config)
 
 
-def quantize_towers(model, bits: int, group_size: int):  # -> the same model, its linear layers quantized
+def quantize_towers(model: torch.nn.Module, bits: int, group_size: int) -> torch.nn.Module:
     """Both towers' linear layers (attention, MLP, projections) in HQQ through the serving engine's code: one
     quantization module and one set of kernels (Gemlite on CUDA) for every stage that runs transformer weights.
     Embeddings and norms stay as loaded."""
@@ -62,7 +66,7 @@ def quantize_towers(model, bits: int, group_size: int):  # -> the same model, it
         raise ModelLoadError(f"cannot quantize the CLIP model to {bits}-bit: {exc}") from exc
 
 
-def _as_tensor(output):  # -> torch.Tensor
+def _as_tensor(output: Any) -> torch.Tensor:
     # transformers 5 returns model outputs whose pooler_output is the projected embedding; 4.x a tensor.
     return output if not hasattr(output, "pooler_output") else output.pooler_output
 

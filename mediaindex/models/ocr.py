@@ -194,7 +194,7 @@ class TextReader:
         for split in SPLITS:
             top_end, bottom_start = int(h * (split + OVERLAP)), int(h * (split - OVERLAP))
             bands = [(crop[:top_end], y0, y0 + top_end), (crop[bottom_start:], y0 + bottom_start, y1)]
-            read = []
+            read: list[tuple[str, float, Corners]] = []
             for band, a, b in bands:
                 text, score = self._recognise(band)
                 read.append((text, score, ((float(x0), float(a)), (float(x1), float(a)),

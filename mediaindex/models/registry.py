@@ -28,12 +28,19 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
     rows.append(("language model", f"{settings.llm.model} ({settings.llm.device}, {settings.llm.dtype})",
                  _llm_status(settings)))
     v = settings.vision
+    # Every role has a row: one that is switched off says so and how it is switched on.
     if v.enabled and v.ocr:
         rows.append(("ocr", v.ocr_model, _try(lambda: load_text_reader(v))))
+    else:
+        rows.append(("ocr", "none", "off (vision.ocr)"))
     if v.enabled and v.classifier:
         rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
+    else:
+        rows.append(("image classes", "none", "off (vision.classifier)"))
     if v.enabled and v.clip:
         rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
+    else:
+        rows.append(("text-image (CLIP)", "none", "off (vision.clip: no CLIP weights ship on PyPI)"))
     return rows
 
 

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mediaindex.config import VisionSettings
 from mediaindex.models.cache import cached
+
+if TYPE_CHECKING:
+    from mediaindex.models.classifier import ImageClassifier
+    from mediaindex.models.clip import ClipEmbedder
+    from mediaindex.models.ocr import TextReader
 
 FRAME_VECTOR = "frame"  # the classifier's pooled feature: image-to-image similarity
 IMAGE_VECTOR = "image"  # a CLIP-family image embedding: shares a space with its text tower
@@ -18,25 +25,26 @@ def vector_dims(settings: VisionSettings) -> dict[str, int]:
     dims: dict[str, int] = {}
     if settings.classifier:
         dims[FRAME_VECTOR] = feature_dim(settings.classifier)
-    if settings.clip:
+    if clip := settings.clip:
         from mediaindex.models.clip import clip_dim
 
-        dims[IMAGE_VECTOR] = cached(("clip-dim", settings.clip), lambda: clip_dim(settings.clip))
+        dims[IMAGE_VECTOR] = cached(("clip-dim", clip), lambda: clip_dim(clip))
     return dims
 
 
-def load_classifier(settings: VisionSettings):  # -> ImageClassifier | None
+def load_classifier(settings: VisionSettings) -> ImageClassifier | None:
     from mediaindex.models.classifier import ImageClassifier
 
-    if not (settings.enabled and settings.classifier):
+    classifier = settings.classifier
+    if not (settings.enabled and classifier):
         return None
-    key = ("classifier", settings.classifier, settings.device, settings.batch_size, settings.label_threshold,
+    key = ("classifier", classifier, settings.device, settings.batch_size, settings.label_threshold,
            settings.max_labels)
-    return cached(key, lambda: ImageClassifier(settings.classifier, settings.device, settings.batch_size,
+    return cached(key, lambda: ImageClassifier(classifier, settings.device, settings.batch_size,
                                                settings.label_threshold, settings.max_labels))
 
 
-def load_text_reader(settings: VisionSettings):  # -> TextReader | None
+def load_text_reader(settings: VisionSettings) -> TextReader | None:
     from mediaindex.models.ocr import TextReader
 
     if not (settings.enabled and settings.ocr):
@@ -46,11 +54,12 @@ def load_text_reader(settings: VisionSettings):  # -> TextReader | None
                                           model=settings.ocr_model))
 
 
-def load_clip(settings: VisionSettings):  # -> ClipEmbedder | None
+def load_clip(settings: VisionSettings) -> ClipEmbedder | None:
     from mediaindex.models.clip import ClipEmbedder
 
-    if not (settings.enabled and settings.clip):
+    clip = settings.clip
+    if not (settings.enabled and clip):
         return None
-    key = ("clip", settings.clip, settings.device, settings.batch_size, settings.clip_bits, settings.clip_group_size)
-    return cached(key, lambda: ClipEmbedder(settings.clip, settings.device, settings.batch_size,
+    key = ("clip", clip, settings.device, settings.batch_size, settings.clip_bits, settings.clip_group_size)
+    return cached(key, lambda: ClipEmbedder(clip, settings.device, settings.batch_size,
                                             bits=settings.clip_bits, group_size=settings.clip_group_size))

@@ -9,6 +9,10 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import wordninja
 
 _WORD = re.compile(r"[A-Za-z]+")
 _MIN_SPLIT_LEN = 6  # shorter tokens are names or abbreviations far more often than merged words
@@ -16,7 +20,7 @@ _SHORT_PIECE_RANK = 3000  # a piece of 2-4 letters must be this common ("of", "t
 
 
 @lru_cache(maxsize=1)
-def _model():  # -> wordninja.LanguageModel
+def _model() -> wordninja.LanguageModel:
     import wordninja
 
     return wordninja.DEFAULT_LANGUAGE_MODEL

@@ -142,34 +142,57 @@ def paged_attention_forward(
             cache, layer, q[:d], k[:d], v[:d], meta.decode_block_tables, meta.decode_context_lens, scaling, window
         )
 
-    for span in meta.prefills:
-        qs = q[span.start : span.end].transpose(0, 1)[None]
-        ks = k[span.start : span.end]
-        vs = v[span.start : span.end]
-        n = span.end - span.start
-        if span.context_len or window is not None:
-            if span.context_len:
-                kc, vc = cache.gather(layer, span.block_table[None], q.dtype)
-                ks = torch.cat([kc[0, : span.context_len], ks])
-                vs = torch.cat([vc[0, : span.context_len], vs])
-            total = span.context_len + n
-            pos_k = torch.arange(total, device=q.device)
-            pos_q = torch.arange(span.context_len, total, device=q.device)
-            mask = pos_k[None, :] <= pos_q[:, None]
-            if window is not None:
-                mask &= pos_k[None, :] > pos_q[:, None] - window
-            mask = mask[None, None]
-            o = F.scaled_dot_product_attention(
-                qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], attn_mask=mask, scale=scaling, enable_gqa=gqa
-            )
-        else:
-            o = F.scaled_dot_product_attention(
-                qs, ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], is_causal=True, scale=scaling, enable_gqa=gqa
-            )
-        out[span.start : span.end] = o[0].transpose(0, 1)
+    if meta.prefills:
+        out[d:] = _packed_prefill(cache, layer, q[d:], k[d:], v[d:], meta.prefills, scaling, window, gqa)
 
     cache.write(layer, meta.slot_mapping, k, v)
     return out[None], None
+
+
+def _packed_prefill(
+    cache: PagedKVCache,
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    spans: list[PrefillSpan],
+    scaling: float | None,
+    window: int | None,
+    gqa: bool,
+) -> torch.Tensor:
+    """Attention of every prefill chunk of the step in one call. q [T, H, Dk], k/v [T, Hkv, D]: the chunks' tokens,
+    packed back to back in span order. Keys are every span's cached context (one gather over all their block
+    tables) followed by all new tokens; a mask keeps each query to its own request, causal and within the window.
+    The mask is dense (queries x keys of the whole step); the step's token budget bounds it."""
+    dev = q.device
+    lens = torch.tensor([sp.end - sp.start for sp in spans], device=dev)
+    ctx = torch.tensor([sp.context_len for sp in spans], device=dev)
+    ids = torch.arange(len(spans), device=dev)
+    q_span = ids.repeat_interleave(lens)
+    first = torch.cumsum(lens, 0) - lens
+    q_pos = torch.arange(q.shape[0], device=dev) - first[q_span] + ctx[q_span]
+    keys, values, k_span, k_pos = [k], [v], [q_span], [q_pos]
+    if int(ctx.max()) > 0:
+        width = max(sp.block_table.numel() for sp in spans)
+        tables = torch.zeros(len(spans), width, dtype=torch.int64, device=dev)
+        for i, sp in enumerate(spans):
+            tables[i, : sp.block_table.numel()] = sp.block_table
+        kc, vc = cache.gather(layer, tables, q.dtype)  # [S, width * page_size, Hkv, D]
+        pos = torch.arange(kc.shape[1], device=dev)
+        held = pos[None, :] < ctx[:, None]
+        keys.insert(0, kc[held])
+        values.insert(0, vc[held])
+        k_span.insert(0, ids.repeat_interleave(ctx))
+        k_pos.insert(0, pos[None, :].expand(len(spans), -1)[held])
+    ks, vs, ksp, kps = torch.cat(keys), torch.cat(values), torch.cat(k_span), torch.cat(k_pos)
+    mask = (ksp[None, :] == q_span[:, None]) & (kps[None, :] <= q_pos[:, None])
+    if window is not None:
+        mask &= kps[None, :] > q_pos[:, None] - window
+    o = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], ks.transpose(0, 1)[None], vs.transpose(0, 1)[None], attn_mask=mask[None, None],
+        scale=scaling, enable_gqa=gqa,
+    )
+    return o[0].transpose(0, 1)
 
 
 def unsupported_features(model: torch.nn.Module) -> list[str]:

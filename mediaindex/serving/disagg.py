@@ -177,7 +177,7 @@ class DisaggregatedLLM:
         config = config or DisaggConfig()
         prefill_cls, decode_cls = actor_classes()
         res = (config.prefill_resources, config.decode_resources)
-        options = [{"num_cpus": r.num_cpus, "num_gpus": r.num_gpus} for r in res]
+        options: list[dict[str, Any]] = [{"num_cpus": r.num_cpus, "num_gpus": r.num_gpus} for r in res]
         group = None
         if separate_gpus(ray.cluster_resources().get("GPU", 0.0), *res):
             # One whole GPU per bundle, so the two actors cannot land on the same device.
@@ -229,7 +229,7 @@ class DisaggregatedLLM:
         request_ids: Seq[str] | None = None,
     ) -> Iterator[RequestOutput]:
         """Outputs as they arrive (new tokens and final outputs) until every request has finished."""
-        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        plist: list[SamplingParams] = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
             raise InvalidRequestError(f"{len(prompts)} prompts but {len(plist)} sampling params")
         requests = list(zip(self._ids(len(prompts), request_ids), prompts, plist, strict=True))

@@ -123,11 +123,15 @@ class LLMEngine:
                 f"KV memory budget of {cfg.kv_cache_memory_bytes} bytes does not fit a single page of "
                 f"{cfg.page_size} tokens; raise kv_cache_memory_bytes or lower page_size"
             )
-        self.kv_cache = PagedKVCache(layout, num_pages, cfg.page_size, kind, device)
+        if cfg.integrity_checks and cfg.num_pages is None and num_pages > 1:
+            num_pages -= 1  # the scratch page (below) comes out of the same budget
+        # With checks, one scratch page past the pool takes the writes of requests that failed their check.
+        physical = num_pages + 1 if cfg.integrity_checks else num_pages
+        self.kv_cache = PagedKVCache(layout, physical, cfg.page_size, kind, device)
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(model, self.kv_cache, decode_model, cfg.attention_backend)
+        self.runner = ModelRunner(model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker)
         self.sampler = Sampler()
         text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab_size: int = text_cfg.vocab_size
@@ -284,8 +288,7 @@ class LLMEngine:
             dtype=torch.int64,
             device=self.kv_cache.device,
         )
-        # One write per layer for the whole group: an FP8 cache calibrates its scales on the first write, so a
-        # group imported together gets the scales one engine computing those prompts in one step would get.
+        # One write per layer for the whole group.
         for layer in range(self.kv_cache.layout.num_layers):
             k = torch.cat([req.k[layer] for _, req in admitted]).to(self.kv_cache.device)
             v = torch.cat([req.v[layer] for _, req in admitted]).to(self.kv_cache.device)
@@ -341,7 +344,7 @@ class LLMEngine:
 
     # -- the step -----------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, check page integrity, run the model once, sample. Returns outputs of requests that produced
+        """Schedule, run the model once (page ids checked on the way in when checks are on), sample. Returns outputs of requests that produced
         tokens, finished, were aborted or failed since the previous step."""
         with self._lock:
             t0 = time.perf_counter()
@@ -355,19 +358,6 @@ class LLMEngine:
         if not self.scheduler.has_unfinished():
             return self._flush()
         batch = self.scheduler.schedule()
-        if self.tracker.enabled:
-            t_check = time.perf_counter()
-            errors = self.tracker.check(self.scheduler.running)
-            self._check_time += time.perf_counter() - t_check
-            for err in errors:
-                seq = self._requests[err.request_id]
-                log.error("%s", err)
-                self._integrity_aborts += 1
-                for page in (err.page, err.found_page):
-                    if page >= 0:
-                        self.block_manager.invalidate(page)
-                self._finish(seq, "error", err)
-            batch = [(s, n) for s, n in batch if not s.finished]
         if not batch:
             if self.scheduler.waiting and not self.scheduler.running:
                 # Nothing runs and the head of the queue still does not fit: pages are held by no one we know.
@@ -383,13 +373,10 @@ class LLMEngine:
             return self._flush()
 
         t0 = time.perf_counter()
-        logits, row_map = self.runner.run(batch)
+        logits, row_map, checks = self.runner.run(batch)
         # Decode = feeding back a generated token; everything else (prompts, recompute after preemption) is prefill.
         n_decode = sum(1 for s, n in batch if n == 1 and s.num_computed >= len(s.prompt_ids))
         n_prefill = sum(n for _, n in batch) - n_decode
-        for seq, n in batch:
-            seq.num_computed += n
-            self.block_manager.register_full_pages(seq)
         for rows in row_map:
             if rows.seq.params.prompt_logprobs:
                 self._record_prompt_logprobs(rows, logits)
@@ -399,8 +386,28 @@ class LLMEngine:
         sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
         self._guide_time += time.perf_counter() - t_guide
         tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
+        # The sampled tokens are on the host now, so reading the checks' verdicts waits for nothing more.
+        t_check = time.perf_counter()
+        failed = {k: e for c in checks for k, e in c.failures().items()}
+        self._check_time += time.perf_counter() - t_check
+        for seq, n in batch:
+            if id(seq) in failed:
+                continue  # its pages may hold foreign data: never advanced, never published for sharing
+            seq.num_computed += n
+            self.block_manager.register_full_pages(seq)
+        for seq, _ in batch:
+            err = failed.get(id(seq))
+            if err is not None:
+                log.error("%s", err)
+                self._integrity_aborts += 1
+                for page in (err.page, err.found_page):
+                    if 0 <= page < self.block_manager.num_pages:
+                        self.block_manager.invalidate(page)
+                self._finish(seq, "error", err)
         now = time.perf_counter()
         for seq, tok in zip(logit_seqs, tokens, strict=True):
+            if seq.finished:  # failed its integrity check in this step
+                continue
             seq.output_ids.append(tok)
             seq.token_times.append(now)
             reason = self._stop_reason(seq, tok)
@@ -531,7 +538,7 @@ class LLMEngine:
             kv_cache_dtype=self.kv_cache.kind,
             extra={
                 "step_seconds": self._step_time,
-                "integrity_check_seconds": self._check_time,
+                "integrity_check_seconds": self._check_time + self.runner.guard_seconds,
                 "guide_seconds": self._guide_time,
                 "imported_prompt_tokens": float(self._imported_tokens),
             },

@@ -1,26 +1,34 @@
-"""KV-page integrity: a request never reads a page that stopped being its own.
+"""KV-page integrity on the data path: the page ids handed to the attention and cache-write kernels point only at
+pages the request owns, in the generation it acquired them.
 
-Every physical page carries a generation tag that changes each time the page is (re)allocated; sharing through
-prefix caching leaves it alone. A request records (page, tag) pairs as it acquires pages. Before each step one
-vectorised comparison, on the device holding the pages, checks every running request's recorded pairs against its
-live page table and the live tags. A mismatch aborts only that request.
+Every allocation of a page issues a new tag, unique over the engine's life (a global counter), kept per page in a
+device tensor next to the KV pages; sharing through prefix caching leaves it alone. A request records the tag of
+each page as it acquires it. Each step, the tensors the kernels will read — the slot mapping (where each token's
+K/V is written) and the block tables (which pages each request reads) — are checked in one vectorised comparison
+on the device against the tags their requests recorded, over exactly the pages the step touches. A mismatch means
+page-table corruption, a write redirected into another request's page, or a read of a page freed and handed out
+again. Such a request's writes are diverted to a scratch page in the same step (so it never corrupts anyone
+else's pages), and the per-request verdict is read back with the sampled tokens, after the host already waits for
+the step: no extra synchronisation. Only the affected requests are aborted.
+
+Fault drills that break these invariants on purpose live in `mediaindex.serving.testing`.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
-from mediaindex.serving.errors import KVIntegrityError, UnknownRequestError
+from mediaindex.serving.errors import KVIntegrityError
 from mediaindex.serving.sequence import Sequence
 
-if TYPE_CHECKING:
-    from mediaindex.serving.engine import LLMEngine
-
 log = logging.getLogger(__name__)
+
+# Expected tag of a block-table entry past what a request acquired: no page carries it, so it always mismatches.
+MISSING_TAG = -3
+SCRATCH_TAG = -1  # the scratch page's tag: padding entries of block tables point there and expect it
 
 
 class IntegrityTracker:
@@ -38,34 +46,71 @@ class IntegrityTracker:
         """The pages seq may return to the pool."""
         return list(seq.page_table)
 
-    def check(self, seqs: list[Sequence]) -> list[KVIntegrityError]:
-        """One error per sequence whose pages no longer match what it acquired."""
-        return []
-
     def bump_tag(self, page: int) -> None:
-        """Fault injection: change a page's live tag without telling its holders."""
+        """Change a page's live tag without telling its holders (fault drills)."""
 
 
 class NoOpTracker(IntegrityTracker):
     pass
 
 
+@dataclass
+class StepCheck:
+    """The verdict of one step's check, still on the device until `failures()` reads it.
+
+    `entries`: every page id the step's kernels use (writes first, then reads), `expected`: the tag each one must
+    carry, `owner`: the index into `seqs` of the request it serves; the host copies of `expected_pages` (the page
+    each entry should be, from what the request acquired) are used only to describe a failure."""
+
+    seqs: list[Sequence]
+    entries: torch.Tensor
+    found: torch.Tensor
+    bad_entry: torch.Tensor
+    bad_seq: torch.Tensor
+    expected_tags: list[int]
+    expected_pages: list[int]
+    owners: list[int]
+
+    def failures(self) -> dict[int, KVIntegrityError]:
+        """id(seq) -> error, for each request that failed; empty on a clean step."""
+        bad = self.bad_seq.tolist()  # read after the step's own synchronisation (the sampled tokens)
+        if not any(bad):
+            return {}
+        bad_entry = self.bad_entry.tolist()
+        entries = self.entries.tolist()
+        found = self.found.tolist()
+        errors: dict[int, KVIntegrityError] = {}
+        for i, is_bad in enumerate(bad_entry):
+            seq = self.seqs[self.owners[i]]
+            if is_bad and id(seq) not in errors:
+                errors[id(seq)] = KVIntegrityError(
+                    seq.request_id, self.expected_pages[i], self.expected_tags[i], found[i], entries[i]
+                )
+        return errors
+
+
 class CheckingTracker(IntegrityTracker):
-    """Tags live in a device tensor next to the KV pages; `issued` is the host copy of what the allocator handed
-    out, which is what requests record. The two only differ when something modified pages behind the allocator."""
+    """Tags live in a device tensor next to the KV pages (one extra entry for the scratch page); `issued` is the
+    host copy of what the allocator handed out, which is what requests record. The two only differ when something
+    modified pages behind the allocator."""
 
     enabled = True
 
     def __init__(self, num_pages: int, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
+        self.num_pages = num_pages
+        self.scratch_page = num_pages
         self.issued = [0] * num_pages
-        self.tags = torch.zeros(num_pages, dtype=torch.int64, device=self.device)
+        self._next_tag = 1
+        self.tags = torch.zeros(num_pages + 1, dtype=torch.int64, device=self.device)
+        self.tags[self.scratch_page] = SCRATCH_TAG
         self._dirty: set[int] = set()
         self.num_checks = 0
 
     def on_allocate(self, pages: list[int]) -> None:
         for p in pages:
-            self.issued[p] += 1
+            self.issued[p] = self._next_tag
+            self._next_tag += 1
         self._dirty.update(pages)
 
     def record(self, seq: Sequence, pages: list[int]) -> None:
@@ -76,8 +121,8 @@ class CheckingTracker(IntegrityTracker):
         # A page whose tag moved on was handed to someone else: returning it would free their page.
         return [p for p, t in zip(seq.recorded_pages, seq.recorded_tags, strict=True) if self.issued[p] == t]
 
-    def _flush(self) -> None:
-        # Allocation tag updates are batched into one device write per step.
+    def flush(self) -> None:
+        """Allocation tag updates are batched into one device write per step."""
         if self._dirty:
             pages = sorted(self._dirty)
             idx = torch.tensor(pages, dtype=torch.int64, device=self.device)
@@ -85,127 +130,41 @@ class CheckingTracker(IntegrityTracker):
             self._dirty.clear()
 
     def bump_tag(self, page: int) -> None:
-        self._flush()
-        self.tags[page] += 1
+        self.flush()
+        self.tags[page] += 1_000_000_007  # a value no allocation issued
 
-    def check(self, seqs: list[Sequence]) -> list[KVIntegrityError]:
-        self._flush()
+    def check(
+        self,
+        seqs: list[Sequence],
+        entries: torch.Tensor,
+        expected_tags: list[int],
+        expected_pages: list[int],
+        owners: list[int],
+        misplaced: torch.Tensor | None = None,
+    ) -> StepCheck:
+        """Compare the page ids the kernels will use (`entries`, on the device) with the tags their requests
+        recorded. Out-of-range ids fail too, and so do entries flagged in `misplaced` (a write at the wrong offset
+        of its page; covers the first len(misplaced) entries). Nothing here waits for the device."""
+        self.flush()
         self.num_checks += 1
-        live: list[int] = []
-        rec_pages: list[int] = []
-        rec_tags: list[int] = []
-        for s in seqs:
-            n = len(s.recorded_pages)
-            table = s.page_table
-            if len(table) == n:
-                live.extend(table)
-            else:  # a table that grew or shrank behind the allocator's back: pad/truncate so it mismatches
-                live.extend((table + [-1] * n)[:n])
-            rec_pages.extend(s.recorded_pages)
-            rec_tags.extend(s.recorded_tags)
-        if not rec_pages:
-            return []
-        lengths_ok = all(len(s.page_table) == len(s.recorded_pages) for s in seqs)
-        data = torch.tensor([live, rec_pages, rec_tags], dtype=torch.int64, device=self.device)
-        live_t, rec_p, rec_t = data[0], data[1], data[2]
-        found = self.tags[live_t.clamp(min=0)]
-        bad = (live_t != rec_p) | (found != rec_t)
-        if lengths_ok and not bool(bad.any()):
-            return []
-        # Slow path, only taken on a violation: locate the first bad entry of each affected request.
-        bad_list = bad.tolist()
-        found_list = found.tolist()
-        errors: list[KVIntegrityError] = []
-        offset = 0
-        for s in seqs:
-            n = len(s.recorded_pages)
-            for i in range(offset, offset + n):
-                if bad_list[i]:
-                    err = KVIntegrityError(s.request_id, rec_pages[i], rec_tags[i], found_list[i], live[i])
-                    errors.append(err)
-                    break
-            else:
-                if len(s.page_table) != n:
-                    errors.append(KVIntegrityError(s.request_id, -1, n, len(s.page_table), -1))
-            offset += n
-        return errors
+        dev = self.device
+        expected = torch.tensor(expected_tags, dtype=torch.int64, device=dev)
+        owner = torch.tensor(owners, dtype=torch.int64, device=dev)
+        in_range = (entries >= 0) & (entries <= self.scratch_page)
+        found = self.tags[entries.clamp(0, self.scratch_page)]
+        bad_entry = (found != expected) | ~in_range
+        if misplaced is not None and misplaced.numel():
+            bad_entry[: misplaced.numel()] |= misplaced
+        bad_seq = torch.zeros(len(seqs), dtype=torch.int32, device=dev).index_add_(0, owner, bad_entry.int()) > 0
+        return StepCheck(seqs, entries, found, bad_entry, bad_seq, expected_tags, expected_pages, owners)
 
 
-@dataclass
-class FaultRecord:
-    """What an injection did; `holders` are the requests pointing at the damaged entries when it was injected."""
-
-    kind: str
-    pages: list[int]
-    holders: set[str] = field(default_factory=set)
-
-
-class FaultInjector:
-    """Hooks for tests and drills that break page ownership the way real bugs do."""
-
-    def __init__(self, engine: LLMEngine) -> None:
-        self.engine = engine
-        self.records: list[FaultRecord] = []
-        self._gen = torch.Generator().manual_seed(1234)
-
-    def _running(self, request_id: str) -> Sequence:
-        for s in self.engine.scheduler.running:
-            if s.request_id == request_id:
-                return s
-        raise UnknownRequestError(request_id)
-
-    def _holders(self, page: int) -> set[str]:
-        return {s.request_id for s in self.engine.scheduler.running if page in s.page_table}
-
-    def reassign_live_page(self, request_id: str) -> FaultRecord | None:
-        """Hand one of the request's full pages to whoever allocates next, while the request still uses it."""
-        seq = self._running(request_id)
-        ps = self.engine.block_manager.page_size
-        full = min(seq.num_computed // ps, len(seq.page_table))
-        if full < 1:
-            return None
-        page = seq.page_table[0]
-        rec = FaultRecord("reassign", [page], self._holders(page))
-        self.engine.block_manager.inject_premature_free(page)
-        self.records.append(rec)
-        return rec
-
-    def bump_tag(self, request_id: str) -> FaultRecord | None:
-        """Change a page's tag and overwrite its content, as if it had been reallocated and rewritten behind the
-        allocator's back."""
-        seq = self._running(request_id)
-        ps = self.engine.block_manager.page_size
-        full = min(seq.num_computed // ps, len(seq.page_table))
-        if full < 1:
-            return None
-        page = seq.page_table[full - 1]
-        rec = FaultRecord("bump_tag", [page], self._holders(page))
-        self.engine.tracker.bump_tag(page)
-        self.engine.kv_cache.scribble(page, self._gen)
-        self.engine.block_manager.invalidate(page)
-        self.records.append(rec)
-        return rec
-
-    def swap_page_table_entries(self, request_a: str, request_b: str | None = None) -> FaultRecord | None:
-        """Swap two page-table entries: one request's first and last page (the one being written; swapping two
-        context pages alone would go unnoticed by attention, which does not depend on key order), or the last
-        full page of two different requests."""
-        a = self._running(request_a)
-        ps = self.engine.block_manager.page_size
-        if request_b is None:
-            table = a.page_table
-            if len(table) < 2 or table[0] == table[-1]:
-                return None
-            table[0], table[-1] = table[-1], table[0]
-            rec = FaultRecord("swap", [table[0], table[-1]], {a.request_id})
-        else:
-            b = self._running(request_b)
-            fa = min(a.num_computed // ps, len(a.page_table))
-            fb = min(b.num_computed // ps, len(b.page_table))
-            if fa < 1 or fb < 1 or a.page_table[fa - 1] == b.page_table[fb - 1]:
-                return None
-            i, j = fa - 1, fb - 1
-            a.page_table[i], b.page_table[j] = b.page_table[j], a.page_table[i]
-            rec = FaultRecord("swap", [a.page_table[i], b.page_table[j]], {a.request_id, b.request_id})
-        self.records.append(rec)
-        return rec
+def expected_entries(seq: Sequence, start: int, stop: int) -> tuple[list[int], list[int]]:
+    """(pages, tags) the request acquired at page-table indices [start, stop); MISSING_TAG past what it acquired."""
+    pages = seq.recorded_pages[start:stop]
+    tags = seq.recorded_tags[start:stop]
+    short = stop - start - len(tags)
+    if short > 0:
+        pages = pages + [-1] * short
+        tags = tags + [MISSING_TAG] * short
+    return pages, tags

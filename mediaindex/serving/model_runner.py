@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,14 @@ from mediaindex.serving import attention
 from mediaindex.serving.attention import PrefillSpan, StepMetadata, step_context
 from mediaindex.serving.attention_backend import select_decode_attention
 from mediaindex.serving.config import AttentionBackend, WeightsConfig
+from mediaindex.serving.integrity import (
+    SCRATCH_TAG,
+    CheckingTracker,
+    IntegrityTracker,
+    NoOpTracker,
+    StepCheck,
+    expected_entries,
+)
 from mediaindex.serving.kv_cache import PagedKVCache
 from mediaindex.serving.quant import (
     QuantConfig,
@@ -145,13 +154,29 @@ def _is_decode(seq: Sequence, n: int) -> bool:
     return n == 1 and seq.num_computed >= len(seq.prompt_ids)
 
 
+@dataclass
+class StepInputs:
+    """One forward's flat batch, as handed to the model and the kernels. `spans` is (seq, first token, tokens)
+    for each request; `read_owners[i]` is the request (index into spans) whose block table holds read entry i."""
+
+    input_ids: list[int]
+    positions: list[int]
+    meta: StepMetadata
+    logit_rows: list[int]
+    row_map: list[LogitRows]
+    spans: list[tuple[Sequence, int, int]]
+
+
 class ModelRunner:
     """Packs scheduled tokens into one flat batch (decode tokens first, then prefill chunks) with explicit
     positions, runs the model with the paged attention function, and returns logits for requests that reached
     their last pending token.
 
     With split precision (`decode_model` given and not `model`), a step's prompt tokens run through `model` and
-    its decode tokens through `decode_model`: two forwards over the one paged KV cache."""
+    its decode tokens through `decode_model`: two forwards over the one paged KV cache.
+
+    With a checking tracker, the page ids of every forward (slot mapping and block tables) are checked against
+    what their requests own before the model runs (see `integrity`)."""
 
     def __init__(
         self,
@@ -159,6 +184,7 @@ class ModelRunner:
         kv_cache: PagedKVCache,
         decode_model: PreTrainedModel | None = None,
         attention_backend: AttentionBackend = "auto",
+        tracker: IntegrityTracker | None = None,
     ) -> None:
         self.model = model.eval()
         self.decode_model = model if decode_model is None else decode_model.eval()
@@ -166,6 +192,8 @@ class ModelRunner:
         self.attention_backend, self.decode_attention = select_decode_attention(attention_backend, kv_cache)
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
+        self.tracker = tracker or NoOpTracker()
+        self.guard_seconds = 0.0  # host time spent preparing and launching the integrity checks
         use_paged_attention(model)
         if self.decode_model is not model:
             use_paged_attention(self.decode_model)
@@ -181,8 +209,9 @@ class ModelRunner:
         return [table[p // ps] * ps + p % ps for p in range(start, end)]
 
     @torch.inference_mode()
-    def run(self, batch: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[LogitRows]]:
-        """Run one step. Returns logits [R, vocab] and which rows belong to which sequence.
+    def run(self, batch: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[LogitRows], list[StepCheck]]:
+        """Run one step. Returns logits [R, vocab], which rows belong to which sequence, and the integrity checks
+        of its forwards (empty when checks are off; read their verdict after sampling).
 
         A sequence gets a row for its last token when the step reaches the end of what it has to compute (that
         row is sampled); sequences asking for prompt log-probabilities get a row for every token of the chunk."""
@@ -194,15 +223,13 @@ class ModelRunner:
         prefills = [(s, n) for s, n in batch if not _is_decode(s, n)]
         if not decodes or not prefills:
             return self._forward(self.decode_model if decodes else self.model, batch)
-        logits_d, rows_d = self._forward(self.decode_model, decodes)
-        logits_p, rows_p = self._forward(self.model, prefills)
+        logits_d, rows_d, checks_d = self._forward(self.decode_model, decodes)
+        logits_p, rows_p, checks_p = self._forward(self.model, prefills)
         for r in rows_p:
             r.first_row += logits_d.shape[0]
-        return torch.cat([logits_d, logits_p]), rows_d + rows_p
+        return torch.cat([logits_d, logits_p]), rows_d + rows_p, checks_d + checks_p
 
-    def _forward(
-        self, model: PreTrainedModel, batch: list[tuple[Sequence, int]]
-    ) -> tuple[torch.Tensor, list[LogitRows]]:
+    def _layout(self, batch: list[tuple[Sequence, int]]) -> StepInputs:
         decodes = [(s, n) for s, n in batch if n == 1]
         prefills = [(s, n) for s, n in batch if n > 1]
         ids: list[int] = []
@@ -210,12 +237,14 @@ class ModelRunner:
         slots: list[int] = []
         logit_rows: list[int] = []
         row_map: list[LogitRows] = []
+        spans: list[tuple[Sequence, int, int]] = []
         prefill_spans: list[tuple[int, int, int, list[int]]] = []
         ps = self.page_size
         for seq, n in decodes + prefills:
             start = seq.num_computed
             all_ids = seq.all_ids
             offset = len(ids)
+            spans.append((seq, offset, n))
             ids.extend(all_ids[start : start + n])
             positions.extend(range(start, start + n))
             slots.extend(self.slots(seq, start, start + n))
@@ -239,22 +268,82 @@ class ModelRunner:
         if decodes:
             ctx = [s.num_computed for s, _ in decodes]
             width = max(1, -(-max(ctx) // ps))
-            tables = [(s.page_table[:width] + [0] * width)[:width] for s, _ in decodes]
+            pad = self.tracker.scratch_page if self.tracker.enabled else 0  # type: ignore[attr-defined]
+            tables = [(s.page_table[:width] + [pad] * width)[:width] for s, _ in decodes]
             meta.decode_block_tables = torch.tensor(tables, dtype=torch.int64, device=dev)
             meta.decode_context_lens = torch.tensor(ctx, dtype=torch.int64, device=dev)
         meta.prefills = [
             PrefillSpan(a, b, c, torch.tensor(t, dtype=torch.int64, device=dev)) for a, b, c, t in prefill_spans
         ]
-        input_ids = torch.tensor([ids], dtype=torch.int64, device=dev)
-        position_ids = torch.tensor([positions], dtype=torch.int64, device=dev)
+        return StepInputs(ids, positions, meta, logit_rows, row_map, spans)
+
+    def _guard(self, inputs: StepInputs) -> StepCheck:
+        """Check the page ids of `inputs` and divert the writes of failing requests to the scratch page."""
+        tracker = self.tracker
+        assert isinstance(tracker, CheckingTracker)
+        ps = self.page_size
+        meta = inputs.meta
+        exp_pages: list[int] = []
+        exp_tags: list[int] = []
+        owners: list[int] = []
+        # Writes: the page each token's slot points at must be the one acquired for its position.
+        for i, (seq, _, n) in enumerate(inputs.spans):
+            start = seq.num_computed
+            for pos in range(start, start + n):
+                p, t = expected_entries(seq, pos // ps, pos // ps + 1)
+                exp_pages += p
+                exp_tags += t
+            owners += [i] * n
+        # Reads: every block-table entry, padding included (it must be the scratch page).
+        reads: list[torch.Tensor] = []
+        if meta.decode_block_tables is not None:
+            width = meta.decode_block_tables.shape[1]
+            for i in range(meta.num_decode):
+                seq = inputs.spans[i][0]
+                own = min(len(seq.page_table), width)
+                p, t = expected_entries(seq, 0, own)
+                exp_pages += p + [tracker.scratch_page] * (width - own)
+                exp_tags += t + [SCRATCH_TAG] * (width - own)
+            owners += [i for i in range(meta.num_decode) for _ in range(width)]
+            reads.append(meta.decode_block_tables.flatten())
+        for j, span in enumerate(meta.prefills):
+            i = meta.num_decode + j
+            p, t = expected_entries(inputs.spans[i][0], 0, span.block_table.numel())
+            exp_pages += p
+            exp_tags += t
+            owners += [i] * span.block_table.numel()
+            reads.append(span.block_table)
+        slots = meta.slot_mapping
+        positions = torch.tensor(inputs.positions, dtype=torch.int64, device=self.device)
+        entries = torch.cat([torch.div(slots, ps, rounding_mode="floor"), *reads])
+        check = tracker.check([s for s, _, _ in inputs.spans], entries, exp_tags, exp_pages, owners,
+                              misplaced=slots % ps != positions % ps)
+        # A failing request writes nowhere it could damage: its tokens go to the scratch page.
+        token_owner = torch.tensor(owners[: slots.numel()], dtype=torch.int64, device=self.device)
+        scratch = tracker.scratch_page * ps + torch.arange(slots.numel(), device=self.device) % ps
+        meta.slot_mapping = torch.where(check.bad_seq[token_owner], scratch, slots)
+        return check
+
+    def _forward(
+        self, model: PreTrainedModel, batch: list[tuple[Sequence, int]]
+    ) -> tuple[torch.Tensor, list[LogitRows], list[StepCheck]]:
+        inputs = self._layout(batch)
+        checks: list[StepCheck] = []
+        if self.tracker.enabled:
+            t0 = time.perf_counter()
+            checks.append(self._guard(inputs))
+            self.guard_seconds += time.perf_counter() - t0
+        dev = self.device
+        input_ids = torch.tensor([inputs.input_ids], dtype=torch.int64, device=dev)
+        position_ids = torch.tensor([inputs.positions], dtype=torch.int64, device=dev)
         # Steps made only of mid-prompt chunks need no logits; one row is still computed to keep a single call path.
-        keep = logit_rows or [len(ids) - 1]
-        with step_context(meta):
+        keep = inputs.logit_rows or [len(inputs.input_ids) - 1]
+        with step_context(inputs.meta):
             out = model(
                 input_ids=input_ids,
                 position_ids=position_ids,
                 use_cache=False,
                 logits_to_keep=torch.tensor(keep, dtype=torch.int64, device=dev),
             )
-        logits = out.logits[0] if logit_rows else out.logits[0, :0]
-        return logits, row_map
+        logits = out.logits[0] if inputs.logit_rows else out.logits[0, :0]
+        return logits, inputs.row_map, checks

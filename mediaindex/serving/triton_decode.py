@@ -2,8 +2,8 @@
 
 One query token per request. The kernel walks each request's block table and reads K/V pages as stored: FP8
 pages are uint8 bytes bitcast to float8 e4m3 and converted in registers (nothing dequantised is written back to
-memory), BF16/FP16/FP32 pages are read as they are. The per-(layer, KV head) FP8 scales are applied to the scores
-(K) and to each tile's weighted sum (V) rather than to every element.
+memory), BF16/FP16/FP32 pages are read as they are. Each tile is dequantised in registers with its tokens'
+per-(token, KV head) FP8 scales.
 
 Layout of the work (flash-decoding style):
 - one program per (request, KV head, context split). The query heads that share a KV head (GQA) form the rows of
@@ -47,7 +47,7 @@ def _dot(a, b, IEEE: tl.constexpr):
 def _decode_kernel(
     q_ptr, kn_ptr, vn_ptr,  # this step: q [B, H, DK], own k [B, HKV, DK], own v [B, HKV, DV]
     kc_ptr, vc_ptr,  # one layer's pages [num_pages, PAGE_SIZE, HKV, D]
-    k_scale_ptr, v_scale_ptr,  # [HKV] fp32 (FP8 pages only)
+    k_scale_ptr, v_scale_ptr,  # [num_pages, PAGE_SIZE, HKV] fp32 per-token scales (FP8 pages only)
     bt_ptr, ctx_ptr,  # block tables [B, P] and context lengths [B] (tokens already in the pages)
     window,  # sliding window (the token sees itself and window - 1 cached tokens before it); 0 = full attention
     out_ptr,  # [B, H, DV], written when NUM_SPLITS_IS_ONE
@@ -56,7 +56,7 @@ def _decode_kernel(
     num_splits, tokens_per_split,
     stride_qb, stride_qh, stride_knb, stride_knh, stride_vnb, stride_vnh,
     stride_kcp, stride_kct, stride_kch, stride_vcp, stride_vct, stride_vch,
-    stride_btb, stride_ob, stride_oh,
+    stride_btb, stride_ob, stride_oh, stride_sp, stride_st,
     H: tl.constexpr, GROUP: tl.constexpr, PAGE_SIZE: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
     BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_DK: tl.constexpr, BLOCK_DV: tl.constexpr,
     IS_FP8: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, NUM_SPLITS_IS_ONE: tl.constexpr,
@@ -85,13 +85,6 @@ def _decode_kernel(
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32) + first.to(tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_DV], dtype=tl.float32) + first.to(tl.float32) * v_own[None, :]
 
-    if IS_FP8:
-        k_scale = tl.load(k_scale_ptr + kvh)
-        v_scale = tl.load(v_scale_ptr + kvh)
-    else:
-        k_scale = 1.0
-        v_scale = 1.0
-
     ctx = tl.load(ctx_ptr + b).to(tl.int32)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, ctx)
@@ -108,8 +101,12 @@ def _decode_kernel(
         k_rows = page * stride_kcp + slot * stride_kct + kvh * stride_kch
         k = tl.load(kc_ptr + k_rows[:, None] + dk[None, :], mask=t_ok[:, None] & dk_ok[None, :], other=0)
         if IS_FP8:
-            k = k.to(tl.float8e4nv, bitcast=True)
-        s = _dot(q.to(DOT_DTYPE), tl.trans(k.to(DOT_DTYPE)), IEEE) * (qk_scale * k_scale)  # [BLOCK_G, BLOCK_N] fp32
+            # Dequantised in registers (fp32 product, rounded once to the model dtype, as the reference rounds it).
+            s_rows = page * stride_sp + slot * stride_st + kvh
+            k_scale = tl.load(k_scale_ptr + s_rows, mask=t_ok, other=0.0)  # [BLOCK_N]
+            v_scale = tl.load(v_scale_ptr + s_rows, mask=t_ok, other=0.0)
+            k = k.to(tl.float8e4nv, bitcast=True).to(tl.float32) * k_scale[:, None]
+        s = _dot(q.to(DOT_DTYPE), tl.trans(k.to(DOT_DTYPE)), IEEE) * qk_scale  # [BLOCK_G, BLOCK_N] fp32
         s = tl.where(t_ok[None, :], s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -122,8 +119,8 @@ def _decode_kernel(
         v_rows = page * stride_vcp + slot * stride_vct + kvh * stride_vch
         v = tl.load(vc_ptr + v_rows[:, None] + dv[None, :], mask=t_ok[:, None] & dv_ok[None, :], other=0)
         if IS_FP8:
-            v = v.to(tl.float8e4nv, bitcast=True)
-        acc = acc * alpha[:, None] + _dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), IEEE) * v_scale
+            v = v.to(tl.float8e4nv, bitcast=True).to(tl.float32) * v_scale[:, None]
+        acc = acc * alpha[:, None] + _dot(p.to(DOT_DTYPE), v.to(DOT_DTYPE), IEEE)
         m_i = m_new
 
     if NUM_SPLITS_IS_ONE:
@@ -204,7 +201,7 @@ def paged_decode_attention(
 
     q [B, H, DK]; k_new [B, HKV, DK] and v_new [B, HKV, DV]: the token's own K/V at model precision. k_pages
     [num_pages, page_size, HKV, DK] and v_pages [..., DV]: one layer's pages, uint8 (FP8 e4m3 bytes, with
-    k_scale / v_scale [HKV] fp32) or a float dtype. block_tables [B, P] (int64), context_lens [B]: tokens of
+    per-token k_scale / v_scale [num_pages, page_size, HKV] fp32) or a float dtype. block_tables [B, P] (int64), context_lens [B]: tokens of
     each request already in the pages (0 is fine). `window`: sliding-window size, None for full attention. Returns (or fills `out`) [B, H, DV] in q's dtype.
     num_splits / block_n override the work split (tests)."""
     n_req, n_heads, dk = q.shape
@@ -243,13 +240,16 @@ def paged_decode_attention(
     dot_dtype = _dot_dtype(q)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(dk)) * _LOG2E
     scales = (k_scale, v_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
+    if is_fp8 and (k_scale.stride() != v_scale.stride() or k_scale.stride(-1) != 1 or k_scale.dim() != 3):
+        raise ValueError("k_scale and v_scale must be [num_pages, page_size, HKV] tensors with the same strides")
+    s_strides = (k_scale.stride(0), k_scale.stride(1)) if is_fp8 else (0, 0)
     _decode_kernel[(n_req, n_kv, num_splits)](
         q, k_new, v_new, k_pages, v_pages, scales[0], scales[1], block_tables, context_lens, window or 0,
         out, part_acc, part_ml,
         qk_scale, num_splits, tiles_per_split * block_n,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         k_pages.stride(0), k_pages.stride(1), k_pages.stride(2), v_pages.stride(0), v_pages.stride(1),
-        v_pages.stride(2), block_tables.stride(0), out.stride(0), out.stride(1),
+        v_pages.stride(2), block_tables.stride(0), out.stride(0), out.stride(1), *s_strides,
         H=n_heads, GROUP=group, PAGE_SIZE=page_size, DK=dk, DV=dv,
         BLOCK_G=_pow2(group), BLOCK_N=block_n, BLOCK_DK=block_dk, BLOCK_DV=block_dv,
         IS_FP8=is_fp8, DOT_DTYPE=dot_dtype, IEEE=dot_dtype == tl.float32, NUM_SPLITS_IS_ONE=one,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from mediaindex.config import Settings
-from mediaindex.errors import MediaError
+from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
@@ -19,7 +19,7 @@ from mediaindex.media.thumbnails import write_thumbnail
 from mediaindex.stages.item import Keyframe, MediaItem
 
 # Kept for callers of the earlier module layout.
-__all__ = ["decode_media", "write_thumbnail"]
+__all__ = ["DecodeStage", "decode_media", "write_thumbnail"]
 
 
 def decode_media(path: str, settings: Settings) -> MediaItem:
@@ -50,7 +50,7 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
             sample_side=f.sample_side, threads=f.decode_threads,
         )
     except MediaError as exc:
-        if not info.has_audio or "took longer" in exc.reason:
+        if not info.has_audio or isinstance(exc, MediaTimeoutError):
             raise
         item.notes.append(f"video skipped: {exc.reason}")
         return item
@@ -73,3 +73,13 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
                                 f.thumbnail_side, fmt=f.thumbnail_format)
         item.keyframes.append(Keyframe(part.start, part.end, picture.image, thumb, [f.image for f in part.frames]))
     return item
+
+
+class DecodeStage:
+    """Probe, hash and decode one file (the first stage: its input is a path)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def process(self, path: str) -> MediaItem:
+        return decode_media(path, self.settings)

@@ -43,6 +43,7 @@ class MediaItem:
     vectors: np.ndarray | None = None
     language: str | None = None
     notes: list[str] = field(default_factory=list)  # non-fatal problems, shown to the user
+    summary_failure: str | None = None  # why the summary stage made no summary (its note says so too)
 
     def thumbnail_at(self, t: float) -> str | None:
         """The thumbnail of the keyframe nearest before time t."""

@@ -1,4 +1,4 @@
-"""The language stage (ingest.summaries): summarise each video with chapters while it is being indexed.
+"""The summary stage (ingest.summaries): summarise each video with chapters while it is being indexed.
 
 It runs after speech and vision, on the item's transcript, on-screen text and visual concepts, with the same
 map-reduce summariser as `mediaindex summarize` (`agents.summarize.summarize_segments`). The summary and its
@@ -37,11 +37,11 @@ class SummaryStage:
     """Loads the language model (one serving engine) and the text embedder once per actor."""
 
     def __init__(self, settings: Settings) -> None:
-        from mediaindex.agents.llm import LanguageStage
+        from mediaindex.agents.llm import ChatEngine
         from mediaindex.models.text_embed import load_text_embedder
 
         self.settings = settings
-        self.llm = LanguageStage(settings.llm)
+        self.llm = ChatEngine(settings.llm)
         # Chapters are cut where the topic shifts: the embedder compares neighbouring passages.
         self.embedder = load_text_embedder(settings.embed)
 
@@ -50,6 +50,7 @@ class SummaryStage:
         from mediaindex.agents.summarize import VideoRef, summarize_segments
 
         # A re-run of the same item (a restarted actor) must not summarise or index its own output.
+        item.summary_failure = None
         item.segments = [s for s in item.segments if s.modality not in (SUMMARY, CHAPTER)]
         duration = item.info.duration if item.info.duration and item.info.duration > 0 else None
         hits = sorted((_hit(s, duration) for s in item.segments), key=lambda h: (h.start, h.end, h.modality))
@@ -60,7 +61,8 @@ class SummaryStage:
             raise
         except Exception as exc:  # the transcript is still worth indexing: say why there is no summary
             log.exception("summary of %s failed", item.source)
-            item.notes.append(f"{NO_SUMMARY}{type(exc).__name__}: {exc}")
+            item.summary_failure = f"{type(exc).__name__}: {exc}"
+            item.notes.append(f"{NO_SUMMARY}{item.summary_failure}")
             return item
         item.segments.extend(summary_segments(summary, item.language, item.thumbnail_at))
         return item

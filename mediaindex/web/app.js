@@ -1,14 +1,26 @@
-// The mediaindex web page: search, play moments, read transcripts. Plain DOM, no build step.
+// The mediaindex web page: a library to start from, search, play moments, read transcripts.
+// Plain DOM, no build step; every text from the server goes in as text nodes, never as HTML.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const player = $("player");
-let videos = [];
+const PAGE_SIZE = 24;
+const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", chapter: "chapter", summary: "summary" };
+const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
+let videos = [];        // every indexed file, for the file filter and the empty state's languages
+let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one
 
 // ---- API access --------------------------------------------------------------------------------
+class Offline extends Error {}
+
 async function api(path) {
-  const res = await fetch(path, { credentials: "same-origin" });
+  let res;
+  try {
+    res = await fetch(path, { credentials: "same-origin" });
+  } catch (e) {
+    throw new Offline("The server does not answer. Is `mediaindex serve` still running, and is this device online?");
+  }
   if (res.status === 401) {
+    $("key-button").hidden = false;
     await askForKey();
     return api(path);
   }
@@ -39,18 +51,40 @@ function clock(t) {
   return (h ? `${h}:${String(m).padStart(2, "0")}` : `${m}`) + `:${sec}`;
 }
 
+function span(seconds) {
+  const s = Math.round(seconds || 0);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60 ? `${s % 60} s` : ""}`.trim();
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+const STOP = new Set(["a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "for", "from", "how", "i", "in",
+  "is", "it", "of", "on", "or", "that", "the", "this", "to", "was", "we", "what", "when", "where", "who", "with",
+  "you", "your"]);
+
+function languageName(code) {
+  try {
+    return new Intl.DisplayNames([navigator.language || "en"], { type: "language" }).of(code) || code;
+  } catch (e) {
+    return code;  // not a language code the browser knows
+  }
+}
+
+function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
+
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null) continue;
     if (k === "class") node.className = v;
-    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else if (k.startsWith("data-") || k.startsWith("aria-") || k === "lang") node.setAttribute(k, v);
     else node[k] = v;
   }
-  for (const c of children) node.append(c);
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
   return node;
 }
 
-// Text with <mark> around the spans the server matched; built from text nodes, never from HTML.
+// Text with <mark> around the spans the server matched.
 function highlighted(text, spans) {
   const frag = document.createDocumentFragment();
   let at = 0;
@@ -63,10 +97,51 @@ function highlighted(text, spans) {
   return frag;
 }
 
-function status(message) { $("status").textContent = message || ""; }
+function notice(message, kind = "info", retry = null) {
+  const box = $("notice");
+  box.className = kind;
+  box.setAttribute("role", kind === "error" ? "alert" : "status");
+  box.replaceChildren();
+  if (!message) return;
+  box.append(el("span", {}, message));
+  if (retry) box.append(el("button", { type: "button", class: "retry", onclick: retry }, "Try again"));
+}
 
-// ---- the player ----------------------------------------------------------------------------------
-function play(mediaUrl, start, label) {
+function failed(e, what, retry) {
+  const offline = e instanceof Offline;
+  notice(offline ? e.message : `${what}: ${e.message}`, offline ? "offline" : "error", retry);
+}
+
+function show(view) {
+  for (const id of ["library-view", "search-view", "video-view"]) $(id).hidden = id !== view;
+}
+
+// ---- the player: <video> for files with pictures, <audio> for sound only -----------------------
+function currentPlayer() { return $("player").hidden ? $("audio-player") : $("player"); }
+
+function stopPlayback() {
+  for (const p of [$("player"), $("audio-player")]) {
+    p.pause();
+    p.removeAttribute("src");
+    delete p.dataset.src;
+    p.load();  // drops the old file: nothing keeps playing or buffering
+    p.hidden = true;
+  }
+  $("player-area").hidden = true;
+  $("now-playing").textContent = "";
+}
+
+function play(mediaUrl, start, label, hasVideo = true) {
+  const player = hasVideo ? $("player") : $("audio-player");
+  const other = hasVideo ? $("audio-player") : $("player");
+  if (!other.hidden || other.dataset.src) {
+    other.pause();
+    other.removeAttribute("src");
+    delete other.dataset.src;
+    other.load();
+    other.hidden = true;
+  }
+  player.hidden = false;
   $("player-area").hidden = false;
   $("now-playing").textContent = label || "";
   const seek = () => {
@@ -80,33 +155,109 @@ function play(mediaUrl, start, label) {
     player.addEventListener("loadedmetadata", seek, { once: true });
     player.src = mediaUrl;
   }
+  measureSticky();
 }
 
-// ---- search ------------------------------------------------------------------------------------
+// The player stays in view below the header while the page scrolls: the offset is the header's
+// real height (it changes with the width, fonts and wrapping), or 0 where the header scrolls away.
+function measureSticky() {
+  const header = $("top");
+  const sticky = getComputedStyle(header).position === "sticky";
+  document.documentElement.style.setProperty("--sticky-top", `${sticky ? header.getBoundingClientRect().height : 0}px`);
+}
+new ResizeObserver(measureSticky).observe($("top"));
+window.addEventListener("resize", measureSticky);
+
+// ---- the library (the start page) --------------------------------------------------------------
 async function loadVideos() {
   try {
     videos = await api("/videos");
   } catch (e) {
-    status(`Could not list videos: ${e.message}`);
-    return;
+    return;  // the view being shown reports the failure
   }
   const select = $("video-filter");
   const chosen = select.value;
-  select.replaceChildren(el("option", { value: "" }, "all videos"));
+  select.replaceChildren(el("option", { value: "" }, "all files"));
   for (const v of videos) select.append(el("option", { value: v.video_id }, v.title));
   select.value = chosen;
 }
 
-async function runSearch(q, video, modality) {
-  $("search-view").hidden = false;
-  $("video-view").hidden = true;
+function kindsText(kinds, total) {
+  const parts = Object.entries(kinds || {}).map(([k, n]) => `${KINDS[k] || k} ${n}`);
+  return plural(total, "segment") + (parts.length ? ` (${parts.join(", ")})` : "");
+}
+
+function libraryItem(v) {
+  const thumb = v.thumbnail_url ? el("img", { src: v.thumbnail_url, alt: "", loading: "lazy" })
+                                : el("div", { class: "nothumb", "aria-hidden": "true" }, v.has_video ? "▶" : "♪");
+  const meta = [v.duration ? clock(v.duration) : null, v.has_video ? "video" : "audio", v.language]
+    .filter(Boolean).join(" · ");
+  return el("li", { class: "file", "data-video": v.video_id },
+    el("a", { href: `#/video/${encodeURIComponent(v.video_id)}` }, thumb,
+      el("span", { class: "title" }, v.title),
+      el("span", { class: "meta" }, meta),
+      el("span", { class: "meta" }, kindsText(v.kinds, v.segments))));
+}
+
+async function showLibrary(page, token) {
+  show("library-view");
+  $("q").value = "";
+  notice("Loading the library…", "loading");
+  $("library").setAttribute("aria-busy", "true");
+  let lib;
+  try {
+    lib = await api(`/library?offset=${page * PAGE_SIZE}&limit=${PAGE_SIZE}`);
+  } catch (e) {
+    if (token !== routeToken) return;
+    $("library").replaceChildren();
+    $("library-size").textContent = "";
+    $("examples").replaceChildren();
+    $("pager").hidden = true;
+    failed(e, "Could not load the library", route);
+    return;
+  } finally {
+    $("library").removeAttribute("aria-busy");
+  }
+  if (token !== routeToken) return;
+  notice("");
+  $("key-button").hidden = !lib.keys_required;
+  $("library-size").textContent = lib.files
+    ? `${plural(lib.files, "file")}, ${span(lib.duration)} of media, ${plural(lib.segments, "segment")}`
+    : "The index is empty";
+  const examples = $("examples");
+  examples.replaceChildren();
+  if (lib.examples.length) {
+    examples.append(el("span", { class: "label" }, "Try: "));
+    for (const q of lib.examples) {
+      examples.append(el("a", { class: "example", href: `#/search?${new URLSearchParams({ q })}` }, q));
+    }
+  }
+  const list = $("library");
+  list.replaceChildren(...lib.videos.map(libraryItem));
+  if (!lib.files) {
+    list.append(el("li", { class: "hint" }, "Index some files with ", el("code", {}, "mediaindex ingest FOLDER"),
+                   ", then come back."));
+  }
+  const pages = Math.max(1, Math.ceil(lib.files / PAGE_SIZE));
+  $("pager").hidden = pages < 2;
+  $("page-info").textContent = `page ${page + 1} of ${pages}`;
+  $("prev").hidden = page === 0;
+  $("next").hidden = page + 1 >= pages;
+  $("prev").href = `#/?page=${page}`;
+  $("next").href = `#/?page=${page + 2}`;
+}
+
+// ---- search ------------------------------------------------------------------------------------
+async function runSearch(q, video, modality, token) {
+  show("search-view");
   $("q").value = q;
   $("video-filter").value = video || "";
   $("modality-filter").value = modality || "";
   const results = $("results");
   results.replaceChildren();
-  if (!q.trim()) { status(""); return; }
-  status("Searching…");
+  $("empty").hidden = true;
+  notice("Searching…", "loading");
+  results.setAttribute("aria-busy", "true");
   const params = new URLSearchParams({ q, limit: "20" });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
@@ -114,87 +265,168 @@ async function runSearch(q, video, modality) {
   try {
     data = await api(`/search?${params}`);
   } catch (e) {
-    status(`Search failed: ${e.message}`);
+    if (token === routeToken) failed(e, "Search failed", route);
+    return;
+  } finally {
+    results.removeAttribute("aria-busy");
+  }
+  if (token !== routeToken) return;
+  if (!data.hits.length) {
+    notice("");
+    emptyState(q, video, modality);
     return;
   }
-  status(data.hits.length ? `${data.hits.length} moments (${Math.round(data.took_ms)} ms)` : "No moments found.");
+  notice(`${plural(data.hits.length, "moment")} (${Math.round(data.took_ms)} ms)`);
   for (const hit of data.hits) results.append(hitItem(hit));
 }
 
+function searchHash(q, video, modality) {
+  const params = new URLSearchParams({ q });
+  if (video) params.set("video_id", video);
+  if (modality) params.set("modality", modality);
+  return `#/search?${params}`;
+}
+
+function emptyState(q, video, modality) {
+  $("empty").hidden = false;
+  $("empty-title").textContent = `No moments match “${q}”`;
+  const tips = [];
+  const words = q.trim().split(/\s+/);
+  if (words.length > 3) {
+    // The words that carry the meaning: the longest ones that are not function words, in their order.
+    const content = words.filter((w) => !STOP.has(w.toLowerCase()));
+    const keep = new Set([...(content.length ? content : words)].sort((a, b) => b.length - a.length).slice(0, 2));
+    const shorter = words.filter((w) => keep.has(w)).join(" ");
+    tips.push(el("li", {}, "Use fewer words: ", el("a", { href: searchHash(shorter, video, modality) }, shorter)));
+  } else {
+    tips.push(el("li", {}, "Use other words, the way someone in the recording would say them."));
+  }
+  const languages = [...new Set(videos.map((v) => v.language).filter(Boolean))];
+  tips.push(el("li", {}, "Try another language" +
+    (languages.length ? `: the files here are in ${languages.map(languageName).join(", ")}.` : ".")));
+  if (modality) {
+    tips.push(el("li", {}, `Only ${KINDS[modality] || modality} was searched: `,
+      el("a", { href: searchHash(q, video, "") }, "search every kind")));
+  } else {
+    tips.push(el("li", {}, "Or pick a kind of match (speech, on-screen text, pictures) in the filter."));
+  }
+  if (video) tips.push(el("li", {}, "Only one file was searched: ", el("a", { href: searchHash(q, "", modality) }, "search all files")));
+  $("suggestions").replaceChildren(...tips);
+}
+
 function hitItem(hit) {
+  const title = hit.title || hit.source || hit.video_id;
+  const hasVideo = hit.has_video !== undefined ? hit.has_video : Boolean(hit.thumbnail_url) ||
+    (videos.find((v) => v.video_id === hit.video_id) || { has_video: true }).has_video;
   const thumb = hit.thumbnail_url ? el("img", { src: hit.thumbnail_url, alt: "", loading: "lazy" })
-                                  : el("div", { class: "nothumb" });
-  const title = el("div", {},
-    el("span", { class: "title" }, hit.title),
-    el("span", { class: "time" }, `${clock(hit.start)}–${clock(hit.end)}`),
-    el("span", { class: `badge ${hit.modality}` }, hit.modality),
-    el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` }, "transcript"));
-  const snippet = el("p", { class: "snippet" }, highlighted(hit.text || "", hit.highlights));
-  const item = el("li", { class: "hit", tabIndex: 0, "data-start": hit.start, "data-end": hit.end,
-                          "data-video": hit.video_id }, thumb, el("div", { class: "body" }, title, snippet));
+                                  : el("div", { class: "nothumb", "aria-hidden": "true" }, hasVideo ? "▶" : "♪");
+  const page = hit.page_url || `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}`;
+  const time = el("a", { class: "time", href: page.replace(/^\//, ""), title: "Play this moment" },
+                  `${clock(hit.start)}–${clock(hit.end)}`);
+  const label = `${title} at ${clock(hit.start)}`;
+  time.addEventListener("click", (e) => { e.preventDefault(); play(hit.media_url, hit.start, label, hasVideo); });
+  const head = el("div", { class: "head" },
+    el("span", { class: "title" }, title), time,
+    el("span", { class: `badge ${hit.modality}` }, KINDS[hit.modality] || hit.modality),
+    hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
+                  BANDS[hit.band] || hit.band) : null,
+    hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null);
+  const snippet = el("p", { class: "snippet", lang: hit.language || undefined },
+                     highlighted(hit.text || "", hit.highlights));
+  const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
+                            "transcript");
+  const item = el("li", { class: `hit${hit.band ? ` ${hit.band}` : ""}`, tabIndex: 0, "data-start": hit.start,
+                          "data-end": hit.end, "data-video": hit.video_id },
+                  thumb, el("div", { class: "body" }, head, snippet, transcriptLink));
   const go = (event) => {
-    if (event.target.closest("a")) return;  // the transcript link navigates instead
-    play(hit.media_url, hit.start, `${hit.title} at ${clock(hit.start)}`);
+    if (event.target.closest("a")) return;  // links do their own thing
+    play(hit.media_url, hit.start, label, hasVideo);
   };
   item.addEventListener("click", go);
   item.addEventListener("keydown", (e) => { if (e.key === "Enter") go(e); });
   return item;
 }
 
-// ---- a video and its transcript ----------------------------------------------------------------
-async function showVideo(videoId, t) {
-  $("search-view").hidden = true;
-  $("video-view").hidden = false;
-  const list = $("transcript");
-  list.replaceChildren();
-  status("Loading…");
+// ---- a file and its transcript -----------------------------------------------------------------
+function clearVideoView() {
+  $("video-title").textContent = "";
+  $("video-meta").textContent = "";
+  for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).removeAttribute("href");
+  document.querySelector("#video-view .exports").hidden = true;
+  $("transcript").replaceChildren();
+}
+
+async function showVideo(videoId, t, token) {
+  show("video-view");
+  clearVideoView();
+  notice("Loading…", "loading");
   let v;
   try {
     v = await api(`/videos/${encodeURIComponent(videoId)}`);
   } catch (e) {
-    status(`Could not load the video: ${e.message}`);
+    if (token !== routeToken) return;
+    stopPlayback();  // the previous file must not go on playing under an error about this one
+    $("video-view").hidden = true;
+    failed(e, "Could not load this file", e instanceof Offline ? route : null);
     return;
   }
-  status("");
+  if (token !== routeToken) return;
+  notice("");
   $("video-title").textContent = v.title;
-  const lang = v.language ? `, language ${v.language}` : "";
-  $("video-meta").textContent = `${clock(v.duration || 0)}${lang}, ${v.segments} segments`;
-  for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
-  if (!v.transcript.length) list.append(el("li", {}, "No speech was transcribed in this file."));
+  const lang = v.language ? ` · language ${v.language}` : "";
+  $("video-meta").textContent = `${clock(v.duration || 0)} · ${v.has_video ? "video" : "audio"}${lang} · ` +
+    plural(v.segments, "segment");
+  for (const fmt of ["srt", "vtt", "json"]) {
+    $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
+  }
+  document.querySelector("#video-view .exports").hidden = !v.transcript.length;
+  const list = $("transcript");
+  if (!v.transcript.length) list.append(el("li", { class: "hint" }, "No speech was transcribed in this file."));
   for (const line of v.transcript) {
-    const item = el("li", { class: "line", "data-start": line.start, "data-end": line.end },
-      el("span", { class: "time" }, clock(line.start)), el("span", {}, line.text));
-    item.addEventListener("click", () => play(v.media_url, line.start, `${v.title} at ${clock(line.start)}`));
+    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(videoId)}?t=${line.start}` },
+                    clock(line.start));
+    const item = el("li", { class: "line", "data-start": line.start, "data-end": line.end }, time,
+      line.speaker ? el("span", { class: "speaker" }, line.speaker) : null,
+      el("span", { class: "text", lang: line.language || v.language || undefined }, line.text));
+    item.addEventListener("click", (e) => {
+      e.preventDefault();
+      play(v.media_url, line.start, `${v.title} at ${clock(line.start)}`, v.has_video);
+    });
     list.append(item);
   }
-  play(v.media_url, t || 0, v.title);
+  play(v.media_url, t || 0, v.title, v.has_video);
 }
 
 // Mark the transcript line being played.
-player.addEventListener("timeupdate", () => {
-  for (const line of document.querySelectorAll("#transcript .line")) {
-    const on = player.currentTime >= Number(line.dataset.start) && player.currentTime < Number(line.dataset.end);
-    line.classList.toggle("current", on);
-  }
-});
+for (const p of [$("player"), $("audio-player")]) {
+  p.addEventListener("timeupdate", () => {
+    const now = p.currentTime;
+    for (const line of document.querySelectorAll("#transcript .line")) {
+      line.classList.toggle("current", now >= Number(line.dataset.start) && now < Number(line.dataset.end));
+    }
+  });
+}
 
-// ---- routing: #/search?q=…  and  #/video/ID?t=… ------------------------------------------------
+// ---- routing: #/?page=N  #/search?q=…  #/video/ID?t=… ------------------------------------------
 function route() {
+  const token = ++routeToken;
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
-  const video = path.match(/^\/video\/([^/]+)$/);
-  if (video) showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0);
-  else runSearch(params.get("q") || "", params.get("video_id"), params.get("modality"));
+  const video = (path || "").match(/^\/video\/([^/]+)$/);
+  if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
+  const q = (params.get("q") || "").trim();
+  if (path === "/search" && q) return runSearch(q, params.get("video_id"), params.get("modality"), token);
+  return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 
 $("search-form").addEventListener("submit", (e) => {
   e.preventDefault();
-  const params = new URLSearchParams({ q: $("q").value });
-  if ($("video-filter").value) params.set("video_id", $("video-filter").value);
-  if ($("modality-filter").value) params.set("modality", $("modality-filter").value);
-  const hash = `#/search?${params}`;
+  const q = $("q").value.trim();
+  const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value) : "#/";
   if (location.hash === hash) route(); else location.hash = hash;
 });
 $("key-button").addEventListener("click", () => askForKey().then(() => { loadVideos(); route(); }));
 window.addEventListener("hashchange", route);
+window.addEventListener("online", () => { if ($("notice").className === "offline") route(); });
+measureSticky();
 loadVideos().then(route);

@@ -8,6 +8,7 @@ from typing import Any
 import ray
 
 from mediaindex.config import Settings
+from mediaindex.stages.merge import merge
 from mediaindex.workers.stages import StageSpec
 
 
@@ -22,11 +23,9 @@ class StageActor:
             os.nice(spec.nice)  # before the model loads: the threads it starts inherit the priority
         self.stage = spec.build(settings)
 
-    def process(self, item: Any, *beside: Any) -> Any:
-        # Results of stages that ran on the file beside the others (speech) join the item here.
-        for result in beside:
-            item = result.join(item)
-        return self.stage.process(item)
+    def process(self, *inputs: Any) -> Any:
+        # Several inputs are the results of a route's branches: they merge into one item here, where they are.
+        return self.stage.process(merge(inputs) if len(inputs) > 1 else inputs[0])
 
     def ready(self) -> str:
         return self.name

@@ -18,11 +18,10 @@ class StageStartError(MediaIndexError):
 
 
 class Pipeline:
-    """One ``ray.util.ActorPool`` per stage, in order. ``actors[name]`` are the handles of a stage."""
+    """A pool of Ray actors per stage, in order. ``actors[name]`` are the handles of a stage."""
 
     def __init__(self, settings: Settings, stages: list[StageSpec] | None = None) -> None:
         import ray
-        from ray.util import ActorPool
 
         from mediaindex.workers.actors import start_actor
         from mediaindex.workers.runtime import ensure_ray
@@ -35,10 +34,9 @@ class Pipeline:
             for kind, need in (("GPU", spec.gpus), ("CPU", spec.cpus)):
                 if need > have.get(kind, 0):
                     raise StageStartError(f"the {spec.name} stage asks for {need:g} {kind} per actor but the Ray "
-                                          f"cluster has {have.get(kind, 0):g}: lower ray.{spec.settings_key}_{kind.lower()}s")
+                                          f"cluster has {have.get(kind, 0):g}: lower {spec.settings_key}.{kind.lower()}s")
         _wait_for_room(self.stages)
         self.actors = {s.name: [start_actor(s, settings) for _ in range(s.workers)] for s in self.stages}
-        self.pools = [ActorPool(list(self.actors[s.name])) for s in self.stages]
         # Load every model now: a stage that cannot start is one clear error, not a failure per file.
         for spec in self.stages:
             try:
@@ -53,6 +51,12 @@ class Pipeline:
         count = len({node for ids in self.nodes.values() for node in ids})
         stages = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
         log.info("pipeline: %s, on %d Ray node%s", stages, count, "" if count == 1 else "s")
+
+    def executor(self):  # -> RayExecutor
+        """An executor over these actors for one ingest run."""
+        from mediaindex.workers.executor import RayExecutor
+
+        return RayExecutor(self.actors, self.settings.ingest.max_retries)
 
     def close(self) -> None:
         import ray

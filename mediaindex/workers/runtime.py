@@ -8,11 +8,12 @@ import socket
 
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
+from mediaindex.workers.orphans import OWNER_VARIABLE, mark_as_owner, mark_session, reap_orphans, unmark
 
 log = logging.getLogger(__name__)
 
 # Stage actors reserve logical CPUs; a local Ray advertises at least this many so that a pipeline (about
-# 3 CPUs of reservations), a second one (e.g. an API server's) and the language stage fit on a laptop.
+# 3 CPUs of reservations), a second one (e.g. an API server's) and the summary stage fit on a laptop.
 LOCAL_LOGICAL_CPUS = 8
 _RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
@@ -51,6 +52,20 @@ def ensure_ray(settings: Settings) -> None:
         raise ConfigError(f"temp_dir {settings.temp_dir} is too long for Ray's unix sockets: "
                           f"set MEDIAINDEX_TEMP_DIR to a path of at most {107 - _RAY_SOCKET_SUFFIX} bytes")
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
+    # A killed run's Ray processes would hold cores and memory beside the new ones: they go first.
+    reap_orphans()
+    env[OWNER_VARIABLE] = mark_as_owner()
+    try:
+        _start_local(settings, env)
+        mark_session(settings.temp_dir)
+    finally:
+        unmark()
+    log.info("started a local Ray instance")
+
+
+def _start_local(settings: Settings, env: dict[str, str]) -> None:
+    import ray
+
     ray.init(
         # Logical CPUs: stage actors reserve fractions, so a 2-core laptop still runs every stage.
         num_cpus=settings.ray.num_cpus or max(os.cpu_count() or 1, LOCAL_LOGICAL_CPUS),
@@ -62,7 +77,6 @@ def ensure_ray(settings: Settings) -> None:
         configure_logging=False,
         runtime_env={"env_vars": env},
     )
-    log.info("started a local Ray instance")
 
 
 def shutdown_ray() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     DeepseekV3Config,
     DeepseekV3ForCausalLM,
@@ -104,6 +104,7 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     vocab.update({f"<x{i}>": i for i in range(len(vocab), VOCAB)})
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()  # characters join back without separators
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
     fast.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" \
         "{% if add_generation_prompt %}assistant: {% endif %}"

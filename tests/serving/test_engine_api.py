@@ -279,7 +279,8 @@ def test_fp8_pages_store_bytes_with_data_scales(arch, tiny_models, char_tokenize
     refs = ref_engine.generate(prompts, params)
     cache = engine.kv_cache
     assert cache.k[0].dtype == torch.uint8
-    assert all(cache.calibrated) and not torch.all(cache.k_scale == 1.0) and not torch.all(cache.v_scale == 1.0)
+    # Per-token scales: written for every slot used, each token's own amax over the head dim.
+    assert cache.k_scale.shape == (2, 32, 4, cache.layout.num_kv_heads) and cache.k_scale.amax() > 0
     # Prompt log-probs through fp8 context stay close to the fp32 cache.
     for o, r in zip(outs, refs, strict=True):
         assert o.prompt_logprobs is not None and len(o.prompt_logprobs) == len(o.prompt_token_ids) - 1
@@ -302,4 +303,5 @@ def test_fp8_capacity_is_about_twice_bf16():
     budget = 512 * 1024 * 1024
     fp8 = pages_for_budget(budget, layout, 16, "fp8_e4m3")
     bf16 = pages_for_budget(budget, layout, 16, "bf16")
-    assert fp8 / bf16 >= 1.95
+    # Head dim 64: 2 * 64 bytes of FP8 data plus 8 bytes of per-token scales against 2 * 128 bytes of BF16.
+    assert fp8 / bf16 >= 1.85

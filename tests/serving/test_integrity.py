@@ -1,6 +1,7 @@
-"""KV-page integrity: injected ownership faults abort exactly the requests that would read a foreign page, no
-corrupted token reaches a caller, everyone else's output is unchanged; without checks the same faults corrupt
-output; and a long randomized run raises no false alarm."""
+"""KV-page integrity: injected ownership faults (on the allocator's state and on the data path the kernels read:
+a redirected write, a corrupted block table) abort exactly the requests they hit, no corrupted token reaches a
+caller, everyone else's output is unchanged; without checks the same faults corrupt output; and a long randomized
+run raises no false alarm."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import pytest
 import torch
 
 from mediaindex.serving import EngineConfig, KVIntegrityError, LLMEngine, SamplingParams
-from mediaindex.serving.integrity import FaultInjector, FaultRecord, NoOpTracker
+from mediaindex.serving.integrity import NoOpTracker
+from mediaindex.serving.testing import FaultInjector, FaultRecord
 
-KINDS = ["reassign", "bump_tag", "swap", "swap_within"]
+KINDS = ["reassign", "bump_tag", "swap", "swap_within", "redirect", "bad_table"]
 
 
 def _inject(inj: FaultInjector, kind: str, a: str, b: str | None) -> FaultRecord | None:
@@ -23,6 +25,10 @@ def _inject(inj: FaultInjector, kind: str, a: str, b: str | None) -> FaultRecord
         return inj.bump_tag(a)
     if kind == "swap":
         return inj.swap_page_table_entries(a, b)
+    if kind == "redirect":
+        return inj.redirect_writes(a, into=b) if b is not None else None
+    if kind == "bad_table":
+        return inj.corrupt_block_table(a)
     return inj.swap_page_table_entries(a)
 
 

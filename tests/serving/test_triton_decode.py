@@ -36,6 +36,9 @@ TOLERANCE = {
     torch.float16: dict(atol=4e-3, rtol=2e-3),
     torch.bfloat16: dict(atol=3e-2, rtol=1.6e-2),
 }
+# Under the interpreter bf16 dots run in fp32, so the kernel keeps FP8 pages' dequantised values (each token at its
+# own scale) unrounded where the reference rounds them to bf16: up to about one more bf16 ulp of difference.
+FP8_BF16_TOLERANCE = dict(atol=4.5e-2, rtol=1.6e-2)
 
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -126,7 +129,8 @@ def test_kernel_matches_reference(kernels, kind, dtype, n_heads, n_kv, head_dim)
             q, k, v, cache.k[1], cache.v[1], tables, lens, *scales, num_splits=splits, block_n=16
         )
         assert got.dtype == dtype and got.shape == (len(CONTEXT), n_heads, head_dim)
-        torch.testing.assert_close(got, ref, **TOLERANCE[dtype], msg=lambda m, s=splits: f"{s} split(s): {m}")
+        tol = FP8_BF16_TOLERANCE if cache.is_fp8 and dtype == torch.bfloat16 else TOLERANCE[dtype]
+        torch.testing.assert_close(got, ref, **tol, msg=lambda m, s=splits: f"{s} split(s): {m}")
 
 
 @needs_triton

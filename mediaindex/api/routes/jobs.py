@@ -41,7 +41,7 @@ def job_out(state: ApiState, job: Job) -> JobOut:
     with state.jobs_lock:
         files = state.jobs.files(job.id)
         counts = state.jobs.counts(job.id)
-    return JobOut(id=job.id, kind=job.kind, state=job.state, params=job.params, result=job.result,  # type: ignore[arg-type]
+    return JobOut(id=job.id, kind=job.kind, state=job.state, params=job.params, result=job.result,
                   error=job.error, created=job.created, updated=job.updated, counts=counts,
                   files=[JobFileOut(path=f.path, state=f.state, reason=f.reason, video_id=f.video_id) for f in files],
                   url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None)

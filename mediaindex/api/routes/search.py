@@ -52,7 +52,7 @@ def _searcher(request: Request):  # -> Searcher
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
     state = get_state(request)
     f = body.filters
-    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language)
+    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
     started = time.perf_counter()
     try:
         hits = _searcher(request).text(body.q, limit=body.limit, filters=filters)
@@ -71,9 +71,10 @@ def search_get(
     video_id: str | None = Query(None, max_length=64),
     modality: Modality | None = None,
     language: str | None = Query(None, max_length=16),
+    speaker: str | None = Query(None, max_length=16, description="Only speech of this speaker (S1, S2, …)"),
 ) -> SearchResponse:
     """Search in plain language; hits are moments (file + time range), best first."""
-    filters = Filters(video_id=video_id, modality=modality, language=language)
+    filters = Filters(video_id=video_id, modality=modality, language=language, speaker=speaker)
     return _run(request, SearchRequest(q=q, limit=limit, filters=filters))
 
 

@@ -15,7 +15,7 @@ from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 from mediaindex.api.catalog import video_segments
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import ErrorOut, TranscriptLine, VideoDetail, VideoOut
+from mediaindex.api.models import ErrorOut, LibraryOut, LibraryVideoOut, TranscriptLine, VideoDetail, VideoOut
 from mediaindex.api.state import ApiState
 from mediaindex.index.catalog import VideoRecord
 
@@ -59,6 +59,22 @@ def list_videos(request: Request) -> list[VideoOut]:
     """Every indexed file, by path."""
     state = get_state(request)
     return [VideoOut(**_video_out(state, r)) for r in state.index.catalog.all()]
+
+
+@router.get("/library", response_model=LibraryOut)
+def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
+            limit: int = Query(24, ge=1, le=200)) -> LibraryOut:
+    """The start page: one page of files (with segments per kind), the index's size and example queries."""
+    from mediaindex.api.library import example_queries, kind_counts
+
+    state = get_state(request)
+    store = state.index.store
+    records = state.index.catalog.all()
+    page = [LibraryVideoOut(**_video_out(state, r), kinds=kind_counts(store, r.video_id))
+            for r in records[offset:offset + limit]]
+    return LibraryOut(files=len(records), segments=store.count(), duration=sum(r.duration or 0 for r in records),
+                      offset=offset, limit=limit, videos=page, examples=example_queries(store, records),
+                      keys_required=state.keys_required())
 
 
 @router.get("/videos/{video_id}", response_model=VideoDetail)

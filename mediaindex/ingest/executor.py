@@ -1,0 +1,55 @@
+"""What the scheduler needs from whatever runs the stages: an `Executor`.
+
+`mediaindex.workers.executor.RayExecutor` runs each stage in a pool of Ray actors; `InProcessExecutor`
+(`mediaindex.ingest.inprocess`) runs stage objects on threads of this process, for unit tests and small jobs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mediaindex.stages.registry import StageName
+
+
+class Task(Protocol):
+    """One stage call on one file's input, as the scheduler sees it (each executor has its own class)."""
+
+    stage: StageName
+    result: Any  # the handle later stages take as their input and `Executor.fetch` resolves
+    started: float  # time.monotonic() when it was submitted
+
+
+@dataclass(eq=False)
+class Call:
+    """A plain `Task`, with the worker that runs it."""
+
+    stage: StageName
+    result: Any
+    worker: Any = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Executor(Protocol):
+    def idle(self, stage: StageName) -> bool:
+        """A worker of `stage` is free for a call."""
+
+    def submit(self, stage: StageName, inputs: Sequence[Any]) -> Task:
+        """Start `stage` on an idle worker. Inputs are plain values (a path, an item) or earlier tasks' results;
+        more than one are merged (`mediaindex.stages.merge`) first. An input that failed fails the task alike.
+        A call whose worker dies is re-run on the restarted worker, ingest.max_retries times."""
+
+    def wait(self, tasks: Collection[Task], timeout: float) -> list[Task]:
+        """The tasks among `tasks` that have finished (with a result or an error), waiting up to `timeout`
+        seconds for the first."""
+
+    def cancel(self, task: Task) -> None:
+        """Forget a task (its file failed or the run stops); its worker is free again."""
+
+    def restart(self, task: Task) -> None:
+        """The task ran too long: stop its worker, which comes back fresh; the task is forgotten."""
+
+    def fetch(self, results: Sequence[Any]) -> list[Any]:
+        """The values of results; raises `StageError` when a stage failed on them."""

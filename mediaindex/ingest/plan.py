@@ -1,0 +1,73 @@
+"""What to do with each file of a job, decided before anything runs, as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from mediaindex.agents.stored import SUMMARY
+from mediaindex.config import Settings
+from mediaindex.index.catalog import Catalog, VideoRecord, content_hash
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.index import MediaIndex
+from mediaindex.jobs import JobFile
+
+
+class Outcome(StrEnum):
+    NEW = "new"  # not indexed (or changed since): through every stage
+    NEEDS_SUMMARY = "needs summary"  # indexed and unchanged, without a summary: from the summary stage on
+    UNCHANGED = "unchanged"  # indexed and unchanged: nothing to do
+    POISON = "poison"  # the whole run died during its work on every try: given up
+    UNREADABLE = "unreadable"  # cannot even be looked at: skipped
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: str
+    outcome: Outcome
+    meta: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 0  # runs that died while a stage worked on it
+    video_id: str | None = None  # NEEDS_SUMMARY: the indexed file
+    reason: str = ""
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome in (Outcome.NEW, Outcome.NEEDS_SUMMARY)
+
+
+def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
+    """A job file's plan. A file left "running" was in a stage's hands when the run died: one attempt each time."""
+    if f.state == "running" and f.attempts > settings.ingest.max_retries:
+        return Plan(f.path, Outcome.POISON, f.meta, f.attempts,
+                    reason=f"gave up after {f.attempts} attempts (the run stopped while it was in progress)")
+    try:
+        unchanged = _unchanged(index.catalog, Path(f.path))
+    except OSError as exc:
+        return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
+    if not unchanged:
+        return Plan(f.path, Outcome.NEW, f.meta, f.attempts)
+    indexed = index.catalog.by_source(f.path)
+    if settings.ingest.summaries and indexed is not None and _needs_summary(index, indexed):
+        return Plan(f.path, Outcome.NEEDS_SUMMARY, f.meta, f.attempts, video_id=indexed.video_id)
+    return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")
+
+
+def _unchanged(catalog: Catalog, path: Path) -> bool:
+    """Same size and mtime as when indexed, or the same bytes (then the mtime is refreshed)."""
+    record = catalog.by_source(str(path))
+    if record is None:
+        return False
+    stat = path.stat()
+    if record.size == stat.st_size and record.mtime_ns == stat.st_mtime_ns:
+        return True
+    if record.size == stat.st_size and content_hash(path) == record.content_hash:
+        catalog.touch(str(path), stat.st_size, stat.st_mtime_ns)
+        return True
+    return False
+
+
+def _needs_summary(index: MediaIndex, record: VideoRecord) -> bool:
+    """Indexed with something to summarise but without a stored summary (a `summary` segment)."""
+    return record.segments > 0 and index.store.count(SearchFilters(video_id=record.video_id, modality=SUMMARY)) == 0

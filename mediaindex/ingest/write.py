@@ -1,0 +1,74 @@
+"""The index writes of an ingest: a file's item becomes its catalog record and segments, or only its new
+summary and chapter segments for a file indexed before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from mediaindex.index.catalog import VideoRecord, now
+from mediaindex.index.index import MediaIndex
+from mediaindex.segments import GENERATED_MODALITIES
+from mediaindex.stages.item import MediaItem
+
+
+class Status(StrEnum):
+    INDEXED = "indexed"
+    SUMMARISED = "summarised"  # indexed earlier, its summary added now
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    status: Status
+    reason: str = ""
+    segments: int = 0
+    video_id: str | None = None
+    notes: list[str] = field(default_factory=list)
+    duration: float = 0.0
+
+
+def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:
+    """Index a file: its record and every segment, replacing what an earlier version of it left."""
+    duplicate = index.catalog.get(item.video_id)
+    if duplicate is not None and duplicate.source != item.source and Path(duplicate.source).exists():
+        return FileOutcome(item.source, Status.UNCHANGED, f"same content as {duplicate.source}",
+                           video_id=item.video_id)
+    if item.vectors is None or len(item.vectors) != len(item.segments):
+        return FileOutcome(item.source, Status.FAILED, "internal error: segments were not embedded")
+    for seg in item.segments:
+        # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
+        seg.extra = {**meta, **seg.extra}
+    record = VideoRecord(
+        video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
+        mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,
+        segments=len(item.segments), probe=item.info.to_dict(), indexed_at=now(),
+    )
+    index.replace_video(record, item.segments, item.vectors)
+    return FileOutcome(item.source, Status.INDEXED, segments=len(item.segments), video_id=item.video_id,
+                       notes=item.notes, duration=item.info.duration)
+
+
+def write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:
+    """Add the summary and chapters of an indexed file; its other segments are left exactly as they are."""
+    if item.summary_failure is not None:
+        return FileOutcome(item.source, Status.FAILED, f"summary failed: {item.summary_failure}",
+                           video_id=item.video_id)
+    if item.vectors is None or len(item.vectors) != len(item.segments):
+        return FileOutcome(item.source, Status.FAILED, "internal error: segments were not embedded",
+                           video_id=item.video_id)
+    new = [k for k, seg in enumerate(item.segments) if seg.modality in GENERATED_MODALITIES]
+    if not new:
+        return FileOutcome(item.source, Status.UNCHANGED, "already indexed; nothing to summarise",
+                           video_id=item.video_id)
+    segments = [item.segments[k] for k in new]
+    for seg in segments:
+        seg.extra = {**meta, **seg.extra}  # filterable like the file's other segments written by this job
+    index.add_segments(item.video_id, segments, item.vectors[new])
+    return FileOutcome(item.source, Status.SUMMARISED, segments=len(segments), video_id=item.video_id,
+                       notes=item.notes, duration=item.info.duration)

@@ -1,0 +1,59 @@
+"""Int8 weights computed by torch's packed int8 CPU matmul, for decoding on a CPU.
+
+HQQ's PyTorch path dequantizes every weight on every call, which on a CPU costs more than the matmul itself.
+Here each ``nn.Linear`` is quantized once, per output channel and symmetric (int8 codes, one bf16 scale a row),
+and every call runs ``torch._weight_int8pack_mm`` (the int8 weight-only kernel torchao and gpt-fast use on CPU)
+on bf16 activations: the weights are read as int8, a quarter of fp32's bytes, and never expanded.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from mediaindex.serving.quant.config import QuantizationError
+
+SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly on the logits
+
+
+def int8_kernel_available() -> bool:
+    return hasattr(torch.ops.aten, "_weight_int8pack_mm")
+
+
+class Int8Linear(nn.Module):
+    """Drop-in for ``nn.Linear`` (CPU): int8 codes ``[out, in]``, bf16 scales ``[out]``, optional bias."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("codes", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
+        self.register_buffer("scales", scale.to(torch.bfloat16))
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().to(torch.bfloat16),
+                                                                  requires_grad=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch._weight_int8pack_mm(flat, self.codes, self.scales)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per channel"
+
+
+def quantize_int8_cpu(model: nn.Module, skip: tuple[str, ...] = SKIP) -> int:
+    """Replace every ``nn.Linear`` of a CPU model (but ``skip``) by an Int8Linear; returns how many."""
+    if not int8_kernel_available():
+        raise QuantizationError("this torch build has no packed int8 CPU matmul (aten::_weight_int8pack_mm)")
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise QuantizationError("int8 CPU weights need the model on the CPU")
+    targets = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and not any(name.split(".")[-1] == s for s in skip)]
+    for name, linear in targets:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, Int8Linear(linear))
+    return len(targets)

@@ -1,0 +1,161 @@
+"""What the CLI says, read as a person reads it: counts and plurals, files left out, roles, absolute paths.
+
+Ingest runs as a separate process, once plainly (stderr to a pipe) and once on a pseudo-terminal, where rich
+draws its live display and wraps lines to the terminal's width.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mediaindex.cli.progress import plural, summary_line
+from mediaindex.cli.remote_commands import job_lines
+from tests.conftest import REPO, media
+from tests.test_cli import run
+from tests.test_index_cli import cli_index  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+def run_on_terminal(*args: str, env: dict[str, str], columns: int = 200, timeout: float = 300) -> str:
+    """The command's output as a terminal shows it (escape codes removed)."""
+    leader, follower = pty.openpty()
+    term_env = {**env, "COLUMNS": str(columns), "LINES": "50", "TERM": "xterm-256color"}
+    term_env.pop("NO_COLOR", None)
+    proc = subprocess.Popen([sys.executable, "-m", "mediaindex", *args], stdin=follower, stdout=follower,
+                            stderr=follower, env=term_env, cwd=REPO, close_fds=True)
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # the follower side closed: the process is gone
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")[-4000:]
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, dict[str, str]]:
+    """A folder as people have them: a recording beside its reference text and a picture."""
+    folder = tmp_path_factory.mktemp("archive")
+    shutil.copy(media("audio/jfk.flac"), folder / "jfk.flac")
+    shutil.copy(media("images/skimage_coffee.png"), folder / "coffee.png")
+    shutil.copy(media("groundtruth/manifesto.srt"), folder / "jfk.srt")
+    env = dict(os.environ)
+    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("out-index"))
+    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
+    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("out-tmp"))
+    env.pop("RAY_AUTH_TOKEN", None)  # the CLI starts its own Ray
+    env.pop("RAY_AUTH_MODE", None)
+    return folder, env
+
+
+def test_counts_read_as_sentences() -> None:
+    assert plural(1, "segment") == "1 segment" and plural(84, "segment") == "84 segments"
+    assert plural(0, "file") == "0 files" and plural(2, "summary", "summaries") == "2 summaries"
+    line = summary_line(indexed=1, segments=1, summarised=0, unchanged=0, skipped=0, failed=0, left_out=0, job_id="j")
+    assert line == "done: 1 file indexed (1 segment) (job j)"
+    line = summary_line(indexed=0, segments=0, summarised=0, unchanged=3, skipped=0, failed=0, left_out=0, job_id="j")
+    assert line == "done: 3 already indexed (job j)"  # no "0 failed or skipped" after three unchanged lines
+    line = summary_line(indexed=2, segments=84, summarised=0, unchanged=0, skipped=1, failed=1, left_out=1, job_id="j")
+    assert line == ("done: 2 files indexed (84 segments), 1 skipped, 1 failed, 1 file left out as not media "
+                    "(-v lists them) (job j)")
+
+
+def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, str]]) -> None:
+    folder, env = archive
+    result = run("ingest", str(folder), "-v", env=env)
+    assert result.returncode == 0, result.stderr
+    text = result.stderr.replace("\n ", " ")
+    indexed = re.search(r"indexed +(\S+jfk\.flac): (\d+) segments?\b", text)
+    assert indexed and indexed.group(1) == str(folder.resolve() / "jfk.flac"), text
+    n = int(indexed.group(2))
+    assert f": {plural(n, 'segment')}" in text
+    # The picture and the subtitles are not media: listed with -v, counted in the last line.
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in text, text
+    assert f"left out   {folder / 'jfk.srt'}: unsupported type (.srt)" in text
+    done = next(line for line in result.stderr.splitlines() if line.startswith("done: "))
+    assert done.startswith(f"done: 1 file indexed ({plural(n, 'segment')}), 2 files left out as not media (job"), done
+    assert "failed" not in done and "skipped" not in done
+    # The same job, as a server runs it, is told in the same words (the server's job record has no segment counts).
+    job_id = done.rsplit("(job ", 1)[1].rstrip(")")
+    job = json.loads(run("jobs", job_id, "--json", env=env).stdout)
+    told = job_lines(job, verbose=True)
+    assert told[-1] == f"done: 1 file indexed, 2 files left out as not media (job {job_id})", told
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in told
+    assert any(line.startswith(f"indexed    {folder.resolve() / 'jfk.flac'}") for line in told), told
+
+    quiet = run("ingest", str(folder), env=env)  # without -v: counted, not listed
+    assert quiet.returncode == 0, quiet.stderr
+    assert "coffee.png" not in quiet.stderr
+    done = next(line for line in quiet.stderr.splitlines() if line.startswith("done: "))
+    assert done.startswith("done: 1 already indexed, 2 files left out as not media (-v lists them)"), done
+    assert "unchanged" in quiet.stderr and "skipped" not in quiet.stderr
+
+    # On a terminal (rich's live display, colours, width): the same words, each file on one line.
+    shown = run_on_terminal("ingest", str(folder), "-v", env=env)
+    assert f"unchanged  {folder.resolve() / 'jfk.flac'}: already indexed" in shown, shown
+    assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in shown
+    assert "done: 1 already indexed, 2 files left out as not media (job" in shown
+    assert "0 failed" not in shown and "Traceback" not in shown
+
+
+def test_index_stats_and_models_take_the_index(archive: tuple[Path, dict[str, str]]) -> None:
+    folder, env = archive
+    index_dir = env["MEDIAINDEX_INDEX_DIR"]
+    other = {k: v for k, v in env.items() if k != "MEDIAINDEX_INDEX_DIR"}
+    stats = run("index", "stats", "--index", index_dir, env=other)
+    assert stats.returncode == 0, stats.stderr
+    numbers = json.loads(run("index", "stats", "--json", "--index", index_dir, env=other).stdout)
+    first = stats.stdout.splitlines()[0]
+    assert first.startswith(f"1 file, {plural(numbers['points'], 'segment')} in "), first
+    # The store's internal segment count is named as such, never a bare "segments: 1" beside ours.
+    assert not re.search(r"^\s*segments:", stats.stdout, re.M), stats.stdout
+    assert f"storage segments: {numbers['segments']}" in stats.stdout
+    assert f"speech {numbers['speech_segments']}" in stats.stdout
+
+    models = run("models", "--index", index_dir, env=other)
+    assert models.returncode == 0, models.stdout + models.stderr
+    rows = {line.split("│")[1].strip(): line for line in models.stdout.splitlines() if line.count("│") >= 3}
+    for role in ("speech", "text embedding", "ocr", "image classes", "text-image (CLIP)"):
+        assert role in rows, models.stdout
+    language = next(line for role, line in rows.items() if role.startswith("language"))
+    assert "smollm2" in language and "ok" in language, models.stdout
+    assert "off" in rows["text-image (CLIP)"]
+
+
+def test_search_json_gives_absolute_thumbnails(cli_index: dict[str, str]) -> None:  # noqa: F811
+    result = run("search", "a cat", "--modality", "visual", "--json", "--limit", "3", env=cli_index)
+    assert result.returncode == 0, result.stderr
+    hits = json.loads(result.stdout)
+    assert hits and all(h["thumbnail"] for h in hits)
+    thumbs = Path(cli_index["MEDIAINDEX_INDEX_DIR"]) / "thumbs"
+    for h in hits:
+        assert Path(h["thumbnail"]).is_absolute() and Path(h["thumbnail"]).parent.parent == thumbs, h["thumbnail"]
