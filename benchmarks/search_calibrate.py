@@ -137,7 +137,7 @@ def main() -> None:
 
     queries = yaml.safe_load(args.queries.read_text(encoding="utf-8"))
     settings = load_settings(index_dir=args.index)
-    embedder = load_text_embedder(settings.embed)
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         positives, negatives = collect(index, embedder, queries)
         if settings.vision.enabled and settings.vision.classifier:

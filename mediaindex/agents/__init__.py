@@ -69,7 +69,7 @@ def open_archive(settings: Settings) -> Archive:
 
     if not (settings.index_dir / "schema.json").exists():
         raise IndexMissingError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
-    embedder = load_text_embedder(settings.embed)
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
     return Archive(open_index(settings, embedder.dim, embedder.name), embedder, settings.vision)
 
 

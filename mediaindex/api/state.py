@@ -91,7 +91,7 @@ class ApiState:
             if self._embedder is None:
                 from mediaindex.models.text_embed import load_text_embedder
 
-                self._embedder = LockedEmbedder(load_text_embedder(self.settings.embed))
+                self._embedder = LockedEmbedder(load_text_embedder(self.settings.embed, self.settings.cache_dir))
             # The first query pays the embedder's warm-up: pay it here, not in a client's request.
             self._embedder.embed_query("warm-up")
             if self._index is None:

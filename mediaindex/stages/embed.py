@@ -10,7 +10,7 @@ class EmbedStage:
     def __init__(self, settings: Settings) -> None:
         from mediaindex.models.text_embed import load_text_embedder
 
-        self.embedder = load_text_embedder(settings.embed)
+        self.embedder = load_text_embedder(settings.embed, settings.cache_dir)
 
     def process(self, item: MediaItem) -> MediaItem:
         item.keyframes = [k.without_pixels() for k in item.keyframes]

@@ -43,7 +43,7 @@ class SummaryStage:
         self.settings = settings
         self.llm = ChatEngine(settings.llm)
         # Chapters are cut where the topic shifts: the embedder compares neighbouring passages.
-        self.embedder = load_text_embedder(settings.embed)
+        self.embedder = load_text_embedder(settings.embed, settings.cache_dir)
 
     def process(self, item: MediaItem) -> MediaItem:
         from mediaindex.agents.stored import CHAPTER, SUMMARY, summary_segments
