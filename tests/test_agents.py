@@ -309,6 +309,21 @@ def test_not_found_from_the_model_is_checked(archive: Archive) -> None:
     assert ans.citations[0].video_id == vid(archive, "jfk.flac")
 
 
+def test_not_found_over_related_results_is_asked_once_to_answer(archive: Archive) -> None:
+    """A small model says NOT FOUND though its search returned the answer: told so, it answers in the loop."""
+    def answer_from_results(conv: list[Message]) -> str:
+        assert "Some of these results answer the question" in conv[-1]["content"]
+        return cite_first_result([next(m for m in reversed(conv) if "<tool_response>" in m["content"])])
+
+    model = ScriptedModel([search_call("ask what you can do for your country"), "NOT FOUND", answer_from_results])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent")
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+    assert any("asked to answer" in t.content for t in ans.trace if t.kind == "error")
+    stubborn = ScriptedModel([search_call("ask what you can do for your country"), "NOT FOUND", "NOT FOUND", "x"])
+    assert ask(QUESTION, archive, stubborn, FAST).path == "fallback"  # asked once only, then the fallback
+
+
 def test_high_scores_from_the_models_own_queries_do_not_make_a_moment_relevant(archive: Archive) -> None:
     """A query unrelated to the question can find something with a high score; that moment is still no answer."""
     question = "Which team won the football world cup final?"
@@ -349,6 +364,9 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
     assert not accepts(later, "He says banana.")  # an answer cites
     assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+    last = later_turn_grammar(["[abc@1.0-2.0]"], ["abc"], "NOT FOUND", calls=False)
+    assert accepts(last, "He says banana. [abc@1.0-2.0]") and accepts(last, "NOT FOUND")
+    assert not accepts(last, search_call("banana", video_id="abc"))  # the last step answers
     # A call written as prose (a small model's habit) is not an answer.
     assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
 
