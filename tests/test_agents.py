@@ -289,8 +289,11 @@ def test_citing_a_real_moment_it_was_never_shown_is_rejected(archive: Archive) -
 
 def test_questions_about_absent_things_are_not_found(archive: Archive) -> None:
     q = "What is the recipe for chocolate cake with raspberries?"
-    model = ScriptedModel([search_call("chocolate cake recipe"), cite_first_result])  # cites an unrelated moment
+    # Nothing in the archive matches: the search returns no moment and tells the model so.
+    model = ScriptedModel([search_call("chocolate cake recipe"), "NOT FOUND"])
     ans = ask(q, archive, model, FAST)
+    assert any(t.kind == "tool_result" and '"results": []' in t.content and "no results" in t.content
+               for t in ans.trace), ans.trace
     assert ans.status == "not_found" and ans.citations == []
     assert ans.searches[0] == "chocolate cake recipe" and q in ans.searches
     assert "Not found" in ans.answer and "chocolate cake recipe" in ans.answer
