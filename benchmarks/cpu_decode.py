@@ -17,14 +17,14 @@ import os
 import platform
 import time
 
-from mediaindex.agents.llm import LanguageStage
+from mediaindex.agents.llm import ChatEngine
 from mediaindex.config import LLMSettings, default_cache_dir
 
 PROMPT = [{"role": "user", "content": "Summarise in one sentence: And so, my fellow Americans, ask not what your "
                                       "country can do for you, ask what you can do for your country."}]
 
 
-def run(stage: LanguageStage, n: int, tokens: int) -> tuple[float, list[str]]:
+def run(stage: ChatEngine, n: int, tokens: int) -> tuple[float, list[str]]:
     stage.chat([PROMPT], max_tokens=4)  # warm-up (and the prompt's pages cached for every request)
     t0 = time.perf_counter()
     outs = stage.chat([PROMPT] * n, max_tokens=tokens)
@@ -59,7 +59,7 @@ def main() -> None:
         settings = LLMSettings(model=args.model, dtype="bfloat16" if fmt == "int8" else fmt, cpu_int8=fmt == "int8",
                                max_num_seqs=16, guided_decoding=False)
         t0 = time.perf_counter()
-        stage = LanguageStage(settings, default_cache_dir())
+        stage = ChatEngine(settings, default_cache_dir())
         load = time.perf_counter() - t0
         for n in (1, 16):
             rate, texts = run(stage, n, args.tokens)

@@ -2,8 +2,12 @@
 
 Ingests the sample media into an index first when --index holds none (the real pipeline: whisper,
 vision stages as configured, the default embedder), then runs every labelled query of
-search_queries.yaml in each mode. A hit is relevant when its file is one of the query's files and
-its time range overlaps the labelled one.
+search_queries.yaml in each mode through the one searcher (mediaindex.index.search.Searcher, what the
+CLI, the API and the agents call). A hit is relevant when its file is one of the query's files and
+its time range overlaps the labelled one. Off-archive queries (kind off_archive) count as right when
+they return no moment at all; they are left out of the recall table. For the first right speech
+moment of the spoken queries whose label is at most 15 s long, the moment's length and how far its
+start (and where it plays from) lies from the label's start; and search latency, p50 / p95.
 
 With --reference the index is built instead from the reference transcripts that ship with the media
 (captions, MANIFEST.md): search is measured without speech recognition errors, over the queries
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -25,7 +30,7 @@ import yaml
 
 from mediaindex.config import load_settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import MODES, search
+from mediaindex.index.search import MODES, Searcher
 from mediaindex.models.text_embed import load_text_embedder
 
 HERE = Path(__file__).resolve().parent
@@ -97,17 +102,40 @@ def main() -> None:
     settings = load_settings(index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
     ranks: dict[str, dict[str, list]] = {m: defaultdict(list) for m in MODES}
+    off: dict[str, list[bool]] = defaultdict(list)  # per mode: did an off-archive query return nothing?
+    lengths, offsets, seeks, took = [], [], [], []
+    bands: dict[str, int] = defaultdict(int)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        searcher = Searcher(index, embedder, settings.vision)
+        searcher.text("warm-up")
         for q in queries:
             for mode in MODES:
-                hits = search(index, embedder, q["query"], limit=10, mode=mode)
+                began = time.perf_counter()
+                hits = searcher.text(q["query"], limit=10, mode=mode)
+                if mode == "hybrid":
+                    took.append(time.perf_counter() - began)
+                    for h in hits:
+                        bands[f"{q['kind'] == 'off_archive' and 'off' or 'labelled'}:{h.band}"] += 1
+                if q["kind"] == "off_archive":
+                    off[mode].append(not hits)
+                    if args.show_misses and mode == "hybrid" and hits:
+                        print(f"  off-archive {q['query']!r} -> {len(hits)} hits, first "
+                              f"{(Path(hits[0].source).name, hits[0].modality, hits[0].band, hits[0].text[:50])}")
+                    continue
                 r = rank_of(hits, q)
                 ranks[mode][q["kind"]].append(r)
                 ranks[mode]["all"].append(r)
+                if mode == "hybrid" and q["kind"] not in ("ocr", "visual") and r is not None:
+                    right = hits[r - 1]
+                    if right.modality == "speech" and q["end"] - q["start"] <= 15:
+                        lengths.append(right.end - right.start)
+                        offsets.append(abs(right.start - q["start"]))
+                        seeks.append(abs((right.seek if right.seek is not None else right.start) - q["start"]))
                 if args.show_misses and mode == "hybrid" and r != 1:
                     top = hits[0] if hits else None
                     print(f"  hybrid rank {r}: {q['query']!r} -> "
-                          f"{(Path(top.source).name, round(top.start, 1), top.text[:50]) if top else None}")
+                          f"{(Path(top.source).name, round(top.start, 1), top.modality, top.text[:50]) if top else None}")
+    queries = [q for q in queries if q["kind"] != "off_archive"]
     kinds = ["all", *dict.fromkeys(q["kind"] for q in queries)]
     table = {m: {k: summarise(ranks[m][k]) for k in kinds} for m in MODES}
     print("| mode | kind | queries | recall@1 | recall@5 | MRR@10 |")
@@ -116,8 +144,28 @@ def main() -> None:
         for m in MODES:
             s = table[m][kind]
             print(f"| {m} | {kind} | {s['queries']} | {s['recall@1']:.2f} | {s['recall@5']:.2f} | {s['mrr@10']:.2f} |")
+    print()
+    for mode in MODES:
+        if off[mode]:
+            print(f"off-archive queries returning no moment, {mode}: {sum(off[mode])}/{len(off[mode])} "
+                  f"= {sum(off[mode]) / len(off[mode]):.2f}")
+    moments = {}
+    if lengths:
+        moments = {"queries": len(lengths), "median_length_s": statistics.median(lengths),
+                   "median_start_offset_s": statistics.median(offsets), "max_start_offset_s": max(offsets),
+                   "within_2s": sum(o <= 2 for o in offsets) / len(offsets),
+                   "median_seek_offset_s": statistics.median(seeks)}
+        print("first right speech moment (labels <= 15 s): " + ", ".join(
+            f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in moments.items()))
+    took_ms = sorted(t * 1000 for t in took)
+    latency = {"p50_ms": took_ms[len(took_ms) // 2], "p95_ms": took_ms[int(0.95 * (len(took_ms) - 1))]}
+    print(f"hybrid search latency over {len(took_ms)} queries: p50 {latency['p50_ms']:.1f} ms, "
+          f"p95 {latency['p95_ms']:.1f} ms")
+    print("bands of returned hits: " + ", ".join(f"{k} {v}" for k, v in sorted(bands.items())))
     if args.json:
-        args.json.write_text(json.dumps(table, indent=2))
+        out = {"recall": table, "off_archive_empty": {m: sum(v) / len(v) for m, v in off.items() if v},
+               "moments": moments, "latency": latency, "bands": bands}
+        args.json.write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,9 @@ class Hit:
     # How sure the search is that this moment matches the query: "high", "medium" or "low" (calibrated
     # per modality by the searcher; hits below "low" are not returned at all).
     band: str | None = None
+    # Where playing this moment should begin: its first spoken word that is one of the query's words
+    # (None: at start).
+    seek: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -289,8 +289,11 @@ def test_citing_a_real_moment_it_was_never_shown_is_rejected(archive: Archive) -
 
 def test_questions_about_absent_things_are_not_found(archive: Archive) -> None:
     q = "What is the recipe for chocolate cake with raspberries?"
-    model = ScriptedModel([search_call("chocolate cake recipe"), cite_first_result])  # cites an unrelated moment
+    # Nothing in the archive matches: the search returns no moment and tells the model so.
+    model = ScriptedModel([search_call("chocolate cake recipe"), "NOT FOUND"])
     ans = ask(q, archive, model, FAST)
+    assert any(t.kind == "tool_result" and '"results": []' in t.content and "no results" in t.content
+               for t in ans.trace), ans.trace
     assert ans.status == "not_found" and ans.citations == []
     assert ans.searches[0] == "chocolate cake recipe" and q in ans.searches
     assert "Not found" in ans.answer and "chocolate cake recipe" in ans.answer
@@ -304,6 +307,21 @@ def test_not_found_from_the_model_is_checked(archive: Archive) -> None:
     assert ans.path == "fallback" and ans.status == "answered"
     assert ans.answer.startswith("He says ask what you can do for your country")  # grounded: kept
     assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+
+
+def test_not_found_over_related_results_is_asked_once_to_answer(archive: Archive) -> None:
+    """A small model says NOT FOUND though its search returned the answer: told so, it answers in the loop."""
+    def answer_from_results(conv: list[Message]) -> str:
+        assert "Some of these results answer the question" in conv[-1]["content"]
+        return cite_first_result([next(m for m in reversed(conv) if "<tool_response>" in m["content"])])
+
+    model = ScriptedModel([search_call("ask what you can do for your country"), "NOT FOUND", answer_from_results])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent")
+    assert ans.citations[0].video_id == vid(archive, "jfk.flac")
+    assert any("asked to answer" in t.content for t in ans.trace if t.kind == "error")
+    stubborn = ScriptedModel([search_call("ask what you can do for your country"), "NOT FOUND", "NOT FOUND", "x"])
+    assert ask(QUESTION, archive, stubborn, FAST).path == "fallback"  # asked once only, then the fallback
 
 
 def test_high_scores_from_the_models_own_queries_do_not_make_a_moment_relevant(archive: Archive) -> None:
@@ -346,6 +364,9 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(later, "He says banana. [zzz@1.0-2.0]")  # only moments the tools returned
     assert not accepts(later, "He says banana.")  # an answer cites
     assert not accepts(later, "He says banana. Then more. [abc@1.0-2.0]")  # one sentence, then its citations
+    last = later_turn_grammar(["[abc@1.0-2.0]"], ["abc"], "NOT FOUND", calls=False)
+    assert accepts(last, "He says banana. [abc@1.0-2.0]") and accepts(last, "NOT FOUND")
+    assert not accepts(last, search_call("banana", video_id="abc"))  # the last step answers
     # A call written as prose (a small model's habit) is not an answer.
     assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
 

@@ -50,11 +50,20 @@ def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> No
     assert {"source", "video_id", "start", "end", "score", "modality", "text"} <= set(best)
     assert best["modality"] == "speech" and best["start"] < 8.0 < best["end"] + 3
     assert best["media_url"] == f"/media/{best['video_id']}"
-    assert best["play_url"] == f"/media/{best['video_id']}#t={best['start']:.2f}"
+    # Plays from the first matched word ("ask", after "And so my fellow Americans"), inside the moment.
+    assert best["seek"] is not None and best["start"] <= best["seek"] < best["end"]
+    assert best["play_url"] == f"/media/{best['video_id']}#t={best['seek']:.2f}"
     assert best["title"] == "jfk.flac"
     marked = [best["text"][s:e].lower() for s, e in best["highlights"]]
     assert "country" in marked and "ask" in marked
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert best["band"] == "high" and all(h["band"] in ("high", "medium", "low") for h in hits)
+
+
+def test_what_the_archive_does_not_hold_is_an_empty_list(client: TestClient) -> None:
+    for q in ("xqzv plorth wimble", "a recipe for kimchi fried rice", "내일 서울 날씨"):
+        r = client.get("/search", params={"q": q})
+        assert r.status_code == 200 and r.json()["hits"] == [], (q, r.text)
 
 
 def test_search_in_another_language_and_by_post_with_filters(client: TestClient, sample: Sample) -> None:  # noqa: F811
@@ -62,6 +71,8 @@ def test_search_in_another_language_and_by_post_with_filters(client: TestClient,
     assert Path(r.json()["hits"][0]["source"]).name == "jfk.flac"
     video = sample.video_id("auto-editor_example.mp4")
     r = client.post("/search", json={"q": "my fellow Americans", "limit": 5, "filters": {"video_id": video}})
+    assert r.status_code == 200 and r.json()["hits"] == [], r.text  # JFK is not in that video
+    r = client.post("/search", json={"q": "an example video", "limit": 5, "filters": {"video_id": video}})
     assert r.status_code == 200, r.text
     hits = r.json()["hits"]
     assert hits and all(h["video_id"] == video for h in hits)
@@ -82,7 +93,8 @@ def test_video_hits_carry_a_thumbnail_that_is_served(client: TestClient, sample:
     ("params", "where"),
     [({}, "q"), ({"q": ""}, "q"), ({"q": "x" * 1001}, "q"), ({"q": "x", "limit": 0}, "limit"),
      ({"q": "x", "limit": 101}, "limit"), ({"q": "x", "limit": "ten"}, "limit"),
-     ({"q": "x", "modality": "smell"}, "modality"), ({"q": "   "}, "empty")],
+     ({"q": "x", "modality": "smell"}, "modality"), ({"q": "   "}, "empty"), ({"q": "x" * 10_000}, "q"),
+     ({"q": "🙂🎉🚀"}, "letters or digits")],
 )
 def test_bad_search_parameters_are_refused_clearly(client: TestClient, params: dict, where: str) -> None:
     assert_error(client.get("/search", params=params), 422, where)
@@ -104,17 +116,24 @@ def test_malformed_and_oversized_bodies(client: TestClient) -> None:
     assert_error(client.post("/search", content=b"x", headers={"content-length": "abc"}), 400, "Content-Length")
 
 
-def test_search_by_image(client: TestClient) -> None:
+def test_search_by_image(client: TestClient, sample: Sample) -> None:  # noqa: F811
     png = (MEDIA / "images" / "CLIP.png").read_bytes()
     assert_error(client.post("/search/image", content=png, headers={"content-type": "text/plain"}), 415, "image")
     assert_error(client.post("/search/image", content=b"", headers={"content-type": "image/png"}), 400, "empty")
     assert_error(client.post("/search/image", content=b"\x89PNG broken", headers={"content-type": "image/png"}),
                  422, "image")
-    frame = (MEDIA / "images" / "skimage_rocket.jpg").read_bytes()
-    r = client.post("/search/image", content=frame, headers={"content-type": "image/jpeg"})
+    rocket = (MEDIA / "images" / "skimage_rocket.jpg").read_bytes()
+    r = client.post("/search/image", content=rocket, headers={"content-type": "image/jpeg"})
+    assert r.status_code == 200 and r.json()["hits"] == [], r.text  # no rocket anywhere in the archive
+    # A shot's own thumbnail (smaller, re-encoded) finds that shot, surely.
+    video = sample.video_id("auto-editor_example.mp4")
+    thumb = next(p["thumbnail"] for p in sample.index.store.segments_of(video, "visual") if p.get("thumbnail"))
+    shot = (sample.settings.index_dir / "thumbs" / thumb).read_bytes()
+    r = client.post("/search/image", content=shot, headers={"content-type": "image/jpeg"})
     assert r.status_code == 200, r.text
     hits = r.json()["hits"]
     assert hits and all(h["modality"] == "visual" for h in hits)
+    assert hits[0]["video_id"] == video and hits[0]["band"] == "high"
     assert {"thumbnail_url", "play_url", "start", "end"} <= set(hits[0])
 
 

@@ -1,6 +1,7 @@
 """Property-based fuzzing of every endpoint from the OpenAPI schema (schemathesis): schema-valid and
-schema-breaking requests alike never get a 500, every error is JSON with a message, and 2xx bodies
-match the schema. Bounded: a fixed number of examples per operation and mode, derandomised."""
+schema-breaking requests alike never get a 500, every error is JSON with a message, every status sent
+is one the schema declares for that route, and 2xx bodies match the schema. Bounded: a fixed number of
+examples per operation and mode, derandomised."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from mediaindex.api import create_app
 from tests.test_api_support import Sample, sample  # noqa: F401  (fixture)
@@ -48,7 +49,8 @@ def test_every_endpoint_survives_generated_requests(sample: Sample, tmp_path: Pa
             @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                       suppress_health_check=list(HealthCheck))
             def fuzz(case) -> None:
-                case.call_and_validate(checks=[no_server_error_and_json_errors, response_schema_conformance])
+                case.call_and_validate(checks=[no_server_error_and_json_errors, response_schema_conformance,
+                                               status_code_conformance])
 
             try:
                 fuzz()

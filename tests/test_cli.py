@@ -50,6 +50,15 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     assert best["modality"] == "speech" and "country" in best["text"]
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
 
+    # Something the archive does not hold: no moment, said plainly (exit 0); an empty JSON list.
+    result = run("search", "quantum chromodynamics on a lattice", env=cli_env)
+    assert result.returncode == 0, result.stderr
+    assert "no moments match" in result.stdout and "Traceback" not in result.stderr
+    result = run("search", "xqzv plorth wimble", "--json", env=cli_env)
+    assert result.returncode == 0 and json.loads(result.stdout) == [], result.stdout + result.stderr
+    result = run("search", "ask not what your country can do", env=cli_env)
+    assert result.returncode == 0 and "high" in result.stdout  # the band column
+
     # the --index flag wins over the environment
     other = tmp_path / "empty-index"
     result = run("search", "anything", "--index", str(other), env=cli_env)
@@ -68,6 +77,11 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
     ("args", "message"),
     [
         (["search", "   "], "query is empty"),
+        (["search", ""], "query is empty"),
+        (["search", "🙂🎉🚀"], "no letters or digits"),
+        (["search", "x" * 10_000], "characters long"),
+        (["search", "--image", str(REPO / "pyproject.toml")], "not a readable image"),
+        (["search", "--image", "no-such-picture.png"], "image file not found"),
         (["search", "x", "--limit", "0"], "--limit"),
         (["search", "x", "--config", "nosuch"], "unknown config profile"),
         (["frobnicate"], "No such command"),

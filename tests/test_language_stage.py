@@ -44,12 +44,12 @@ def test_switch_off_by_default_adds_no_stage(cache_dir: Path, tmp_path: Path) ->
     assert "summary" not in [s.name for s in default_stages(settings)]
 
 
-def test_switch_on_adds_the_language_stage_before_embed(cache_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_switch_on_adds_the_summary_stage_before_embed(cache_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_INGEST__SUMMARIES", "1")
     stages = default_stages(make_settings(tmp_path, cache_dir))
     assert [s.name for s in stages] == ["decode", "speech", "vision", "summary", "embed"]
-    language = stages[3]
-    assert (language.workers, language.cpus, language.gpus, language.settings_key) == (1, 1.0, 0.0, "llm")
+    summary = stages[3]
+    assert (summary.workers, summary.cpus, summary.gpus, summary.settings_key) == (1, 1.0, 0.0, "ray.stages.summary")
     # The GPU profile gives the language model half a GPU; on the CPU it reserves none.
     gpu = {s.name: s.gpus for s in default_stages(load_settings("gpu", cache_dir=cache_dir))}
     assert gpu["summary"] == 0.5 and gpu["speech"] == 0.25
@@ -251,7 +251,7 @@ def test_summarize_returns_the_stored_summary(archive: Archive, summary_settings
 
 
 @pytest.mark.slow
-def test_language_stage_resources_are_checked(summary_settings: Settings, ray_runtime) -> None:
+def test_summary_stage_resources_are_checked(summary_settings: Settings, ray_runtime) -> None:
     from mediaindex.ingest.run import Pipeline
     from mediaindex.workers.pool import StageStartError
 

@@ -13,10 +13,10 @@ import pytest
 from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
+from mediaindex.index.search import Searcher, judged
 from mediaindex.ingest.write import write_item
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
-from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
 from mediaindex.stages.decode import decode_media
 from mediaindex.stages.embed import EmbedStage
 from mediaindex.stages.vision import VisionStage
@@ -145,21 +145,18 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
             assert hit.score > 0.99
         # Both vectors together: the lists are fused by rank (for a picture that shows in one shot only).
         t, picture = next((t, p) for t, p in reversed(pictures) if sum(same(p, q) for q in at.values()) == 1)
-        fused = search_image(index, clip_settings.vision, picture, limit=3)
+        searcher = Searcher(index, embed.embedder, clip_settings.vision)
+        fused = searcher.image(picture, limit=3)
         assert fused[0].start <= t < fused[0].end and fused[0].modality == "visual"
-        # Text through the CLIP text tower lands on image vectors (a random model: any shot, well formed).
-        hits = clip_text_hits(index, clip_settings.vision, "a cat", limit=2)
-        assert len(hits) == 2 and all(h.modality == "visual" and -1.0 <= h.score <= 1.0 for h in hits)
-
-
-def test_fuse_keeps_a_lone_list_and_merges_by_rank() -> None:
-    from mediaindex.segments import Hit
-
-    a = Hit("/a", "v1", 0.0, 5.0, 0.9, "visual", "")
-    b = Hit("/b", "v2", 0.0, 5.0, 0.8, "visual", "")
-    assert fuse([[a, b], []], 5) == [a, b]
-    merged = fuse([[a, b], [b, a], [b]], 5)
-    assert [h.video_id for h in merged] == ["v2", "v1"]
+        assert fused[0].band == "high" and "picture:frame" in judged(
+            index, None, None, 1, image_vectors={"frame": stage.classifier.features([picture])[0]})[0].evidence
+        # Text through the CLIP text tower meets the image vectors; a random model's cosines are
+        # noise, below the CLIP text scale's match line, so they add candidates but no matches.
+        clip = load_clip(clip_settings.vision)
+        found = judged(index, embed.embedder, "a cat", 20, clip_text=clip.embed_query("a cat"))
+        weighed = [j for j in found if "clip_text" in j.evidence]
+        assert weighed and all(j.hit.modality == "visual" and -1.0 <= j.evidence["clip_text"] <= 1.0 for j in weighed)
+        assert all(h.modality != "visual" or h.band is not None for h in searcher.text("a cat", limit=5))
 
 
 def test_bad_clip_models_are_refused(tmp_path: Path) -> None:

@@ -15,13 +15,12 @@ from PIL import Image
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import search
+from mediaindex.index.search import Searcher, search
 from mediaindex.index.store import SearchFilters
 from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
-from mediaindex.models.vision_query import search_image
 from mediaindex.stages.vision import VisionStage
 from tests.conftest import REPO, make_settings, media
 
@@ -122,12 +121,12 @@ def test_a_frame_finds_its_own_shot(vision_index) -> None:
     blank = [t for t, frame in queries if float(frame.mean()) < 8.0]
     assert len(blank) < len(queries) - 2
     for t, frame in queries:
-        hits = search_image(index, settings.vision, frame, limit=3)
+        hits = Searcher(index, None, settings.vision).image(frame, limit=3)
         assert Path(hits[0].source).name == "testvideo.mp4", (t, hits[0])
         assert hits[0].modality == "visual"
         own = [t] + (blank if t in blank else [])
         assert any(hits[0].start <= u < hits[0].end for u in own), (t, hits[0])
-        assert hits[0].score > 0.9
+        assert hits[0].band == "high"
 
 
 def test_search_image_from_the_command_line(vision_index, tmp_path: Path, cache_dir: Path) -> None:

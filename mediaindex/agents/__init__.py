@@ -70,7 +70,7 @@ def open_archive(settings: Settings) -> Archive:
     if not (settings.index_dir / "schema.json").exists():
         raise IndexMissingError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
-    return Archive(open_index(settings, embedder.dim, embedder.name), embedder)
+    return Archive(open_index(settings, embedder.dim, embedder.name), embedder, settings.vision)
 
 
 def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:

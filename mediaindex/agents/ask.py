@@ -70,6 +70,7 @@ class _Run:
     steps: int = 0
     rejected: list[RejectedCitation] = field(default_factory=list)
     on_event: OnEvent = ignore
+    must_answer: bool = False  # the next turn answers (no call, no NOT FOUND)
 
     def log(self, kind: str, content: str = "", **extra) -> None:
         self.trace.append(TraceStep(step=self.steps, kind=kind, content=content[:2000], **extra))
@@ -188,8 +189,23 @@ def _agent_loop(run: _Run) -> Answer:
         if results:
             messages += [{"role": "assistant", "content": text}, tool_response_message(results)]
             continue
+        if _denies_related(run, reply.content) and not run.must_answer:
+            # A small model says NOT FOUND over results that hold the answer: it is told so once, and its next
+            # turn (one more step if this was the last) must answer citing them.
+            run.log("error", "the model said not found, but the search found related moments; asked to answer")
+            run.must_answer = True
+            run.steps = min(run.steps, run.settings.max_steps - 1)
+            messages += [{"role": "assistant", "content": text},
+                         {"role": "user", "content": "Some of these results answer the question. Answer it in one "
+                                                     "sentence from them and cite them."}]
+            continue
         return _final(run, reply.content)
     raise _Fallback(f"no answer within {run.settings.max_steps} steps")
+
+
+def _denies_related(run: _Run, content: str) -> bool:
+    """NOT FOUND, though a moment the tools showed the model is related to the question."""
+    return NOT_FOUND in content.upper() and not parse_citations(content) and any(_related(run, h) for h in run.seen)
 
 
 def _turn_guide(run: _Run) -> str | None:
@@ -202,7 +218,11 @@ def _turn_guide(run: _Run) -> str | None:
     # Only moments the answer check would accept are offered as citations; with none, the turn is a call or
     # NOT FOUND.
     cites = [cite(h.video_id, h.start, h.end) for h in ranked if _related(run, h)]
-    return later_turn_grammar(cites, ids, NOT_FOUND)
+    # The last step answers: a model that would search on past its steps gives its answer (or NOT FOUND) instead.
+    last = run.steps >= run.settings.max_steps
+    if run.must_answer and cites:
+        return later_turn_grammar(cites, ids, NOT_FOUND, calls=False, not_found_allowed=False)
+    return later_turn_grammar(cites, ids, NOT_FOUND, calls=not last)
 
 
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:

@@ -86,11 +86,13 @@ def supported(sentence: str, source: str, threshold: float = SUPPORT) -> bool:
     """A generated sentence is supported by `source` when every name and number in it occurs there and most of
     its content words do ("the manifesto of the Communist Party of the United States" fails on "United")."""
     known = {_stem(w) for w in content_words(source)} | set(re.findall(r"\d+", source))
+    said = {w.lower() for w in _WORD.findall(source)}  # short words too ("Go", "UN")
     for name in names(sentence):
         digits = re.findall(r"\d+", name)
         if digits and not all(d in known for d in digits):
             return False
-        if not digits and _stem(name.lower()) not in known and name.lower() not in _STOP:
+        word = name.lower()
+        if not digits and word not in said and _stem(word) not in known and word not in _STOP:
             return False
     return overlap(sentence, source) >= threshold and not repetitive(sentence)
 

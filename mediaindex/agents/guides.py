@@ -65,14 +65,17 @@ def first_turn_grammar() -> str:
     return str(_call_block(None))
 
 
-def later_turn_grammar(citations: list[str], video_ids: list[str], not_found: str) -> str:
-    """Another tool call on `video_ids`, `not_found`, or an answer ending in 1-3 of `citations` (as written by
-    `citations.cite`, most relevant first)."""
+def later_turn_grammar(citations: list[str], video_ids: list[str], not_found: str, calls: bool = True,
+                       not_found_allowed: bool = True) -> str:
+    """Another tool call on `video_ids` (unless `calls` is False: the loop's last step), `not_found` (unless
+    not allowed), or an answer ending in 1-3 of `citations` (as written by `citations.cite`, most relevant
+    first)."""
     import xgrammar as xgr
 
     choices = list(dict.fromkeys(citations))[:MAX_CITATION_CHOICES]
-    alternatives = [_call_block(list(dict.fromkeys(video_ids))),
-                    xgr.Grammar.from_ebnf(f"root ::= {_literal(not_found)}")]
+    alternatives = [xgr.Grammar.from_ebnf(f"root ::= {_literal(not_found)}")] if not_found_allowed or not choices else []
+    if calls:
+        alternatives.insert(0, _call_block(list(dict.fromkeys(video_ids))))
     if choices:
         cite = " | ".join(_literal(c) for c in choices)
         alternatives.append(xgr.Grammar.from_ebnf(

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mediaindex.config import VisionSettings
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SearchFilters, hit_from_payload
@@ -111,6 +112,7 @@ class Archive:
 
     index: MediaIndex
     embedder: TextEmbedder
+    vision: VisionSettings | None = None  # CLIP's text tower joins the search when it is configured
     _segments: dict[str, list[Hit]] = field(default_factory=dict)
     # Jobs may share one archive from several threads (their model calls share one batch); reads take turns.
     _lock: threading.RLock = field(default_factory=threading.RLock)
@@ -148,11 +150,12 @@ class Archive:
                limit: int = 5) -> list[Hit]:
         """Moments of the media; generated summaries and chapters only when asked for by modality, so that an
         answer cites what was said or shown, not what a model wrote about it."""
-        from mediaindex.index.search import search
+        from mediaindex.index.search import Searcher
 
         filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
         with self._lock:
-            return self._clamp(search(self.index, self.embedder, query, limit=limit, filters=filters))
+            hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters)
+            return self._clamp(hits)
 
     def _clamp(self, hits: list[Hit]) -> list[Hit]:
         """Speech segments can end a little after the container's duration; moments never do."""
@@ -171,7 +174,10 @@ class Archive:
             vid = args.get("video_id")
             if vid is not None and self.video(vid) is None:
                 raise ToolError(f"no video with id {vid!r} in the index")
-            hits = self.search(args["query"], vid, args.get("modality"), args.get("limit", 5))
+            try:
+                hits = self.search(args["query"], vid, args.get("modality"), args.get("limit", 5))
+            except ValueError as exc:  # e.g. a query of punctuation only
+                raise ToolError(str(exc)) from exc
             return ToolResult(name, args, hits, "" if hits else "no results")
         record = self.video(args["video_id"])
         if record is None:
@@ -182,8 +188,9 @@ class Archive:
         if record.duration is not None and start >= record.duration:
             raise ToolError(f"start {start} is past the end of the video ({record.duration:.1f} s)")
         wanted = ("speech",) if name == "get_transcript" else ("ocr", "visual")
+        # A shot without a confident label has no text: nothing to show the model.
         moments = [h for h in self.segments(record.video_id)
-                   if h.modality in wanted and h.start < end and h.end > start]
+                   if h.modality in wanted and h.text and h.start < end and h.end > start]
         note = "" if moments else (
             "no speech in this range" if name == "get_transcript"
             else "no on-screen text or visual concepts indexed for this range")

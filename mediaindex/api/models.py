@@ -46,10 +46,15 @@ class HitOut(BaseModel):
     title: str = Field(description="The media file's name")
     thumbnail_url: str | None = None
     media_url: str = Field(description="The media file itself; supports HTTP range requests")
-    play_url: str = Field(description="Plays the media from the hit's start time (media fragment #t=)")
+    play_url: str = Field(description="Plays the media from the first matched word, else the hit's start "
+                                      "(media fragment #t=)")
     page_url: str = Field(description="The web page's view of this video at the hit's start time")
     highlights: list[tuple[int, int]] = Field(
         default_factory=list, description="Character spans of the text that match words of the query")
+    band: Literal["high", "medium", "low"] | None = Field(
+        default=None, description="How sure the search is that this moment matches (hits below low are not returned)")
+    seek: float | None = Field(default=None, description="Where play_url starts: the first matched spoken word, "
+                                                         "when the moment has one (else start)")
 
 
 class SearchResponse(BaseModel):

@@ -159,11 +159,13 @@ class JobRunner:
         from mediaindex.agents import run_summarize_job
         from mediaindex.agents.tools import Archive
 
-        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))
+        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
+                                                                   self.state.settings.vision))
 
     def _ask(self, job_id: str) -> None:
         """A question, on this server's open index (the job records its answer or why it failed)."""
         from mediaindex.agents import run_ask_job
         from mediaindex.agents.tools import Archive
 
-        run_ask_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder))
+        run_ask_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
+                                                                   self.state.settings.vision))

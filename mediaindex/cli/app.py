@@ -252,15 +252,16 @@ def search(
 ) -> None:
     """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
     from mediaindex.index.filters import SearchFilters
-    from mediaindex.index.search import search as run_search
+    from mediaindex.index.search import Searcher, check_query
     from mediaindex.models.images import load_image
-    from mediaindex.models.vision_query import clip_text_hits, fuse, search_image
 
     if image is not None and query is not None:
         raise _fail("give a text query or --image FILE, not both")
-    if image is None and (query is None or not query.strip()):
-        raise _fail("the search query is empty")
     try:
+        if image is None:
+            query = check_query(query)
+            if not query:
+                raise ValueError("the search query is empty")
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
                                 speaker=speaker, start=after, end=before)
@@ -277,14 +278,12 @@ def search(
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
         try:
+            searcher = Searcher(media_index, embedder, settings.vision)
             if picture is not None:
-                hits = search_image(media_index, settings.vision, picture, limit=limit, filters=filters)
+                hits = searcher.image(picture, limit=limit, filters=filters)
             else:
-                assert query is not None
-                hits = run_search(media_index, embedder, query, limit=limit, filters=filters, mode=mode,  # type: ignore[arg-type]
-                                  moments=not segments)
-                # With a CLIP model, the query also meets the frames in the shared text-image space.
-                hits = fuse([hits, clip_text_hits(media_index, settings.vision, query, limit, filters)], limit)
+                hits = searcher.text(query, limit=limit, filters=filters, mode=mode,  # type: ignore[arg-type]
+                                     moments=not segments)
         finally:
             media_index.close()
     except (MediaIndexError, ValueError) as exc:

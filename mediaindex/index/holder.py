@@ -41,7 +41,7 @@ def _alive(pid: int) -> bool:
 def this_command() -> str:
     """`mediaindex SUBCOMMAND` for the CLI, else the program's name (never its arguments: they hold paths)."""
     argv = [a for a in sys.argv if a]
-    name = Path(argv[0]).name if argv else "python"
+    name = Path(argv[0]).name if argv and argv[0] != "-c" else f"{Path(sys.executable).name} -c"
     if name in ("__main__.py", "mediaindex"):
         sub = next((a for a in argv[1:] if not a.startswith("-")), "")
         return f"mediaindex {sub}".strip()

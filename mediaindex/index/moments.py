@@ -1,4 +1,8 @@
-"""From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding."""
+"""From segment hits to moments: merge neighbouring hits of one file, then keep any file from flooding.
+
+Only hits that matched reach here (the searcher drops the rest first), so a moment spans the matched
+sentences and no more.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ STRETCH_RATIO = 0.85
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
     """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
 
-    A moment keeps its best hit's score, snippet, modality and thumbnail (or the first thumbnail any
-    of its hits has) and spans the union of the time ranges of the hits that match about as well.
+    A moment keeps its best hit's score, band, snippet, modality and thumbnail (or the first thumbnail
+    any of its hits has), spans the union of the time ranges of the hits that match about as well and
+    starts playing at the earliest matched word of those.
     """
     moments: dict[str, list[Hit]] = {}
     for hit in sorted(hits, key=lambda h: -h.score):
@@ -27,7 +32,9 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
                 # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
                 # absorbed but does not stretch the moment away from what was actually matched.
                 if hit.modality == m.modality and hit.score >= STRETCH_RATIO * m.score:
-                    mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail)
+                    seeks = [t for t in (m.seek, hit.seek) if t is not None]
+                    mine[i] = replace(m, start=start, end=end, thumbnail=m.thumbnail or hit.thumbnail,
+                                      seek=min(seeks) if seeks else None)
                 break
         else:
             mine.append(replace(hit))

@@ -1,28 +1,40 @@
-"""Search: dense meaning + sparse exact words (+ image vectors), fused in the engine, returned as moments.
+"""The one searcher: text (dense meaning + exact words, + CLIP's text tower when configured) and by
+picture, filtered, judged, returned as moments. The CLI, the API and the agents all search through
+`Searcher`.
 
-Ranking: Qdrant's reciprocal-rank fusion of the candidate lists. The exact-word list counts only as
-much as the query's words are actually found: a German or Korean query over English speech shares a
-stray word with it at most, and such a chance match must not outrank the meaning.
+Candidates: Qdrant's reciprocal-rank fusion of the candidate lists (dense, sparse, image vectors).
+The exact-word list counts only as much as the query's words are actually found: a German or Korean
+query over English speech shares a stray word with it at most, and such a chance match must not
+outrank the meaning.
 
-Shown scores (0..1) are calibrated, not rank artefacts: the best of the hit's text similarity mapped
-from the embedder's "unrelated" band to its "same meaning" band, the share of the query's words the
-segment holds, and its image similarity; capped by the score above it so that the list stays sorted.
+Judging: every candidate's evidence (text similarity for its modality, the share of the query's words
+it holds, on-screen text that contains the query, a visual label's probability, picture similarity)
+is mapped to one confidence by the measured scales of `calibration`; the best of them is the hit's
+confidence. Nothing below the match line is returned, so a query about something the archive does
+not hold returns nothing; every hit carries its band (high / medium / low).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Literal
+import re
+import unicodedata
+from dataclasses import dataclass, field, replace
+from difflib import SequenceMatcher
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from mediaindex.config import IndexSettings
+from mediaindex.index import calibration
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
-from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit
-from mediaindex.models.text_embed import TextEmbedder
+from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.segments import Hit
+
+if TYPE_CHECKING:
+    from mediaindex.config import VisionSettings
+    from mediaindex.index.sparse import SparseEncoder
+    from mediaindex.models.text_embed import TextEmbedder
 
 Mode = Literal["hybrid", "dense", "sparse"]
 MODES = ("hybrid", "dense", "sparse")
@@ -30,27 +42,205 @@ MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 1000
 # Below this share of its words found in any candidate, the exact-word list gets no say.
 MIN_WORD_COVERAGE = 0.34
+# On-screen text matches by letters and digits only when the query has at least this many of them
+# (shorter runs turn up by chance in any caption).
+MIN_OCR_LETTERS = 5
+IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
+_LETTERS = re.compile(r"[\W_]+")
+# Visual segments read "a photo of a macaw, a bird, ...": the template's words are no evidence.
+_TEMPLATE = "a photo of"
+
+
+class QueryError(ValueError):
+    """A query that cannot be searched; the message says why, for a person."""
+
+
+def check_query(query: str | None) -> str:
+    """The query with blanks folded; refuses what cannot be searched."""
+    if query is not None and not isinstance(query, str):
+        raise QueryError(f"the search query must be text, got {type(query).__name__}")
+    query = " ".join((query or "").replace("\x00", " ").split())
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(f"the search query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
+    if query and not any(unicodedata.category(c)[0] in "LN" for c in query):
+        raise QueryError("the search query has no letters or digits to search for (emoji and punctuation alone "
+                         "match nothing): describe what to find in words")
+    return query
 
 
 def _check(query: str | None, limit: int, filters: SearchFilters | None, mode: str) -> str:
-    if query is not None and not isinstance(query, str):
-        raise ValueError(f"the search query must be text, got {type(query).__name__}")
-    query = " ".join((query or "").replace("\x00", " ").split())
-    if len(query) > MAX_QUERY_CHARS:
-        raise ValueError(f"the search query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
+    query = check_query(query)
     if isinstance(limit, bool) or not isinstance(limit, int | np.integer):
-        raise ValueError(f"limit must be a whole number, got {limit!r}")
+        raise QueryError(f"limit must be a whole number, got {limit!r}")
     if not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+        raise QueryError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     if filters is not None and not isinstance(filters, SearchFilters):
-        raise ValueError(f"filters must be SearchFilters, got {type(filters).__name__}")
+        raise QueryError(f"filters must be SearchFilters, got {type(filters).__name__}")
     if mode not in MODES:
-        raise ValueError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
+        raise QueryError(f"unknown search mode {mode!r}: use one of {', '.join(MODES)}")
     return query
 
 
 def word_coverage(query_words: set[int], words: set[int]) -> float:
     return len(query_words & words) / len(query_words) if query_words else 0.0
+
+
+def letters(text: str) -> str:
+    """Lower-case letters and digits only: OCR drops and adds spaces and punctuation at will."""
+    return _LETTERS.sub("", unicodedata.normalize("NFKC", text).casefold())
+
+
+def ocr_text_match(query_letters: str, text: str) -> float:
+    """The share of the query's letters and digits found as one run in the on-screen text."""
+    if len(query_letters) < MIN_OCR_LETTERS:
+        return 0.0
+    hay = letters(text)
+    m = SequenceMatcher(None, query_letters, hay, autojunk=False).find_longest_match(
+        0, len(query_letters), 0, len(hay))
+    return m.size / len(query_letters)
+
+
+@dataclass
+class Query:
+    """A query as the judge needs it: its text, words, dense vector and query pictures."""
+
+    text: str
+    words: SparseVec | None = None
+    word_ids: set[int] = field(default_factory=set)
+    dense: np.ndarray | None = None
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    clip_text: np.ndarray | None = None
+    embedder: str | None = None
+    template_ids: set[int] = field(default_factory=set)
+    encoder: SparseEncoder | None = None  # tells which spoken word is which query word
+
+    @property
+    def letters(self) -> str:
+        return letters(self.text)
+
+
+@dataclass
+class Judged:
+    """A candidate segment with its raw evidence per kind and the confidence they give."""
+
+    hit: Hit
+    evidence: dict[str, float]
+    confidence: float
+    seek: float | None = None
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
+
+
+def judge(s: ScoredHit, q: Query) -> Judged:
+    """The evidence that this segment matches the query, and the confidence it amounts to."""
+    modality = s.hit.modality
+    raw: dict[str, float] = {}
+    conf: list[float] = []
+    if q.word_ids:
+        held = s.words - q.template_ids if modality == "visual" else s.words
+        raw["words"] = word_coverage(q.word_ids, held)
+        conf.append(calibration.scale("words")(raw["words"]))
+    text_vec = s.dense.get(TEXT_VECTOR)
+    if q.dense is not None and text_vec is not None and s.hit.text:
+        kind = f"dense:{modality}"
+        raw[kind] = _cos(q.dense, text_vec)
+        c = calibration.scale(kind, q.embedder)(raw[kind])
+        if modality == "visual":
+            c *= calibration.label_weight(s.confidence)
+        conf.append(c)
+    if modality == "ocr" and q.text:
+        raw["ocr_text"] = ocr_text_match(q.letters, s.hit.text)
+        conf.append(calibration.scale("ocr_text")(raw["ocr_text"]))
+    for name, vec in q.images.items():
+        if (v := s.dense.get(name)) is not None and v.any():
+            raw[f"picture:{name}"] = _cos(vec, v)
+            conf.append(calibration.scale(f"picture:{name}")(raw[f"picture:{name}"]))
+    if q.clip_text is not None and (v := s.dense.get("image")) is not None and v.any():
+        raw["clip_text"] = _cos(q.clip_text, v)
+        conf.append(calibration.scale("clip_text")(raw["clip_text"]))
+    return Judged(s.hit, raw, max(conf, default=0.0), _first_matched_word(s, q))
+
+
+def _first_matched_word(s: ScoredHit, q: Query) -> float | None:
+    """Where playing a speech hit should begin: its first word that is one of the query's words."""
+    if (s.hit.modality != "speech" or q.encoder is None or not s.spoken or not q.word_ids
+            or not (s.words & q.word_ids)):
+        return None
+    for start, _end, word in s.spoken:
+        if set(q.encoder.query(str(word)).indices) & q.word_ids:
+            return float(start)
+    return None
+
+
+def candidates(
+    index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int,
+) -> list[ScoredHit]:
+    """The engine's fused candidate list for a prepared query."""
+    cfg, store = index.settings, index.store
+    wanted = [SPARSE_VECTOR, TEXT_VECTOR, *(n for n in IMAGE_VECTORS if n in store.dims)]
+    if mode == "sparse":
+        if not q.words:
+            return []
+        return store.query([Retriever(SPARSE_VECTOR, q.words)], pool, filters, with_vectors=wanted)
+    retrievers: list[Retriever] = []
+    if q.dense is not None:
+        retrievers.append(Retriever(TEXT_VECTOR, q.dense, cfg.dense_weight))
+    retrievers += [Retriever(name, vec, cfg.image_weight) for name, vec in q.images.items()]
+    if q.clip_text is not None:
+        retrievers.append(Retriever("image", q.clip_text, cfg.image_weight))
+    if q.words and mode == "hybrid" and cfg.sparse_weight > 0:
+        probe = store.query([Retriever(SPARSE_VECTOR, q.words)], pool, filters, with_vectors=[SPARSE_VECTOR])
+        coverage = max((word_coverage(q.word_ids, s.words) for s in probe), default=0.0)
+        if coverage >= MIN_WORD_COVERAGE:
+            retrievers.append(Retriever(SPARSE_VECTOR, q.words, cfg.sparse_weight * coverage))
+    retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
+    return store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
+
+
+def prepare(
+    index: MediaIndex, embedder: TextEmbedder | None, query: str, mode: str,
+    image_vectors: dict[str, np.ndarray] | None = None, clip_text: np.ndarray | None = None,
+) -> Query:
+    images = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in (image_vectors or {}).items()}
+    if not query and not images:
+        raise QueryError("the search query is empty")
+    for name, vec in images.items():
+        if name not in index.store.dims or name == TEXT_VECTOR:
+            raise QueryError(f"this index has no {name!r} image vectors (configure the model that makes them and "
+                             "ingest)")
+        if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
+            raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
+    q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse)
+    if query and mode != "dense":
+        q.words = index.sparse.query(query) or None
+        q.word_ids = set(q.words.indices) if q.words else set()
+        q.template_ids = set(index.sparse.query(_TEMPLATE).indices) - q.word_ids
+    if query and mode != "sparse":
+        if embedder is None:
+            raise QueryError("a text query needs the text embedder")
+        q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+    if query and mode == "dense":
+        q.word_ids = set()
+    if clip_text is not None and "image" in index.store.dims and mode != "sparse":
+        q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
+    return q
+
+
+def judged(
+    index: MediaIndex, embedder: TextEmbedder | None, query: str | None, limit: int = 10,
+    filters: SearchFilters | None = None, *, mode: Mode = "hybrid",
+    image_vectors: dict[str, np.ndarray] | None = None, clip_text: np.ndarray | None = None,
+) -> list[Judged]:
+    """Every candidate segment with its evidence, most confident first; nothing dropped (for calibration)."""
+    query = _check(query, limit, filters, mode)
+    q = prepare(index, embedder, query, mode, image_vectors, clip_text)
+    pool = max(index.settings.candidates, limit * 5)
+    found = [judge(s, q) for s in candidates(index, q, filters, mode, pool)]
+    # Stable: equally confident candidates keep the engine's fused order.
+    return sorted(found, key=lambda j: -j.confidence)
 
 
 def search(
@@ -62,85 +252,75 @@ def search(
     *,
     mode: Mode = "hybrid",
     image_vectors: dict[str, np.ndarray] | None = None,
+    clip_text: np.ndarray | None = None,
     moments: bool = True,
 ) -> list[Hit]:
-    """Best moments first (or segments, with moments=False).
+    """The moments (or segments, with moments=False) that match, best first; [] when nothing does.
 
-    `image_vectors` (e.g. {"image": clip_vector} for a query image) search those named vectors too,
-    alone or fused with the text query.
+    `image_vectors` (e.g. {"frame": feature} of a query picture) search those named vectors too, alone
+    or fused with the text query; `clip_text` is the query through a CLIP text tower, searched against
+    the shots' "image" vectors.
     """
-    query = _check(query, limit, filters, mode)
-    images = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in (image_vectors or {}).items()}
-    if not query and not images:
-        raise ValueError("the search query is empty")
-    for name, vec in images.items():
-        if name not in index.store.dims or name == TEXT_VECTOR:
-            raise ValueError(f"this index has no {name!r} image vectors (configure the model that makes them and ingest)")
-        if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
-            raise ValueError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
-    cfg = index.settings
-    pool = max(cfg.candidates, limit * 5)
-    hits = _retrieve(index, embedder, query, images, filters, mode, pool)
+    found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
+                   clip_text=clip_text)
+    hits = [replace(j.hit, score=round(j.confidence, 6), band=calibration.band(j.confidence), seek=j.seek)
+            for j in found if j.confidence >= calibration.MATCH]
     if moments:
+        cfg = index.settings
         hits = diversify(merge_moments(hits, cfg.merge_gap, cfg.max_moment), cfg.per_video_decay)
     return hits[:limit]
 
 
-def _retrieve(
-    index: MediaIndex, embedder: TextEmbedder | None, query: str, images: dict[str, np.ndarray],
-    filters: SearchFilters | None, mode: str, pool: int,
-) -> list[Hit]:
-    cfg, store = index.settings, index.store
-    words = index.sparse.query(query) if query and mode != "dense" else None
-    query_words = set(words.indices) if words else set()
-    wanted = [SPARSE_VECTOR, *images]
-    if mode == "sparse":
-        if not words:
-            return []
-        found = store.query([Retriever(SPARSE_VECTOR, words)], pool, filters, with_vectors=wanted)
-        return _shown(found, cfg, query_words, {}, images)
+class Searcher:
+    """Search one index: by text (with CLIP's text tower when `vision.clip` is configured) and by picture."""
 
-    retrievers: list[Retriever] = []
-    dense_query: dict[str, np.ndarray] = dict(images)
-    if query:
-        if embedder is None:
-            raise ValueError("a text query needs the text embedder")
-        dense_query[TEXT_VECTOR] = np.asarray(embedder.embed_query(query), dtype=np.float32)
-        retrievers.append(Retriever(TEXT_VECTOR, dense_query[TEXT_VECTOR], cfg.dense_weight))
-        wanted.append(TEXT_VECTOR)
-    retrievers += [Retriever(name, vec, cfg.image_weight) for name, vec in images.items()]
-    if words and mode == "hybrid" and cfg.sparse_weight > 0:
-        probe = store.query([Retriever(SPARSE_VECTOR, words)], pool, filters, with_vectors=[SPARSE_VECTOR])
-        coverage = max((word_coverage(query_words, s.words) for s in probe), default=0.0)
-        if coverage >= MIN_WORD_COVERAGE:
-            retrievers.append(Retriever(SPARSE_VECTOR, words, cfg.sparse_weight * coverage))
-    if mode == "dense":
-        query_words = set()
-    retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
-    found = store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
-    return _shown(found, cfg, query_words, dense_query, images)
+    def __init__(self, index: MediaIndex, embedder: TextEmbedder | None, vision: VisionSettings | None = None) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.vision = vision
 
+    def _clip(self):  # -> ClipEmbedder | None
+        if self.vision is None or "image" not in self.index.store.dims:
+            return None
+        from mediaindex.models.vision import load_clip
 
-def _shown(
-    found: list[ScoredHit], cfg: IndexSettings, query_words: set[int], dense_query: dict[str, np.ndarray],
-    images: dict[str, np.ndarray],
-) -> list[Hit]:
-    """Engine order, calibrated scores (each at most the one above it)."""
-    out: list[Hit] = []
-    cap = 1.0
-    for s in found:
-        parts = [word_coverage(query_words, s.words)]
-        for name, q in dense_query.items():
-            v = s.dense.get(name)
-            if v is None or not v.any():
-                continue
-            cos = float(np.dot(q, v) / (np.linalg.norm(q) * np.linalg.norm(v)))
-            parts.append(_calibrate(cos, cfg.dense_floor, cfg.dense_ceiling) if name == TEXT_VECTOR
-                         else float(np.clip(cos, 0.0, 1.0)))
-        cap = min(cap, max(parts))
-        out.append(replace(s.hit, score=round(cap, 6)))
-    return out
+        return load_clip(self.vision)
+
+    def text(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+             mode: Mode = "hybrid", moments: bool = True) -> list[Hit]:
+        query = _check(query, limit, filters, mode)
+        if not query:
+            raise QueryError("the search query is empty")
+        clip = self._clip() if mode != "sparse" and _visual_allowed(filters) else None
+        clip_text = clip.embed_query(query) if clip is not None else None
+        return search(self.index, self.embedder, query, limit, filters, mode=mode, clip_text=clip_text,
+                      moments=moments)
+
+    def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
+        """Shots that look like `picture`: through the classifier's "frame" vector and, when configured,
+        CLIP's "image" vector."""
+        from mediaindex.models.images import check_image
+        from mediaindex.models.vision import load_classifier
+
+        if self.vision is None:
+            raise QueryError("image search needs the vision settings")
+        picture = check_image(picture, "the query picture")
+        if not _visual_allowed(filters):
+            raise QueryError(f"image search finds visual segments only, not {filters.modality!r} ones")  # type: ignore[union-attr]
+        classifier = load_classifier(self.vision) if "frame" in self.index.store.dims else None
+        clip = self._clip()
+        if classifier is None and clip is None:
+            raise QueryError("image search needs vision.classifier or vision.clip to be configured (and an index "
+                             "built with them)")
+        vectors: dict[str, np.ndarray] = {}
+        if classifier is not None:
+            vectors["frame"] = classifier.features([picture])[0]
+        if clip is not None:
+            vectors["image"] = clip.embed_images([picture])[0]
+        where = replace(filters or SearchFilters(), modality="visual")
+        return search(self.index, None, None, limit, where, image_vectors=vectors)
 
 
-def _calibrate(score: float, floor: float, ceiling: float) -> float:
-    return float(np.clip((score - floor) / (ceiling - floor), 0.0, 1.0))
+def _visual_allowed(filters: SearchFilters | None) -> bool:
+    mods = filters.modalities if filters is not None else None
+    return mods is None or "visual" in mods

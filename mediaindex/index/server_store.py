@@ -30,6 +30,7 @@ from mediaindex.index.store import (
     payloads_in_time_order,
     point_payload,
     scored_hit,
+    word_text,
 )
 from mediaindex.segments import Segment
 
@@ -124,8 +125,9 @@ class ServerStore(VectorStore):
             points = []
             for i in range(part.start, part.stop):
                 seg = segments[i]
-                words = self.encoder.document(seg.text)
-                named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()}
+                words = self.encoder.document(word_text(seg))
+                # A segment without text (a shot with no confident label) is found by picture only.
+                named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()} if seg.text.strip() else {}
                 named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
                 if words:
                     named[SPARSE_VECTOR] = models.SparseVector(indices=words.indices, values=words.values)

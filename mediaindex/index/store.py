@@ -26,7 +26,8 @@ SPARSE_VECTOR = "words"
 PAYLOAD_INDEXES = {"video_id": "keyword", "source": "keyword", "modality": "keyword", "language": "keyword",
                    "speaker": "keyword", "start": "float", "end": "float"}
 # Payload fields a hit needs; the rest (e.g. "extra") stays in the engine.
-HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail", "speaker"]
+HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail", "speaker",
+              "confidence", "extra.words"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class ScoredHit:
     hit: Hit
     words: set[int] = field(default_factory=set)
     dense: dict[str, np.ndarray] = field(default_factory=dict)
+    confidence: float | None = None  # the segment's own: a visual label's probability, OCR's, speech's
+    spoken: list[list] = field(default_factory=list)  # speech: [start, end, word] of each word
 
 
 def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> ScoredHit:
@@ -65,7 +68,12 @@ def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> Sc
             words = set(vec.indices)
         elif vec is not None:
             dense[name] = np.asarray(vec, dtype=np.float32)
-    return ScoredHit(hit_from_payload(payload or {}, score), words, dense)
+    payload = payload or {}
+    extra = payload.get("extra") or {}
+    conf = payload.get("confidence")
+    return ScoredHit(hit_from_payload(payload, score), words, dense,
+                     float(conf) if isinstance(conf, int | float) else None,
+                     list(extra.get("words") or []) if isinstance(extra, dict) else [])
 
 
 def check_retrievers(retrievers: list[Retriever], dims: dict[str, int]) -> None:
@@ -114,6 +122,13 @@ _PAYLOAD_FIELDS = [f.name for f in fields(Segment) if f.name != "vectors"]
 def point_payload(seg: Segment) -> dict[str, Any]:
     """Segment.payload() without dataclasses.asdict's deep copies (a third of the upsert time)."""
     return {name: getattr(seg, name) for name in _PAYLOAD_FIELDS}
+
+
+def word_text(seg: Segment) -> str:
+    """What a segment is found by as exact words: its text and its `aliases` (e.g. a visual label's
+    kinds in other languages), which are neither shown nor embedded."""
+    aliases = seg.extra.get("aliases") or []
+    return " ".join([seg.text, *map(str, aliases)]) if aliases else seg.text
 
 
 def hit_from_payload(payload: dict[str, Any], score: float) -> Hit:

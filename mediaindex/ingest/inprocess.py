@@ -99,6 +99,10 @@ class InProcessExecutor:
         return [box.value for box in results]
 
 
+def _builder(spec: StageSpec, settings: Settings) -> Callable[[], Any]:
+    return lambda: spec.build(settings)
+
+
 class InProcessPipeline:
     """The pipeline's stages built once in this process (no Ray): for small jobs and tests."""
 
@@ -106,7 +110,7 @@ class InProcessPipeline:
         self.settings = settings
         self.stages = stages or default_stages(settings)
         self.factories: dict[StageName, Callable[[], Any]] = {
-            spec.name: (lambda spec=spec: spec.build(settings)) for spec in self.stages}
+            spec.name: _builder(spec, settings) for spec in self.stages}
         self.built = {spec.name: [self.factories[spec.name]() for _ in range(spec.workers)] for spec in self.stages}
 
     def executor(self) -> InProcessExecutor:

@@ -9,7 +9,7 @@ from typing import Any
 
 from mediaindex.agents.stored import SUMMARY
 from mediaindex.config import Settings
-from mediaindex.index.catalog import Catalog, VideoRecord, content_hash
+from mediaindex.index.catalog import VideoRecord, content_hash
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobFile
@@ -43,7 +43,7 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
         return Plan(f.path, Outcome.POISON, f.meta, f.attempts,
                     reason=f"gave up after {f.attempts} attempts (the run stopped while it was in progress)")
     try:
-        unchanged = _unchanged(index.catalog, Path(f.path))
+        unchanged = _unchanged(index, Path(f.path))
     except OSError as exc:
         return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
     if not unchanged:
@@ -54,8 +54,9 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
     return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")
 
 
-def _unchanged(catalog: Catalog, path: Path) -> bool:
+def _unchanged(index: MediaIndex, path: Path) -> bool:
     """Same size and mtime as when indexed, or the same bytes (then the mtime is refreshed)."""
+    catalog = index.catalog
     record = catalog.by_source(str(path))
     if record is None:
         return False

@@ -33,7 +33,7 @@ from mediaindex.ingest.request import IngestHooks, IngestReport, IngestRequest
 from mediaindex.ingest.route import FULL_ROUTE, Route
 from mediaindex.ingest.scheduler import Finished, Scheduler, SchedulerHooks
 from mediaindex.ingest.write import FileOutcome, Status, write_item, write_summary
-from mediaindex.jobs import JobStore
+from mediaindex.jobs import FileState, JobStore
 from mediaindex.stages.merge import merge
 from mediaindex.stages.registry import StageName
 from mediaindex.stages.summary import indexed_item
@@ -186,8 +186,8 @@ class _Run:
         return write_item(self.index, item, plan.meta)
 
     def _close(self, plan: Plan, outcome: FileOutcome, busy: list[tuple[StageName, float]] | None = None) -> None:
-        state = "failed" if outcome.status is Status.FAILED else "skipped" if outcome.status is Status.SKIPPED \
-            else "done"
+        state: FileState = "failed" if outcome.status is Status.FAILED else \
+            "skipped" if outcome.status is Status.SKIPPED else "done"
         # A file closed after it went through the stages counts the attempt of this run.
         self.jobs.set_file(self.job_id, plan.path, state, outcome.reason, video_id=outcome.video_id,
                            attempt=int(busy is not None))

@@ -9,7 +9,7 @@ import numpy as np
 
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.efficientnet_lite import FEATURE_DIM, INPUT_SIZE
-from mediaindex.models.imagenet_labels import LABELS, groups_of
+from mediaindex.models.imagenet_labels import GROUP_TRANSLATIONS, LABELS, group_members, groups_of
 from mediaindex.models.images import check_image, resize_center_crop
 
 if TYPE_CHECKING:
@@ -30,6 +30,10 @@ class Prediction:
     labels: list[tuple[str, float]]  # (readable class name, probability), best first
     top: list[int]  # the class indices of `labels`
     feature: np.ndarray  # L2-normalised pooled feature (FEATURE_DIM,)
+    # How sure the classifier is of what the picture shows: the best class's probability, or the
+    # summed probability of a broad kind it belongs to when that is larger (a bird that reads 0.22
+    # cockatoo and 0.22 grey parrot is surely a parrot, 0.44).
+    confidence: float = 0.0
 
     def description(self) -> str:
         """A short text for the text embedder: "a photo of a macaw, a bird, a parrot".
@@ -38,9 +42,19 @@ class Prediction:
         matched plain-language queries better than bare labels with the multilingual embedder.
         """
         words = [name for name, _ in self.labels]
+        return "a photo of " + ", ".join(_article(w) for w in words + self.kinds())
+
+    def kinds(self) -> list[str]:
+        words = [name for name, _ in self.labels]
+        out: list[str] = []
         for index in self.top:
-            words += [g for g in groups_of(index) if g not in words]
-        return "a photo of " + ", ".join(_article(w) for w in words)
+            out += [g for g in groups_of(index) if g not in words and g not in out]
+        return out
+
+    def aliases(self) -> list[str]:
+        """The broad kinds in German and Korean ("Papagei", "앵무새"): indexed as exact words only, since
+        in the embedded text they pulled unrelated English queries towards every labelled shot."""
+        return [GROUP_TRANSLATIONS[g][i] for i in (0, 1) for g in self.kinds() if g in GROUP_TRANSLATIONS]
 
 
 def _article(word: str) -> str:
@@ -100,10 +114,13 @@ class ImageClassifier:
     def describe(self, probs: np.ndarray, feature: np.ndarray) -> Prediction:
         """Labels from class probabilities (one frame's, or several frames' averaged) and a feature."""
         order = np.argsort(-probs)[: self.max_labels]
-        # The best label always describes the frame: an empty description would embed as a
-        # generic text close to every query. Further labels must pass the threshold.
+        # The best label always describes the frame (the vision stage decides from `confidence`
+        # whether it is indexed at all). Further labels must pass the threshold.
         keep = [int(order[0])] + [int(k) for k in order[1:] if probs[k] >= self.threshold]
-        return Prediction([(LABELS[k], float(probs[k])) for k in keep], keep, feature.astype(np.float32))
+        best = int(order[0])
+        kinds = [float(probs[group_members(g)].sum()) for g in groups_of(best)]
+        return Prediction([(LABELS[k], float(probs[k])) for k in keep], keep, feature.astype(np.float32),
+                          max([float(probs[best]), *kinds]))
 
     def predict(self, images: list[np.ndarray]) -> list[Prediction]:
         probs, feats = self.scores(images)

@@ -1017,10 +1017,36 @@ GROUP_RANGES: list[tuple[int, int, str]] = [
     (80, 100, "bird"), (87, 90, "parrot"), (118, 126, "crustacean"), (127, 146, "bird"), (147, 150, "marine mammal"),
     (151, 268, "dog"), (269, 280, "wild dog"), (281, 285, "cat"), (286, 293, "big cat"), (294, 297, "bear"),
     (300, 319, "insect"), (320, 326, "insect"), (330, 332, "rabbit"), (365, 384, "primate"),
-    (389, 397, "fish"),
+    (389, 397, "fish"), (340, 355, "hoofed animal"), (351, 353, "antelope"),
+]
+# Broad kinds whose classes are not one range: (class indices, name).
+GROUP_MEMBERS: list[tuple[tuple[int, ...], str]] = [
+    ((404, 405, 895, 908), "aircraft"),  # airliner, airship, military aircraft, wing
 ]
 
 
+# The broad kinds in German and Korean: a short query in those languages ("ein Vogel", "앵무새")
+# meets the English labels by meaning only weakly with a small multilingual embedder, and not at all
+# by exact words.
+GROUP_TRANSLATIONS: dict[str, tuple[str, str]] = {
+    "fish": ("Fisch", "물고기"), "bird": ("Vogel", "새"), "amphibian": ("Amphibie", "양서류"),
+    "reptile": ("Reptil", "파충류"), "arthropod": ("Gliederfüßer", "절지동물"), "parrot": ("Papagei", "앵무새"),
+    "crustacean": ("Krebstier", "갑각류"), "marine mammal": ("Meeressäuger", "해양 포유류"), "dog": ("Hund", "개"),
+    "wild dog": ("Wildhund", "들개"), "cat": ("Katze", "고양이"), "big cat": ("Großkatze", "맹수"),
+    "bear": ("Bär", "곰"), "insect": ("Insekt", "곤충"), "rabbit": ("Kaninchen", "토끼"),
+    "primate": ("Affe", "원숭이"), "hoofed animal": ("Huftier", "발굽 동물"), "antelope": ("Antilope", "영양"),
+    "aircraft": ("Flugzeug", "비행기"),
+}
+
+
 def groups_of(index: int) -> list[str]:
-    """The broad kinds of an ImageNet class (e.g. parrot, bird for a cockatoo); empty outside the animals."""
-    return [name for low, high, name in GROUP_RANGES if low <= index <= high]
+    """The broad kinds of an ImageNet class (e.g. parrot, bird for a cockatoo); empty for most objects."""
+    return ([name for low, high, name in GROUP_RANGES if low <= index <= high]
+            + [name for members, name in GROUP_MEMBERS if index in members])
+
+
+def group_members(name: str) -> list[int]:
+    """Every class index of a broad kind."""
+    out = [i for low, high, g in GROUP_RANGES if g == name for i in range(low, high + 1)]
+    out += [i for members, g in GROUP_MEMBERS if g == name for i in members]
+    return sorted(set(out))

@@ -59,8 +59,8 @@ class StepCheck:
     """The verdict of one step's check, still on the device until `failures()` reads it.
 
     `entries`: every page id the step's kernels use (writes first, then reads), `expected`: the tag each one must
-    carry, `owner`: the index into `seqs` of the request it serves; the host copies of `expected_pages` (the page
-    each entry should be, from what the request acquired) are used only to describe a failure."""
+    carry, `owner`: the index into `seqs` of the request it serves (on the device); the host copies of
+    `expected_pages` (the page each entry should be, from what the request acquired) only describe a failure."""
 
     seqs: list[Sequence]
     entries: torch.Tensor
@@ -69,7 +69,7 @@ class StepCheck:
     bad_seq: torch.Tensor
     expected_tags: list[int]
     expected_pages: list[int]
-    owners: list[int]
+    owner: torch.Tensor
 
     def failures(self) -> dict[int, KVIntegrityError]:
         """id(seq) -> error, for each request that failed; empty on a clean step."""
@@ -79,9 +79,10 @@ class StepCheck:
         bad_entry = self.bad_entry.tolist()
         entries = self.entries.tolist()
         found = self.found.tolist()
+        owners = self.owner.tolist()
         errors: dict[int, KVIntegrityError] = {}
         for i, is_bad in enumerate(bad_entry):
-            seq = self.seqs[self.owners[i]]
+            seq = self.seqs[owners[i]]
             if is_bad and id(seq) not in errors:
                 errors[id(seq)] = KVIntegrityError(
                     seq.request_id, self.expected_pages[i], self.expected_tags[i], found[i], entries[i]
@@ -139,24 +140,27 @@ class CheckingTracker(IntegrityTracker):
         entries: torch.Tensor,
         expected_tags: list[int],
         expected_pages: list[int],
-        owners: list[int],
+        runs: list[tuple[int, int]],
         misplaced: torch.Tensor | None = None,
     ) -> StepCheck:
         """Compare the page ids the kernels will use (`entries`, on the device) with the tags their requests
-        recorded. Out-of-range ids fail too, and so do entries flagged in `misplaced` (a write at the wrong offset
+        recorded; `runs` says which request each stretch of entries serves ((request index, entries), in order).
+        Out-of-range ids fail too, and so do entries flagged in `misplaced` (a write at the wrong offset
         of its page; covers the first len(misplaced) entries). Nothing here waits for the device."""
         self.flush()
         self.num_checks += 1
         dev = self.device
         expected = torch.tensor(expected_tags, dtype=torch.int64, device=dev)
-        owner = torch.tensor(owners, dtype=torch.int64, device=dev)
+        who, count = zip(*runs, strict=True) if runs else ((), ())
+        owner = torch.repeat_interleave(torch.tensor(who, dtype=torch.int64, device=dev),
+                                        torch.tensor(count, dtype=torch.int64, device=dev))
         in_range = (entries >= 0) & (entries <= self.scratch_page)
         found = self.tags[entries.clamp(0, self.scratch_page)]
         bad_entry = (found != expected) | ~in_range
         if misplaced is not None and misplaced.numel():
             bad_entry[: misplaced.numel()] |= misplaced
         bad_seq = torch.zeros(len(seqs), dtype=torch.int32, device=dev).index_add_(0, owner, bad_entry.int()) > 0
-        return StepCheck(seqs, entries, found, bad_entry, bad_seq, expected_tags, expected_pages, owners)
+        return StepCheck(seqs, entries, found, bad_entry, bad_seq, expected_tags, expected_pages, owner)
 
 
 def expected_entries(seq: Sequence, start: int, stop: int) -> tuple[list[int], list[int]]:

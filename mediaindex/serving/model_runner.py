@@ -157,7 +157,7 @@ def _is_decode(seq: Sequence, n: int) -> bool:
 @dataclass
 class StepInputs:
     """One forward's flat batch, as handed to the model and the kernels. `spans` is (seq, first token, tokens)
-    for each request; `read_owners[i]` is the request (index into spans) whose block table holds read entry i."""
+    for each request."""
 
     input_ids: list[int]
     positions: list[int]
@@ -285,7 +285,7 @@ class ModelRunner:
         meta = inputs.meta
         exp_pages: list[int] = []
         exp_tags: list[int] = []
-        owners: list[int] = []
+        runs: list[tuple[int, int]] = []  # (request index into spans, consecutive entries it owns)
         # Writes: the page each token's slot points at must be the one acquired for its position.
         for i, (seq, _, n) in enumerate(inputs.spans):
             start = seq.num_computed
@@ -293,7 +293,7 @@ class ModelRunner:
                 p, t = expected_entries(seq, pos // ps, pos // ps + 1)
                 exp_pages += p
                 exp_tags += t
-            owners += [i] * n
+            runs.append((i, n))
         # Reads: every block-table entry, padding included (it must be the scratch page).
         reads: list[torch.Tensor] = []
         if meta.decode_block_tables is not None:
@@ -304,22 +304,22 @@ class ModelRunner:
                 p, t = expected_entries(seq, 0, own)
                 exp_pages += p + [tracker.scratch_page] * (width - own)
                 exp_tags += t + [SCRATCH_TAG] * (width - own)
-            owners += [i for i in range(meta.num_decode) for _ in range(width)]
+            runs += [(i, width) for i in range(meta.num_decode)]
             reads.append(meta.decode_block_tables.flatten())
         for j, span in enumerate(meta.prefills):
             i = meta.num_decode + j
             p, t = expected_entries(inputs.spans[i][0], 0, span.block_table.numel())
             exp_pages += p
             exp_tags += t
-            owners += [i] * span.block_table.numel()
+            runs.append((i, span.block_table.numel()))
             reads.append(span.block_table)
         slots = meta.slot_mapping
         positions = torch.tensor(inputs.positions, dtype=torch.int64, device=self.device)
         entries = torch.cat([torch.div(slots, ps, rounding_mode="floor"), *reads])
-        check = tracker.check([s for s, _, _ in inputs.spans], entries, exp_tags, exp_pages, owners,
+        check = tracker.check([s for s, _, _ in inputs.spans], entries, exp_tags, exp_pages, runs,
                               misplaced=slots % ps != positions % ps)
         # A failing request writes nowhere it could damage: its tokens go to the scratch page.
-        token_owner = torch.tensor(owners[: slots.numel()], dtype=torch.int64, device=self.device)
+        token_owner = check.owner[: slots.numel()]
         scratch = tracker.scratch_page * ps + torch.arange(slots.numel(), device=self.device) % ps
         meta.slot_mapping = torch.where(check.bad_seq[token_owner], scratch, slots)
         return check

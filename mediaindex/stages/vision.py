@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mediaindex.config import Settings
+from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
 from mediaindex.segments import Segment
@@ -126,9 +127,16 @@ class VisionStage:
             if preds is not None:
                 pred = preds[i]
                 vectors[FRAME_VECTOR] = pred.feature.tolist()
-                text = pred.description()
-                confidence = pred.labels[0][1] if pred.labels else None
-                extra["labels"] = [[name, round(p, 4)] for name, p in pred.labels]
+                # A label the classifier is not sure of is more often absurd than right (a talking
+                # head as "a nematode", a title card as "a dust jacket"): such a part keeps its
+                # picture vectors, found by picture, but no words.
+                if pred.confidence >= LABEL_MIN:
+                    text = pred.description()
+                    confidence = round(pred.confidence, 4)
+                    extra["labels"] = [[name, round(p, 4)] for name, p in pred.labels]
+                    extra["aliases"] = pred.aliases()
+                else:
+                    extra["unlabelled"] = [[name, round(p, 4)] for name, p in pred.labels[:1]]
             if clips is not None:
                 vectors[IMAGE_VECTOR] = clips[i].tolist()
             out.append(Segment(

@@ -49,8 +49,8 @@ class Pipeline:
         self.nodes: dict[str, list[str]] = {
             s.name: ray.get([a.node_id.remote() for a in self.actors[s.name]]) for s in self.stages}
         count = len({node for ids in self.nodes.values() for node in ids})
-        stages = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
-        log.info("pipeline: %s, on %d Ray node%s", stages, count, "" if count == 1 else "s")
+        pools = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
+        log.info("pipeline: %s, on %d Ray node%s", pools, count, "" if count == 1 else "s")
 
     def executor(self):  # -> RayExecutor
         """An executor over these actors for one ingest run."""

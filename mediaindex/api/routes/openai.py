@@ -174,10 +174,10 @@ class ChatBackend:
     def engine(self) -> Any:  # -> mediaindex.serving.LLMEngine
         with self._lock:
             if self._engine is None:
-                from mediaindex.agents.llm import LanguageStage
+                from mediaindex.agents.llm import ChatEngine
 
                 try:
-                    self._engine = LanguageStage(self._settings).engine
+                    self._engine = ChatEngine(self._settings).engine
                 except MediaIndexError as exc:
                     raise OpenAIError(503, f"the language model cannot be loaded: {exc}", "server_error",
                                       code="model_unavailable") from exc

@@ -1,4 +1,4 @@
-"""Search: the CLI's hits, plus URLs for thumbnails and for playing each moment."""
+"""Search: the CLI's hits (the same searcher), plus URLs for thumbnails and for playing each moment."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def hit_out(hit: Hit, query: str) -> HitOut:
         title=Path(hit.source).name,
         thumbnail_url=f"/thumbs/{quote(hit.thumbnail)}" if hit.thumbnail else None,
         media_url=f"/media/{vid}",
-        play_url=f"/media/{vid}#t={hit.start:.2f}",
+        play_url=f"/media/{vid}#t={hit.seek if hit.seek is not None else hit.start:.2f}",
         page_url=f"/#/video/{vid}?t={hit.start:.2f}",
         highlights=highlights(query, hit.text),
     )
@@ -42,17 +42,21 @@ def _filters(**values: object) -> SearchFilters:
         raise ApiError(422, str(exc)) from exc
 
 
-def _run(request: Request, body: SearchRequest) -> SearchResponse:
-    from mediaindex.index.search import search
+def _searcher(request: Request):  # -> Searcher
+    from mediaindex.index.search import Searcher
 
     state = get_state(request)
-    index, embedder = state.index, state.embedder
+    return Searcher(state.index, state.embedder, state.settings.vision)
+
+
+def _run(request: Request, body: SearchRequest) -> SearchResponse:
+    state = get_state(request)
     f = body.filters
     filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
     started = time.perf_counter()
     try:
-        hits = search(index, embedder, body.q, limit=body.limit, filters=filters)
-    except ValueError as exc:  # e.g. a query of blanks only
+        hits = _searcher(request).text(body.q, limit=body.limit, filters=filters)
+    except ValueError as exc:  # e.g. a query of blanks or emoji only
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
@@ -105,7 +109,8 @@ async def search_image(
 
     from mediaindex.errors import MediaIndexError
     from mediaindex.models.images import load_image
-    from mediaindex.models.vision_query import search_image as find_similar_shots
+
+    searcher = _searcher(request)
 
     def run() -> list[Hit]:
         state.settings.temp_dir.mkdir(parents=True, exist_ok=True)
@@ -113,8 +118,7 @@ async def search_image(
             tmp.write(data)
             tmp.flush()
             picture = load_image(tmp.name)
-        return find_similar_shots(state.index, state.settings.vision, picture, limit=limit,
-                                  filters=filters)
+        return searcher.image(picture, limit=limit, filters=filters)
 
     started = time.perf_counter()
     try:

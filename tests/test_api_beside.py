@@ -1,0 +1,125 @@
+"""The CLI beside a running `serve`: commands go through the server that holds the index, the others say
+which process holds it, a failed attempt leaves no job behind, and a SIGKILLed server frees the index.
+
+Real processes throughout: `serve`, the CLI commands and a plain Python process holding the index.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import MEDIA, REPO, media
+from tests.test_api_support import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("beside-index"))
+    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
+    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("bt"))
+    env.pop("RAY_AUTH_TOKEN", None)
+    env.pop("RAY_AUTH_MODE", None)
+    env.pop("MEDIAINDEX_API_KEY", None)
+    return env
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mediaindex", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=timeout)
+
+
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    return " ".join((result.stdout + result.stderr).split())
+
+
+@pytest.fixture(scope="module")
+def served(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mediaindex", "serve", "--port", str(port),
+                             "--media-root", str(MEDIA / "audio")], env=env, cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    try:
+        while True:
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.5)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[str, str]) -> None:
+    url, proc = served
+    holder = json.loads((Path(env["MEDIAINDEX_INDEX_DIR"]) / "holder.json").read_text())
+    assert holder == {"pid": proc.pid, "command": "mediaindex serve", "url": url}
+
+    ingested = cli("ingest", str(media("audio/jfk.flac")), env=env)
+    assert ingested.returncode == 0, said(ingested)
+    assert f"held by `mediaindex serve` (pid {proc.pid}, answering at {url})" in said(ingested)
+    assert "jfk.flac" in ingested.stderr and "(job " in ingested.stderr
+
+    found = cli("search", "ask not what your country can do for you", "--json", env=env)
+    assert found.returncode == 0, said(found)
+    hits = json.loads(found.stdout)
+    assert hits and Path(hits[0]["source"]).name == "jfk.flac"
+
+    outside = cli("ingest", str(media("video/chaplin.mp4")), env=env)  # not under the server's media roots
+    assert outside.returncode == 2 and "outside the configured media roots" in said(outside)
+    narrowed = cli("search", "country", "--under", str(MEDIA), env=env)
+    assert narrowed.returncode == 2 and "through it, search takes" in said(narrowed)
+    stats = cli("index", "stats", env=env)
+    assert stats.returncode == 2 and f"held by `mediaindex serve` (pid {proc.pid}" in said(stats)
+    assert "ingest still running" not in said(stats) and "Traceback" not in stats.stderr
+
+
+def test_a_killed_server_frees_the_index_and_a_held_index_leaves_no_failed_job(served, env: dict[str, str]) -> None:
+    _, proc = served
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    # Its record stays behind with a dead pid: ignored, and the index opens here.
+    found = cli("search", "ask not what your country can do for you", "--json", env=env)
+    assert found.returncode == 0, said(found)
+    assert Path(json.loads(found.stdout)[0]["source"]).name == "jfk.flac"
+
+    holding = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from mediaindex.config import load_settings\n"
+         "from mediaindex.index.index import open_index\n"
+         "from mediaindex.models.text_embed import load_text_embedder\n"
+         "s = load_settings('cpu'); e = load_text_embedder(s.embed)\n"
+         "index = open_index(s, e.dim, e.name); print('open', flush=True); time.sleep(600)"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holding.stdout is not None and holding.stdout.readline().strip() == "open"
+        before = json.loads(cli("jobs", "--json", env=env).stdout)
+        asked = cli("ask", "What did the speaker ask?", env=env)
+        assert asked.returncode == 2, said(asked)
+        assert "held by `python" in said(asked) and f"(pid {holding.pid})" in said(asked)
+        assert json.loads(cli("jobs", "--json", env=env).stdout) == before  # no failed ask job recorded
+    finally:
+        holding.send_signal(signal.SIGKILL)
+        holding.wait(timeout=30)

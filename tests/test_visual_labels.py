@@ -1,0 +1,88 @@
+"""Visual labels that mean something: only confident labels are indexed, and they find their shots.
+
+Talking heads and title cards have no ImageNet class; the classifier still names one at low
+probability ("a nematode", "a dust jacket"), which used to fill result lists. The bird, the deer and
+the airplane are real classes (or broad kinds of them) and must stay findable by words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mediaindex.index import calibration
+from mediaindex.index.calibration import LABEL_MIN
+from mediaindex.index.index import MediaIndex
+from mediaindex.index.search import Searcher, judged
+from mediaindex.ingest.write import write_item
+from mediaindex.models.vision import vector_dims
+from mediaindex.stages.decode import decode_media
+from mediaindex.stages.embed import EmbedStage
+from mediaindex.stages.vision import VisionStage
+from tests.conftest import make_settings, media
+
+pytestmark = pytest.mark.slow
+
+UNLABELLED = ["video/manifesto.mp4", "video/auto-editor_example.mp4", "video/issue-195-aspect-ratio.mp4"]
+FINDABLE = {"video/cockatoo.mp4": ("a cockatoo", (0.0, 14.0)), "video/testvideo.mp4": ("a deer", (6.0, 13.2)),
+            "video/video_with_failing_audio.mp4": ("an airplane in the sky", (0.0, 5.0))}
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path):
+    """The vision and embed stages over the six videos (no Ray, no speech), written to one index."""
+    settings = make_settings(tmp_path_factory.mktemp("labels"), cache_dir)
+    vision, embed = VisionStage(settings), EmbedStage(settings)
+    items = {}
+    with MediaIndex(settings, embed.embedder.dim, embed.embedder.name,
+                    extra_dims=vector_dims(settings.vision)) as index:
+        for rel in UNLABELLED + list(FINDABLE):
+            item = embed.process(vision.process(decode_media(str(media(rel)), settings)))
+            assert write_item(index, item, {}).status == "indexed"
+            items[rel] = item
+    yield settings, items, embed.embedder
+
+
+def _visual(item) -> list:
+    return [s for s in item.segments if s.modality == "visual"]
+
+
+@pytest.mark.parametrize("rel", UNLABELLED)
+def test_talking_heads_and_title_cards_get_no_absurd_label(labelled, rel: str) -> None:
+    _, items, _ = labelled
+    visual = _visual(items[rel])
+    assert visual  # every part keeps its picture vector: findable by picture
+    words = " ".join(s.text for s in visual)
+    assert "nematode" not in words and "dust jacket" not in words, [(s.start, s.text) for s in visual]
+    for s in visual:
+        assert not s.text or s.confidence >= LABEL_MIN, (s.start, s.text, s.confidence)
+        assert s.text or ("frame" in s.vectors and "labels" not in s.extra)
+
+
+def test_the_title_card_is_found_by_its_text_not_by_a_label(labelled) -> None:
+    settings, _, embedder = labelled
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        hits = Searcher(index, embedder, settings.vision).text("Manifesto of the Communist Party", limit=5)
+        assert hits and hits[0].modality == "ocr" and Path(hits[0].source).name == "manifesto.mp4"
+        assert not [h for h in hits if h.modality == "visual" and Path(h.source).name == "manifesto.mp4"]
+
+
+@pytest.mark.parametrize("rel", list(FINDABLE))
+def test_real_animals_and_aircraft_stay_findable(labelled, rel: str) -> None:
+    settings, items, embedder = labelled
+    query, (start, end) = FINDABLE[rel]
+    assert any(s.text for s in _visual(items[rel]))
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        hits = Searcher(index, embedder, settings.vision).text(query, limit=3)
+        found = judged(index, embedder, query, 3)
+    assert hits, query
+    best = hits[0]
+    assert Path(best.source).name == Path(rel).name and best.modality == "visual", hits
+    assert best.start < end and best.end > start and best.band in ("high", "medium", "low")
+    # The hit's score carries the label's probability: the text match, weighed by how sure the label is.
+    top = found[0]
+    text_match = calibration.scale("dense:visual", embedder.name)(top.evidence["dense:visual"])
+    words = calibration.scale("words")(top.evidence.get("words", 0.0))
+    segment = next(s for s in _visual(items[rel]) if s.start == top.hit.start)
+    assert top.confidence == pytest.approx(max(words, text_match * calibration.label_weight(segment.confidence)))
