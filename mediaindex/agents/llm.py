@@ -11,12 +11,15 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.agents.batching import ContinuousBatcher
 from mediaindex.config import LLMSettings, Settings, default_cache_dir
 from mediaindex.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +138,11 @@ def _int8_engine(source: str, config: Any, dtype: Any) -> Any:  # -> LLMEngine
     return LLMEngine(model, tok, config)
 
 
-def _actor_class():  # -> ray actor class
+def _actor_class() -> ActorClass[Any]:
     import ray
 
-    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)
+    # Ray's stubs leave out the actor options (max_concurrency) of ray.remote's keyword form.
+    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)  # type: ignore[call-overload]
     class LLMActor:
         """Thin Ray actor: the model loads once, in the worker process; concurrent jobs' calls run in threads and
         share the engine's batch."""
@@ -153,13 +157,14 @@ def _actor_class():  # -> ray actor class
                  temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
             return self.engine.chat(conversations, max_tokens, stop, temperature, guide)
 
-    return LLMActor
+    # ray.remote made it an ActorClass; mypy does not apply a class decorator's result.
+    return cast("ActorClass[Any]", LLMActor)
 
 
 _ACTOR: Any = None
 
 
-def llm_actor_class():
+def llm_actor_class() -> ActorClass[Any]:
     global _ACTOR
     if _ACTOR is None:
         _ACTOR = _actor_class()

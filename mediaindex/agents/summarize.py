@@ -31,7 +31,7 @@ from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
 from mediaindex.segments import Hit
 
-EmbedFn = Callable[[list[str]], Sequence[Sequence[float]]]  # passages in, one vector each out
+EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
 
 TEXT_MODALITIES = ("speech", "ocr")
 LONG_PAUSE = 8.0  # seconds of silence that always end a chapter
@@ -126,7 +126,7 @@ def chapter_spans(texts: list[Hit], visual: list[Hit], embed: EmbedFn, max_chapt
             dissimilar = 1.0 - float(left @ right) / (np.linalg.norm(left) * np.linalg.norm(right) + 1e-9)
             pause = min(texts[i].start - texts[i - 1].end, LONG_PAUSE) / LONG_PAUSE
             shot = any(abs(t - texts[i].start) < 1.5 for t in shot_times)
-            scores.append((dissimilar + 0.05 * pause + 0.05 * shot, i))
+            scores.append((float(dissimilar + 0.05 * pause + 0.05 * shot), i))
         for _, i in sorted(scores, reverse=True):
             if len(cuts) + 1 >= k:
                 break

@@ -7,7 +7,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mediaindex.api.errors import ApiError
 from mediaindex.api.keys import KeyStore, keys_db_path
@@ -18,6 +18,12 @@ from mediaindex.api.runner import JobRunner
 from mediaindex.config import Settings
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobStore
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.ingest.run import Pipeline
 
 log = logging.getLogger("mediaindex.api")
 THUMB_SUFFIXES = {".jpg", ".jpeg", ".webp"}
@@ -32,11 +38,11 @@ class LockedEmbedder:
         self._lock = threading.Lock()
         self.name, self.dim = embedder.name, embedder.dim
 
-    def embed_query(self, text: str):  # -> np.ndarray
+    def embed_query(self, text: str) -> np.ndarray:
         with self._lock:
             return self._embedder.embed_query(text)
 
-    def embed_passages(self, texts: list[str]):  # -> np.ndarray
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
         with self._lock:
             return self._embedder.embed_passages(texts)
 
@@ -123,18 +129,18 @@ class ApiState:
 
     # --- accessors -------------------------------------------------------------------------------
     @property
-    def index(self):  # -> MediaIndex
+    def index(self) -> MediaIndex:
         if self._index is None or self.open_error:
             raise ApiError(503, f"the index is not available: {self.open_error or 'still opening'}")
         return self._index
 
     @property
-    def embedder(self):  # -> TextEmbedder
+    def embedder(self) -> LockedEmbedder:
         if self._embedder is None:
             raise ApiError(503, f"the text embedder is not available: {self.open_error or 'still loading'}")
         return self._embedder
 
-    def pipeline(self, settings: Settings | None = None):  # -> Pipeline
+    def pipeline(self, settings: Settings | None = None) -> Pipeline:
         """Stage pools that can run an ingest job with `settings` (default: the server's).
 
         Started on the first ingest job (Ray takes seconds to start), and once more, with the summary stage,

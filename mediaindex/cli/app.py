@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,6 +17,12 @@ from rich.table import Table
 
 from mediaindex.config import Settings, load_settings
 from mediaindex.errors import MediaIndexError
+
+if TYPE_CHECKING:
+    from mediaindex.api.keys import KeyStore
+    from mediaindex.cli.remote import Remote
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.models.text_embed import TextEmbedder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Index video and audio archives; search them in plain language.")
 index_app = typer.Typer(no_args_is_help=True, help="Maintain the index.")
@@ -37,7 +43,7 @@ def _settings(config: str | None, index: Path | None) -> Settings:
     return load_settings(config, index_dir=index)
 
 
-def _open_existing(settings: Settings):  # -> tuple[MediaIndex, TextEmbedder]
+def _open_existing(settings: Settings) -> tuple[MediaIndex, TextEmbedder]:
     """The index at settings.index_dir, which must exist (reading commands never create one)."""
     try:
         return _open_index(settings, must_exist=True)
@@ -50,7 +56,7 @@ def _require_index(settings: Settings) -> None:
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
 
 
-def _open_index(settings: Settings, must_exist: bool = False):  # -> tuple[MediaIndex, TextEmbedder]
+def _open_index(settings: Settings, must_exist: bool = False) -> tuple[MediaIndex, TextEmbedder]:
     from mediaindex.index.index import open_index
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.models.vision import vector_dims
@@ -197,8 +203,8 @@ def jobs(
     for col in ("id", "kind", "state", "created", "files"):
         table.add_column(col)
     for j, counts in listed:
-        files = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table.add_row(j.id, j.kind, j.state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), files)
+        tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        table.add_row(j.id, j.kind, j.state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
     out.print(table)
 
 
@@ -312,7 +318,7 @@ def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
     out.print(table)
 
 
-def _server(settings: Settings):  # -> Remote | None
+def _server(settings: Settings) -> Remote | None:
     """The running `serve` that holds this index, if any: commands then go through it."""
     from mediaindex.cli.remote import remote_for
 
@@ -387,7 +393,7 @@ def _has_index(settings: Settings) -> bool:
     return (settings.index_dir / "schema.json").exists()
 
 
-def _indexed_transcript(settings: Settings, video: str):  # -> tuple[list[dict], dict] | None
+def _indexed_transcript(settings: Settings, video: str) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     """The stored speech segments and facts of an indexed file (by path or video id), or None."""
     if not _has_index(settings):
         return None
@@ -416,7 +422,7 @@ def _indexed_transcript(settings: Settings, video: str):  # -> tuple[list[dict],
                       "duration": record.duration}
 
 
-def _transcribe_now(settings: Settings, path: Path):  # -> tuple[list[dict], dict]
+def _transcribe_now(settings: Settings, path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Transcribe a file that is not indexed, showing progress on a terminal; nothing is written."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -718,7 +724,7 @@ def serve(
     uvicorn.run(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
 
 
-def _key_store(config: str | None, index: Path | None):  # -> KeyStore
+def _key_store(config: str | None, index: Path | None) -> KeyStore:
     from mediaindex.api.keys import KeyStore, keys_db_path
 
     return KeyStore(keys_db_path(_settings(config, index)))

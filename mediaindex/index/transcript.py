@@ -249,7 +249,7 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def export(segments: list[Mapping[str, Any]], fmt: str, meta: Mapping[str, Any],
+def export(segments: Sequence[Mapping[str, Any]], fmt: str, meta: Mapping[str, Any],
            limits: CueLimits | None = None) -> str:
     check_format(fmt)
     if fmt == "srt":

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -120,13 +121,13 @@ def paged_attention_forward(
             f"attention implementation {ATTN_IMPLEMENTATION!r} only runs inside LLMEngine steps; "
             "use another attn_implementation for plain forward calls"
         )
-    layer = module.layer_idx
+    layer = cast(int, module.layer_idx)  # transformers' attention modules number their layer with an int
     cache = meta.kv_cache
     for feature in ("softcap", "s_aux"):
         if kwargs.get(feature) is not None:  # refused at load (unsupported_features); never drop it silently
             raise UnsupportedModelError(f"paged attention does not implement {_FEATURES[feature]}")
-    window = kwargs.get("sliding_window")
-    window = int(window) if window else None
+    sliding = cast("int | None", kwargs.get("sliding_window"))
+    window = int(sliding) if sliding else None
     # [1, H, T, D] -> [T, H, D]
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1)
@@ -198,7 +199,8 @@ def _packed_prefill(
 def unsupported_features(model: torch.nn.Module) -> list[str]:
     """Attention features of `model` that the paged path would otherwise drop silently (so output would differ
     from the model's own). Sliding windows are honoured and not listed."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    config: Any = model.config  # a transformers config (nn.Module types attributes as Tensor | Module)
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
     found: list[str] = []
     if getattr(cfg, "attn_logit_softcapping", None) is not None:
         found.append(_FEATURES["softcap"])

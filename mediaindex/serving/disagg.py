@@ -229,7 +229,7 @@ class DisaggregatedLLM:
         request_ids: Seq[str] | None = None,
     ) -> Iterator[RequestOutput]:
         """Outputs as they arrive (new tokens and final outputs) until every request has finished."""
-        plist: list[SamplingParams] = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        plist = list(params) if isinstance(params, Seq) else [params or SamplingParams()] * len(prompts)
         if len(plist) != len(prompts):
             raise InvalidRequestError(f"{len(prompts)} prompts but {len(plist)} sampling params")
         requests = list(zip(self._ids(len(prompts), request_ids), prompts, plist, strict=True))

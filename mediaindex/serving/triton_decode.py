@@ -240,9 +240,12 @@ def paged_decode_attention(
     dot_dtype = _dot_dtype(q)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(dk)) * _LOG2E
     scales = (k_scale, v_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
-    if is_fp8 and (k_scale.stride() != v_scale.stride() or k_scale.stride(-1) != 1 or k_scale.dim() != 3):
-        raise ValueError("k_scale and v_scale must be [num_pages, page_size, HKV] tensors with the same strides")
-    s_strides = (k_scale.stride(0), k_scale.stride(1)) if is_fp8 else (0, 0)
+    s_strides = (0, 0)
+    if is_fp8:
+        assert k_scale is not None and v_scale is not None  # refused above otherwise
+        if k_scale.stride() != v_scale.stride() or k_scale.stride(-1) != 1 or k_scale.dim() != 3:
+            raise ValueError("k_scale and v_scale must be [num_pages, page_size, HKV] tensors with the same strides")
+        s_strides = (k_scale.stride(0), k_scale.stride(1))
     _decode_kernel[(n_req, n_kv, num_splits)](
         q, k_new, v_new, k_pages, v_pages, scales[0], scales[1], block_tables, context_lens, window or 0,
         out, part_acc, part_ml,
@@ -274,7 +277,8 @@ def triton_decode_attention(
     window: int | None = None,
 ) -> torch.Tensor:
     """The engine's decode attention (same contract as `attention.torch_decode_attention`) on the kernel."""
-    scales = (cache.k_scale[layer], cache.v_scale[layer]) if cache.is_fp8 else (None, None)
+    k_scale, v_scale = (cache.k_scale[layer], cache.v_scale[layer]) if cache.is_fp8 else (None, None)
     return paged_decode_attention(
-        q, k, v, cache.k[layer], cache.v[layer], block_tables, context_lens, *scales, scale=scaling, window=window
+        q, k, v, cache.k[layer], cache.v[layer], block_tables, context_lens, k_scale, v_scale, scale=scaling,
+        window=window,
     )

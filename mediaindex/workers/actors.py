@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from mediaindex.config import Settings
 from mediaindex.stages.merge import merge
 from mediaindex.workers.stages import StageSpec
+
+if TYPE_CHECKING:
+    from ray.actor import ActorHandle
 
 
 # Ray restarts a dead stage actor (crash, out-of-memory kill) without limit, and re-runs the call it
@@ -37,7 +40,8 @@ class StageActor:
         return ray.get_runtime_context().get_node_id()
 
 
-def start_actor(spec: StageSpec, settings: Settings):  # -> ray.actor.ActorHandle
-    return StageActor.options(
+def start_actor(spec: StageSpec, settings: Settings) -> ActorHandle[StageActor]:
+    # mypy does not apply a class decorator's result: StageActor is Ray's ActorClass at run time.
+    return StageActor.options(  # type: ignore[attr-defined]
         num_cpus=spec.cpus, num_gpus=spec.gpus, max_task_retries=settings.ingest.max_retries,
     ).remote(spec, settings)

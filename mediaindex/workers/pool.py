@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.workers.stages import StageSpec, default_stages
+
+if TYPE_CHECKING:
+    from mediaindex.workers.executor import RayExecutor
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +56,7 @@ class Pipeline:
         pools = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
         log.info("pipeline: %s, on %d Ray node%s", pools, count, "" if count == 1 else "s")
 
-    def executor(self):  # -> RayExecutor
+    def executor(self) -> RayExecutor:
         """An executor over these actors for one ingest run."""
         from mediaindex.workers.executor import RayExecutor
 

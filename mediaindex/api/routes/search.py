@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -34,7 +35,7 @@ def hit_out(hit: Hit, query: str) -> HitOut:
     )
 
 
-def _filters(**values: object) -> SearchFilters:
+def _filters(**values: Any) -> SearchFilters:
     """The index's filters; a value it rejects (e.g. a blank video_id) is the client's error, a 422."""
     try:
         return SearchFilters(**values)

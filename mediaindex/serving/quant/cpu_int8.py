@@ -23,6 +23,10 @@ def int8_kernel_available() -> bool:
 class Int8Linear(nn.Module):
     """Drop-in for ``nn.Linear`` (CPU): int8 codes ``[out, in]``, bf16 scales ``[out]``, optional bias."""
 
+    # Registered buffers, declared so they type as tensors (nn.Module.__getattr__ says Tensor | Module).
+    codes: Tensor
+    scales: Tensor
+
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         w = linear.weight.detach().float()

@@ -142,6 +142,11 @@ class QuantLinear(nn.Module):
     """Drop-in for ``nn.Linear`` holding HQQ-packed weights; dequantizes per call (HQQ's PyTorch path)
     unless a GPU kernel was attached by :func:`mediaindex.serving.quant.backends.apply_backend`."""
 
+    # Registered buffers, declared so they type as tensors (nn.Module.__getattr__ says Tensor | Module).
+    W_q: Tensor
+    scale: Tensor
+    zero: Tensor
+
     def __init__(
         self,
         in_features: int,
@@ -263,6 +268,14 @@ class QuantExperts(nn.Module):
     the transformers experts it replaces. Tokens are sorted by expert so each active expert's
     weights are dequantized (read) once per call, whatever the number of tokens routed to it.
     """
+
+    # Registered buffers, declared so they type as tensors (nn.Module.__getattr__ says Tensor | Module).
+    gate_up_W_q: Tensor
+    gate_up_scale: Tensor
+    gate_up_zero: Tensor
+    down_W_q: Tensor
+    down_scale: Tensor
+    down_zero: Tensor
 
     def __init__(
         self,

@@ -82,7 +82,7 @@ class SplitPrecisionModel:
 
     def shared_tensor_names(self) -> list[str]:
         """Names of parameters/buffers that are the same tensor object in both views."""
-        decode = dict(self.decode_model.named_parameters(remove_duplicate=False))
+        decode: dict[str, torch.Tensor] = dict(self.decode_model.named_parameters(remove_duplicate=False))
         decode.update(self.decode_model.named_buffers(remove_duplicate=False))
         shared = []
         for name, tensor in [
@@ -208,10 +208,11 @@ def _attach_quantized(
                 _set_module(clone, name, skeleton)
     except SafetensorError as exc:
         raise QuantCheckpointError(f"{weights}: unreadable safetensors file: {exc}") from exc
-    clone.quant_config = QuantConfig.model_validate(meta["quant_config"])  # type: ignore[assignment]
+    quant_config = QuantConfig.model_validate(meta["quant_config"])
+    clone.quant_config = quant_config  # type: ignore[assignment]
     from mediaindex.serving.quant.backends import apply_backend
 
-    apply_backend(clone, clone.quant_config.backend, data_dir=data_dir)
+    apply_backend(clone, quant_config.backend, data_dir=data_dir)
     return clone.eval()
 
 
