@@ -24,6 +24,7 @@ Passage vectors are cached in --work per model (delete it to re-measure ingest t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import re
@@ -125,6 +126,11 @@ class Embedded:
         return self._embedder.embed_passages(texts)
 
 
+def as_hit(seg: Segment, score: float) -> Hit:
+    return Hit(source=seg.source, video_id=seg.video_id, start=seg.start, end=seg.end, score=score,
+               modality=seg.modality, text=seg.text)
+
+
 def segment_key(h: Hit | Segment) -> tuple:
     return (h.video_id, h.modality, round(h.start, 3), round(h.end, 3), h.text)
 
@@ -139,6 +145,9 @@ def main() -> None:
                         default=[HERE / "search_queries.yaml", HERE / "embedder_queries.yaml"])
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--dense-only", action="store_true",
+                        help="rank segments by cosine alone, without the index and its searcher (fast); the "
+                             "rescore candidates are then the default embedder's dense top ones")
     args = parser.parse_args()
 
     queries = [q for path in args.queries for q in yaml.safe_load(path.read_text(encoding="utf-8"))]
@@ -162,15 +171,26 @@ def main() -> None:
         embedder.embed_query("warm-up")
         vectors, per_segment = embed_all(model, embedder, texts, args.work)
         pvecs[model] = {segment_key(s): v for s, v in zip(segments, vectors, strict=True)}
-        shutil.rmtree(settings.index_dir, ignore_errors=True)
         latencies: list[float] = []
-        with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
+        if args.dense_only:
+            qvecs[model], candidates[model] = [], []
+            for q in queries:
+                began = time.perf_counter()
+                qvecs[model].append(np.asarray(embedder.embed_query(q["query"]), dtype=np.float32))
+                latencies.append(time.perf_counter() - began)
+                order = np.argsort(-(vectors @ qvecs[model][-1]))[: max(10, args.rescore)]
+                hits = [as_hit(segments[i], float(vectors[i] @ qvecs[model][-1])) for i in order]
+                ranks[f"{model} dense"][language(q)].append(rank_of(hits[:10], q))
+                candidates[model].append(hits)
+        shutil.rmtree(settings.index_dir, ignore_errors=True)
+        with contextlib.nullcontext() if args.dense_only else MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
             at = 0
-            for record, segs in videos:
+            for record, segs in [] if args.dense_only else videos:
                 index.replace_video(record, segs, vectors[at : at + len(segs)])
                 at += len(segs)
-            qvecs[model], candidates[model] = [], []
-            for n, q in enumerate(queries):
+            if not args.dense_only:
+                qvecs[model], candidates[model] = [], []
+            for n, q in enumerate([] if args.dense_only else queries):
                 if n % 12 == 0:
                     print(f"  {model}: query {n + 1} of {len(queries)}", flush=True)
                 began = time.perf_counter()
@@ -200,8 +220,9 @@ def main() -> None:
             by_strong = [h for _, h in sorted(zip(sims, pool, strict=True), key=lambda x: -x[0])]
             strong_rank = {id(h): k for k, h in enumerate(by_strong)}
             fused = sorted(pool, key=lambda h: -(1 / (60 + pool.index(h)) + 1 / (60 + strong_rank[id(h)])))
-            ranks[f"{base} hybrid + {strong} rescore@{args.rescore}"][language(q)].append(rank_of(by_strong[:10], q))
-            ranks[f"{base} hybrid + {strong} fused@{args.rescore}"][language(q)].append(rank_of(fused[:10], q))
+            first = "dense" if args.dense_only else "hybrid"
+            ranks[f"{base} {first} + {strong} rescore@{args.rescore}"][language(q)].append(rank_of(by_strong[:10], q))
+            ranks[f"{base} {first} + {strong} fused@{args.rescore}"][language(q)].append(rank_of(fused[:10], q))
 
     langs = ["en", "de", "ko"]
     table = {m: {lang: summarise(r[lang]) for lang in langs} for m, r in ranks.items()}

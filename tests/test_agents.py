@@ -386,7 +386,7 @@ def test_each_turn_gets_its_grammar(archive: Archive) -> None:
 
 def test_questions_scoped_to_a_video(archive: Archive) -> None:
     manifesto = vid(archive, "manifesto.mp4")
-    model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+    model = ScriptedModel([search_call("a specter is haunting Europe"), cite_first_result])
     ans = ask(QUESTION, archive, model, FAST, video=str(media("video/manifesto.mp4")))
     assert ans.video_id == manifesto
     assert all(c.video_id == manifesto for c in ans.citations)
