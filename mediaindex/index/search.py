@@ -34,6 +34,7 @@ from mediaindex.segments import Hit
 if TYPE_CHECKING:
     from mediaindex.config import VisionSettings
     from mediaindex.index.sparse import SparseEncoder
+    from mediaindex.models.clip import ClipEmbedder
     from mediaindex.models.text_embed import TextEmbedder
 
 Mode = Literal["hybrid", "dense", "sparse"]
@@ -279,7 +280,7 @@ class Searcher:
         self.embedder = embedder
         self.vision = vision
 
-    def _clip(self):  # -> ClipEmbedder | None
+    def _clip(self) -> ClipEmbedder | None:
         if self.vision is None or "image" not in self.index.store.dims:
             return None
         from mediaindex.models.vision import load_clip

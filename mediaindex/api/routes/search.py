@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,6 +16,9 @@ from mediaindex.api.highlight import highlights
 from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
+
+if TYPE_CHECKING:
+    from mediaindex.index.search import Searcher
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -43,7 +46,7 @@ def _filters(**values: Any) -> SearchFilters:
         raise ApiError(422, str(exc)) from exc
 
 
-def _searcher(request: Request):  # -> Searcher
+def _searcher(request: Request) -> Searcher:
     from mediaindex.index.search import Searcher
 
     state = get_state(request)
