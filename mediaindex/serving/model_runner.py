@@ -69,7 +69,8 @@ def load_smollm2(
         tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The weights are already dequantised; drop the GGUF quantizer marker so the model can be saved.
-        model.hf_quantizer = None
+        # transformers types this attribute only through nn.Module.__getattr__ (Tensor | Module).
+        model.hf_quantizer = None  # type: ignore[assignment]
         model.config.__dict__.pop("quantization_config", None)
         tmp = cached.with_name(cached.name + ".tmp")
         model.save_pretrained(tmp)
@@ -87,7 +88,8 @@ def load_pretrained(
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {source!r}: {exc}") from exc
-    return model.to(device).eval(), tok
+    # transformers wraps PreTrainedModel.to with functools.wraps, whose stub takes the model for the device.
+    return model.to(device).eval(), tok  # type: ignore[arg-type]
 
 
 def use_paged_attention(model: PreTrainedModel) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -123,6 +123,7 @@ class VisionStage:
         out = []
         for i, pic in enumerate(pictures):
             vectors: dict[str, list[float]] = {}
+            extra: dict[str, Any]  # payload fields of different shapes (labels, aliases)
             text, confidence, extra = "", None, {}
             if preds is not None:
                 pred = preds[i]
