@@ -168,11 +168,13 @@ def _dot_dtype(q: torch.Tensor) -> tl.dtype:
     return {torch.float16: tl.float16, torch.float32: tl.float32}[q.dtype]
 
 
-def default_block_n(block_d: int, dtype: torch.dtype) -> int:
+def default_block_n(block_d: int, dtype: torch.dtype, fp8: bool = False) -> int:
     """Tokens per tile, sized so the tile's K/V values and their 64-bit addresses stay in registers: compiled for
-    sm_90 with 4 warps, 32 tokens at head dim 128 use about 170 (bf16) / 240-255 (fp8) registers and no stack,
-    while 64 tokens spill; fp32 models need half the tokens. Not yet tuned by timing on a GPU."""
-    tokens = 32 if block_d <= 128 else 16
+    sm_90 with 4 warps, 32 tokens at head dim 128 use about 170 registers (bf16) and no stack, while 64 tokens
+    spill; FP8 pages, whose per-token scales are loaded beside the values, spill at 32 tokens (72 bytes of stack
+    at head dim 128, 8 query heads per KV head) and take 16; fp32 models need half the tokens. Not yet tuned by
+    timing on a GPU."""
+    tokens = 32 if block_d <= 128 and not fp8 else 16
     return max(16, tokens // 2 if dtype == torch.float32 else tokens)
 
 
@@ -222,7 +224,7 @@ def paged_decode_attention(
     page_size = k_pages.shape[1]
     block_dk, block_dv = _pow2(dk), _pow2(dv)
     if block_n is None:
-        block_n = default_block_n(max(block_dk, block_dv), q.dtype)
+        block_n = default_block_n(max(block_dk, block_dv), q.dtype, is_fp8)
     max_tokens = block_tables.shape[1] * page_size  # an upper bound on context, known without a device sync
     n_tiles = max(1, triton.cdiv(max_tokens, block_n))
     if num_splits is None:

@@ -273,7 +273,7 @@ def test_kernel_compiles_for_hopper_without_spills(q_ty, page_ty, group, head_di
     block_d = max(16, head_dim)
     const = dict(
         H=2 * group, GROUP=group, PAGE_SIZE=16, DK=head_dim, DV=head_dim, BLOCK_G=max(16, group),
-        BLOCK_N=td.default_block_n(block_d, dtype), BLOCK_DK=block_d, BLOCK_DV=block_d, IS_FP8=page_ty == "*u8",
+        BLOCK_N=td.default_block_n(block_d, dtype, page_ty == "*u8"), BLOCK_DK=block_d, BLOCK_DV=block_d, IS_FP8=page_ty == "*u8",
         DOT_DTYPE=dot, IEEE=dot == tl.float32, NUM_SPLITS_IS_ONE=False,
     )
     pointers = {"q_ptr": q_ty, "kn_ptr": q_ty, "vn_ptr": q_ty, "out_ptr": q_ty, "kc_ptr": page_ty, "vc_ptr": page_ty,
