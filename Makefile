@@ -10,7 +10,7 @@ TORCH_VERSION ?= 2.13.0
 PIP := $(VENV)/bin/pip
 BIN := $(VENV)/bin
 
-.PHONY: install install-test browser demo test lint typecheck clean
+.PHONY: install install-test browser demo test lint clean
 
 $(VENV)/.runtime: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,7 @@ demo: install
 
 test: install-test browser
 	$(BIN)/ruff check mediaindex tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: install-test

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from mediaindex.stages.registry import StageName
 
@@ -32,23 +32,28 @@ class Call:
     started: float = field(default_factory=time.monotonic)
 
 
-class Executor(Protocol):
+TaskT = TypeVar("TaskT", bound=Task)
+
+
+class Executor(Protocol[TaskT]):
+    """Each executor takes back only the tasks it made (its own `Task` class)."""
+
     def idle(self, stage: StageName) -> bool:
         """A worker of `stage` is free for a call."""
 
-    def submit(self, stage: StageName, inputs: Sequence[Any]) -> Task:
+    def submit(self, stage: StageName, inputs: Sequence[Any]) -> TaskT:
         """Start `stage` on an idle worker. Inputs are plain values (a path, an item) or earlier tasks' results;
         more than one are merged (`mediaindex.stages.merge`) first. An input that failed fails the task alike.
         A call whose worker dies is re-run on the restarted worker, ingest.max_retries times."""
 
-    def wait(self, tasks: Collection[Task], timeout: float) -> list[Task]:
+    def wait(self, tasks: Collection[TaskT], timeout: float) -> list[TaskT]:
         """The tasks among `tasks` that have finished (with a result or an error), waiting up to `timeout`
         seconds for the first."""
 
-    def cancel(self, task: Task) -> None:
+    def cancel(self, task: TaskT) -> None:
         """Forget a task (its file failed or the run stops); its worker is free again."""
 
-    def restart(self, task: Task) -> None:
+    def restart(self, task: TaskT) -> None:
         """The task ran too long: stop its worker, which comes back fresh; the task is forgotten."""
 
     def fetch(self, results: Sequence[Any]) -> list[Any]:

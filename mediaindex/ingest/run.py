@@ -49,7 +49,7 @@ class StagePipeline(Protocol):
 
     stages: list[StageSpec]
 
-    def executor(self) -> Executor: ...
+    def executor(self) -> Executor[Any]: ...
 
     def close(self) -> None: ...
 
@@ -143,7 +143,7 @@ class _Run:
             scheduler.stop()
         self._tick(force=True)
 
-    def _scheduler(self, executor: Executor, pipeline: StagePipeline, files: int) -> Scheduler:
+    def _scheduler(self, executor: Executor[Any], pipeline: StagePipeline, files: int) -> Scheduler:
         names = [s.name for s in pipeline.stages]
         self.stats = IngestStats(self.job_id, files, [StageStats(s.name, s.workers) for s in pipeline.stages])
         hooks = SchedulerHooks(on_work=self._working, on_dispatch=self.hooks.on_dispatch)
@@ -173,7 +173,7 @@ class _Run:
         attempt against the file; a file waiting for a stage, or never started, is charged nothing."""
         self.jobs.set_file(self.job_id, plan.path, "running", attempt=1 if working else -1)
 
-    def _write(self, executor: Executor, finished: Finished) -> FileOutcome:
+    def _write(self, executor: Executor[Any], finished: Finished) -> FileOutcome:
         plan = finished.plan
         try:
             if finished.error is not None:

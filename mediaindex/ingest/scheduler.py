@@ -58,7 +58,7 @@ class SchedulerHooks:
 
 
 class Scheduler:
-    def __init__(self, executor: Executor, order: Sequence[StageName], window: int, timeout: float,
+    def __init__(self, executor: Executor[Any], order: Sequence[StageName], window: int, timeout: float,
                  hooks: SchedulerHooks | None = None) -> None:
         self.executor, self.window, self.timeout = executor, window, timeout
         self.hooks = hooks or SchedulerHooks()

@@ -69,7 +69,10 @@ class SentenceTransformerEmbedder:
             raise ModelLoadError(f"cannot load text embedder {model!r}: {exc}") from exc
         self.name = name or model
         dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(dim())
+        size = dim()
+        if size is None:  # a model without a fixed output size cannot be an index's dense vector
+            raise ModelLoadError(f"text embedder {model!r} does not say its embedding size")
+        self.dim = int(size)
         self.batch_size = batch_size
         prompts = getattr(self._model, "prompts", None) or {}
         self._prompts = "query" in prompts and "document" in prompts

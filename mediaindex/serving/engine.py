@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -108,14 +108,16 @@ class LLMEngine:
         cfg = self.config
         self.tokenizer = tokenizer
         device = torch.device(cfg.device)
-        _refuse_unsupported(model.prefill_model if isinstance(model, SplitPrecisionModel) else model)
+        _refuse_unsupported(cast(PreTrainedModel, model.prefill_model) if isinstance(model, SplitPrecisionModel)
+                            else model)
         if not isinstance(model, SplitPrecisionModel):
-            model = model.to(device)  # quantize on the device, so the matching backend is picked
-        model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)
-        model = model.to(device)
-        decode_model = model if decode_model is model else decode_model.to(device)
-        self.model_config = model.config
-        layout = KVLayout.from_config(model.config)
+            # Quantize on the device, so the matching backend is picked.
+            model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() as a wrapper
+        prefill_model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)
+        prefill_model = prefill_model.to(device)  # type: ignore[arg-type]  # as above
+        decode_model = prefill_model if decode_model is prefill_model else decode_model.to(device)  # type: ignore[arg-type]
+        self.model_config = prefill_model.config
+        layout = KVLayout.from_config(prefill_model.config)
         kind = cfg.resolved_kv_dtype()
         num_pages = cfg.num_pages or pages_for_budget(cfg.kv_cache_memory_bytes or 0, layout, cfg.page_size, kind)
         if num_pages < 1:
@@ -131,12 +133,13 @@ class LLMEngine:
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker)
+        self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker)
         self.sampler = Sampler()
-        text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        model_cfg = prefill_model.config
+        text_cfg = model_cfg.get_text_config() if hasattr(model_cfg, "get_text_config") else model_cfg
         self.vocab_size: int = text_cfg.vocab_size
         self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
-        self.eos_ids = self._eos_ids(model)
+        self.eos_ids = self._eos_ids(prefill_model)
         self.guides = GuideCompiler(tokenizer, self.vocab_size, self.eos_ids)
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
@@ -191,16 +194,18 @@ class LLMEngine:
         if isinstance(prompt, list) and prompt and all(isinstance(m, dict) for m in prompt):
             if getattr(self.tokenizer, "chat_template", None) is None:
                 raise InvalidRequestError("chat messages given, but the tokenizer has no chat template")
+            messages = cast(list[dict[str, Any]], prompt)
             try:
-                text = self.tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+                text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
             except Exception as exc:  # template errors come in many types; the caller needs the message
                 raise InvalidRequestError(f"chat template failed on these messages: {exc}") from exc
             return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            bad = [t for t in prompt if not 0 <= t < self.vocab_size]
+            ids = cast(list[int], prompt)
+            bad = [t for t in ids if not 0 <= t < self.vocab_size]
             if bad:
                 raise InvalidRequestError(f"token ids out of range [0, {self.vocab_size}): {bad[:5]}")
-            return list(prompt)
+            return list(ids)
         raise InvalidRequestError("prompt must be a string, a list of token ids, or a list of chat messages (dicts)")
 
     def check_request(self, prompt_ids: list[int], params: SamplingParams, request_id: str | None = None) -> None:
@@ -331,7 +336,7 @@ class LLMEngine:
             prompt_token_ids=seq.prompt_ids,
             token_ids=list(seq.output_ids),
             new_token_ids=new,
-            text=seq.text if seq.params.stop else self.tokenizer.decode(seq.output_ids, skip_special_tokens=True),
+            text=seq.text if seq.params.stop else self._decode(seq.output_ids),
             finished=seq.finished,
             finish_reason=seq.finish_reason,
             error=seq.error,
@@ -453,12 +458,16 @@ class LLMEngine:
                 self._requests.pop(o.request_id, None)
         return out
 
+    def _decode(self, ids: list[int]) -> str:
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return text if isinstance(text, str) else "".join(text)  # one sequence in, one string out
+
     def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
         p = seq.params
         if not p.ignore_eos and tok in self.eos_ids:
             return "stop"
         if p.stop:
-            text = self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
+            text = self._decode(seq.output_ids)
             hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
             seq.text = text[: min(hits)] if hits else text
             if hits:
@@ -472,7 +481,8 @@ class LLMEngine:
         self, prompts: Seq[Prompt], params: SamplingParams | Seq[SamplingParams] | None = None
     ) -> list[RequestOutput]:
         """Run prompts to completion. A bad prompt yields an output with `error` set; the others still run."""
-        plist = list(params) if isinstance(params, (list, tuple)) else [params or SamplingParams()] * len(prompts)
+        plist: list[SamplingParams] = (list(params) if isinstance(params, (list, tuple))
+                                       else [cast(SamplingParams | None, params) or SamplingParams()] * len(prompts))
         if len(plist) != len(prompts):
             raise InvalidRequestError(f"{len(prompts)} prompts but {len(plist)} sampling params")
         results: list[RequestOutput | None] = [None] * len(prompts)

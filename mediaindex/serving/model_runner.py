@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -119,20 +120,22 @@ def prepare_weights(
         raise QuantizationError("the model is already quantized; leave EngineConfig.weights unset")
     if isinstance(model, SplitPrecisionModel):
         return model.prefill_model, model.decode_model  # type: ignore[return-value]
+    full: PreTrainedModel = model
     if weights is None:
-        return model, model
+        return full, full
     for phase in (weights.prefill, weights.decode):
         if phase in _HIGH_DTYPES:
-            model = model.to(_HIGH_DTYPES[phase])
+            full = full.to(_HIGH_DTYPES[phase])  # type: ignore[arg-type]  # transformers types .to() as a wrapper
     quant = QuantConfig.parse({"group_size": group_size})
     if not weights.quantized:
-        return model, model
+        return full, full
     if weights.prefill == weights.decode:
-        model = quantize_model(model, quant.model_copy(update={"bits": _BITS[weights.prefill]}))
-        return model, model
+        # Quantized in place: still the transformers model, its linear layers swapped.
+        full = cast(PreTrainedModel, quantize_model(full, quant.model_copy(update={"bits": _BITS[weights.prefill]})))
+        return full, full
     # build_split_precision names the unquantized weights "bf16" whatever their dtype.
     split = build_split_precision(
-        model,
+        full,
         prefill=weights.prefill if weights.prefill in _BITS else "bf16",
         decode=weights.decode if weights.decode in _BITS else "bf16",
         config=quant,
