@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
@@ -37,6 +38,21 @@ def media(rel: str) -> Path:
     if not path.exists():
         pytest.fail(f"test media missing: {path} (set MEDIAINDEX_MEDIA_DIR to the shared media folder)")
     return path
+
+
+def frame_at(rel: str, t: float, max_side: int = 512) -> np.ndarray:
+    """The first frame at or after t seconds, scaled as keyframes are."""
+    import av
+    import cv2
+
+    with av.open(str(media(rel))) as container:
+        for frame in container.decode(video=0):
+            if frame.pts is not None and float(frame.pts * frame.time_base) >= t:
+                rgb = frame.to_ndarray(format="rgb24")
+                scale = max_side / max(rgb.shape[:2])
+                return cv2.resize(rgb, (round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)),
+                                  interpolation=cv2.INTER_AREA)
+    raise AssertionError(f"no frame at {t} s in {rel}")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from mediaindex.config import VisionSettings, load_settings
@@ -10,7 +9,7 @@ from mediaindex.errors import ConfigError, ModelLoadError
 from mediaindex.models.images import load_image
 from mediaindex.models.ocr import TextReader
 from mediaindex.models.vision import load_text_reader
-from tests.conftest import media
+from tests.conftest import frame_at, media
 
 
 @pytest.fixture(scope="module")
@@ -21,21 +20,6 @@ def v5() -> TextReader:
 @pytest.fixture(scope="module")
 def v4() -> TextReader:
     return load_text_reader(VisionSettings(ocr_model="ppocrv4"))
-
-
-def _frame_at(rel: str, t: float, max_side: int = 512) -> np.ndarray:
-    """The first frame at or after t seconds, scaled as keyframes are."""
-    import av
-    import cv2
-
-    with av.open(str(media(rel))) as container:
-        for frame in container.decode(video=0):
-            if frame.pts is not None and float(frame.pts * frame.time_base) >= t:
-                rgb = frame.to_ndarray(format="rgb24")
-                scale = max_side / max(rgb.shape[:2])
-                return cv2.resize(rgb, (round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)),
-                                  interpolation=cv2.INTER_AREA)
-    raise AssertionError(f"no frame at {t} s in {rel}")
 
 
 def _words(lines) -> set[str]:
@@ -58,23 +42,23 @@ def test_v5_reads_the_page_body_that_v4_runs_together(v5: TextReader, v4: TextRe
 
 def test_v5_reads_the_channel_logo(v5: TextReader, v4: TextReader) -> None:
     # The faint "BBC FOUR" watermark in the corner of issue-195-aspect-ratio.mp4; v4 finds no text there.
-    frame = _frame_at("video/issue-195-aspect-ratio.mp4", 21.0)
+    frame = frame_at("video/issue-195-aspect-ratio.mp4", 21.0)
     assert {"bbc", "four"} <= _words(v5.read(frame))
     assert v4.read(frame) == []
 
 
 def test_both_models_read_titles_and_timecodes(v5: TextReader, v4: TextReader) -> None:
     for reader in (v5, v4):
-        title = reader.read(_frame_at("video/manifesto.mp4", 30.0))
+        title = reader.read(frame_at("video/manifesto.mp4", 30.0))
         assert {"Manifesto of the", "Communist Party"} <= {ln.text for ln in title}
-        assert [ln.text for ln in reader.read(_frame_at("video/auto-editor_example.mp4", 15.0))] == ["01:00:15:00"]
+        assert [ln.text for ln in reader.read(frame_at("video/auto-editor_example.mp4", 15.0))] == ["01:00:15:00"]
         assert reader.read(load_image(media("images/skimage_chelsea.png"))) == []
 
 
 def test_v5_splits_the_stylised_title_but_misreads_its_first_line(v5: TextReader) -> None:
     # Measured miss (benchmarks/ocr_compare.py): the second look splits "Big Buck / BUNNY", and v5
     # reads BUNNY but not "Big Buck"; v4 reads both (tests/test_vision_models.py).
-    lines = v5.read(_frame_at("video/big_buck_bunny_0_30.webm", 27.0))
+    lines = v5.read(frame_at("video/big_buck_bunny_0_30.webm", 27.0))
     assert [ln.text for ln in lines][-1] == "BUNNY" and len(lines) == 2
 
 

@@ -11,7 +11,7 @@ from mediaindex.errors import ConfigError, ModelLoadError
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance, load_image
 from mediaindex.models.vision import FRAME_VECTOR, load_classifier, load_text_reader, vector_dims
 from mediaindex.models.wordsplit import normalise_text
-from tests.conftest import media
+from tests.conftest import frame_at, media
 
 
 @pytest.fixture(scope="module")
@@ -68,28 +68,13 @@ def test_ocr_reads_the_page_title(reader) -> None:
     assert any("markers" in ln.text for ln in lines[1:])
 
 
-def _frame_at(rel: str, t: float, max_side: int = 512) -> np.ndarray:
-    """The first frame at or after t seconds, scaled as keyframes are."""
-    import av
-    import cv2
-
-    with av.open(str(media(rel))) as container:
-        for frame in container.decode(video=0):
-            if frame.pts is not None and float(frame.pts * frame.time_base) >= t:
-                rgb = frame.to_ndarray(format="rgb24")
-                scale = max_side / max(rgb.shape[:2])
-                return cv2.resize(rgb, (round(rgb.shape[1] * scale), round(rgb.shape[0] * scale)),
-                                  interpolation=cv2.INTER_AREA)
-    raise AssertionError(f"no frame at {t} s in {rel}")
-
-
 def test_ocr_reads_a_stylised_two_line_title() -> None:
     # "Big Buck / BUNNY": the detector joins the two stacked lines (their letters touch) into one
     # box that reads as one garbled word ("BORKSY"); the box is then read again as two lines.
     # PP-OCRv4 reads both lines so; PP-OCRv5 reads "BigBuek" (tests/test_ocr_models.py).
     reader = load_text_reader(VisionSettings(ocr_model="ppocrv4"))
     for t in (27.0, 29.0):
-        lines = reader.read(_frame_at("video/big_buck_bunny_0_30.webm", t))
+        lines = reader.read(frame_at("video/big_buck_bunny_0_30.webm", t))
         words = {w.lower() for ln in lines for w in ln.text.split()}
         assert {"big", "buck", "bunny"} <= words, (t, lines)
         assert all(ln.confidence >= 0.85 for ln in lines)
@@ -97,7 +82,7 @@ def test_ocr_reads_a_stylised_two_line_title() -> None:
 
 def test_ocr_keeps_one_line_boxes_whole(reader) -> None:
     # A one-line caption read with middling confidence is not cut into two lines.
-    lines = reader.read(_frame_at("video/manifesto.mp4", 10.0))
+    lines = reader.read(frame_at("video/manifesto.mp4", 10.0))
     assert [ln.text for ln in lines if "Manifesto" in ln.text or "Party" in ln.text] == [
         "Manifesto of the", "Communist Party"]
     assert any(ln.text.startswith("by Karl Marx") for ln in lines)
