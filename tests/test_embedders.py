@@ -155,6 +155,8 @@ def test_another_embedders_index_needs_a_reset(tmp_path: Path, cache_dir: Path) 
 def test_embeddinggemma_finds_english_text_from_german_and_korean(cache_dir: Path) -> None:
     if assembled_dir(EMBEDDINGGEMMA, cache_dir) is None:
         pytest.skip("EmbeddingGemma is not assembled here (run `mediaindex models fetch embeddinggemma`)")
+    pytest.importorskip("sentence_transformers", reason="EmbeddingGemma runs on sentence-transformers: "
+                        "pip install 'mediaindex[embeddinggemma]'")
     from mediaindex.config import EmbedSettings
     from mediaindex.models.text_embed import load_text_embedder
 

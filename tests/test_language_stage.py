@@ -109,7 +109,7 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
 def make_summary_settings(index_dir: Path, cache_dir: Path, summaries: bool = True) -> Settings:
     # Few tokens: SmolLM2 on two shared cores. Small logical CPU shares so this pipeline fits beside the
     # session's own pipeline and language-model actor in the one Ray of the test session.
-    cpus = {stage: {"cpus": 0.25} for stage in ("decode", "speech", "vision", "summary", "embed")}
+    cpus = {stage: {"cpus": 0.15} for stage in ("decode", "speech", "vision", "summary", "embed")}
     return make_settings(index_dir, cache_dir, ingest={"summaries": summaries},
                          llm={"max_new_tokens": 32, "max_chapters": 3}, ray={"stages": cpus})
 
