@@ -42,26 +42,19 @@ class Sample:
 
 @pytest.fixture(scope="session")
 def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
-           ray_runtime: None, embedder) -> Sample:
+           pipeline, embedder) -> Sample:
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import open_index
-        from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
+        from mediaindex.ingest.run import IngestRequest, ingest
 
+        # The session's pipeline (same profile): a second set of stage actors would hold another ~3 logical
+        # CPUs of the session's one Ray for the whole run.
         settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir)
-        pipeline = Pipeline(settings)
         # Served from request threads: one catalog connection per thread, as `serve` opens it.
         index = open_index(settings, embedder.dim, embedder.name, thread_safe=True)
         report = ingest(IngestRequest(settings, [media(s) for s in SAMPLES]), index, pipeline)
         assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
-
-        def close() -> None:
-            import ray
-
-            if ray.is_initialized():  # the session's Ray may already be shut down, and its actors with it
-                pipeline.close()
-
-        request.config.add_cleanup(close)
         memo["sample"] = Sample(settings, index, embedder, pipeline)
     return memo["sample"]
 

@@ -201,3 +201,24 @@ def test_a_stage_asking_for_a_gpu_the_cluster_lacks_is_refused_before_starting(t
     with pytest.raises(StageStartError, match=r"the speech stage asks for 0\.25 GPU per actor but the Ray cluster "
                                               r"has 0: lower ray\.stages\.speech\.gpus"):
         Pipeline(settings)
+
+
+def test_a_pipeline_that_does_not_fit_beside_other_actors_says_who_holds_the_cpus(ray_runtime) -> None:
+    import ray
+
+    from mediaindex.workers.pool import StageStartError, _wait_for_room
+
+    @ray.remote
+    class CpuHolder:
+        def ready(self) -> bool:
+            return True
+
+    free = ray.available_resources().get("CPU", 0.0)
+    holder = CpuHolder.options(num_cpus=free).remote()  # type: ignore[attr-defined]
+    try:
+        ray.get(holder.ready.remote())
+        with pytest.raises(StageStartError, match=r"the pipeline needs 0\.5 CPU \(free: 0\), held by other actors "
+                                                  r"in this Ray cluster \(.*CpuHolder ×1.*\): close the other"):
+            _wait_for_room([StageSpec(StageName.DECODE, cpus=0.5)], grace=0.0)
+    finally:
+        ray.kill(holder)

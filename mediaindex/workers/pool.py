@@ -87,6 +87,20 @@ def _wait_for_room(stages: list[StageSpec], grace: float = 30.0) -> None:
             return
         if time.monotonic() > deadline:
             what = ", ".join(f"{v:g} {k} (free: {free.get(k, 0.0):g})" for k, v in short.items())
-            raise StageStartError(f"the pipeline needs {what}, held by other actors in this Ray cluster: "
-                                  "close the other pipeline or raise ray.num_cpus")
+            raise StageStartError(f"the pipeline needs {what}, held by other actors in this Ray cluster"
+                                  f"{_holders()}: close the other pipeline or raise ray.num_cpus")
         time.sleep(0.5)
+
+
+def _holders() -> str:
+    """The live actors by class, e.g. " (StageActor ×4, LanguageModelActor ×1)", or "" when Ray cannot say."""
+    try:  # the public state API needs the dashboard, which a local Ray here runs without
+        from ray._private.state import actors
+
+        alive = [a["ActorClassName"] for a in actors().values() if a.get("State") == "ALIVE"]
+    except Exception:  # only a detail of an error message
+        return ""
+    counts: dict[str, int] = {}
+    for name in alive:
+        counts[name] = counts.get(name, 0) + 1
+    return " (" + ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items())) + ")" if counts else ""
