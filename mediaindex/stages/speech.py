@@ -12,7 +12,9 @@ lie over each other and the model hears one of them.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -26,7 +28,7 @@ from mediaindex.segments import Segment
 from mediaindex.stages.item import MediaItem
 
 if TYPE_CHECKING:
-    from mediaindex.models.speakers import SpeakerTrack, Turn
+    from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn
     from mediaindex.models.speech import Transcript
 
 
@@ -60,12 +62,19 @@ class SpeechStage:
         from mediaindex.models.speech import SpeechModel
 
         self.settings = settings
-        self.model = SpeechModel(settings.speech, settings.cache_dir)
-        self.speakers = None
+        # The voice encoder loads (and warms up) on a thread beside Whisper's load: most of Whisper's is in
+        # CTranslate2, which leaves the interpreter free for the encoder's imports.
+        speakers: Future[SpeakerEncoder] | None = None
         if settings.speech.diarize:
             from mediaindex.models.speakers import SpeakerEncoder
 
-            self.speakers = SpeakerEncoder("cpu", threads=settings.speech.cpu_threads or 1)
+            speakers = Future()
+            threading.Thread(target=_load_into, args=(speakers, lambda: SpeakerEncoder(
+                "cpu", threads=settings.speech.cpu_threads or 1)), daemon=True, name="load-speakers").start()
+        try:
+            self.model = SpeechModel(settings.speech, settings.cache_dir)
+        finally:
+            self.speakers = speakers.result() if speakers is not None else None
 
     def process(self, item: MediaItem | str) -> MediaItem | SpeechResult:
         """A file path gives its `SpeechResult`; a decoded item comes back with its speech segments
@@ -161,6 +170,13 @@ class SpeechStage:
         if not transcript.segments:
             result.notes.append("no speech found")
         return result
+
+
+def _load_into(future: Future[SpeakerEncoder], load: Callable[[], SpeakerEncoder]) -> None:
+    try:
+        future.set_result(load())
+    except BaseException as exc:
+        future.set_exception(exc)
 
 
 CHANNELS = ("left", "right")
