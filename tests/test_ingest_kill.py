@@ -107,7 +107,8 @@ def test_three_early_kills_give_up_nothing_and_leave_no_ray_processes(tmp_path: 
     folder = tmp_path / "media"
     env = dict(os.environ)
     env.update(MEDIAINDEX_INDEX_DIR=str(tmp_path / "index"), MEDIAINDEX_CACHE_DIR=str(cache_dir),
-               MEDIAINDEX_TEMP_DIR=str(tmp_path_factory.mktemp("t")), MEDIAINDEX_VISION__ENABLED="false")
+               MEDIAINDEX_TEMP_DIR=str(tmp_path_factory.mktemp("t")), MEDIAINDEX_VISION__ENABLED="false",
+               MEDIAINDEX_INGEST__IN_PROCESS_MAX_FILES="0")  # these runs are about Ray's processes: no small-job path
     for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "MEDIAINDEX_RAY_OWNER"):
         env.pop(name, None)  # each CLI run starts its own Ray
     db = tmp_path / "index" / "jobs.db"

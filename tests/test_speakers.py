@@ -16,6 +16,7 @@ from mediaindex.models.speakers import (
     SpeakerTrack,
     check_speakers,
     cluster,
+    mel_spectrogram,
     speaker_at,
 )
 from mediaindex.models.speech import speech_regions
@@ -101,3 +102,15 @@ def test_a_long_recording_is_clustered_in_bounded_memory(encoder: SpeakerEncoder
         return int(np.bincount(labels[part == i]).argmax())
 
     assert voice(0) == voice(2) != voice(1)  # Kennedy twice, the LibriSpeech reader between
+
+
+@pytest.mark.parametrize("seconds", [0.06, 0.4, 1.6, 11.0])
+def test_the_mel_spectrogram_is_resemblyzers_own(seconds: float) -> None:
+    """Computed here without librosa (whose feature module takes seconds to import), with the values of
+    Resemblyzer's `wav_to_mel_spectrogram` (librosa's melspectrogram) on real speech, for any length."""
+    from resemblyzer.audio import wav_to_mel_spectrogram
+
+    wav = decode_audio(str(media("audio/jfk.flac")))[: int(seconds * SR)]
+    ours, theirs = mel_spectrogram(wav), wav_to_mel_spectrogram(wav)
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6 * float(np.abs(theirs).max()))

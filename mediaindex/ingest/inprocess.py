@@ -1,15 +1,28 @@
-"""Stages run on threads of this process: the executor unit tests drive, and a pipeline without Ray.
+"""Stages run on threads of this process: the executor unit tests drive, and the pipeline of small jobs (no Ray).
 
-Each stage has `workers` instances, built once; a call runs on its own thread. A worker whose stage raises
+Each stage has `workers` instances; a call runs on its own thread. A worker whose stage raises
 `WorkerLostError` counts as dead: it is rebuilt and the call re-run, `retries` times, as Ray re-runs a call
 lost with its actor. A restarted worker (a call over the timeout) is replaced by a fresh one at once; the old
 call's thread is left to finish and its result dropped.
+
+`InProcessPipeline` builds its stages (loads their models) on threads of their own, all at once, and hands
+out an executor straight away: the decode and the transcription of the first file start while the vision
+models and the embedder are still loading, and a stage is dispatched to as soon as its first worker is built.
+A stage that cannot be built stops the run with `StageStartError`, as a Ray pipeline's start does. Each call
+and each build runs at the stage's `nice` above this process's priority (Linux sets it per thread), as the
+stage's Ray actors do, so that the stages with spare capacity yield the cores to the slowest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from mediaindex.config import Settings
@@ -17,7 +30,10 @@ from mediaindex.errors import StageError, WorkerLostError, reason_of
 from mediaindex.ingest.executor import Call
 from mediaindex.stages.merge import merge
 from mediaindex.stages.registry import StageName
+from mediaindex.workers.pool import StageStartError
 from mediaindex.workers.stages import StageSpec, default_stages
+
+log = logging.getLogger(__name__)
 
 
 class _Box:
@@ -29,17 +45,59 @@ class _Box:
         self.error: StageError | None = None
 
 
+def lower_thread_priority(nice: int) -> None:
+    """Add `nice` to the calling thread's niceness (Linux keeps one per thread; elsewhere nothing is done).
+    Threads a model starts from this thread inherit it."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    tid = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+
+
 class InProcessExecutor:
     def __init__(self, factories: Mapping[StageName, Callable[[], Any]], workers: Mapping[StageName, int] | None = None,
-                 retries: int = 0, built: Mapping[StageName, list[Any]] | None = None) -> None:
-        """`workers` per stage (default 1) are built from `factories`, unless `built` holds them already."""
+                 retries: int = 0, built: Mapping[StageName, list[Any]] | None = None,
+                 loading: Mapping[StageName, Sequence[Future[Any]]] | None = None,
+                 nice: Mapping[StageName, int] | None = None) -> None:
+        """`workers` per stage (default 1) are built from `factories`, unless `built` holds them already or
+        `loading` is building them (futures of the workers); `nice` per stage is added to its calls' threads."""
         self.factories, self.retries = dict(factories), retries
-        self.idle_workers = {s: list((built or {}).get(s) or [make() for _ in range((workers or {}).get(s, 1))])
-                             for s, make in factories.items()}
+        self.nice = dict(nice or {})
         self.changed = threading.Condition()
+        self.loading: dict[StageName, list[Future[Any]]] = {s: list(f) for s, f in (loading or {}).items() if f}
+        self.idle_workers = {
+            s: list((built or {}).get(s) or ([] if s in self.loading else
+                                             [make() for _ in range((workers or {}).get(s, 1))]))
+            for s, make in factories.items()}
+        for futures in self.loading.values():
+            for future in futures:
+                future.add_done_callback(self._built)
         self.dropped: set[int] = set()  # ids of calls cancelled or restarted: their workers do not come back
 
+    def _built(self, future: Future[Any]) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def _take_built(self, stage: StageName) -> None:
+        """Workers of `stage` whose build finished join its idle ones; a build that failed stops the run."""
+        futures = self.loading.get(stage)
+        if not futures:
+            return
+        for future in [f for f in futures if f.done()]:
+            futures.remove(future)
+            error = future.exception()
+            if error is not None:
+                self.loading.clear()
+                raise StageStartError(f"the {stage.value} stage could not start: {reason_of(error)}") from error
+            self.idle_workers[stage].append(future.result())
+
+    def starting(self) -> bool:
+        """Workers are still being built: files waiting for them are not stalled."""
+        return any(self.loading.values())
+
     def idle(self, stage: StageName) -> bool:
+        self._take_built(stage)
         return bool(self.idle_workers[stage])
 
     def submit(self, stage: StageName, inputs: Sequence[Any]) -> Call:
@@ -49,6 +107,7 @@ class InProcessExecutor:
         return task
 
     def _run(self, task: Call, inputs: list[Any]) -> None:
+        lower_thread_priority(self.nice.get(task.stage, 0))
         box: _Box = task.result
         worker = task.worker
         try:
@@ -77,8 +136,12 @@ class InProcessExecutor:
             self.changed.notify_all()
 
     def wait(self, tasks: Collection[Call], timeout: float) -> list[Call]:
+        """Also returns (with nothing) as soon as a worker being built is ready for a call."""
+        def ready() -> bool:
+            return any(t.result.done for t in tasks) or any(f.done() for fs in self.loading.values() for f in fs)
+
         with self.changed:
-            self.changed.wait_for(lambda: any(t.result.done for t in tasks), timeout=timeout)
+            self.changed.wait_for(ready, timeout=timeout)
             return [t for t in tasks if t.result.done]
 
     def cancel(self, task: Call) -> None:
@@ -99,22 +162,61 @@ class InProcessExecutor:
         return [box.value for box in results]
 
 
-def _builder(spec: StageSpec, settings: Settings) -> Callable[[], Any]:
-    return lambda: spec.build(settings)
-
-
 class InProcessPipeline:
-    """The pipeline's stages built once in this process (no Ray): for small jobs and tests."""
+    """The pipeline's stages built in this process (no Ray), each worker on a thread of its own, all at once.
 
-    def __init__(self, settings: Settings, stages: list[StageSpec] | None = None) -> None:
+    `wait=True` returns once every stage is built (or raises `StageStartError`); by default the executor is
+    handed out at once and each stage takes calls as soon as its first worker is built. `built_in[name]`
+    holds the seconds each stage took to build (load its models), once it is built."""
+
+    def __init__(self, settings: Settings, stages: list[StageSpec] | None = None, wait: bool = False) -> None:
         self.settings = settings
         self.stages = stages or default_stages(settings)
-        self.factories: dict[StageName, Callable[[], Any]] = {
-            spec.name: _builder(spec, settings) for spec in self.stages}
-        self.built = {spec.name: [self.factories[spec.name]() for _ in range(spec.workers)] for spec in self.stages}
+        self.started = time.monotonic()
+        self.built_in: dict[StageName, float] = {}
+        self.factories: dict[StageName, Callable[[], Any]] = {spec.name: _builder(spec, settings)
+                                                              for spec in self.stages}
+        self.workers: dict[StageName, list[Future[Any]]] = {spec.name: [] for spec in self.stages}
+        for spec in self.stages:
+            for n in range(spec.workers):
+                future: Future[Any] = Future()
+                self.workers[spec.name].append(future)
+                threading.Thread(target=self._build, args=(spec, future), daemon=True,
+                                 name=f"build-{spec.name.value}-{n}").start()
+        if wait:
+            for spec in self.stages:
+                for future in self.workers[spec.name]:
+                    error = future.exception()
+                    if error is not None:
+                        raise StageStartError(f"the {spec.name.value} stage could not start: {reason_of(error)}") \
+                            from error
+
+    def _build(self, spec: StageSpec, future: Future[Any]) -> None:
+        lower_thread_priority(spec.nice)  # threads its model starts inherit the stage's priority
+        began = time.monotonic()
+        try:
+            worker = self.factories[spec.name]()
+        except BaseException as exc:
+            log.info("stage %s: could not start after %.1f s: %s", spec.name.value, time.monotonic() - began,
+                     reason_of(exc))
+            future.set_exception(exc)
+            return
+        seconds = time.monotonic() - began
+        self.built_in[spec.name] = max(self.built_in.get(spec.name, 0.0), seconds)
+        log.info("stage %s: built in this process in %.1f s (ready %.1f s after the pipeline started)",
+                 spec.name.value, seconds, time.monotonic() - self.started)
+        future.set_result(worker)
 
     def executor(self) -> InProcessExecutor:
-        return InProcessExecutor(self.factories, retries=self.settings.ingest.max_retries, built=self.built)
+        built = {s: [f.result() for f in fs] for s, fs in self.workers.items()
+                 if fs and all(f.done() and f.exception() is None for f in fs)}
+        loading = {s: fs for s, fs in self.workers.items() if s not in built}
+        return InProcessExecutor(self.factories, retries=self.settings.ingest.max_retries, built=built,
+                                 loading=loading, nice={spec.name: spec.nice for spec in self.stages})
 
     def close(self) -> None:
-        self.built.clear()
+        self.workers.clear()
+
+
+def _builder(spec: StageSpec, settings: Settings) -> Callable[[], Any]:
+    return lambda: spec.build(settings)

@@ -18,11 +18,13 @@ stage also serves runs without summaries: they pass it by.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
+from mediaindex.config import Settings
 from mediaindex.errors import StageError, reason_of
 from mediaindex.index.index import MediaIndex
 from mediaindex.ingest.executor import Executor
@@ -32,16 +34,19 @@ from mediaindex.ingest.progress import IngestStats, StageStats
 from mediaindex.ingest.request import IngestHooks, IngestReport, IngestRequest
 from mediaindex.ingest.route import FULL_ROUTE, Route
 from mediaindex.ingest.scheduler import Finished, Scheduler, SchedulerHooks
+from mediaindex.ingest.small import in_process
 from mediaindex.ingest.write import FileOutcome, Status, write_item, write_summary
 from mediaindex.jobs import FileState, JobStore
 from mediaindex.stages.merge import merge
 from mediaindex.stages.registry import StageName
 from mediaindex.stages.summary import indexed_item
 from mediaindex.workers.pool import Pipeline
-from mediaindex.workers.stages import StageSpec
+from mediaindex.workers.stages import StageSpec, default_stages
 
 __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "Status", "create_job",
-           "ingest", "jobs_store", "with_summaries"]
+           "ingest", "jobs_store", "start_pipeline", "with_summaries"]
+
+log = logging.getLogger(__name__)
 
 
 class StagePipeline(Protocol):
@@ -54,10 +59,30 @@ class StagePipeline(Protocol):
     def close(self) -> None: ...
 
 
+def start_pipeline(settings: Settings, todo: list[Plan]) -> StagePipeline:
+    """The stages for a run over `todo`: in this process for a small job (`ingest.small`), else on Ray."""
+    choice = in_process(settings, todo)
+    began = time.monotonic()
+    if choice.local:
+        from mediaindex.ingest.inprocess import InProcessPipeline
+
+        stages = default_stages(settings)
+        if not choice.video:  # no file has pictures: the vision models are not loaded at all
+            stages = [s for s in stages if s.name is not StageName.VISION]
+        log.info("ingest: %s: the stages (%s) run in this process, their models loading side by side",
+                 choice.why, ", ".join(s.name.value for s in stages))
+        return InProcessPipeline(settings, stages)
+    log.info("ingest: %s: the stages run on Ray", choice.why)
+    pipeline = Pipeline(settings)
+    log.info("ingest: Ray pipeline ready in %.1f s", time.monotonic() - began)
+    return pipeline
+
+
 def ingest(request: IngestRequest, index: MediaIndex, pipeline: StagePipeline | None = None,
            hooks: IngestHooks | None = None) -> IngestReport:
     """Run a new ingest job over the request's inputs, or continue job `request.resume`; returns this run's
-    outcomes. Without a pipeline, Ray's is started for the run (when a file needs it) and closed after."""
+    outcomes. Without a pipeline, one is started for the run (when a file needs it) and closed after: on
+    threads of this process for a small job, else Ray's (`start_pipeline`)."""
     jobs = request.jobs or jobs_store(request.settings)
     try:
         run = _Run(request, index, jobs, hooks or IngestHooks())
@@ -100,14 +125,16 @@ class _Run:
         own = pipeline is None and bool(todo)
         try:
             if todo:
-                pipeline = pipeline or Pipeline(self.settings)
+                pipeline = pipeline or start_pipeline(self.settings, todo)
                 self.run(todo, pipeline)
         except BaseException as exc:
             self._stopped(exc)
             raise
         finally:
             if own and pipeline is not None:
+                began = time.monotonic()
                 pipeline.close()
+                log.info("ingest: pipeline closed in %.1f s", time.monotonic() - began)
 
     def plan(self) -> list[Plan]:
         """Every open file's plan; those with nothing to run are recorded at once."""
@@ -127,7 +154,8 @@ class _Run:
     def run(self, todo: list[Plan], pipeline: StagePipeline) -> None:
         """The loop: step the scheduler, write what finished, until every file is done or the job is cancelled."""
         executor = pipeline.executor()
-        scheduler = self._scheduler(executor, pipeline, len(todo))
+        clock = _Clock(len(todo))
+        scheduler = self._scheduler(executor, pipeline, len(todo), clock)
         for plan in todo:
             route, start = self._route(plan, [s.name for s in pipeline.stages])
             scheduler.add(plan, route, start)
@@ -138,15 +166,22 @@ class _Run:
                     break
                 for finished in scheduler.step():
                     self._close(finished.plan, self._write(executor, finished), finished.busy)
+                    clock.written()
                 self._tick()
         finally:
             scheduler.stop()
+        clock.report()
         self._tick(force=True)
 
-    def _scheduler(self, executor: Executor[Any], pipeline: StagePipeline, files: int) -> Scheduler:
+    def _scheduler(self, executor: Executor[Any], pipeline: StagePipeline, files: int, clock: _Clock) -> Scheduler:
         names = [s.name for s in pipeline.stages]
         self.stats = IngestStats(self.job_id, files, [StageStats(s.name, s.workers) for s in pipeline.stages])
-        hooks = SchedulerHooks(on_work=self._working, on_dispatch=self.hooks.on_dispatch)
+
+        def dispatched(stage: str, path: str) -> None:
+            clock.dispatched(stage, path)
+            self.hooks.on_dispatch(stage, path)
+
+        hooks = SchedulerHooks(on_work=self._working, on_dispatch=dispatched)
         return Scheduler(executor, names, self.settings.ray.max_files_in_flight, self.settings.ingest.file_timeout,
                          hooks)
 
@@ -237,3 +272,36 @@ class _Run:
         self.jobs.set_state(self.job_id, "cancelled" if interrupted else "failed",
                             error="interrupted" if interrupted else reason_of(exc))
 
+
+
+class _Clock:
+    """When a run's phases happened, logged at INFO: each stage's first call, the first file written (the
+    first searchable one), the last file's entry into the stages and the drain after it."""
+
+    def __init__(self, files: int) -> None:
+        self.began = time.monotonic()
+        self.files, self.done = files, 0
+        self.first_call: dict[str, float] = {}
+        self.entered: set[str] = set()
+        self.last_entry: float | None = None
+
+    def dispatched(self, stage: str, path: str) -> None:
+        now = time.monotonic() - self.began
+        if stage not in self.first_call:
+            self.first_call[stage] = now
+            log.info("ingest: %s stage's first call at %.1f s", stage, now)
+        if path not in self.entered:
+            self.entered.add(path)
+            if len(self.entered) == self.files:
+                self.last_entry = now
+
+    def written(self) -> None:
+        self.done += 1
+        if self.done == 1:
+            log.info("ingest: first file written (searchable) at %.1f s", time.monotonic() - self.began)
+
+    def report(self) -> None:
+        end = time.monotonic() - self.began
+        drain = f"; drain after the last file entered the stages {end - self.last_entry:.1f} s" \
+            if self.last_entry is not None else ""
+        log.info("ingest: %d of %d files written in %.1f s%s", self.done, self.files, end, drain)

@@ -79,7 +79,8 @@ class Scheduler:
     def step(self) -> list[Finished]:
         self._admit()
         self._dispatch()
-        self._collect(self.executor.wait(list(self.running), POLL) if self.running else [])
+        starting = self.executor.starting()
+        self._collect(self.executor.wait(list(self.running), POLL) if self.running or starting else [])
         self._expire()
         finished, self.finished = self.finished, []
         return finished
@@ -128,7 +129,7 @@ class Scheduler:
                     self.hooks.on_work(flight.plan, True)
                 flight.tasks.add(task)
                 self.hooks.on_dispatch(stage, flight.plan.path)
-        if self.flying and not self.running and any(self.ready.values()):
+        if self.flying and not self.running and any(self.ready.values()) and not self.executor.starting():
             waiting = sorted({s.value for s, q in self.ready.items() if q})
             raise IngestStalled(f"ingest stalled: no worker of the {', '.join(waiting)} stage is available")
 

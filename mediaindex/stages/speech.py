@@ -3,11 +3,18 @@
 In the pipeline it runs beside the video decode and the vision stage, from the file's path:
 transcribing never waits for the pictures (its `SpeechResult` joins the item before it is embedded or
 summarised). Given a decoded `MediaItem` instead, it adds the speech segments to it directly.
+
+A stereo file whose two channels carry different sound (a speaker per channel, as in a call or a
+two-microphone interview) is transcribed channel by channel: mixed to mono, two people talking at once
+lie over each other and the model hears one of them.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -15,13 +22,13 @@ import numpy as np
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
-from mediaindex.media.decode import SAMPLE_RATE, AudioStream
+from mediaindex.media.decode import SAMPLE_RATE, AudioStream, channel_look
 from mediaindex.media.probe import MediaInfo, probe
 from mediaindex.segments import Segment
 from mediaindex.stages.item import MediaItem
 
 if TYPE_CHECKING:
-    from mediaindex.models.speakers import SpeakerTrack, Turn
+    from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn
     from mediaindex.models.speech import Transcript
 
 
@@ -55,12 +62,19 @@ class SpeechStage:
         from mediaindex.models.speech import SpeechModel
 
         self.settings = settings
-        self.model = SpeechModel(settings.speech, settings.cache_dir)
-        self.speakers = None
+        # The voice encoder loads (and warms up) on a thread beside Whisper's load: most of Whisper's is in
+        # CTranslate2, which leaves the interpreter free for the encoder's imports.
+        speakers: Future[SpeakerEncoder] | None = None
         if settings.speech.diarize:
             from mediaindex.models.speakers import SpeakerEncoder
 
-            self.speakers = SpeakerEncoder("cpu", threads=settings.speech.cpu_threads or 1)
+            speakers = Future()
+            threading.Thread(target=_load_into, args=(speakers, lambda: SpeakerEncoder(
+                "cpu", threads=settings.speech.cpu_threads or 1)), daemon=True, name="load-speakers").start()
+        try:
+            self.model = SpeechModel(settings.speech, settings.cache_dir)
+        finally:
+            self.speakers = speakers.result() if speakers is not None else None
 
     def process(self, item: MediaItem | str) -> MediaItem | SpeechResult:
         """A file path gives its `SpeechResult`; a decoded item comes back with its speech segments
@@ -85,6 +99,13 @@ class SpeechStage:
         """The file's transcript; `on_progress` hears the seconds of audio read so far, chunk by chunk."""
         if not info.has_audio:
             return SpeechResult()
+        if (info.channels or 1) >= 2:
+            try:
+                separate = channel_look(path, timeout=self.settings.ingest.file_timeout).separate
+            except MediaError as exc:
+                return SpeechResult(failure=exc.reason)
+            if separate:
+                return self._transcribe_channels(path, info, on_progress)
         stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
                              timeout=self.settings.ingest.file_timeout)
         track = self._track()
@@ -99,6 +120,28 @@ class SpeechStage:
         elif info.duration - stream.decoded_seconds > 1.0:
             result.notes.append(f"audio ends early at {stream.decoded_seconds:.1f} s of {info.duration:.1f} s")
         return result
+
+    def _transcribe_channels(self, path: str, info: MediaInfo,
+                             on_progress: Callable[[float], None] | None = None) -> SpeechResult:
+        """Each channel of a stereo file transcribed on its own; a channel is one speaker."""
+        results: list[SpeechResult] = []
+        for channel, name in enumerate(CHANNELS):
+            stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
+                                 timeout=self.settings.ingest.file_timeout, channels=2)
+            chunks: Iterable[np.ndarray] = (chunk[:, channel].copy() for chunk in stream)
+            if on_progress is not None:  # both passes together read the file's length once
+                chunks = _reporting(chunks, functools.partial(_halved, on_progress, channel * info.duration))
+            try:
+                transcript = self.model.transcribe_stream(chunks)
+            except MediaError as exc:
+                return SpeechResult(failure=exc.reason)
+            result = self._result(transcript, path)
+            for seg in result.segments:
+                seg.extra["channel"] = name
+            if stream.warning:
+                result.notes.append(f"{name} channel: {stream.warning}")
+            results.append(result)
+        return _join_channels(results, speakers=self.speakers is not None)
 
     def _track(self) -> SpeakerTrack | None:
         """Where the speaker embeddings of one file gather while its audio streams past (None: no diarization)."""
@@ -127,6 +170,53 @@ class SpeechStage:
         if not transcript.segments:
             result.notes.append("no speech found")
         return result
+
+
+def _load_into(future: Future[SpeakerEncoder], load: Callable[[], SpeakerEncoder]) -> None:
+    try:
+        future.set_result(load())
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
+CHANNELS = ("left", "right")
+
+
+def _join_channels(results: list[SpeechResult], speakers: bool) -> SpeechResult:
+    """The channels' transcripts as one, in time order. A sentence one channel also picked up from the
+    other (a microphone hearing the other speaker) is kept once, from the channel that heard it better;
+    with diarization on, each channel is its own speaker (S1 speaks first)."""
+    left, right = results
+    heard_twice = [(x, y) for x in left.segments for y in right.segments if _same_speech(x, y)]
+    worse = {id(x if (x.confidence or 0.0) < (y.confidence or 0.0) else y) for x, y in heard_twice}
+    for result in results:
+        result.segments = [s for s in result.segments if id(s) not in worse]
+    joined = SpeechResult(notes=["the channels carry different speech: each was transcribed on its own"])
+    spoken = [r for r in results if r.segments]
+    order = sorted(spoken, key=lambda r: r.segments[0].start)
+    for n, result in enumerate(order, start=1):
+        joined.segments.extend(replace(s, speaker=f"S{n}") if speakers else s for s in result.segments)
+        joined.notes.extend(note for note in result.notes if note != "no speech found")
+    joined.segments.sort(key=lambda s: (s.start, s.end))
+    if spoken:
+        joined.language = max(spoken, key=lambda r: sum(s.end - s.start for s in r.segments)).language
+    else:
+        joined.notes.append("no speech found")
+    return joined
+
+
+def _same_speech(a: Segment, b: Segment) -> bool:
+    """Two sentences at about the same time with nearly the same words (one speech heard twice)."""
+    from difflib import SequenceMatcher
+
+    overlap = min(a.end, b.end) - max(a.start, b.start)
+    if overlap <= 0.5 * min(a.end - a.start, b.end - b.start):
+        return False
+    return SequenceMatcher(None, a.text.lower().split(), b.text.lower().split()).ratio() >= 0.8
+
+
+def _halved(on_progress: Callable[[float], None], before: float, done: float) -> None:
+    on_progress((before + done) / 2)
 
 
 def _reporting(chunks: Iterable[np.ndarray], on_progress: Callable[[float], None]) -> Iterator[np.ndarray]:

@@ -88,6 +88,15 @@ class VisionStage:
         self.reader = load_text_reader(v)
         self.clip = load_clip(v)
         self.frames_classified = 0  # running count, for benchmarks
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One pass of each model over a grey picture: their first call's set-up is paid with the load."""
+        grey = np.full((96, 128, 3), 128, np.uint8)
+        if self.classifier is not None:
+            self.classifier.scores([grey])
+        if self.reader is not None:
+            self.reader.read(grey)
 
     def process(self, item: MediaItem) -> MediaItem:
         if not item.keyframes or not self.settings.enabled:

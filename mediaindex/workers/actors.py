@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -24,14 +25,17 @@ class StageActor:
         self.name = spec.name
         if spec.nice:
             os.nice(spec.nice)  # before the model loads: the threads it starts inherit the priority
+        began = time.monotonic()
         self.stage = spec.build(settings)
+        self.built_in = time.monotonic() - began  # seconds its models took to load
 
     def process(self, *inputs: Any) -> Any:
         # Several inputs are the results of a route's branches: they merge into one item here, where they are.
         return self.stage.process(merge(inputs) if len(inputs) > 1 else inputs[0])
 
-    def ready(self) -> str:
-        return self.name
+    def ready(self) -> tuple[str, float]:
+        """The stage's name and the seconds its build (model loads) took in this actor."""
+        return self.name, self.built_in
 
     def pid(self) -> int:
         return os.getpid()

@@ -32,6 +32,9 @@ class RayExecutor:
     def idle(self, stage: StageName) -> bool:
         return bool(self.idle_actors[stage])
 
+    def starting(self) -> bool:
+        return False  # the pipeline's actors were ready before it was handed out
+
     def submit(self, stage: StageName, inputs: Sequence[Any]) -> RayCall:
         actor = self.idle_actors[stage].pop()
         return RayCall(stage, actor.process.remote(*inputs), actor)

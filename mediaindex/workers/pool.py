@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings
@@ -30,6 +30,7 @@ class Pipeline:
         from mediaindex.workers.actors import start_actor
         from mediaindex.workers.runtime import ensure_ray
 
+        began = time.monotonic()
         ensure_ray(settings)
         self.settings = settings
         self.stages = stages or default_stages(settings)
@@ -40,21 +41,30 @@ class Pipeline:
                     raise StageStartError(f"the {spec.name} stage asks for {need:g} {kind} per actor but the Ray "
                                           f"cluster has {have.get(kind, 0):g}: lower {spec.settings_key}.{kind.lower()}s")
         _wait_for_room(self.stages)
+        spawned = time.monotonic()
         self.actors = {s.name: [start_actor(s, settings) for _ in range(s.workers)] for s in self.stages}
         # Load every model now: a stage that cannot start is one clear error, not a failure per file.
-        for spec in self.stages:
+        self.built_in: dict[str, float] = {}
+        ready: dict[Any, StageSpec] = {a.ready.remote(): spec for spec in self.stages for a in self.actors[spec.name]}
+        while ready:
+            done, _ = ray.wait(list(ready), num_returns=1)
+            spec = ready.pop(done[0])
             try:
-                ray.get([a.ready.remote() for a in self.actors[spec.name]])
+                _, built = ray.get(done[0])
             except Exception as exc:
                 self.close()
                 cause = getattr(exc, "cause", None) or exc
                 raise StageStartError(f"the {spec.name} stage could not start: {cause}") from exc
+            self.built_in[spec.name] = max(self.built_in.get(spec.name, 0.0), built)
+            log.info("stage %s: actor ready %.1f s after its spawn (its models loaded in %.1f s)", spec.name,
+                     time.monotonic() - spawned, built)
         # The Ray node of each stage's actors: a cluster spreads the stages over its nodes.
         self.nodes: dict[str, list[str]] = {
             s.name: ray.get([a.node_id.remote() for a in self.actors[s.name]]) for s in self.stages}
         count = len({node for ids in self.nodes.values() for node in ids})
         pools = ", ".join(f"{s.name}×{s.workers} ({s.cpus:g} CPU, {s.gpus:g} GPU)" for s in self.stages)
-        log.info("pipeline: %s, on %d Ray node%s", pools, count, "" if count == 1 else "s")
+        log.info("pipeline: %s, on %d Ray node%s, ready in %.1f s", pools, count, "" if count == 1 else "s",
+                 time.monotonic() - began)
 
     def executor(self) -> RayExecutor:
         """An executor over these actors for one ingest run."""

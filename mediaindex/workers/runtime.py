@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
@@ -52,6 +53,7 @@ def ensure_ray(settings: Settings) -> None:
         raise ConfigError(f"temp_dir {settings.temp_dir} is too long for Ray's unix sockets: "
                           f"set MEDIAINDEX_TEMP_DIR to a path of at most {107 - _RAY_SOCKET_SUFFIX} bytes")
     settings.temp_dir.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
     # A killed run's Ray processes would hold cores and memory beside the new ones: they go first.
     reap_orphans()
     env[OWNER_VARIABLE] = mark_as_owner()
@@ -60,7 +62,7 @@ def ensure_ray(settings: Settings) -> None:
         mark_session(settings.temp_dir)
     finally:
         unmark()
-    log.info("started a local Ray instance")
+    log.info("started a local Ray instance in %.1f s", time.monotonic() - began)
 
 
 def _start_local(settings: Settings, env: dict[str, str]) -> None:
