@@ -4,6 +4,8 @@ pages against the fp32 cache."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
@@ -171,3 +173,19 @@ def test_fp8_latent_teacher_forced_agreement(budget, floor, tiny_models, char_to
     matched, total = _teacher_forced_agreement(tiny_models, char_tokenizer, h, budget)
     print(f"fp8 latent vs fp32 teacher-forced agreement (step budget {budget}): {matched / total:.4f} over {total}")
     assert matched / total >= floor
+
+
+def test_quantized_up_projection_is_absorbed(tiny_models, char_tokenizer, h):
+    """With int8 weights kv_b_proj is an HQQ layer: decode absorbs its dequantized matrix (taken once), and greedy
+    tokens equal transformers' generate on the same quantized model."""
+    from mediaindex.serving.quant import QuantConfig, quantize_model
+
+    model, _ = tiny_models("deepseek_v3")
+    quantize_model(model, QuantConfig(bits=8, group_size=16))
+    ref = copy.deepcopy(model)
+    engine = LLMEngine(model, char_tokenizer, EngineConfig(page_size=4, num_pages=64, max_num_batched_tokens=8))
+    attn = [m for m in model.modules() if isinstance(m, LatentDeepseekV3Attention)]
+    assert attn and all(not isinstance(m.kv_b_proj, torch.nn.Linear) and m._dense_kv_b is not None for m in attn)
+    prompts = h.random_prompts([6, 15], seed=4)
+    outs = engine.generate(prompts, SamplingParams(max_tokens=10, ignore_eos=True))
+    assert [o.token_ids for o in outs] == [h.hf_greedy(ref, p, 10) for p in prompts]
