@@ -152,7 +152,7 @@ def use_latent_attention(model: nn.Module) -> int:
                 module.__class__ = LatentDeepseekV3Attention
             if not isinstance(module, LatentDeepseekV3Attention):
                 raise UnsupportedModelError(f"{type(module).__name__} cannot run over a latent cache")
-            if not isinstance(module.kv_b_proj, nn.Linear):
+            if not isinstance(module.kv_b_proj, nn.Linear) and module._dense_kv_b is None:
                 module._dense_kv_b = _dense_weight(module.kv_b_proj).detach()
             count += 1
     if count == 0:

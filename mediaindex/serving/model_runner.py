@@ -209,7 +209,7 @@ class ModelRunner:
             self.attention_backend, self.latent_decode_attention = select_latent_decode_attention(
                 attention_backend, kv_cache
             )
-            for m in {id(m): m for m in (self.model, self.decode_model)}.values():
+            for m in (self.model, self.decode_model):
                 use_latent_attention(m)
         else:
             self.attention_backend, self.decode_attention = select_decode_attention(attention_backend, kv_cache)
