@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams
-from mediaindex.serving.quant import QuantConfig, QuantExperts, quantize_model
+from mediaindex.serving.quant import QuantConfig, QuantExperts, grouped_cpu, quantize_model
+from mediaindex.serving.quant.layers import PackSpec, dequantize_weight, quantize_weight
 
 torch.set_num_threads(1)
 
@@ -122,6 +124,28 @@ def test_cpu_grouped_path_reads_nothing_on_the_host_and_does_not_loop_over_exper
     reference = _quantized(4, torch.float32)
     reference.kernel = "reference"
     assert "tolist" in _calls(reference, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_cpu_kernel_handles_widths_that_are_not_a_tile_multiple(bits: int, dtype: torch.dtype) -> None:
+    """42 outputs: 16-wide tiles leave a partial one (8-bit), 4-bit pairs leave 5 of 8 (panel and direct paths)."""
+    spec = PackSpec(42, 128, bits, 32, 1)
+    gen = torch.Generator().manual_seed(5)
+    packed = [quantize_weight(torch.randn(42, 128, generator=gen), spec, optimize=False) for _ in range(3)]
+    codes, scale, zero = (torch.stack([p[i] for p in packed]) for i in range(3))
+    counts = torch.tensor([2, 0, 9])
+    x = torch.randn(int(counts.sum()) + 1, 128, generator=gen).to(dtype)  # one slot of no local expert
+    got = grouped_cpu.grouped_matmul(
+        x, counts.cumsum(0), codes, scale, zero, out_features=42, group_size=32, bits=bits, compute_dtype=dtype
+    )
+    rows = torch.arange(len(x)).split([*counts.tolist(), 1])
+    for e, r in enumerate(rows[:3]):
+        w = dequantize_weight(codes[e], scale[e], zero[e], spec, dtype)
+        # Outputs of magnitude ~30: fp32 sums in another order differ by a few 1e-6.
+        tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else TOLERANCE[dtype]
+        torch.testing.assert_close(got[r].to(dtype), F.linear(x[r], w), **tol)
+    assert torch.equal(got[rows[3]], torch.zeros(1, 42))
 
 
 def test_unsupported_group_size_falls_back_to_the_loop_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:

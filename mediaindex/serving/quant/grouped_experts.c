@@ -182,27 +182,39 @@ static void micro_tile_bf16(const uint16_t* x, int64_t r0, int mr, const uint16_
         for (int j = 0; j < nr; j++) y[(r0 + i) * O + out_idx[j0 + j]] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
-/* Few rows (decode): no panel, each weight is dequantized in registers and used by all mr rows at once. */
+/* Few rows (decode): no panel. NR outputs at a time, each weight dequantized in registers and used by all mr rows;
+ * the NR x mr accumulators are independent, so the dot instructions do not wait on one another. */
 static void direct_bf16(const uint16_t* x, int64_t r0, int mr, const uint8_t* codes_e, const uint16_t* scale_e,
                         const uint16_t* zero_e, int64_t O, int64_t K, int64_t G, int bits, const int64_t* out_idx,
                         int n, float* y) {
     const int64_t groups = K / G;
-    for (int j = 0; j < n; j++) {
-        const int64_t o = out_idx[j];
-        int shift;
-        const uint8_t* src = code_row(codes_e, O, K, bits, o, &shift);
-        __m512 acc[MR];
-        for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (int j0 = 0; j0 < n; j0 += NR) {
+        const int nr = n - j0 < NR ? n - j0 : NR;
+        const uint8_t* src[NR];
+        int shift[NR];
+        for (int j = 0; j < NR; j++) src[j] = code_row(codes_e, O, K, bits, out_idx[j0 + (j < nr ? j : 0)], &shift[j]);
+        __m512 acc[MR][NR];
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
         for (int64_t g = 0; g < groups; g++) {
-            const float sf = half_to_float(scale_e[o * groups + g]);
-            const __m512 s = _mm512_set1_ps(sf), b = _mm512_set1_ps(-(half_to_float(zero_e[o * groups + g]) * sf));
+            __m512 s[NR], b[NR];
+            for (int j = 0; j < NR; j++) {
+                const int64_t m = out_idx[j0 + (j < nr ? j : 0)] * groups + g;
+                const float sf = half_to_float(scale_e[m]);
+                s[j] = _mm512_set1_ps(sf);
+                b[j] = _mm512_set1_ps(-(half_to_float(zero_e[m]) * sf));
+            }
             for (int64_t k = g * G; k < (g + 1) * G; k += 32) {
-                const __m512bh w = dequant32(src + k, bits, shift, s, b);
-                for (int i = 0; i < mr; i++)
-                    acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512((const void*)(x + (r0 + i) * K + k)), w);
+                __m512bh w[NR];
+                for (int j = 0; j < NR; j++) w[j] = dequant32(src[j] + k, bits, shift[j], s[j], b[j]);
+                for (int i = 0; i < mr; i++) {
+                    const __m512bh a = (__m512bh)_mm512_loadu_si512((const void*)(x + (r0 + i) * K + k));
+                    for (int j = 0; j < NR; j++) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a, w[j]);
+                }
             }
         }
-        for (int i = 0; i < mr; i++) y[(r0 + i) * O + o] = _mm512_reduce_add_ps(acc[i]);
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++) y[(r0 + i) * O + out_idx[j0 + j]] = _mm512_reduce_add_ps(acc[i][j]);
     }
 }
 
