@@ -23,10 +23,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MEDIAINDEX_CACHE_DIR=/opt/mediaindex/cache \
     MEDIAINDEX_TEMP_DIR=/tmp/mediaindex
 
-# ffmpeg from the distribution (the imageio-ffmpeg binary is the fallback); tini reaps Ray's processes.
+# ffmpeg from the distribution (the imageio-ffmpeg binary is the fallback); tini reaps Ray's processes; gcc builds
+# the CPU grouped-experts kernel for the machine it runs on (at first use, into the cache dir).
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ffmpeg tini \
+ && apt-get install -y --no-install-recommends ffmpeg tini gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin mediaindex \

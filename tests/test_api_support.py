@@ -42,19 +42,30 @@ class Sample:
 
 @pytest.fixture(scope="session")
 def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
-           pipeline, embedder) -> Sample:
+           ray_runtime: None, embedder) -> Sample:
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import open_index
-        from mediaindex.ingest.run import IngestRequest, ingest
+        from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 
-        # The session's pipeline (same profile): a second set of stage actors would hold another ~3 logical
-        # CPUs of the session's one Ray for the whole run.
-        settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir)
+        # Its own pipeline (the decode stage writes thumbnails under its settings' index), with small logical CPU
+        # shares: it lives all session in the one Ray beside the session's pipeline, the language-model actor
+        # and the summary tests' pipelines.
+        shares = {stage: {"cpus": 0.25} for stage in ("decode", "speech", "vision", "embed")}
+        settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir, ray={"stages": shares})
+        pipeline = Pipeline(settings)
         # Served from request threads: one catalog connection per thread, as `serve` opens it.
         index = open_index(settings, embedder.dim, embedder.name, thread_safe=True)
         report = ingest(IngestRequest(settings, [media(s) for s in SAMPLES]), index, pipeline)
         assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
+
+        def close() -> None:
+            import ray
+
+            if ray.is_initialized():  # the session's Ray may already be shut down, and its actors with it
+                pipeline.close()
+
+        request.config.add_cleanup(close)
         memo["sample"] = Sample(settings, index, embedder, pipeline)
     return memo["sample"]
 

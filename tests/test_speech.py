@@ -190,3 +190,22 @@ def test_subtitles_of_every_sample_file_fit_the_limits(whisper_base: SpeechModel
         check_cues(segments, CueLimits())
         spoken += bool(segments)
     assert spoken >= 12
+
+
+def test_a_lower_vad_threshold_lets_more_of_noisy_radio_through() -> None:
+    import json
+
+    from mediaindex.models.speech import speech_regions
+
+    audio = decode_audio(media("audio/apollo11.mp3"))  # 8 kHz radio: the VAD scores its speech low
+    words = json.loads(media("groundtruth/apollo11.whisper-large.words.json").read_text())["segments"]
+    middles = [(w["start"] + w["end"]) / 2 * 16_000 for s in words for w in s["words"]]
+
+    def inside(threshold: float) -> int:
+        regions = speech_regions(audio, threshold)
+        return sum(any(a <= m <= b for a, b in regions) for m in middles)
+
+    default, lower = inside(SpeechSettings().vad_threshold), inside(0.35)
+    assert default < 0.6 * len(middles) < lower  # measured: 78 and 95 of 146 words
+    with pytest.raises(ValueError, match="vad_threshold"):
+        SpeechSettings(vad_threshold=0)

@@ -71,6 +71,13 @@ TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
         "picture:image": (0.5, 0.8, 0.9, 1.0),
         "clip_text": (0.15, 0.25, 0.3, 0.4),
     },
+    "embeddinggemma": {
+        "dense:speech": (0.1487, 0.2795, 0.537, 0.7788),
+        "dense:ocr": (0.1171, 0.3788, 0.596, 0.7862),
+        "dense:visual": (0.1332, 0.1959, 0.4592, 0.5855),
+        "dense:summary": (0.1487, 0.2795, 0.537, 0.7788),
+        "dense:chapter": (0.1487, 0.2795, 0.537, 0.7788),
+    },
 }
 # Visual labels: the class probability the classifier must give a part's best label for the part to
 # be indexed as a visual segment, and further labels to be named; a visual hit's confidence is its

@@ -135,12 +135,13 @@ Region = tuple[int, int]  # sample range of speech within a part
 PartHook = Callable[[np.ndarray, float, list[Region]], None]
 
 
-def speech_regions(audio: np.ndarray) -> list[Region]:
-    """The VAD's speech regions (fine-grained: a pause of 160 ms separates two), each at most 30 s."""
+def speech_regions(audio: np.ndarray, threshold: float = 0.5) -> list[Region]:
+    """The VAD's speech regions (fine-grained: a pause of 160 ms separates two), each at most 30 s;
+    `threshold` is the speech probability a frame needs (SpeechSettings.vad_threshold)."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
-    found = get_speech_timestamps(audio, VadOptions(max_speech_duration_s=30, min_silence_duration_ms=160,
-                                                    speech_pad_ms=100))
+    found = get_speech_timestamps(audio, VadOptions(threshold=threshold, max_speech_duration_s=30,
+                                                    min_silence_duration_ms=160, speech_pad_ms=100))
     return [(int(r["start"]), int(r["end"])) for r in found if r["end"] > r["start"]]
 
 
@@ -273,7 +274,7 @@ class SpeechModel:
         if len(audio) < SAMPLE_RATE // 10 or not np.any(audio):
             return  # digital silence: nothing to decode
         if s.vad:
-            regions = speech_regions(audio)
+            regions = speech_regions(audio, s.vad_threshold)
         else:
             regions = [(a, min(a + WINDOW_SAMPLES, len(audio))) for a in range(0, len(audio), WINDOW_SAMPLES)]
         if not regions:

@@ -718,7 +718,7 @@ def test_gemlite_backend_wiring_with_a_stand_in_kernel(
     want = _logits(model, ids)
     assert apply_backend(model, "gemlite", data_dir=tmp_path) == "gemlite"
     assert calls["load"] == [str(cache)]
-    assert calls["kernels"] == 8 + 2 * 2 * 8  # 4 attention linears x 2 layers, 2 per expert
+    assert calls["kernels"] == 8  # 4 attention linears x 2 layers; experts run the Triton fused kernel on CUDA
     torch.testing.assert_close(_logits(model, ids), want, rtol=0.05, atol=0.05)
     assert apply_backend(model, "pytorch") == "pytorch"
     assert torch.equal(_logits(model, ids), want)

@@ -35,8 +35,9 @@ onto the ``prefill`` / ``decode`` arguments (fp8 is refused: it needs kernels th
 What gets quantized: every ``nn.Linear`` (attention incl. DeepSeek-V3 MLA ``q_a_proj``, ``q_b_proj``,
 ``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``; dense and shared-expert MLPs; CLIP towers and
 projections) and every fused experts module of transformers 5.x (``experts.gate_up_proj`` /
-``experts.down_proj``, quantized per expert and run by :class:`QuantExperts`, which groups tokens by
-expert). Kept in high precision unless ``QuantConfig.skip`` says otherwise: embeddings, norms,
+``experts.down_proj``, quantized per expert and run by :class:`QuantExperts`: token slots sorted by
+expert, one grouped call per projection over the packed codes, a C kernel on CPU and a Triton kernel on
+CUDA). Kept in high precision unless ``QuantConfig.skip`` says otherwise: embeddings, norms,
 router gates (``*.gate``, ``*.router``), ``lm_head``. Layers whose width is not a multiple of the
 group size are kept too, and logged; ``model.quant_plan`` lists what was done.
 

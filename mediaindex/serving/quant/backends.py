@@ -1,4 +1,6 @@
-"""Matmul backends for quantized layers: HQQ's PyTorch path everywhere, Gemlite kernels on CUDA.
+"""Matmul backends for quantized linears: HQQ's PyTorch path everywhere, Gemlite kernels on CUDA.
+
+Quantized experts pick their grouped kernel by device on their own (``QuantExperts.grouped_path``).
 
 ``gemlite`` (the optional ``gpu`` extra) is imported lazily and only when CUDA is present: the
 package raises at import time on machines without a GPU. Gemlite tunes its kernels per shape; the
@@ -128,48 +130,25 @@ def apply_backend(
             except Exception as exc:  # noqa: BLE001 - a stale cache only costs tuning time
                 log.warning("ignoring unreadable Gemlite autotune cache %s: %s", cache, exc)
     fallback = 0
-    for name, layer in layers.items():
-        spec = layer.spec if isinstance(layer, QuantLinear) else layer.gate_up_spec
-        if spec.axis != 1 or layer.compute_dtype not in _GEMLITE_DTYPES:
+    # Experts are not Gemlite's: on CUDA they run the Triton fused-experts kernel, one launch per projection
+    # for all experts (QuantExperts.grouped_path), instead of two Gemlite calls per expert.
+    linears = {name: layer for name, layer in layers.items() if isinstance(layer, QuantLinear)}
+    for name, layer in linears.items():
+        if layer.spec.axis != 1 or layer.compute_dtype not in _GEMLITE_DTYPES:
             log.warning(
                 "%s stays on HQQ's PyTorch path: Gemlite needs axis=1 and fp16/bf16 compute (got axis=%d, %s)",
                 name,
-                spec.axis,
+                layer.spec.axis,
                 layer.compute_dtype,
             )
             _detach(layer)
             fallback += 1
             continue
-        if isinstance(layer, QuantLinear):
-            layer._kernel = _gemlite_kernel(
-                gemlite, layer.W_q, layer.scale, layer.zero, layer.spec, layer.bias, layer.compute_dtype
-            )
-        else:
-            layer._kernels = [
-                (
-                    _gemlite_kernel(
-                        gemlite,
-                        layer.gate_up_W_q[e],
-                        layer.gate_up_scale[e],
-                        layer.gate_up_zero[e],
-                        layer.gate_up_spec,
-                        None,
-                        layer.compute_dtype,
-                    ),
-                    _gemlite_kernel(
-                        gemlite,
-                        layer.down_W_q[e],
-                        layer.down_scale[e],
-                        layer.down_zero[e],
-                        layer.down_spec,
-                        None,
-                        layer.compute_dtype,
-                    ),
-                )
-                for e in range(layer.num_experts)
-            ]
+        layer._kernel = _gemlite_kernel(
+            gemlite, layer.W_q, layer.scale, layer.zero, layer.spec, layer.bias, layer.compute_dtype
+        )
     log.info(
-        "Gemlite kernels on %d quantized modules (%d on the PyTorch path)", len(layers) - fallback, fallback
+        "Gemlite kernels on %d quantized linears (%d on the PyTorch path)", len(linears) - fallback, fallback
     )
     model.quant_backend = "gemlite"  # type: ignore[assignment]
     return "gemlite"
@@ -178,8 +157,6 @@ def apply_backend(
 def _detach(layer: QuantLinear | QuantExperts) -> None:
     if isinstance(layer, QuantLinear):
         layer._kernel = None
-    else:
-        layer._kernels = None
 
 
 def save_autotune_cache(data_dir: str | os.PathLike[str], device: torch.device | None = None) -> Path | None:

@@ -10,6 +10,8 @@ device and filled later without ever holding the full-precision weight.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +23,11 @@ from hqq.core.bitpack import BitPack
 from hqq.core.quantize import Quantizer
 from torch import Tensor, nn
 
+from mediaindex.serving.quant import grouped_cpu
 from mediaindex.serving.quant.config import QuantConfig, QuantizationError
+from mediaindex.serving.quant.routing import SortedSlots, sort_by_expert
+
+log = logging.getLogger(__name__)
 
 # Scales and zero points stay fp16 whatever the compute dtype: bf16 has too few mantissa bits for
 # an 8-bit zero point (values up to 255), and fp32 would push 4-bit weights past 30% of bf16 size.
@@ -265,8 +271,8 @@ class QuantExperts(nn.Module):
     quantized on its own and stacked: ``gate_up_W_q[e]`` is expert ``e``'s packed ``[2I, H]`` weight.
 
     ``forward(hidden_states [T, H], top_k_index [T, K], top_k_weights [T, K])`` has the signature of
-    the transformers experts it replaces. Tokens are sorted by expert so each active expert's
-    weights are dequantized (read) once per call, whatever the number of tokens routed to it.
+    the transformers experts it replaces. Token slots are sorted by expert and each projection is one grouped
+    call over all experts that reads the packed codes directly: the C kernel on CPU, a Triton kernel on CUDA.
     """
 
     # Registered buffers, declared so they type as tensors (nn.Module.__getattr__ says Tensor | Module).
@@ -314,8 +320,9 @@ class QuantExperts(nn.Module):
             self.register_buffer(
                 f"{prefix}_zero", _empty((num_experts, *spec.meta_shape), META_DTYPE, device)
             )
-        # Per-expert GPU kernels (gate_up, down), attached by the backend; not part of state_dict.
-        self._kernels: list[tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]] | None = None
+        # "auto" picks the grouped path by device (see grouped_path); tests force "triton" or "reference".
+        self.kernel: str = "auto"
+        self._paths: dict[str, str] = {}
 
     @property
     def bits(self) -> int:
@@ -372,32 +379,91 @@ class QuantExperts(nn.Module):
         return gate_up, down
 
     def forward(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        path = self.grouped_path(hidden_states.device)
+        if path == "reference":
+            return self.forward_reference(hidden_states, top_k_index, top_k_weights)
+        slots = sort_by_expert(top_k_index, top_k_weights, self.num_experts)
+        x = hidden_states.to(self.compute_dtype)
+        if path == "triton":
+            from mediaindex.serving.quant import triton_moe  # imports triton: CUDA (or its interpreter) only
+
+            y = triton_moe.fused_experts(self, x, slots) * slots.weight_of[:, None]
+            # index_add_ on CUDA adds duplicate indices with atomics, in no fixed order; summing each token's
+            # top-k slots in place keeps the output the same from run to run.
+            per_token = y[slots.inverse_order].view(*top_k_index.shape, -1)
+            return per_token.sum(dim=1).to(hidden_states.dtype)
+        y = self._grouped_cpu(x[slots.token_of], slots) * slots.weight_of[:, None]
         final = torch.zeros_like(hidden_states)
-        top_k = top_k_index.shape[-1]
-        flat_expert = top_k_index.reshape(-1)
-        # Indices outside [0, E) mark slots another device owns (expert parallelism); they are dropped.
-        valid = (flat_expert >= 0) & (flat_expert < self.num_experts)
-        flat_expert = torch.where(valid, flat_expert, torch.full_like(flat_expert, self.num_experts))
-        order = torch.argsort(flat_expert, stable=True)
-        token_of = order // top_k
-        weight_of = top_k_weights.reshape(-1)[order]
-        counts = torch.bincount(flat_expert, minlength=self.num_experts + 1)[: self.num_experts].tolist()
+        # One index_add over all slots in sorted order: each token's contributions are added in the order the
+        # reference loop adds them.
+        return final.index_add_(0, slots.token_of, y.to(final.dtype))
+
+    def _grouped_cpu(self, x: Tensor, slots: SortedSlots) -> Tensor:
+        def project(inputs: Tensor, prefix: str, spec: PackSpec) -> Tensor:
+            out = grouped_cpu.grouped_matmul(
+                inputs,
+                slots.ends,
+                getattr(self, f"{prefix}_W_q"),
+                getattr(self, f"{prefix}_scale"),
+                getattr(self, f"{prefix}_zero"),
+                out_features=spec.out_features,
+                group_size=spec.group_size,
+                bits=spec.bits,
+                compute_dtype=self.compute_dtype,
+            )
+            return out.to(self.compute_dtype)
+
+        gate, up = project(x, "gate_up", self.gate_up_spec).chunk(2, dim=-1)
+        return project(self.act_fn(gate) * up, "down", self.down_spec)
+
+    def grouped_path(self, device: torch.device) -> str:
+        """Which path runs the experts on ``device``: ``triton`` (CUDA: one fused kernel per projection),
+        ``cpu`` (the C grouped kernel) or ``reference`` (a loop over experts, dequantizing each; the fallback,
+        with the reason logged once). ``self.kernel`` forces one (tests run ``triton`` in the interpreter)."""
+        if self.kernel != "auto":
+            return self.kernel
+        cached = self._paths.get(device.type)
+        if cached is not None:
+            return cached
+        reason = None
+        if device.type == "cuda":
+            path = "triton"
+            if importlib.util.find_spec("triton") is None:
+                reason = "triton is not installed"
+            elif self.gate_up_spec.axis != 1 or self.gate_up_spec.group_size % 16:
+                reason = "the Triton kernel needs axis=1 and a group size that is a multiple of 16"
+        elif device.type == "cpu":
+            path = "cpu"
+            reason = grouped_cpu.unsupported(
+                self.intermediate_dim, self.gate_up_spec.group_size, self.gate_up_spec.axis, self.compute_dtype
+            ) or grouped_cpu.unsupported(
+                self.hidden_dim, self.gate_up_spec.group_size, self.gate_up_spec.axis, self.compute_dtype
+            )
+            reason = reason or grouped_cpu.load_kernel()[1]
+        else:
+            path, reason = "reference", f"no grouped kernel for {device.type} devices"
+        if reason is not None:
+            path = "reference"
+            log.warning("quantized experts run a loop over experts on %s: %s", device.type, reason)
+        self._paths[device.type] = path
+        return path
+
+    def forward_reference(self, hidden_states: Tensor, top_k_index: Tensor, top_k_weights: Tensor) -> Tensor:
+        """HQQ's PyTorch path: a loop over the experts with tokens, dequantizing each one. The fallback, and
+        what the grouped paths are tested against."""
+        final = torch.zeros_like(hidden_states)
+        slots = sort_by_expert(top_k_index, top_k_weights, self.num_experts)
         start = 0
-        for expert, count in enumerate(counts):
+        for expert, count in enumerate(slots.counts.tolist()):
             if count == 0:
                 continue
-            rows = token_of[start : start + count]
-            weights = weight_of[start : start + count, None]
+            rows = slots.token_of[start : start + count]
+            weights = slots.weight_of[start : start + count, None]
             start += count
             x = hidden_states[rows].to(self.compute_dtype)
-            if self._kernels is not None:
-                gate_up_k, down_k = self._kernels[expert]
-                gate, up = gate_up_k(x).chunk(2, dim=-1)
-                y = down_k(self.act_fn(gate) * up)
-            else:
-                gate_up_w, down_w = self.dequantize_expert(expert)
-                gate, up = F.linear(x, gate_up_w).chunk(2, dim=-1)
-                y = F.linear(self.act_fn(gate) * up, down_w)
+            gate_up_w, down_w = self.dequantize_expert(expert)
+            gate, up = F.linear(x, gate_up_w).chunk(2, dim=-1)
+            y = F.linear(self.act_fn(gate) * up, down_w)
             y = y * weights
             final.index_add_(0, rows, y.to(final.dtype))
         return final
