@@ -138,8 +138,12 @@ def grouped_matmul(
     lib, reason = load_kernel()
     if lib is None:
         raise RuntimeError(reason)
+    if codes.dtype != torch.uint8 or scale.dtype != torch.float16 or zero.dtype != torch.float16:
+        raise ValueError("the kernel reads uint8 codes with float16 scales and zeros (HQQ's buffers as stored)")
+    if ends.dtype != torch.int64 or ends.shape != (codes.shape[0],):
+        raise ValueError(f"ends must be int64 with one entry per expert ({codes.shape[0]}), not {ends.dtype} {tuple(ends.shape)}")
     rows, in_features = x.shape
-    ends = ends.contiguous()
+    ends, codes, scale, zero = (t.contiguous() for t in (ends, codes, scale, zero))
     out = torch.empty(rows, out_features, dtype=torch.float32)
     weights = (ends.data_ptr(), codes.data_ptr(), scale.data_ptr(), zero.data_ptr(), codes.shape[0])
     shape = (out_features, in_features, group_size, bits)

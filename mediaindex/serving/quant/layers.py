@@ -387,13 +387,15 @@ class QuantExperts(nn.Module):
         if path == "triton":
             from mediaindex.serving.quant import triton_moe  # imports triton: CUDA (or its interpreter) only
 
-            y = triton_moe.fused_experts(self, x, slots)
-        else:
-            y = self._grouped_cpu(x[slots.token_of], slots)
-        y = y * slots.weight_of[:, None]
+            y = triton_moe.fused_experts(self, x, slots) * slots.weight_of[:, None]
+            # index_add_ on CUDA adds duplicate indices with atomics, in no fixed order; summing each token's
+            # top-k slots in place keeps the output the same from run to run.
+            per_token = y[slots.inverse_order].view(*top_k_index.shape, -1)
+            return per_token.sum(dim=1).to(hidden_states.dtype)
+        y = self._grouped_cpu(x[slots.token_of], slots) * slots.weight_of[:, None]
         final = torch.zeros_like(hidden_states)
-        # One index_add over all slots, in sorted order: each token's contributions are summed in the order
-        # the reference loop adds them, so both give the same bits.
+        # One index_add over all slots in sorted order: each token's contributions are added in the order the
+        # reference loop adds them.
         return final.index_add_(0, slots.token_of, y.to(final.dtype))
 
     def _grouped_cpu(self, x: Tensor, slots: SortedSlots) -> Tensor:

@@ -17,12 +17,14 @@ from torch import Tensor
 class SortedSlots:
     """``token_of[i]`` / ``weight_of[i]``: the token and routing weight of sorted slot ``i``. Expert ``e`` owns
     slots ``[ends[e-1], ends[e])``; slots past ``ends[-1]`` name no local expert (expert parallelism marks slots
-    another device owns with an index outside ``[0, E)``) and must contribute nothing."""
+    another device owns with an index outside ``[0, E)``) and must contribute nothing. ``inverse_order[j]`` is the
+    sorted position of unsorted slot ``j`` (token ``j // top_k``, its ``j % top_k``-th choice)."""
 
     token_of: Tensor
     weight_of: Tensor
     ends: Tensor
     counts: Tensor
+    inverse_order: Tensor
 
 
 def sort_by_expert(top_k_index: Tensor, top_k_weights: Tensor, num_experts: int) -> SortedSlots:
@@ -33,9 +35,12 @@ def sort_by_expert(top_k_index: Tensor, top_k_weights: Tensor, num_experts: int)
     # Stable: within an expert, slots keep token order (the order the reference loop adds them in).
     order = torch.argsort(expert, stable=True)
     counts = torch.bincount(expert, minlength=num_experts + 1)[:num_experts]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.shape[0], device=order.device)
     return SortedSlots(
         token_of=order // top_k,
         weight_of=top_k_weights.reshape(-1)[order],
         ends=torch.cumsum(counts, 0),
         counts=counts,
+        inverse_order=inverse,
     )
