@@ -80,6 +80,21 @@ QUESTIONS = [
     ("김치찌개는 어떻게 만듭니까?", None, 0, 0),
 ]
 
+# What a right answer says (any of these, case-insensitive): a citation of the right moment with words that say
+# nothing ("Fine glasses for? [moment]") is not an answer. Checked on the answer text, not given to the model.
+ANSWER_WORDS = {
+    "What does the speaker ask his fellow Americans to do?": ["country"],
+    "When does the speaker say banana?": ["40", "forty"],
+    "What will happen when the time reaches 40 seconds?": ["banana"],
+    "Who assembled in London to sketch the manifesto?": ["communist"],
+    "What is acknowledged by all European powers to be itself a power?": ["communism"],
+    "Where can I find the text version of this audiobook?": ["muxas", "www"],
+    "What did they find besides rotten Roman teeth?": ["beauty", "parlor"],
+    "What were the fine glasses for?": ["oil", "cream"],
+    "What permission does the license grant for the software?": ["use", "copy", "modify", "merge", "publish",
+                                                                 "distribute", "deal", "free of charge"],
+}
+
 
 class ThreadBound:
     """Runs every use of an object on one thread (the index's SQLite catalog lives on the thread that opened
@@ -167,12 +182,17 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
            "tool_calls": sum(s.kind == "tool_call" for s in ans.trace),
            "malformed_calls": sum(s.kind == "error" and "tool call" in s.content for s in ans.trace)}
     row["searches"] = ans.searches
+    row["trace"] = [f"{t.step} {t.kind}{' ' + t.tool if t.tool else ''}: {' '.join(t.content.split())[:240]}"
+                    for t in ans.trace]
     if file is None:
         row["correct"] = ans.status == "not_found"
     else:
         target = archive.resolve(file)
         row["correct"] = any(c.video_id == target.video_id and c.start < b and c.end > a for c in ans.citations)
     row["loop_correct"] = row["correct"] and ans.path == "agent"
+    if q in ANSWER_WORDS:
+        said = ans.answer.lower()
+        row["says_answer"] = row["correct"] and any(w in said for w in ANSWER_WORDS[q])
     return row
 
 
@@ -240,13 +260,18 @@ def main() -> None:
         "summary_unsupported_sentences": sum(len(r["unsupported"]) for r in summaries),
         "answers_citing_right_moment": f"{sum(r['correct'] for r in asked)}/{len(asked)}",
         "answered_by_the_loop_with_right_moment": f"{sum(r['loop_correct'] for r in asked)}/{len(asked)}",
+        "loop_answers_saying_the_answer": f"{sum(r.get('says_answer', False) and r['path'] == 'agent' for r in asked)}"
+                                          f"/{len(asked)}",
         "absent_not_found": f"{sum(r['correct'] for r in absent)}/{len(absent)}",
+        "absent_not_found_by_the_loop": f"{sum(r['loop_correct'] for r in absent)}/{len(absent)}",
         "answer_paths": {p: sum(r["path"] == p for r in questions) for p in ("agent", "fallback")},
         "tool_calls_run": sum(r["tool_calls"] for r in questions),
         "malformed_tool_calls": sum(r["malformed_calls"] for r in questions),
         "questions_with_a_tool_call": f"{sum(r['tool_calls'] > 0 for r in questions)}/{len(questions)}",
         "answer_citations_rejected_or_dropped": sum(r["citations_rejected"] for r in questions),
         "median_answer_s": statistics.median(r["seconds"] for r in questions) if questions else None,
+        "max_answer_s": max((r["seconds"] for r in questions), default=None),
+        "load_average": [round(x, 1) for x in __import__("os").getloadavg()],
         "median_summary_s": statistics.median(r["seconds"] for r in summaries) if summaries else None,
         "summaries": summaries, "questions": questions,
     }

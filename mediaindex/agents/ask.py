@@ -1,8 +1,13 @@
 """Questions over the archive: a bounded tool-calling loop, with plain retrieval-augmented answering as fallback.
 
-The loop gives the model `search`, `get_transcript` and `get_frames_text` (Hermes / Qwen3 tool calls). It ends
-when the model answers with citations to moments it was shown, or falls back when the model emits a malformed
-call twice, repeats a call, runs out of steps or tokens, or answers without real citations. The fallback
+The loop gives the model `search`, `get_transcript` and `get_frames_text` (Hermes / Qwen tool calls). Tool
+results come back as numbered moments (`[3] file.mp4 (video ID) 12.0-19.5 s, speech: text`; a spoken sentence
+with the sentences around it), and the answer cites them by number, which the loop turns into
+`[VIDEO_ID@START-END]` (a citation in that form is accepted too). It ends when the model answers with citations
+to moments it was shown that are related to the question, in words taken from them that say more than the
+question; it corrects the model once (an answer that restates the question or is not in its moments, NOT FOUND
+over related results, a repeated call) and falls back when the model emits a malformed call twice, runs out of
+steps or tokens, or answers without real citations after its correction. The fallback
 retrieves passages itself, asks the model for a short answer citing them by number, and if that answer is not
 grounded in the passages, quotes the best passage instead: the answer always cites real moments, or says
 "not found" with the searches tried. Every model turn, tool call, result and error is in the trace.
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations, strip_citations
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.grounding import first_words, grounded, relevant, repetitive
+from mediaindex.agents.grounding import adds_to, first_words, grounded, relevant, repetitive
 from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import ChatModel, Completion, Message
 from mediaindex.agents.schema import Answer, Citation, RejectedCitation, TraceStep
@@ -36,13 +41,23 @@ from mediaindex.segments import Hit
 MAX_QUESTION_CHARS = 1000
 NOT_FOUND = "NOT FOUND"
 ANSWER_GROUNDING = 0.6  # share of the answer's own content words (not the question's) found in what it cites
+CORRECTED_TEMPERATURE = 0.7
+MIN_ANSWER_WORDS = 3
 
 INSTRUCTIONS = (
-    "You answer questions about an archive of indexed videos. Find the relevant moments with the tools. "
-    "When you know the answer, reply in plain text (no tool call), one to three sentences, and cite every "
-    "moment you use as [VIDEO_ID@START-END] with times in seconds, exactly as the tools returned them. "
-    f"If the archive does not contain the answer, reply {NOT_FOUND}."
+    "You answer questions about an archive of videos. Search it first. Tools return numbered moments. Answer in "
+    "one sentence with what the moments say, and cite the moments you used by number, like [1]."
 )
+# Told only to a model whose turns are not guided: a guided one is offered NOT FOUND when nothing it was shown is
+# related to the question, and only then (a small model told of it says it over results that hold the answer).
+UNGUIDED_NOT_FOUND = f" If no moment answers the question, reply {NOT_FOUND}."
+# After each tool response: the question again, next to where the model writes (a small model loses it), and
+# what it can do next.
+NEXT = "Question: {question}\nAnswer it in one sentence from these moments and cite their numbers, or call a tool."
+NEXT_UNRELATED = f"Question: {{question}}\nNone of these moments is about it. Search with other words, or reply {NOT_FOUND}."
+NEXT_EMPTY = f"Question: {{question}}\nNothing matched. Search with other words, or reply {NOT_FOUND}."
+ANSWER_NOW = "Question: {question}\n{why} Answer it in one sentence with what the moments above say, citing their numbers."
+_NUMBER = re.compile(r"\[(\d{1,3})\]")
 
 
 class AgentInputError(MediaIndexError):
@@ -71,6 +86,22 @@ class _Run:
     rejected: list[RejectedCitation] = field(default_factory=list)
     on_event: OnEvent = ignore
     must_answer: bool = False  # the next turn answers (no call, no NOT FOUND)
+    corrected: bool = False  # the model was corrected once (asked to answer); the next problem falls back
+    shown: list[Hit] = field(default_factory=list)  # moment [n] is shown[n - 1]
+
+    def number(self, hit: Hit) -> int:
+        """The moment's number for this job (the same moment keeps its number)."""
+        for i, h in enumerate(self.shown, 1):
+            if (h.video_id, h.start, h.end, h.modality) == (hit.video_id, hit.start, hit.end, hit.modality):
+                return i
+        self.shown.append(hit)
+        return len(self.shown)
+
+    def file_name(self, video_id: str) -> str:
+        from pathlib import Path
+
+        record = self.archive.video(video_id)
+        return Path(record.source).name if record is not None else video_id
 
     def log(self, kind: str, content: str = "", **extra) -> None:
         self.trace.append(TraceStep(step=self.steps, kind=kind, content=content[:2000], **extra))
@@ -85,12 +116,12 @@ class _Run:
         return self.settings.token_budget - self.tokens
 
     def call_model(self, messages: list[Message], max_tokens: int, stop: list[str] | None = None,
-                   guide: str | None = None) -> Completion:
+                   guide: str | None = None, temperature: float | None = None) -> Completion:
         max_tokens = min(max_tokens, self.budget_left())
         if max_tokens < 1:
             raise _Fallback("token budget spent")
-        out = self.llm.chat([messages], max_tokens=max_tokens, stop=stop, temperature=self.settings.temperature,
-                            guide=guide)[0]
+        temperature = self.settings.temperature if temperature is None else temperature
+        out = self.llm.chat([messages], max_tokens=max_tokens, stop=stop, temperature=temperature, guide=guide)[0]
         self.tokens += out.tokens
         self.log("model", out.text, tokens=out.tokens)
         if out.error:
@@ -157,7 +188,8 @@ def _user_prompt(run: _Run) -> str:
 
 def _agent_loop(run: _Run) -> Answer:
     messages: list[Message] = [
-        {"role": "system", "content": tools_system_prompt(INSTRUCTIONS)},
+        {"role": "system", "content": tools_system_prompt(
+            INSTRUCTIONS + ("" if run.settings.guided_decoding else UNGUIDED_NOT_FOUND))},
         {"role": "user", "content": _user_prompt(run)},
     ]
     errors = 0
@@ -166,17 +198,26 @@ def _agent_loop(run: _Run) -> Answer:
         run.steps += 1
         run.on_event(AgentEvent("step", f"step {run.steps} of at most {run.settings.max_steps}", run.steps,
                                 run.tokens))
-        out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE], guide=_turn_guide(run))
+        # A corrected turn samples (seeded, so a job repeats itself): greedy, a small model writes the same rejected
+        # answer again.
+        temperature = max(run.settings.temperature, CORRECTED_TEMPERATURE) if run.must_answer else None
+        out = run.call_model(messages, run.settings.max_new_tokens, stop=[CLOSE], guide=_turn_guide(run),
+                             temperature=temperature)
         text = close_truncated(out.text, out.finish_reason)
         try:
             reply = parse_reply(text)
+            if reply.calls and run.must_answer:
+                raise _Fallback("the model called a tool when it was asked to answer")
             results = []
             for call in reply.calls:
                 if call.key() in called:
-                    raise _Fallback(f"the model repeated the call {call.name}({json.dumps(call.arguments)})")
+                    raise _Repeat(f"the model repeated the call {call.name}({json.dumps(call.arguments)})")
                 called.add(call.key())
                 run.log("tool_call", tool=call.name, arguments=call.arguments)
                 results.append(_run_tool(run, call.name, call.arguments))
+        except _Repeat as exc:
+            _correct(run, messages, text, exc.reason, "You already ran that call; its moments are above.")
+            continue
         except (ToolCallError, ToolError) as exc:
             run.log("error", str(exc))
             errors += 1
@@ -187,20 +228,68 @@ def _agent_loop(run: _Run) -> Answer:
                                                      "final answer."}]
             continue
         if results:
-            messages += [{"role": "assistant", "content": text}, tool_response_message(results)]
+            response = tool_response_message(results)
+            after = NEXT if _related_numbers(run) else NEXT_UNRELATED if run.seen else NEXT_EMPTY
+            response["content"] += "\n" + after.format(question=run.question)
+            messages += [{"role": "assistant", "content": text}, response]
             continue
-        if _denies_related(run, reply.content) and not run.must_answer:
+        if _denies_related(run, reply.content):
             # A small model says NOT FOUND over results that hold the answer: it is told so once, and its next
             # turn (one more step if this was the last) must answer citing them.
-            run.log("error", "the model said not found, but the search found related moments; asked to answer")
-            run.must_answer = True
-            run.steps = min(run.steps, run.settings.max_steps - 1)
-            messages += [{"role": "assistant", "content": text},
-                         {"role": "user", "content": "Some of these results answer the question. Answer it in one "
-                                                     "sentence from them and cite them."}]
+            _correct(run, messages, text, "the model said not found, but the search found related moments",
+                     "Some of the moments above are about this question.")
             continue
-        return _final(run, reply.content)
+        try:
+            return _final(run, _numbers_to_citations(run, reply.content))
+        except _Retry as exc:
+            _correct(run, messages, text, exc.reason, exc.hint)
     raise _Fallback(f"no answer within {run.settings.max_steps} steps")
+
+
+class _Repeat(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Retry(Exception):
+    """An answer the model may correct once: the reason for the trace, a hint for the model."""
+
+    def __init__(self, reason: str, hint: str) -> None:
+        super().__init__(reason)
+        self.reason, self.hint = reason, hint
+
+
+def _correct(run: _Run, messages: list[Message], text: str, reason: str, hint: str) -> None:
+    """Tell the model once what was wrong; its next turn (one more step if this was the last) must answer, citing
+    related moments. Without related moments, or a second time, the loop falls back."""
+    if run.corrected or not _related_numbers(run):
+        raise _Fallback(reason)
+    run.log("error", f"{reason}; asked to answer")
+    run.corrected = run.must_answer = True
+    run.steps = min(run.steps, run.settings.max_steps - 1)
+    messages += [{"role": "assistant", "content": text},
+                 {"role": "user", "content": ANSWER_NOW.format(question=run.question, why=hint)}]
+
+
+def _numbers_to_citations(run: _Run, content: str) -> str:
+    """`[n]` citations of numbered moments become `[VIDEO_ID@START-END]`; a number never shown is rejected."""
+    def one(m: re.Match[str]) -> str:
+        n = int(m.group(1))
+        if 1 <= n <= len(run.shown):
+            h = run.shown[n - 1]
+            return cite(h.video_id, h.start, h.end)
+        run.rejected.append(RejectedCitation(video_id="?", start=0.0, end=0.0,
+                                             reason=f"no moment [{n}] was shown in this job"))
+        return ""
+
+    return _NUMBER.sub(one, content)
+
+
+def _related_numbers(run: _Run) -> list[int]:
+    """Numbers of shown moments the answer check would accept as related to the question, best first."""
+    ranked = sorted(range(len(run.shown)), key=lambda i: -run.shown[i].score)
+    return [i + 1 for i in ranked if _related(run, run.shown[i])]
 
 
 def _denies_related(run: _Run, content: str) -> bool:
@@ -211,18 +300,18 @@ def _denies_related(run: _Run, content: str) -> bool:
 def _turn_guide(run: _Run) -> str | None:
     if not run.settings.guided_decoding:
         return None
-    if not run.seen:
+    if not any(t.kind == "tool_call" for t in run.trace):
         return first_turn_grammar()
     ranked = sorted(run.seen, key=lambda h: -h.score)
-    ids = [run.video_id] if run.video_id else [h.video_id for h in ranked]
-    # Only moments the answer check would accept are offered as citations; with none, the turn is a call or
+    ids = [run.video_id] if run.video_id else list(dict.fromkeys(h.video_id for h in ranked))
+    # Only moments the answer check would accept are offered as citations, by number. With some, the turn is a
+    # call or an answer citing them (NOT FOUND over related moments is never accepted); with none, a call or
     # NOT FOUND.
-    cites = [cite(h.video_id, h.start, h.end) for h in ranked if _related(run, h)]
+    cites = [f"[{n}]" for n in _related_numbers(run)]
     # The last step answers: a model that would search on past its steps gives its answer (or NOT FOUND) instead.
     last = run.steps >= run.settings.max_steps
-    if run.must_answer and cites:
-        return later_turn_grammar(cites, ids, NOT_FOUND, calls=False, not_found_allowed=False)
-    return later_turn_grammar(cites, ids, NOT_FOUND, calls=not last)
+    calls = not last and not run.must_answer
+    return later_turn_grammar(cites, ids, NOT_FOUND, calls=calls, not_found_allowed=not cites)
 
 
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
@@ -235,17 +324,23 @@ def _run_tool(run: _Run, name: str, arguments: dict) -> str:
         # Through the run, so the query and its scored hits count for relevance and "searches tried".
         hits = run.search(arguments["query"], arguments.get("video_id"), arguments.get("modality"),
                           arguments.get("limit", 5))
-        res = ToolResult(name, arguments, hits, "" if hits else "no results")
+        # Each spoken sentence with the ones around it: the answer is often the sentence after the match.
+        hits = run.archive.in_context(hits)
+        # The question's own search scores moments against the question, so the next turn's grammar can offer
+        # the related ones as citations.
+        run.search_question()
+        res = ToolResult(name, arguments, hits, "" if hits else "no results: nothing in the archive matches")
     else:
         res = run.archive.run_tool(name, arguments)
     run.seen.extend(res.moments)
-    payload = res.for_model()
+    payload = res.numbered(run.number, run.file_name)
     run.log("tool_result", payload, tool=name)
     return payload
 
 
 def _final(run: _Run, content: str) -> Answer:
-    """The model answered: keep it only if it cites real moments it was shown and the archive is relevant."""
+    """The model answered: keep it only if it cites real moments it was shown, related to the question, in words
+    from those moments that say more than the question. What the model may correct raises _Retry."""
     refs = parse_citations(content)
     valid, rejected = check(run.archive, refs)
     run.rejected.extend(rejected)
@@ -259,7 +354,8 @@ def _final(run: _Run, content: str) -> Answer:
             raise _Fallback("the model said not found, but the search found related moments")
         return _not_found(run, "agent")
     if not shown:
-        raise _Fallback("the answer cites no real moment" if refs else "the answer cites nothing")
+        raise _Retry("the answer cites no real moment" if refs else "the answer cites nothing",
+                     "Cite the moments you use by their numbers.")
     if not _any_relevant(run):
         raise _Fallback("the cited moments are not related to the question")
     related = [c for c in shown if _related(run, c)]
@@ -268,14 +364,25 @@ def _final(run: _Run, content: str) -> Answer:
             run.rejected.append(RejectedCitation(video_id=c.video_id, start=c.start, end=c.end,
                                                  reason="the moment is not related to the question"))
     if not related:
-        raise _Fallback("the cited moments are not related to the question")
+        raise _Retry("the cited moments are not related to the question", "Cite the moments about the question.")
     shown = related
-    cited_text = " ".join(h.text for c in shown for h in _moments(run.seen, c))
-    # A guided small model always cites something; what it adds to the question must come from there.
+    cited_text = " ".join(_shown_text(run, h) for c in shown for h in _moments(run.seen, c))
+    # A guided small model always cites something; what it adds to the question must come from there, and it
+    # must add something: an answer that only restates the question answers nothing.
     words = strip_citations(content)
     if repetitive(words) or not grounded(words, cited_text, ANSWER_GROUNDING, given=run.question):
-        raise _Fallback("the answer's words are not in the moments it cites")
+        raise _Retry("the answer's words are not in the moments it cites",
+                     "Your answer must use the words of the moments it cites.")
+    if len(re.findall(r"\w+", words)) < MIN_ANSWER_WORDS:
+        raise _Retry("the answer is too short to say anything", "Answer in a whole sentence.")
+    if not adds_to(words, run.question):
+        raise _Retry("the answer only restates the question", "Your answer only repeated the question.")
     return _finish(run, "answered", content.strip(), shown, "agent")
+
+
+def _shown_text(run: _Run, h: Hit) -> str:
+    """What the model read of a moment that an answer may use: its text, and its time in seconds."""
+    return f"{h.text} {h.start:.1f} {h.end:.1f} seconds"
 
 
 def _moments(hits: list[Hit], c: Citation | Hit) -> list[Hit]:

@@ -49,6 +49,23 @@ def grounded(text: str, source: str, threshold: float = 0.6, given: str = "") ->
     return overlap(text, source, given) >= threshold
 
 
+_FILLER = frozenset(str.split("""
+a an the is are was were be been of to and or in on at by it its this that these those there here he she they him
+her his their them what which who whom when where why how does do did says say said tells told speaker video
+"""))
+
+
+def adds_to(answer: str, question: str) -> bool:
+    """The answer says something the question does not: a word or number of its own beyond fillers ("ask not
+    what your country can do for you" adds "not", "your", "can" to "what does he ask Americans to do for their
+    country"; "The speaker says banana." adds nothing to "When does the speaker say banana?")."""
+    def terms(text: str) -> set[str]:
+        return {_stem(w) for w in (m.lower() for m in _WORD.findall(text)) if w not in _FILLER} | set(
+            re.findall(r"\d+", text))
+
+    return bool(terms(answer) - terms(question))
+
+
 def repetitive(text: str, min_words: int = 6, max_share: float = 0.5) -> bool:
     """A small model caught in a loop ("the Party of the Party of the Party ..."): few distinct content words."""
     words = [_stem(w) for w in content_words(text)]

@@ -18,6 +18,7 @@ from mediaindex.agents.tools import TOOL_SCHEMAS
 
 MAX_QUERY_CHARS = 60  # a search query, not a paragraph: a small model otherwise runs on until its token limit
 MAX_SENTENCE_CHARS = 240  # the answer is one sentence, then its citations
+MIN_SENTENCE_CHARS = 10
 MAX_CITATION_CHOICES = 24
 MAX_CITATIONS = 3
 
@@ -68,21 +69,27 @@ def first_turn_grammar() -> str:
 def later_turn_grammar(citations: list[str], video_ids: list[str], not_found: str, calls: bool = True,
                        not_found_allowed: bool = True) -> str:
     """Another tool call on `video_ids` (unless `calls` is False: the loop's last step), `not_found` (unless
-    not allowed), or an answer ending in 1-3 of `citations` (as written by `citations.cite`, most relevant
-    first)."""
+    not allowed), or an answer ending in 1-3 of `citations` (`[n]`, the numbers of moments the tools returned,
+    or `citations.cite` strings; most relevant first)."""
     import xgrammar as xgr
 
     choices = list(dict.fromkeys(citations))[:MAX_CITATION_CHOICES]
     alternatives = [xgr.Grammar.from_ebnf(f"root ::= {_literal(not_found)}")] if not_found_allowed or not choices else []
     if calls:
-        alternatives.insert(0, _call_block(list(dict.fromkeys(video_ids))))
+        # No video known yet (every search came back empty): another search on other words.
+        alternatives.insert(0, _call_block(list(dict.fromkeys(video_ids)) or None))
     if choices:
         cite = " | ".join(_literal(c) for c in choices)
         alternatives.append(xgr.Grammar.from_ebnf(
             # One sentence, then the citations: a small model otherwise writes until its token limit and never
             # cites. No "[" or "<" in the words, so every citation is one of the choices and no tag is half-written;
-            # no "{", so a call cannot be written as prose.
-            f"root ::= words [.!?] \" \" cites\nwords ::= [^\\[<{{}}\\n.!?]{{1,{MAX_SENTENCE_CHARS}}}\n"
+            # no "{", so a call cannot be written as prose; no quotes, "(", ")" or ":", so the answer says it in
+            # its own words: neither a quote cut at its first full stop nor the moments' labels ("(said in
+            # file.mp4, video ID, 3.9-13.9 s)"). A "." followed by a letter or
+            # digit is inside a number or an address ("39.9 s", "www.gutenberg.org"), not the sentence's end. At
+            # least a few words: "Yes." is no answer to what was found.
+            f"root ::= words [.!?] \" \" cites\nwords ::= ([^\\[<{{}}():\"\\n.!?] | \".\" [0-9A-Za-z])"
+            f"{{{MIN_SENTENCE_CHARS},{MAX_SENTENCE_CHARS}}}\n"
             f"cites ::= cite (\" \" cite){{0,{MAX_CITATIONS - 1}}}\ncite ::= {cite}"
         ))
     return str(xgr.Grammar.union(*alternatives))

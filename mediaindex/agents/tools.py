@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +21,9 @@ from mediaindex.models.text_embed import TextEmbedder
 from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
 
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
+CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
+CONTEXT_CHARS = 450  # at most this much text per widened moment
+_SHOWN = {"speech": "said", "ocr": "on screen", "visual": "seen", "summary": "summary", "chapter": "chapter"}
 
 _RANGE = {
     "video_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "id of an indexed video"},
@@ -105,6 +109,23 @@ class ToolResult:
             out["note"] = self.note
         return json.dumps(out, ensure_ascii=False)
 
+    def numbered(self, number: Callable[[Hit], int], name: Callable[[str], str]) -> str:
+        """Compact lines a small model can cite by number, the moment's words first:
+        `[3] "what was said" (said in file.mp4, video ID, 12.0-19.5 s)`; `number` gives each moment its number
+        for the whole job, `name` a video id's file name."""
+        if not self.moments:
+            return f"{self.name}: {self.note or 'nothing'}"
+        lines: list[str] = []
+        used = 0
+        for h in self.moments:
+            text = " ".join(h.text.split())[:300]
+            used += len(text) + 60
+            if lines and used > MAX_RESULT_CHARS:
+                break
+            lines.append(f"[{number(h)}] \"{text}\" ({_SHOWN.get(h.modality, h.modality)} in {name(h.video_id)}, "
+                         f"video {h.video_id}, {h.start:.1f}-{h.end:.1f} s)")
+        return "\n".join(lines)
+
 
 @dataclass
 class Archive:
@@ -156,6 +177,31 @@ class Archive:
         with self._lock:
             hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters)
             return self._clamp(hits)
+
+    def in_context(self, hits: list[Hit], gap: float = CONTEXT_GAP, max_chars: int = CONTEXT_CHARS) -> list[Hit]:
+        """Each spoken moment as what was said in it (a moment merged from several sentences shows them all,
+        not only its best one's snippet), with the sentence after it when that follows within `gap` seconds
+        and the text stays under `max_chars` (the answer to a question is often said right after the words it
+        shares with the question). A moment inside one already listed is left out; score and band stay the
+        hit's own."""
+        out: list[Hit] = []
+        for h in hits:
+            if any(o.video_id == h.video_id and o.modality == h.modality and o.start <= h.start and o.end >= h.end
+                   for o in out):
+                continue
+            said = [s for s in self.segments(h.video_id) if s.modality == "speech"] if h.modality == "speech" else []
+            inside = [i for i, s in enumerate(said) if s.start < h.end and s.end > h.start]
+            if not inside:
+                out.append(h)
+                continue
+            lo, hi = inside[0], inside[-1]
+            last = hi + 1 if hi + 1 < len(said) and said[hi + 1].start - said[hi].end <= gap else hi
+            if last > hi and sum(len(s.text) + 1 for s in said[lo:last + 1]) > max_chars:
+                last = hi
+            run = said[lo:last + 1]
+            out.append(replace(h, start=min(h.start, run[0].start), end=max(h.end, run[-1].end),
+                               text=" ".join(s.text.strip() for s in run)))
+        return out
 
     def _clamp(self, hits: list[Hit]) -> list[Hit]:
         """Speech segments can end a little after the container's duration; moments never do."""
