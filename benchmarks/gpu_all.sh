@@ -5,10 +5,11 @@
 #
 # Each step exits cleanly (with a message) when CUDA, triton or gemlite is missing, so a partial environment
 # still runs the rest. Steps:
-#   1. serving_gpu.py        decode tokens/s, BF16 vs FP8 pages, Triton kernel vs the PyTorch path, capacity
+#   1. serving_gpu.py        decode tokens/s, BF16 vs FP8 pages, Triton kernel vs the PyTorch path, capacity,
+#                            MLA latent decode attention at DeepSeek-V3 sizes
 #   2. quant_gpu.py          HQQ int8 / int4 / split-precision weights through Gemlite
 #   3. integrity_overhead.py the data-path KV integrity check as a share of decode step time, 16/64/128 x 4k
-#   4. the Triton decode-kernel tests compiled for the GPU (sliding window, FP8 per-token scales) on CUDA tensors
+#   4. the Triton decode-kernel tests compiled for the GPU (sliding window, FP8 per-token scales, MLA latent pages)
 #   5. the Triton fused quantized-experts kernel on CUDA tensors: equal to the reference loop, no device sync
 set -uo pipefail
 cd "$(dirname "$0")/.."

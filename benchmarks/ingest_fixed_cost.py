@@ -8,6 +8,8 @@ side runs as its own process, in alternating order (a shared machine's load drif
 - wall: from spawning the process to its exit (imports, model loads, Ray, the work, closing);
 - first: when the first file was done (the CLI prints "indexed PATH", the baseline "first PATH"): the time a
   user waits for the first searchable file;
+- CPU: user + system seconds of the process and every process it started and waited for (on a shared machine
+  the wall time follows the load; the CPU seconds much less);
 - peak RSS: of the process and every process it started (Ray's daemons and workers), sampled every 0.1 s;
 - for the CLI, the phases it logs with MEDIAINDEX_LOG=INFO (Ray start, each stage's build, first calls,
   first file, drain, pipeline and index close).
@@ -55,7 +57,7 @@ def _media_root() -> Path:
 def inputs(media: Path) -> dict[str, list[Path]]:
     videos = sorted(p for p in (media / "video").iterdir() if p.suffix.lower() in {".mp4", ".webm", ".mkv", ".mov"})
     jfk = media / "audio" / "jfk.flac"
-    return {"sample set (10 videos + jfk.flac)": [*videos, jfk], "jfk.flac (11 s)": [jfk]}
+    return {"jfk.flac (11 s)": [jfk], "sample set (10 videos + jfk.flac)": [*videos, jfk]}
 
 
 # --- the baseline: one plain process ---------------------------------------------------------------------------
@@ -115,6 +117,7 @@ class Watched:
         self.first: float | None = None
         self.lines: list[tuple[float, str]] = []
         self.peak = 0
+        self._exited = threading.Event()
         self._pattern = first
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -134,7 +137,7 @@ class Watched:
             root = psutil.Process(self.proc.pid)
         except psutil.Error:
             return
-        while self.proc.poll() is None:
+        while not self._exited.is_set():  # not proc.poll(): that would reap the child before wait4 sees it
             total = 0
             try:
                 procs = [root, *root.children(recursive=True)]
@@ -148,12 +151,22 @@ class Watched:
             self.peak = max(self.peak, total)
             time.sleep(0.1)
 
-    def wait(self, timeout: float) -> float:
-        self.proc.wait(timeout)
+    def wait(self, timeout: float) -> tuple[float, float]:
+        """Wall seconds and CPU seconds (user + system of the process and the descendants it waited for)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                self._exited.set()
+                break
+            if time.monotonic() > deadline:
+                self.proc.kill()
+            time.sleep(0.05)
         wall = time.monotonic() - self.began
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
         self._reader.join(5)
         self._sampler.join(5)
-        return wall
+        return wall, usage.ru_utime + usage.ru_stime
 
 
 _PHASES = [
@@ -203,9 +216,10 @@ def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[s
         cmd = [sys.executable, "-m", "mediaindex", "ingest", *map(str, files)]
         first = re.compile(r"^indexed\s")
     watched = Watched(cmd, env, first)
-    wall = watched.wait(timeout)
+    wall, cpu = watched.wait(timeout)
     lines = [line for _, line in watched.lines]
     result: dict[str, object] = {"side": side, "rc": watched.proc.returncode, "wall_s": round(wall, 2),
+                                 "cpu_s": round(cpu, 1),
                                  "first_s": round(watched.first, 2) if watched.first is not None else None,
                                  "peak_rss_gib": round(watched.peak / 2**30, 2),
                                  "load_average": [round(x, 1) for x in os.getloadavg()]}
@@ -225,6 +239,7 @@ def main() -> None:
     parser.add_argument("--baseline", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--sides", default="baseline,mediaindex,ray")
+    parser.add_argument("--set-sides", help="sides for the sample set, if not --sides (e.g. baseline,mediaindex)")
     parser.add_argument("--only", choices=["set", "one"], help="run one input only")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds one process may run")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -243,7 +258,7 @@ def main() -> None:
         parser.error(f"no media at {media} (set MEDIAINDEX_MEDIA_DIR)")
     sets = inputs(media)
     if args.only:
-        sets = dict([list(sets.items())[0 if args.only == "set" else 1]])
+        sets = dict([list(sets.items())[1 if args.only == "set" else 0]])
     from mediaindex.media.probe import probe
 
     results: dict[str, object] = {
@@ -255,13 +270,17 @@ def main() -> None:
         for name, files in sets.items():
             media_s = sum(probe(f).duration for f in files)
             runs: list[dict[str, object]] = []
+            these = sides
+            if args.set_sides and len(files) > 1:
+                these = [s.strip() for s in args.set_sides.split(",") if s.strip() in {"baseline", "mediaindex", "ray"}]
             for r in range(args.repeats):
-                order = sides if r % 2 == 0 else list(reversed(sides))
+                order = these if r % 2 == 0 else list(reversed(these))
                 for side in order:
                     result = run_side(side, files, work, args.timeout)
                     result["repeat"] = r
                     runs.append(result)
-                    print(f"{name} #{r} {side:10s} wall {result['wall_s']:7.2f} s, first {result['first_s']} s, "
+                    print(f"{name} #{r} {side:10s} wall {result['wall_s']:7.2f} s, CPU {result['cpu_s']} s, "
+                          f"first {result['first_s']} s, "
                           f"peak RSS {result['peak_rss_gib']} GiB, load {result['load_average']}", flush=True)
             summary: dict[str, object] = {}
             for side in sides:
@@ -270,6 +289,7 @@ def main() -> None:
                     summary[side] = {
                         "wall_s_median": round(sorted(float(x["wall_s"]) for x in mine)[len(mine) // 2], 2),
                         "wall_s_min": round(min(float(x["wall_s"]) for x in mine), 2),
+                        "cpu_s_median": round(sorted(float(x["cpu_s"]) for x in mine)[len(mine) // 2], 1),
                         "first_s_min": min(float(x["first_s"] or 0) for x in mine),
                         "peak_rss_gib_max": max(float(x["peak_rss_gib"]) for x in mine)}
             if "baseline" in summary:

@@ -53,14 +53,14 @@ def experts_layer(args: argparse.Namespace) -> Qwen3MoeExperts:
     with torch.no_grad():
         layer.gate_up_proj.normal_(0, 0.02, generator=gen)
         layer.down_proj.normal_(0, 0.02, generator=gen)
-    return layer.to(torch.bfloat16).eval()
+    return layer.to(args.dtype).eval()
 
 
-def routing(tokens: int, experts: int, top_k: int, hidden: int) -> tuple[torch.Tensor, ...]:
+def routing(tokens: int, experts: int, top_k: int, hidden: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(tokens)
-    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype)
     index = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
-    weights = torch.softmax(torch.randn(tokens, top_k, generator=gen), dim=-1).to(torch.bfloat16)
+    weights = torch.softmax(torch.randn(tokens, top_k, generator=gen), dim=-1).to(dtype)
     return x, index, weights
 
 
@@ -113,12 +113,16 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=512)
     parser.add_argument("--reference", action="store_true", help="also time the old loop over experts")
     parser.add_argument("--int8pack", action="store_true", help="also time torch's int8 weight-only kernel")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                        help="weights and activations of both sides (float32 runs the kernel's fp32 path)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    args.dtype = getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
 
-    bf16 = experts_layer(args)
-    sides: dict[str, Callable[..., torch.Tensor]] = {"bf16 grouped_mm": bf16}
+    bf16 = experts_layer(args)  # in --dtype
+    dense = f"{'bf16' if args.dtype == torch.bfloat16 else 'fp32'} grouped_mm"
+    sides: dict[str, Callable[..., torch.Tensor]] = {dense: bf16}
     for bits in (8, 4):
         quant = QuantExperts.from_experts(bf16, QuantConfig(bits=bits, optimize=False)).eval()
         assert quant.grouped_path(torch.device("cpu")) == "cpu", "the C kernel is not in use"
@@ -127,7 +131,7 @@ def main() -> None:
             sides[f"int{bits} loop (old)"] = quant.forward_reference
     if args.int8pack:
         sides["int8 _weight_int8pack_mm loop"] = Int8PackLoop(bf16)
-    inputs = {t: routing(t, args.experts, args.top_k, args.hidden) for t in TOKENS}
+    inputs = {t: routing(t, args.experts, args.top_k, args.hidden, args.dtype) for t in TOKENS}
     for fn in sides.values():  # warm-up (first call builds / loads the kernel)
         for t in TOKENS:
             fn(*inputs[t])
@@ -151,11 +155,12 @@ def main() -> None:
     ms, cpu_ms = medians(times), medians(cpu_times)
 
     def ratios(table: dict[str, dict[int, float]]) -> dict[str, dict[int, float]]:
-        base = table["bf16 grouped_mm"]
+        base = table[dense]
         return {n: {t: round(v[t] / base[t], 2) for t in TOKENS} for n, v in table.items()}
 
     report = {
         "machine": machine(),
+        "dtype": str(args.dtype),
         "shape": f"{args.experts} experts, top-{args.top_k}, hidden {args.hidden}, intermediate {args.intermediate}",
         "rounds": args.rounds,
         "load_average_before": load_before,

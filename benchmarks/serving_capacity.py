@@ -3,7 +3,8 @@
     python benchmarks/serving_capacity.py [--budget-gib 8] [--context 4096] [--page-size 16] [--json out.json]
 
 Page counts come from the same function the engine uses to size its pool (scales and the per-page integrity tag
-are charged to the budget). The SmolLM2 row also allocates both caches for real at a 256 MiB budget and checks
+are charged to the budget). DeepSeek-V3 is counted with latent pages (what the engine caches) and, for comparison,
+with the per-head decompressed K/V it cached before. The SmolLM2 row also allocates both caches for real at a 256 MiB budget and checks
 their measured size against the budget.
 """
 
@@ -18,7 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import DeepseekV3Config, LlamaConfig, MixtralConfig, Qwen3MoeConfig  # noqa: E402
 
-from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget  # noqa: E402
+from mediaindex.serving.kv_cache import (  # noqa: E402
+    PER_PAGE_METADATA_BYTES,
+    KVLayout,
+    PagedKVCache,
+    bytes_per_page,
+    pages_for_budget,
+)
 
 # Attention shapes of the deployment's model families (no weights needed).
 MODELS = {
@@ -27,11 +34,13 @@ MODELS = {
         hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_hidden_layers=48
     ),
     "Mixtral-8x7B": MixtralConfig(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, num_hidden_layers=32),
-    "DeepSeek-V3 (MLA, decompressed per-head K/V)": DeepseekV3Config(
+    "DeepSeek-V3 (MLA, latent + rope key)": DeepseekV3Config(
         hidden_size=7168, num_attention_heads=128, num_key_value_heads=128, num_hidden_layers=61, kv_lora_rank=512,
         qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
     ),
 }
+# What the engine cached for DeepSeek-V3 before latent pages: per-head decompressed K (128 + 64) and V (128).
+DECOMPRESSED_MLA = ("DeepSeek-V3 (MLA, decompressed per-head K/V)", KVLayout(61, 128, 192, 128))
 
 
 def main() -> None:
@@ -47,8 +56,8 @@ def main() -> None:
     rows = []
     print(f"budget {args.budget_gib} GiB, page size {ps}, sequences of {args.context} tokens")
     print(f"{'model':46} {'bf16 tokens':>12} {'fp8 tokens':>12} {'bf16 seqs':>10} {'fp8 seqs':>9} {'ratio':>6}")
-    for name, cfg in MODELS.items():
-        layout = KVLayout.from_config(cfg)
+    layouts = [(name, KVLayout.from_config(cfg)) for name, cfg in MODELS.items()] + [DECOMPRESSED_MLA]
+    for name, layout in layouts:
         bf16 = pages_for_budget(budget, layout, ps, "bf16")
         fp8 = pages_for_budget(budget, layout, ps, "fp8_e4m3")
         row = {
@@ -63,6 +72,19 @@ def main() -> None:
         print(f"{name:46} {row['bf16_tokens']:12d} {row['fp8_tokens']:12d} {row['bf16_sequences']:10d} "
               f"{row['fp8_sequences']:9d} {row['token_ratio']:6.3f}")
 
+    # MLA: bytes per cached token against the latent's own size, and tokens per byte against the decompressed cache.
+    latent = KVLayout.from_config(MODELS["DeepSeek-V3 (MLA, latent + rope key)"])
+    own_values = latent.num_layers * (latent.k_head_dim + latent.v_head_dim)
+    mla = {}
+    for kind, elem in (("bf16", 2), ("fp8_e4m3", 1)):
+        per_token = (bytes_per_page(latent, ps, kind) + PER_PAGE_METADATA_BYTES) / ps
+        gain = pages_for_budget(budget, latent, ps, kind) / pages_for_budget(budget, DECOMPRESSED_MLA[1], ps, kind)
+        mla[kind] = {"bytes_per_token": per_token, "latent_bytes": own_values * elem,
+                     "overhead": per_token / (own_values * elem), "tokens_vs_decompressed": gain}
+        print(f"DeepSeek-V3 {kind} latent pages: {per_token:.1f} bytes per token ({mla[kind]['overhead']:.3f}x the "
+              f"latent's {own_values * elem} bytes), {gain:.1f}x the tokens of decompressed K/V per byte")
+    assert all(m["overhead"] <= 1.25 and m["tokens_vs_decompressed"] >= 50 for m in mla.values())
+
     # Real allocation check on a small budget.
     small = 256 * 2**20
     layout = KVLayout.from_config(MODELS["SmolLM2-135M"])
@@ -74,13 +96,21 @@ def main() -> None:
         assert used <= small, (kind, used, small)
         measured[kind] = {"pages": n, "bytes": used}
         del cache
+    for kind in ("bf16", "fp8_e4m3"):  # the DeepSeek-V3 latent layout, allocated for real at the same budget
+        n = pages_for_budget(small, latent, ps, kind)
+        cache = PagedKVCache(latent, n, ps, kind)
+        used = cache.nbytes + 8 * n
+        assert used <= small, ("latent", kind, used, small)
+        measured[f"deepseek_v3_latent_{kind}"] = {"pages": n, "bytes": used}
+        print(f"allocated for real, DeepSeek-V3 latent {kind} at 256 MiB: {n} pages ({n * ps} tokens), {used} bytes")
+        del cache
     ratio = measured["fp8_e4m3"]["pages"] / measured["bf16"]["pages"]
     print(f"allocated for real, SmolLM2 at 256 MiB: bf16 {measured['bf16']['pages']} pages, fp8 "
           f"{measured['fp8_e4m3']['pages']} pages (ratio {ratio:.3f}), both within budget")
     # Per-token FP8 scales cost 8 bytes per token and KV head: 1.88x at head dim 64, 1.94x at 128.
     assert all(r["token_ratio"] >= 1.85 for r in rows) and ratio >= 1.85
     if args.json:
-        args.json.write_text(json.dumps({"budget_bytes": budget, "rows": rows, "allocated": measured}, indent=2))
+        args.json.write_text(json.dumps({"budget_bytes": budget, "rows": rows, "mla": mla, "allocated": measured}, indent=2))
 
 
 if __name__ == "__main__":

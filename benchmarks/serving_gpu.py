@@ -1,7 +1,8 @@
 """GPU benchmark: decode tokens/s at 1, 8, 32 and 64 concurrent requests with BF16 vs FP8 KV pages on a
 long-context workload, for each decode-attention backend (the Triton paged kernel vs the PyTorch reference path
 of gather + dequantise + SDPA), and the largest concurrency reached before the first preemption for one KV budget.
-A second table times the decode attention call alone (one layer, synthetic pages of the model's shape).
+A second table times the decode attention call alone (one layer, synthetic pages of the model's shape), and the
+MLA decode attention over latent pages at DeepSeek-V3's sizes (128 heads, latent 512, rope key 64).
 Exits cleanly (status 0, a message) when no CUDA device is present.
 
     python benchmarks/serving_gpu.py [--model DIR_OR_ID] [--context 2048] [--new-tokens 128]
@@ -26,7 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serving_common import machine, real_prompts  # noqa: E402
 
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from mediaindex.serving.attention_backend import select_decode_attention  # noqa: E402
+from mediaindex.serving.attention_backend import (  # noqa: E402
+    select_decode_attention,
+    select_latent_decode_attention,
+)
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache  # noqa: E402
 from mediaindex.serving.model_runner import load_pretrained, load_smollm2  # noqa: E402
 
@@ -104,6 +108,37 @@ def time_attention(layout: KVLayout, n_heads: int, kind: str, backend: str, batc
     return start.elapsed_time(end) * 1000 / reps
 
 
+def time_latent_attention(kind: str, backend: str, batch: int, context: int, n_heads: int = 128, rank: int = 512,
+                          rope: int = 64) -> float:
+    """Microseconds per MLA decode attention call of one layer over latent pages (DeepSeek-V3 sizes by default):
+    `batch` requests of `context` cached tokens each, pages scattered over the pool, bf16 queries."""
+    page_size = 16
+    per_req = -(-context // page_size)
+    cache = PagedKVCache(KVLayout(1, 1, rank, rope, latent=True), batch * per_req + 1, page_size, kind, "cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tables = (torch.randperm(batch * per_req, generator=g, device="cuda") + 1).view(batch, per_req)
+    slots = (tables[:, :, None] * page_size + torch.arange(page_size, device="cuda")).flatten()
+    n = slots.numel()
+    cache.write(0, slots, torch.randn(n, 1, rank, device="cuda"), torch.randn(n, 1, rope, device="cuda"))
+    lens = torch.full((batch,), context, dtype=torch.int64, device="cuda")
+    q_latent = torch.randn(batch, n_heads, rank, dtype=torch.bfloat16, device="cuda")
+    q_rope = torch.randn(batch, n_heads, rope, dtype=torch.bfloat16, device="cuda")
+    latent = torch.randn(batch, rank, dtype=torch.bfloat16, device="cuda")
+    rope_key = torch.randn(batch, rope, dtype=torch.bfloat16, device="cuda")
+    _, fn = select_latent_decode_attention(backend, cache)  # type: ignore[arg-type]
+    scale = (128 + rope) ** -0.5
+    for _ in range(3):
+        fn(cache, 0, q_latent, q_rope, latent, rope_key, tables, lens, scale)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = 20
+    start.record()
+    for _ in range(reps):
+        fn(cache, 0, q_latent, q_rope, latent, rope_key, tables, lens, scale)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / reps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model")
@@ -144,10 +179,18 @@ def main() -> None:
     for level in levels:
         for kind in ("bf16", "fp8_e4m3"):
             for backend in backends:
-                us = time_attention(layout, n_heads, kind, backend, level, args.context)
-                kernel_rows.append({"kv": kind, "backend": backend, "batch": level, "context": args.context, "us": us})
-                print(f"attention only, one layer: {kind:9} {backend:6} batch {level:3d} x {args.context} tokens: "
-                      f"{us:9.1f} us")
+                if not layout.latent:
+                    us = time_attention(layout, n_heads, kind, backend, level, args.context)
+                    kernel_rows.append({"kv": kind, "backend": backend, "batch": level, "context": args.context,
+                                        "us": us})
+                    print(f"attention only, one layer: {kind:9} {backend:6} batch {level:3d} x {args.context} "
+                          f"tokens: {us:9.1f} us")
+                # MLA at DeepSeek-V3's attention sizes over latent pages, whatever the model served above.
+                us = time_latent_attention(kind, backend, level, args.context)
+                kernel_rows.append({"kv": kind, "backend": backend, "batch": level, "context": args.context,
+                                    "us": us, "attention": "mla_latent_deepseek_v3"})
+                print(f"MLA latent attention, one layer (128 heads, 512 + 64): {kind:9} {backend:6} batch "
+                      f"{level:3d} x {args.context} tokens: {us:9.1f} us")
     if args.json:
         args.json.write_text(json.dumps({"machine": machine(), "rows": rows, "attention": kernel_rows}, indent=2))
 

@@ -14,6 +14,7 @@ from mediaindex.models.speakers import (
     MAX_CLUSTERED,
     SpeakerEncoder,
     SpeakerTrack,
+    agglomerate,
     check_speakers,
     cluster,
     mel_spectrogram,
@@ -114,3 +115,19 @@ def test_the_mel_spectrogram_is_resemblyzers_own(seconds: float) -> None:
     ours, theirs = mel_spectrogram(wav), wav_to_mel_spectrogram(wav)
     assert ours.shape == theirs.shape and ours.dtype == np.float32
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-6 * float(np.abs(theirs).max()))
+
+
+def test_the_clustering_is_scikit_learns_average_linkage(encoder: SpeakerEncoder) -> None:
+    """SciPy's hierarchy gives the same clusters as scikit-learn's AgglomerativeClustering (cosine, average
+    linkage), by distance and by count, on the window embeddings of two real voices."""
+    from sklearn.cluster import AgglomerativeClustering
+
+    left, right = _channel("c0"), _channel("c1")
+    vectors = np.concatenate([encoder.windows(left)[0], encoder.windows(right)[0]])
+    assert len(vectors) > 8
+    for k, distance in [(None, 0.4), (None, 0.2), (2, 0.4), (3, 0.4)]:
+        ours = agglomerate(vectors, k, distance)
+        theirs = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average",
+                                         distance_threshold=None if k else distance).fit_predict(vectors)
+        pairs = set(zip(ours.tolist(), theirs.tolist(), strict=True))
+        assert len(pairs) == len(set(ours.tolist())) == len(set(theirs.tolist())), (k, distance, pairs)

@@ -67,17 +67,8 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
         return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe)
     except IndexBusyError as exc:
         raise IndexHeldError(index_dir, read_holder(index_dir)) from exc
-    except MediaIndexError:
-        raise
-    except Exception as exc:  # the vector store refuses an index built with other named vectors
-        if "incompatible" not in str(exc).lower():
-            raise
-        extra = extra_dims or {}
-        raise MediaIndexError(
-            f"the index in {index_dir} was built with other image vectors than configured now "
-            f"({', '.join(sorted(extra)) or 'none'}): configure vision as when it was built, or run "
-            f"`mediaindex index reset --index {index_dir}` and ingest again"
-        ) from exc
+    # Every other refusal arrives typed: the stores turn the vector engines' errors into MediaIndexErrors
+    # (IndexSchemaError for vectors other than configured, IndexCorruptError, ServerUnavailableError).
 
 
 class MediaIndex:

@@ -82,9 +82,9 @@ class SpeakerEncoder:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """Pay the first call's cost now, with the load: the clustering imports scikit-learn, and torch's first
-        forward pass sets itself up; seconds that would otherwise fall on the first file's transcript."""
-        import sklearn.cluster  # noqa: F401
+        """Pay the first call's cost now, with the load: the clustering's import, and torch's first forward pass;
+        seconds that would otherwise fall on the first file's transcript."""
+        import scipy.cluster.hierarchy  # noqa: F401
 
         noise = np.random.default_rng(0).normal(0, 0.1, 2 * SAMPLE_RATE).astype(np.float32)
         self.windows(noise)
@@ -202,14 +202,10 @@ def cluster(x: np.ndarray, speakers: int | None, threshold: float, window_second
     n = len(x)
     if n < 2 or speakers == 1:
         return np.zeros(n, dtype=int)
-    from sklearn.cluster import AgglomerativeClustering
-
     # A very long file: cluster evenly spread windows (bounded memory and time), assign the rest after.
     sample = x if n <= MAX_CLUSTERED else x[np.linspace(0, n - 1, MAX_CLUSTERED).astype(int)]
     k = min(speakers, len(sample)) if speakers else None
-    model = AgglomerativeClustering(n_clusters=k, metric="cosine", linkage="average",
-                                    distance_threshold=None if k else WINDOW_DISTANCE)
-    found = model.fit_predict(sample)
+    found = agglomerate(sample, k, WINDOW_DISTANCE)
     if k is None:
         found = _merge_close(sample, found, threshold)
         share = np.bincount(found) / len(sample)
@@ -220,6 +216,24 @@ def cluster(x: np.ndarray, speakers: int | None, threshold: float, window_second
     else:
         centroids = _centroids(sample, found)
     return np.argmax(x @ centroids.T, axis=1)
+
+
+def agglomerate(x: np.ndarray, k: int | None, distance: float) -> np.ndarray:
+    """Average-linkage agglomerative clusters of the rows of `x` on cosine distance, labelled 0, 1, …: cut
+    into `k` clusters, or (k None) merged while the clusters are closer than `distance`. SciPy's hierarchy
+    (scikit-learn's AgglomerativeClustering gives the same clusters, but importing scikit-learn took seconds,
+    with pandas and scipy.stats, in every process that diarizes)."""
+    from scipy.cluster.hierarchy import cut_tree, fcluster, linkage
+
+    tree = linkage(np.asarray(x, dtype=np.float64), method="average", metric="cosine")
+    if k is not None:
+        raw = cut_tree(tree, n_clusters=k).reshape(-1)
+    else:
+        # Merges at distance < `distance` (the last merge below it; fcluster keeps merges at <= t).
+        below = tree[:, 2][tree[:, 2] < distance]
+        raw = fcluster(tree, t=float(below.max()), criterion="distance") if len(below) else np.arange(len(x))
+    _, labels = np.unique(np.asarray(raw), return_inverse=True)
+    return labels.astype(int)
 
 
 def _merge_close(x: np.ndarray, labels: np.ndarray, threshold: float) -> np.ndarray:

@@ -12,6 +12,9 @@ FP8 when the cache is FP8). The new K/V are written to the pages after attending
 Decode tokens go through one of two implementations with the same numerics policy (see `attention_backend`): the
 PyTorch reference below (gather pages, dequantise, `scaled_dot_product_attention`; any device) or the Triton
 paged kernel in `triton_decode` (CUDA, reads FP8 pages directly). Prefill always uses the reference path.
+
+MLA models with a latent cache do not come through `paged_attention_forward`: their attention module (see `mla`)
+calls the latent decode attention and the packed prefill below itself.
 """
 
 from __future__ import annotations
@@ -82,6 +85,58 @@ DecodeAttention = Callable[
 ]
 
 
+def torch_latent_decode_attention(
+    cache: PagedKVCache,
+    layer: int,
+    q_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    latent: torch.Tensor,
+    rope_key: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scaling: float,
+) -> torch.Tensor:
+    """Reference decode attention over latent pages (MLA with the up-projections absorbed, see `mla`).
+
+    q_latent [d, H, R]: each head's no-rope query already mapped into latent space; q_rope [d, H, Dr]: its rotary
+    part. latent [d, R] and rope_key [d, Dr]: the new token's own, at model precision. A key is a token's latent
+    and rotary key side by side, and its value is the latent itself: every head attends over the same keys (one
+    shared "KV head"). Returns each head's attention-weighted latent [d, H, R]."""
+    lc, rc = cache.gather(layer, block_tables, q_latent.dtype)  # [d, L, 1, R], [d, L, 1, Dr]
+    length = lc.shape[1]
+    own = torch.cat([latent, rope_key], dim=-1)[:, None]  # the current token goes last, at model precision
+    keys = torch.cat([torch.cat([lc, rc], dim=-1)[:, :, 0], own], dim=1)  # [d, L + 1, R + Dr]
+    rank = q_latent.shape[-1]
+    pos = torch.arange(length + 1, device=q_latent.device)
+    mask = (pos[None, :] < context_lens[:, None]) | (pos[None, :] == length)
+    # The heads are the queries of one shared key set (no per-head copies of the keys).
+    o = F.scaled_dot_product_attention(
+        torch.cat([q_latent, q_rope], dim=-1)[:, None], keys[:, None], keys[:, None, :, :rank],
+        attn_mask=mask[:, None, None, :], scale=scaling,
+    )
+    return o[:, 0]
+
+
+# (cache, layer, q_latent, q_rope, latent, rope_key, block_tables, context_lens, scaling) -> [d, H, R]
+LatentDecodeAttention = Callable[
+    [PagedKVCache, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float],
+    torch.Tensor,
+]
+
+# (block tables [S, P], context lengths [S]) -> (K [N, Hkv, Dk], V [N, Hkv, Dv]): the cached context of a step's
+# prefill chunks, each span's first context_len tokens, spans back to back (N = sum of the lengths).
+ContextReader = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def gather_context(
+    cache: PagedKVCache, layer: int, tables: torch.Tensor, lengths: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both parts of each table's first `lengths` tokens in `dtype`, packed as a ContextReader returns them."""
+    first, second = cache.gather(layer, tables, dtype)  # [S, P * page_size, heads, D]
+    held = torch.arange(first.shape[1], device=tables.device)[None, :] < lengths[:, None]
+    return first[held], second[held]
+
+
 @dataclass
 class StepMetadata:
     kv_cache: PagedKVCache
@@ -91,6 +146,7 @@ class StepMetadata:
     decode_context_lens: torch.Tensor | None = None  # [num_decode]
     prefills: list[PrefillSpan] = field(default_factory=list)
     decode_attention: DecodeAttention = torch_decode_attention
+    latent_decode_attention: LatentDecodeAttention = torch_latent_decode_attention  # latent (MLA) caches
 
 
 _STEP: contextvars.ContextVar[StepMetadata | None] = contextvars.ContextVar("mediaindex_step", default=None)
@@ -105,6 +161,17 @@ def step_context(meta: StepMetadata) -> Iterator[None]:
         _STEP.reset(token)
 
 
+def current_step() -> StepMetadata:
+    """The page layout of the engine step being run (set by the model runner around the model's forward)."""
+    meta = _STEP.get()
+    if meta is None:
+        raise RuntimeError(
+            f"attention implementation {ATTN_IMPLEMENTATION!r} only runs inside LLMEngine steps; "
+            "use another attn_implementation for plain forward calls"
+        )
+    return meta
+
+
 def paged_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -115,12 +182,7 @@ def paged_attention_forward(
     dropout: float = 0.0,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    meta = _STEP.get()
-    if meta is None:
-        raise RuntimeError(
-            f"attention implementation {ATTN_IMPLEMENTATION!r} only runs inside LLMEngine steps; "
-            "use another attn_implementation for plain forward calls"
-        )
+    meta = current_step()
     layer = cast(int, module.layer_idx)  # transformers' attention modules number their layer with an int
     cache = meta.kv_cache
     for feature in ("softcap", "s_aux"):
@@ -144,15 +206,18 @@ def paged_attention_forward(
         )
 
     if meta.prefills:
-        out[d:] = _packed_prefill(cache, layer, q[d:], k[d:], v[d:], meta.prefills, scaling, window, gqa)
+
+        def context(tables: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return gather_context(cache, layer, tables, lengths, q.dtype)
+
+        out[d:] = packed_prefill_attention(context, q[d:], k[d:], v[d:], meta.prefills, scaling, window, gqa)
 
     cache.write(layer, meta.slot_mapping, k, v)
     return out[None], None
 
 
-def _packed_prefill(
-    cache: PagedKVCache,
-    layer: int,
+def packed_prefill_attention(
+    context: ContextReader,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -162,9 +227,9 @@ def _packed_prefill(
     gqa: bool,
 ) -> torch.Tensor:
     """Attention of every prefill chunk of the step in one call. q [T, H, Dk], k/v [T, Hkv, D]: the chunks' tokens,
-    packed back to back in span order. Keys are every span's cached context (one gather over all their block
-    tables) followed by all new tokens; a mask keeps each query to its own request, causal and within the window.
-    The mask is dense (queries x keys of the whole step); the step's token budget bounds it."""
+    packed back to back in span order. Keys are every span's cached context (`context` reads them for all block
+    tables at once) followed by all new tokens; a mask keeps each query to its own request, causal and within the
+    window. The mask is dense (queries x keys of the whole step); the step's token budget bounds it."""
     dev = q.device
     lens = torch.tensor([sp.end - sp.start for sp in spans], device=dev)
     ctx = torch.tensor([sp.context_len for sp in spans], device=dev)
@@ -178,13 +243,12 @@ def _packed_prefill(
         tables = torch.zeros(len(spans), width, dtype=torch.int64, device=dev)
         for i, sp in enumerate(spans):
             tables[i, : sp.block_table.numel()] = sp.block_table
-        kc, vc = cache.gather(layer, tables, q.dtype)  # [S, width * page_size, Hkv, D]
-        pos = torch.arange(kc.shape[1], device=dev)
-        held = pos[None, :] < ctx[:, None]
-        keys.insert(0, kc[held])
-        values.insert(0, vc[held])
+        kc, vc = context(tables, ctx)
+        keys.insert(0, kc)
+        values.insert(0, vc)
+        ctx_first = torch.cumsum(ctx, 0) - ctx
         k_span.insert(0, ids.repeat_interleave(ctx))
-        k_pos.insert(0, pos[None, :].expand(len(spans), -1)[held])
+        k_pos.insert(0, torch.arange(kc.shape[0], device=dev) - ctx_first.repeat_interleave(ctx))
     ks, vs, ksp, kps = torch.cat(keys), torch.cat(values), torch.cat(k_span), torch.cat(k_pos)
     mask = (ksp[None, :] == q_span[:, None]) & (kps[None, :] <= q_pos[:, None])
     if window is not None:

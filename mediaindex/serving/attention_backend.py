@@ -12,8 +12,14 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from typing import cast
 
-from mediaindex.serving.attention import DecodeAttention, torch_decode_attention
+from mediaindex.serving.attention import (
+    DecodeAttention,
+    LatentDecodeAttention,
+    torch_decode_attention,
+    torch_latent_decode_attention,
+)
 from mediaindex.serving.config import AttentionBackend
 from mediaindex.serving.errors import ServingError
 from mediaindex.serving.kv_cache import PagedKVCache
@@ -39,14 +45,14 @@ def _triton_obstacle(cache: PagedKVCache) -> str | None:
     return None
 
 
-def select_decode_attention(requested: AttentionBackend, cache: PagedKVCache) -> tuple[str, DecodeAttention]:
-    """(backend name, decode attention function) for `requested` and this cache's device and dtype."""
+def _select(requested: AttentionBackend, cache: PagedKVCache, kernel: str, what: str) -> tuple[str, object]:
+    """(backend name, the Triton module's `kernel` function or None for the reference path)."""
     if requested == "torch":
-        log.info("decode attention: PyTorch reference path (attention_backend=torch)")
-        return "torch", torch_decode_attention
+        log.info("%s: PyTorch reference path (attention_backend=torch)", what)
+        return "torch", None
     if requested == "auto" and cache.device.type != "cuda":
-        log.info("decode attention: PyTorch reference path (the KV cache is on %s)", cache.device.type)
-        return "torch", torch_decode_attention
+        log.info("%s: PyTorch reference path (the KV cache is on %s)", what, cache.device.type)
+        return "torch", None
     obstacle = _triton_obstacle(cache)
     if obstacle is None:
         try:
@@ -56,7 +62,21 @@ def select_decode_attention(requested: AttentionBackend, cache: PagedKVCache) ->
     if obstacle is not None:
         if requested == "triton":
             raise ServingError(f"attention_backend='triton' cannot run: {obstacle}")
-        log.warning("decode attention: falling back to the PyTorch reference path: %s", obstacle)
-        return "torch", torch_decode_attention
-    log.info("decode attention: Triton paged kernel (%s pages)", cache.kind)
-    return "triton", module.triton_decode_attention
+        log.warning("%s: falling back to the PyTorch reference path: %s", what, obstacle)
+        return "torch", None
+    log.info("%s: Triton paged kernel (%s pages)", what, cache.kind)
+    return "triton", getattr(module, kernel)
+
+
+def select_decode_attention(requested: AttentionBackend, cache: PagedKVCache) -> tuple[str, DecodeAttention]:
+    """(backend name, decode attention function) for `requested` and this cache's device and dtype."""
+    name, kernel = _select(requested, cache, "triton_decode_attention", "decode attention")
+    return name, cast(DecodeAttention, kernel) if kernel is not None else torch_decode_attention
+
+
+def select_latent_decode_attention(
+    requested: AttentionBackend, cache: PagedKVCache
+) -> tuple[str, LatentDecodeAttention]:
+    """The same choice for MLA models over latent pages."""
+    name, kernel = _select(requested, cache, "triton_latent_decode_attention", "latent decode attention")
+    return name, cast(LatentDecodeAttention, kernel) if kernel is not None else torch_latent_decode_attention

@@ -6,7 +6,8 @@ first token, sampling settings, model type, KV layout, and each tensor's name, d
 covers the header and the buffer, so a changed byte anywhere (K/V, prompt, first token, layout) is caught. The
 buffer is a numpy array so Ray passes it through its object store without pickling or copying it.
 
-For MLA models the engine's cache holds decompressed per-head K/V (see `KVLayout`), and so does the handoff.
+The handoff carries what the engine's pages hold (see `KVLayout`): for DeepSeek-V3 MLA the KV latent and the rotary
+key of each token (its "K" and "V" parts), not per-head K/V.
 """
 
 from __future__ import annotations

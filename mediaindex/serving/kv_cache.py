@@ -1,5 +1,9 @@
 """Paged K/V storage: per layer, [num_pages, page_size, kv_heads, head_dim] for K and V.
 
+For MLA models (DeepSeek-V3) the pages hold the compressed latent instead (see `KVLayout.latent`): the K part is
+the KV latent after its RMSNorm (kv_lora_rank values, one "head"), the V part the rotary key shared by all heads
+(qk_rope_head_dim values). `mla` turns them into attention without decompressing per head.
+
 FP8 pages are stored as uint8 bytes and viewed as float8_e4m3fn, with one fp32 scale per (token, KV head) for K
 and one for V, stored next to the pages (the token's own amax over the head dim maps to e4m3's largest value).
 A token's stored bytes therefore depend on its own K/V alone: never on which requests were written before it (a
@@ -21,22 +25,32 @@ _ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp8_e4m3": 1}
 _STORAGE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8_e4m3": torch.uint8}
 
 
+# Model types whose attention `mla` runs over latent pages (transformers' DeepseekV3Attention; Kanana-2 and
+# Kimi-K2 checkpoints load as deepseek_v3).
+LATENT_MODEL_TYPES = frozenset({"deepseek_v3"})
+
+
 @dataclass(frozen=True)
 class KVLayout:
-    """Per-layer K/V shape. K and V head dims differ for MLA models (DeepSeek-V3)."""
+    """Per-layer shape of what a token leaves in the cache: two parts of num_kv_heads x k_head_dim and
+    num_kv_heads x v_head_dim values. For attention caches they are K and V; with `latent` (MLA) they are the
+    KV latent (one head of kv_lora_rank) and the shared rotary key (one head of qk_rope_head_dim)."""
 
     num_layers: int
     num_kv_heads: int
     k_head_dim: int
     v_head_dim: int
+    latent: bool = False
 
     @classmethod
     def from_config(cls, config: PretrainedConfig) -> KVLayout:
         cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
         n_layers = cfg.num_hidden_layers
         if getattr(cfg, "kv_lora_rank", None) and getattr(cfg, "qk_nope_head_dim", None):
-            # MLA: transformers decompresses the latent into per-head K and V before calling the attention
-            # function, so this cache holds decompressed per-head K/V. Latent caching is not done here.
+            if getattr(cfg, "model_type", None) in LATENT_MODEL_TYPES:
+                return cls(n_layers, 1, cfg.kv_lora_rank, cfg.qk_rope_head_dim, latent=True)
+            # Other MLA variants: transformers decompresses the latent into per-head K and V before calling the
+            # attention function, and this cache holds those.
             return cls(
                 n_layers,
                 cfg.num_attention_heads,

@@ -15,8 +15,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from mediaindex.errors import ModelLoadError
 from mediaindex.serving import attention
-from mediaindex.serving.attention import PrefillSpan, StepMetadata, step_context
-from mediaindex.serving.attention_backend import select_decode_attention
+from mediaindex.serving.attention import (
+    DecodeAttention,
+    LatentDecodeAttention,
+    PrefillSpan,
+    StepMetadata,
+    step_context,
+    torch_decode_attention,
+    torch_latent_decode_attention,
+)
+from mediaindex.serving.attention_backend import select_decode_attention, select_latent_decode_attention
 from mediaindex.serving.config import AttentionBackend, WeightsConfig
 from mediaindex.serving.integrity import (
     SCRATCH_TAG,
@@ -27,6 +35,7 @@ from mediaindex.serving.integrity import (
     expected_entries,
 )
 from mediaindex.serving.kv_cache import PagedKVCache
+from mediaindex.serving.mla import use_latent_attention
 from mediaindex.serving.quant import (
     QuantConfig,
     QuantizationError,
@@ -194,7 +203,16 @@ class ModelRunner:
         self.model = model.eval()
         self.decode_model = model if decode_model is None else decode_model.eval()
         self.kv_cache = kv_cache
-        self.attention_backend, self.decode_attention = select_decode_attention(attention_backend, kv_cache)
+        self.decode_attention: DecodeAttention = torch_decode_attention
+        self.latent_decode_attention: LatentDecodeAttention = torch_latent_decode_attention
+        if kv_cache.layout.latent:  # MLA over latent pages: the attention modules themselves change (see `mla`)
+            self.attention_backend, self.latent_decode_attention = select_latent_decode_attention(
+                attention_backend, kv_cache
+            )
+            for m in (self.model, self.decode_model):
+                use_latent_attention(m)
+        else:
+            self.attention_backend, self.decode_attention = select_decode_attention(attention_backend, kv_cache)
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
         self.tracker = tracker or NoOpTracker()
@@ -269,6 +287,7 @@ class ModelRunner:
             slot_mapping=torch.tensor(slots, dtype=torch.int64, device=dev),
             num_decode=len(decodes),
             decode_attention=self.decode_attention,
+            latent_decode_attention=self.latent_decode_attention,
         )
         if decodes:
             ctx = [s.num_computed for s, _ in decodes]

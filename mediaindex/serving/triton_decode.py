@@ -135,6 +135,93 @@ def _decode_kernel(
 
 
 @triton.jit
+def _latent_decode_kernel(
+    ql_ptr, qr_ptr,  # this step: q_latent [B, H, R], q_rope [B, H, DR]
+    ln_ptr, rn_ptr,  # own latent [B, R] and rotary key [B, DR], model precision
+    lc_ptr, rc_ptr,  # one layer's pages: latents [num_pages, PAGE_SIZE, 1, R], rotary keys [..., DR]
+    l_scale_ptr, r_scale_ptr,  # [num_pages, PAGE_SIZE, 1] fp32 per-token scales (FP8 pages only)
+    bt_ptr, ctx_ptr,  # block tables [B, P] and context lengths [B]
+    out_ptr,  # [B, H, R] attention-weighted latents, written when NUM_SPLITS_IS_ONE
+    part_acc_ptr, part_ml_ptr,  # [B, H, S, R] and [B, H, S, 2] fp32 partial states, otherwise
+    qk_scale, num_splits, tokens_per_split,
+    stride_qlb, stride_qlh, stride_qrb, stride_qrh, stride_lnb, stride_rnb,
+    stride_lcp, stride_lct, stride_rcp, stride_rct, stride_btb, stride_ob, stride_oh, stride_sp, stride_st,
+    H: tl.constexpr, PAGE_SIZE: tl.constexpr, R: tl.constexpr, DR: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_DR: tl.constexpr,
+    IS_FP8: tl.constexpr, DOT_DTYPE: tl.constexpr, IEEE: tl.constexpr, NUM_SPLITS_IS_ONE: tl.constexpr,
+):
+    """MLA decode over latent pages: every query head attends over the same keys (a token's latent and rotary
+    key) and values (its latent), so one program takes BLOCK_H heads as the rows of its tiles and reads each page
+    once for all of them."""
+    b = tl.program_id(0)
+    head_block = tl.program_id(1)
+    split = tl.program_id(2)
+
+    heads = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    r = tl.arange(0, BLOCK_R)
+    dr = tl.arange(0, BLOCK_DR)
+    h_ok = heads < H
+    r_ok = r < R
+    dr_ok = dr < DR
+
+    q_lat = tl.load(ql_ptr + b * stride_qlb + heads[:, None] * stride_qlh + r[None, :],
+                    mask=h_ok[:, None] & r_ok[None, :], other=0.0)  # [BLOCK_H, BLOCK_R], model dtype
+    q_rot = tl.load(qr_ptr + b * stride_qrb + heads[:, None] * stride_qrh + dr[None, :],
+                    mask=h_ok[:, None] & dr_ok[None, :], other=0.0)
+
+    # The current token, at model precision, seeds split 0's running state; other splits start empty.
+    l_own = tl.load(ln_ptr + b * stride_lnb + r, mask=r_ok, other=0.0).to(tl.float32)
+    r_own = tl.load(rn_ptr + b * stride_rnb + dr, mask=dr_ok, other=0.0).to(tl.float32)
+    s_own = (tl.sum(q_lat.to(tl.float32) * l_own[None, :], axis=1)
+             + tl.sum(q_rot.to(tl.float32) * r_own[None, :], axis=1)) * qk_scale
+    first = split == 0
+    m_i = tl.where(first, s_own, float("-inf"))
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32) + first.to(tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_R], dtype=tl.float32) + first.to(tl.float32) * l_own[None, :]
+
+    ctx = tl.load(ctx_ptr + b).to(tl.int32)
+    start = split * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, ctx)
+    for t0 in range(start, end, BLOCK_N):
+        t = t0 + tl.arange(0, BLOCK_N)
+        t_ok = t < end
+        page = tl.load(bt_ptr + b * stride_btb + t // PAGE_SIZE, mask=t_ok, other=0).to(tl.int64)
+        slot = t % PAGE_SIZE
+        lat = tl.load(lc_ptr + (page * stride_lcp + slot * stride_lct)[:, None] + r[None, :],
+                      mask=t_ok[:, None] & r_ok[None, :], other=0)  # [BLOCK_N, BLOCK_R]
+        rot = tl.load(rc_ptr + (page * stride_rcp + slot * stride_rct)[:, None] + dr[None, :],
+                      mask=t_ok[:, None] & dr_ok[None, :], other=0)
+        if IS_FP8:
+            s_rows = page * stride_sp + slot * stride_st
+            l_scale = tl.load(l_scale_ptr + s_rows, mask=t_ok, other=0.0)
+            r_scale = tl.load(r_scale_ptr + s_rows, mask=t_ok, other=0.0)
+            lat = lat.to(tl.float8e4nv, bitcast=True).to(tl.float32) * l_scale[:, None]
+            rot = rot.to(tl.float8e4nv, bitcast=True).to(tl.float32) * r_scale[:, None]
+        lat = lat.to(DOT_DTYPE)
+        s = (_dot(q_lat.to(DOT_DTYPE), tl.trans(lat), IEEE)
+             + _dot(q_rot.to(DOT_DTYPE), tl.trans(rot.to(DOT_DTYPE)), IEEE)) * qk_scale  # [BLOCK_H, BLOCK_N]
+        s = tl.where(t_ok[None, :], s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + _dot(p.to(DOT_DTYPE), lat, IEEE)  # the values are the latents themselves
+        m_i = m_new
+
+    if NUM_SPLITS_IS_ONE:
+        o = acc / l_i[:, None]
+        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + r[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & r_ok[None, :])
+    else:
+        row = (b * H + heads) * num_splits + split
+        tl.store(part_acc_ptr + row[:, None] * R + r[None, :], acc, mask=h_ok[:, None] & r_ok[None, :])
+        tl.store(part_ml_ptr + row * 2, m_i, mask=h_ok)
+        tl.store(part_ml_ptr + row * 2 + 1, l_i, mask=h_ok)
+
+
+@triton.jit
 def _merge_kernel(
     part_acc_ptr, part_ml_ptr, out_ptr, num_splits, stride_ob, stride_oh,
     H: tl.constexpr, DV: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_DV: tl.constexpr,
@@ -283,4 +370,107 @@ def triton_decode_attention(
     return paged_decode_attention(
         q, k, v, cache.k[layer], cache.v[layer], block_tables, context_lens, k_scale, v_scale, scale=scaling,
         window=window,
+    )
+
+
+LATENT_BLOCK_H = 16  # query heads per program: tl.dot's smallest row count, and DeepSeek-V3's 128 heads in 8
+LATENT_BLOCK_N = 16  # tokens per tile: 16 x 512 latent values beside a [16 heads, 512] fp32 accumulator
+LATENT_NUM_WARPS = 8  # the accumulator alone is 64 fp32 registers per thread at 4 warps
+
+
+def paged_latent_decode_attention(
+    q_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    latent_new: torch.Tensor,
+    rope_new: torch.Tensor,
+    latent_pages: torch.Tensor,
+    rope_pages: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    latent_scale: torch.Tensor | None = None,
+    rope_scale: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    block_n: int | None = None,
+) -> torch.Tensor:
+    """MLA decode attention of one new token per request over latent pages (up-projections absorbed, see `mla`).
+
+    q_latent [B, H, R], q_rope [B, H, DR]; latent_new [B, R] and rope_new [B, DR]: the token's own, at model
+    precision. latent_pages [num_pages, page_size, 1, R] and rope_pages [..., DR]: one layer's pages, uint8 (FP8
+    bytes with per-token latent_scale / rope_scale [num_pages, page_size, 1] fp32) or a float dtype. Returns each
+    head's attention-weighted latent [B, H, R] in q_latent's dtype. num_splits / block_n override the work split."""
+    n_req, n_heads, rank = q_latent.shape
+    rope_dim = q_rope.shape[2]
+    is_fp8 = latent_pages.dtype == torch.uint8
+    if is_fp8 and (latent_scale is None or rope_scale is None):
+        raise ValueError("FP8 pages need latent_scale and rope_scale")
+    for t in (q_latent, q_rope, latent_new, rope_new, latent_pages, rope_pages, block_tables):
+        if t.stride(-1) != 1:
+            raise ValueError("the last dimension of every input must be contiguous")
+    out = q_latent.new_empty(n_req, n_heads, rank)
+    if n_req == 0:
+        return out
+    page_size = latent_pages.shape[1]
+    block_r, block_dr = _pow2(rank), _pow2(rope_dim)
+    if block_n is None:
+        block_n = LATENT_BLOCK_N
+    max_tokens = block_tables.shape[1] * page_size
+    n_tiles = max(1, triton.cdiv(max_tokens, block_n))
+    head_blocks = triton.cdiv(n_heads, LATENT_BLOCK_H)
+    if num_splits is None:
+        target = 2 * _sm_count(q_latent.device.index or 0) if q_latent.is_cuda else 1
+        num_splits = min(triton.cdiv(target, n_req * head_blocks), triton.cdiv(max_tokens, MIN_SPLIT_TOKENS))
+    tiles_per_split = triton.cdiv(n_tiles, max(1, num_splits))
+    num_splits = triton.cdiv(n_tiles, tiles_per_split)
+    one = num_splits == 1
+    if one:
+        part_acc = part_ml = out  # unused
+    else:
+        part_acc = torch.empty(n_req, n_heads, num_splits, rank, dtype=torch.float32, device=q_latent.device)
+        part_ml = torch.empty(n_req, n_heads, num_splits, 2, dtype=torch.float32, device=q_latent.device)
+    dot_dtype = _dot_dtype(q_latent)
+    scales = (latent_scale, rope_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
+    s_strides = (0, 0)
+    if is_fp8:
+        assert latent_scale is not None and rope_scale is not None  # refused above otherwise
+        if latent_scale.stride() != rope_scale.stride() or latent_scale.stride(-1) != 1:
+            raise ValueError("latent_scale and rope_scale must be [num_pages, page_size, 1] with the same strides")
+        s_strides = (latent_scale.stride(0), latent_scale.stride(1))
+    _latent_decode_kernel[(n_req, head_blocks, num_splits)](
+        q_latent, q_rope, latent_new, rope_new, latent_pages, rope_pages, scales[0], scales[1],
+        block_tables, context_lens, out, part_acc, part_ml,
+        scale * _LOG2E, num_splits, tiles_per_split * block_n,
+        q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), latent_new.stride(0),
+        rope_new.stride(0), latent_pages.stride(0), latent_pages.stride(1), rope_pages.stride(0),
+        rope_pages.stride(1), block_tables.stride(0), out.stride(0), out.stride(1), *s_strides,
+        H=n_heads, PAGE_SIZE=page_size, R=rank, DR=rope_dim,
+        BLOCK_H=LATENT_BLOCK_H, BLOCK_N=block_n, BLOCK_R=block_r, BLOCK_DR=block_dr,
+        IS_FP8=is_fp8, DOT_DTYPE=dot_dtype, IEEE=dot_dtype == tl.float32, NUM_SPLITS_IS_ONE=one,
+        num_warps=LATENT_NUM_WARPS,
+    )
+    if not one:
+        _merge_kernel[(n_req, n_heads)](
+            part_acc, part_ml, out, num_splits, out.stride(0), out.stride(1),
+            H=n_heads, DV=rank, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_DV=block_r,
+        )
+    return out
+
+
+def triton_latent_decode_attention(
+    cache: PagedKVCache,
+    layer: int,
+    q_latent: torch.Tensor,
+    q_rope: torch.Tensor,
+    latent: torch.Tensor,
+    rope_key: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scaling: float,
+) -> torch.Tensor:
+    """The engine's latent decode attention (contract of `attention.torch_latent_decode_attention`) on the kernel;
+    the latent layout keeps latents in the cache's K part and rotary keys in its V part."""
+    scales = (cache.k_scale[layer], cache.v_scale[layer]) if cache.is_fp8 else (None, None)
+    return paged_latent_decode_attention(
+        q_latent, q_rope, latent, rope_key, cache.k[layer], cache.v[layer], block_tables, context_lens, scaling,
+        *scales,
     )

@@ -24,6 +24,7 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams
 from mediaindex.serving.quant import QuantConfig, QuantExperts, grouped_cpu, quantize_model
+from mediaindex.serving.quant import layers as layers_mod
 from mediaindex.serving.quant.layers import PackSpec, dequantize_weight, quantize_weight
 
 torch.set_num_threads(1)
@@ -149,10 +150,12 @@ def test_cpu_kernel_handles_widths_that_are_not_a_tile_multiple(bits: int, dtype
 
 
 def test_unsupported_group_size_falls_back_to_the_loop_with_a_reason(caplog: pytest.LogCaptureFixture) -> None:
-    layer = _quantized(8, torch.float32, group_size=8)
+    layer, other = _quantized(8, torch.float32, group_size=8), _quantized(8, torch.float32, group_size=8)
+    layers_mod._FALLBACKS_LOGGED.clear()
     with caplog.at_level(logging.WARNING, logger="mediaindex.serving.quant.layers"):
         assert layer.grouped_path(torch.device("cpu")) == "reference"
-    assert "multiples of 16" in caplog.text
+        assert other.grouped_path(torch.device("cpu")) == "reference"
+    assert caplog.text.count("multiples of 16") == 1, caplog.text  # once, not once per layer
     inputs = _routing(9, layer.num_experts, torch.float32)
     with torch.no_grad():
         assert torch.equal(layer(*inputs), layer.forward_reference(*inputs))

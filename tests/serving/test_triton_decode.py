@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams, ServingError
-from mediaindex.serving.attention import torch_decode_attention
-from mediaindex.serving.attention_backend import select_decode_attention
+from mediaindex.serving.attention import torch_decode_attention, torch_latent_decode_attention
+from mediaindex.serving.attention_backend import select_decode_attention, select_latent_decode_attention
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
@@ -65,7 +65,8 @@ def kernels() -> ModuleType:
 
 
 def _filled_cache(
-    kind: str, n_kv: int, dk: int, dv: int, context: list[int], page_size: int = 8, seed: int = 0
+    kind: str, n_kv: int, dk: int, dv: int, context: list[int], page_size: int = 8, seed: int = 0,
+    latent: bool = False,
 ) -> tuple[PagedKVCache, torch.Tensor, torch.Tensor]:
     """A two-layer cache whose pages hold random K/V for requests of the given context lengths, each on its own
     scattered pages (layer 1 gets data of another scale, so a kernel reading layer 0's scales would fail).
@@ -73,7 +74,7 @@ def _filled_cache(
     g = torch.Generator().manual_seed(seed)
     width = max(1, -(-max(context) // page_size))
     num_pages = 1 + sum(-(-c // page_size) for c in context)
-    cache = PagedKVCache(KVLayout(2, n_kv, dk, dv), num_pages, page_size, kind)
+    cache = PagedKVCache(KVLayout(2, n_kv, dk, dv, latent), num_pages, page_size, kind)
     free = (torch.randperm(num_pages - 1, generator=g) + 1).tolist()
     tables, slots = [], []
     for c in context:
@@ -209,6 +210,82 @@ def test_engine_sliding_window_same_with_triton_backend(kernels, tiny_models, ch
     assert [o.token_ids for o in outs] == refs
 
 
+# -- MLA over latent pages ---------------------------------------------------------------------------------------
+
+
+def _latent_inputs(n_req: int, n_heads: int, rank: int, rope: int, dtype: torch.dtype, seed: int = 4):
+    """q_latent, q_rope, own latent and own rotary key, laid out as `mla` hands them over (q_rope and the latent
+    are views with strided rows)."""
+    g = torch.Generator().manual_seed(seed)
+    q_latent = (torch.randn(n_req, n_heads, rank, generator=g) / rank**0.25).to(dtype)
+    q_rope = torch.randn(n_heads, n_req, rope, generator=g).to(dtype).transpose(0, 1)
+    compressed = torch.randn(n_req, rank + rope, generator=g).to(dtype)
+    return q_latent, q_rope, compressed[:, :rank], torch.randn(n_req, rope, generator=g).to(dtype)
+
+
+def _latent_cache(kind: str, rank: int, rope: int, context: list[int], page_size: int = 8):
+    """Latent pages (one "head": latents in the K part, rotary keys in the V part) of random content."""
+    return _filled_cache(kind, 1, rank, rope, context, page_size, latent=True)
+
+
+@needs_triton
+@needs_interpreter
+@pytest.mark.parametrize(
+    ("kind", "dtype"),
+    [("fp32", torch.float32), ("fp8_e4m3", torch.float32), ("bf16", torch.bfloat16), ("fp8_e4m3", torch.bfloat16),
+     ("fp8_e4m3", torch.float16)],
+)
+@pytest.mark.parametrize(("n_heads", "rank", "rope"), [(4, 32, 8), (20, 64, 16)], ids=["tiny", "two-head-blocks"])
+def test_latent_kernel_matches_reference(kernels, kind, dtype, n_heads, rank, rope):
+    """The latent kernel against `torch_latent_decode_attention`: head counts below and above one head block
+    (16), latent and rope sizes of tiny DeepSeek-V3 models, one and three splits."""
+    cache, tables, lens = _latent_cache(kind, rank, rope, CONTEXT)
+    q_latent, q_rope, latent, rope_key = _latent_inputs(len(CONTEXT), n_heads, rank, rope, dtype)
+    ref = torch_latent_decode_attention(cache, 1, q_latent, q_rope, latent, rope_key, tables, lens, 0.25)
+    scales = (cache.k_scale[1], cache.v_scale[1]) if cache.is_fp8 else (None, None)
+    for splits in (1, 3):
+        got = kernels.paged_latent_decode_attention(
+            q_latent, q_rope, latent, rope_key, cache.k[1], cache.v[1], tables, lens, 0.25, *scales,
+            num_splits=splits, block_n=16,
+        )
+        assert got.dtype == dtype and got.shape == (len(CONTEXT), n_heads, rank)
+        tol = FP8_BF16_TOLERANCE if cache.is_fp8 and dtype == torch.bfloat16 else TOLERANCE[dtype]
+        torch.testing.assert_close(got, ref, **tol, msg=lambda m, s=splits: f"{s} split(s): {m}")
+
+
+@needs_triton
+@needs_interpreter
+def test_latent_kernel_deepseek_v3_width(kernels):
+    """DeepSeek-V3's own latent (512) and rope (64) sizes, FP8 pages, through the engine-facing wrapper."""
+    cache, tables, lens = _latent_cache("fp8_e4m3", 512, 64, [3, 21], page_size=16)
+    q_latent, q_rope, latent, rope_key = _latent_inputs(2, 16, 512, 64, torch.float32)
+    ref = torch_latent_decode_attention(cache, 0, q_latent, q_rope, latent, rope_key, tables, lens, 0.07)
+    got = kernels.triton_latent_decode_attention(cache, 0, q_latent, q_rope, latent, rope_key, tables, lens, 0.07)
+    torch.testing.assert_close(got, ref, **TOLERANCE[torch.float32])
+
+
+@needs_triton
+@needs_interpreter
+@pytest.mark.parametrize("kv", ["fp32", "fp8_e4m3"])
+def test_engine_mla_greedy_tokens_same_with_triton_backend(kernels, kv, tiny_models, char_tokenizer, h):
+    """DeepSeek-V3 over latent pages: the latent kernel forced (interpreted) generates the same greedy tokens as
+    the reference path, and at fp32 pages the same as transformers."""
+    prompts = h.random_prompts([5, 17, 9], seed=3)
+    outputs = {}
+    for backend in ("torch", "triton"):
+        model, ref_model = tiny_models("deepseek_v3")
+        cfg = EngineConfig(
+            page_size=4, num_pages=64, kv_cache_dtype=kv, max_num_batched_tokens=12, attention_backend=backend
+        )
+        engine = LLMEngine(model, char_tokenizer, cfg)
+        assert engine.runner.attention_backend == backend and engine.kv_cache.layout.latent
+        outs = engine.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True))
+        outputs[backend] = [o.token_ids for o in outs]
+    assert outputs["triton"] == outputs["torch"]
+    if kv == "fp32":
+        assert outputs["triton"] == [h.hf_greedy(ref_model, p, 8) for p in prompts]
+
+
 # -- selection -------------------------------------------------------------------------------------------------
 
 
@@ -225,6 +302,9 @@ def test_auto_on_cpu_falls_back_with_reason(caplog):
 
 def test_forced_torch_is_the_reference():
     assert select_decode_attention("torch", _cpu_cache("fp8_e4m3")) == ("torch", torch_decode_attention)
+    latent = PagedKVCache(KVLayout(1, 1, 32, 8, latent=True), 4, 4, "fp8_e4m3")
+    assert select_latent_decode_attention("torch", latent) == ("torch", torch_latent_decode_attention)
+    assert select_latent_decode_attention("auto", latent) == ("torch", torch_latent_decode_attention)
 
 
 def test_forced_triton_on_cpu_without_interpreter_fails_loudly(monkeypatch):
@@ -292,4 +372,45 @@ def test_kernel_compiles_for_hopper_without_spills(q_ty, page_ty, group, head_di
         cubin = tmp_path / "decode.cubin"
         cubin.write_bytes(kernel.asm["cubin"])
         usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+        assert "STACK:0 " in usage.stdout, usage.stdout
+
+
+@needs_triton
+@pytest.mark.skipif(INTERPRETED, reason="compiles real GPU code: needs triton.jit without the interpreter")
+@pytest.mark.parametrize(("q_ty", "page_ty"), [("*bf16", "*u8"), ("*bf16", "*bf16"), ("*fp16", "*u8")])
+def test_latent_kernel_compiles_for_hopper_without_spills(q_ty, page_ty, tmp_path, monkeypatch):
+    """The latent kernel at DeepSeek-V3's sizes (128 heads, latent 512, rope 64), compiled ahead of time for sm_90
+    with the launcher's tile sizes and warp count: it compiles, and its tiles stay in registers."""
+    import shutil
+
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mediaindex.serving import triton_decode as td
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    dot = {"*bf16": tl.bfloat16, "*fp16": tl.float16}[q_ty]
+    const = dict(
+        H=128, PAGE_SIZE=16, R=512, DR=64, BLOCK_H=td.LATENT_BLOCK_H, BLOCK_N=td.LATENT_BLOCK_N, BLOCK_R=512,
+        BLOCK_DR=64, IS_FP8=page_ty == "*u8", DOT_DTYPE=dot, IEEE=False, NUM_SPLITS_IS_ONE=False,
+    )
+    pointers = {"ql_ptr": q_ty, "qr_ptr": q_ty, "ln_ptr": q_ty, "rn_ptr": q_ty, "out_ptr": q_ty, "lc_ptr": page_ty,
+                "rc_ptr": page_ty, "bt_ptr": "*i64", "ctx_ptr": "*i64"}
+    names = td._latent_decode_kernel.arg_names
+    sig = {
+        n: pointers.get(n) or ("constexpr" if n in const else "*fp32" if n.endswith("_ptr") else
+                               "fp32" if n == "qk_scale" else "i32")
+        for n in names
+    }
+    src = ASTSource(td._latent_decode_kernel, sig, constexprs={(names.index(k),): v for k, v in const.items()})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": td.LATENT_NUM_WARPS})
+    assert kernel.asm["cubin"]
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if shutil.which(str(cuobjdump)):
+        cubin = tmp_path / "latent.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+        print(usage.stdout)
         assert "STACK:0 " in usage.stdout, usage.stdout

@@ -24,6 +24,10 @@
 typedef float vf __attribute__((vector_size(64)));
 typedef uint8_t vb __attribute__((vector_size(16)));
 typedef uint32_t vu __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+
+/* uint8 codes -> float through int32: GCC turns a direct uint8 -> float vector conversion into scalar code. */
+static inline vf codes_to_float(vb q8) { return __builtin_convertvector(__builtin_convertvector(q8, vi), vf); }
 
 #define LANES 16
 #define TILE 16 /* output features per panel */
@@ -75,7 +79,7 @@ static void dequant_row(const uint8_t* codes_e, const uint16_t* scale_e, const u
             vb q8;
             memcpy(&q8, src + k, LANES);
             if (bits == 4) q8 = (q8 >> shift) & 15;
-            vf q = __builtin_convertvector(q8, vf);
+            vf q = codes_to_float(q8);
             vf w = q * s + b;
             w = round_panel(w, round);
             memcpy(dst + k, &w, sizeof w);
@@ -104,6 +108,51 @@ static void micro_tile(const float* x, int64_t r0, int mr, const float* panel, i
     }
     for (int i = 0; i < mr; i++)
         for (int j = 0; j < nr; j++) y[(r0 + i) * O + out_idx[j0 + j]] = hsum(acc[i][j]);
+}
+
+/* Few rows (decode): no panel. NR outputs at a time, each weight dequantized in registers and used by all mr rows;
+ * the NR x mr accumulators are independent, so the multiply-adds do not wait on one another. */
+static void direct_f32(const float* x, int64_t r0, int mr, const uint8_t* codes_e, const uint16_t* scale_e,
+                       const uint16_t* zero_e, int64_t O, int64_t K, int64_t G, int bits, int round,
+                       const int64_t* out_idx, int n, float* y) {
+    const int64_t groups = K / G;
+    for (int j0 = 0; j0 < n; j0 += NR) {
+        const int nr = n - j0 < NR ? n - j0 : NR;
+        const uint8_t* src[NR];
+        int shift[NR];
+        for (int j = 0; j < NR; j++) {
+            const int64_t o = out_idx[j0 + (j < nr ? j : 0)];
+            shift[j] = bits == 4 && o < O / 2 ? 4 : 0;
+            src[j] = codes_e + (bits == 8 ? o : o % (O / 2)) * K;
+        }
+        vf acc[MR][NR];
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++) acc[i][j] = (vf){0};
+        for (int64_t g = 0; g < groups; g++) {
+            float s[NR], b[NR];
+            for (int j = 0; j < NR; j++) {
+                const int64_t m = out_idx[j0 + (j < nr ? j : 0)] * groups + g;
+                s[j] = half_to_float(scale_e[m]);
+                b[j] = -(half_to_float(zero_e[m]) * s[j]);
+            }
+            for (int64_t k = g * G; k < (g + 1) * G; k += LANES) {
+                vf w[NR];
+                for (int j = 0; j < NR; j++) {
+                    vb q8;
+                    memcpy(&q8, src[j] + k, LANES);
+                    if (bits == 4) q8 = (q8 >> shift[j]) & 15;
+                    w[j] = round_panel(codes_to_float(q8) * s[j] + b[j], round);
+                }
+                for (int i = 0; i < mr; i++) {
+                    vf a;
+                    memcpy(&a, x + (r0 + i) * K + k, sizeof a);
+                    for (int j = 0; j < NR; j++) acc[i][j] += a * w[j];
+                }
+            }
+        }
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++) y[(r0 + i) * O + out_idx[j0 + j]] = hsum(acc[i][j]);
+    }
 }
 
 /* Output features of panel `tile`: 8-bit takes TILE consecutive ones; 4-bit takes TILE/2 from each half, so each
@@ -306,6 +355,11 @@ int mi_grouped_matmul(const float* x, int64_t rows, const int64_t* ends, const u
             if (stop <= start || panel == NULL) continue;
             int64_t out_idx[TILE];
             const int n = tile_outputs(tile, O, bits, out_idx);
+            if (stop - start <= MR) {
+                direct_f32(x, start, (int)(stop - start), codes + e * code_bytes, scale + e * groups,
+                           zero + e * groups, O, K, G, bits, round, out_idx, n, y);
+                continue;
+            }
             for (int j = 0; j < n; j++)
                 dequant_row(codes + e * code_bytes, scale + e * groups, zero + e * groups, O, K, G, bits, round,
                             out_idx[j], panel + j * K);

@@ -28,6 +28,7 @@ from mediaindex.serving.quant.config import QuantConfig, QuantizationError
 from mediaindex.serving.quant.routing import SortedSlots, sort_by_expert
 
 log = logging.getLogger(__name__)
+_FALLBACKS_LOGGED: set[tuple[str, str]] = set()
 
 # Scales and zero points stay fp16 whatever the compute dtype: bf16 has too few mantissa bits for
 # an 8-bit zero point (values up to 255), and fp32 would push 4-bit weights past 30% of bf16 size.
@@ -444,7 +445,9 @@ class QuantExperts(nn.Module):
             path, reason = "reference", f"no grouped kernel for {device.type} devices"
         if reason is not None:
             path = "reference"
-            log.warning("quantized experts run a loop over experts on %s: %s", device.type, reason)
+            if (device.type, reason) not in _FALLBACKS_LOGGED:  # once, not once per layer
+                _FALLBACKS_LOGGED.add((device.type, reason))
+                log.warning("quantized experts run a loop over experts on %s: %s", device.type, reason)
         self._paths[device.type] = path
         return path
 
