@@ -270,6 +270,36 @@ def _pow2(n: int, floor: int = 16) -> int:
     return max(floor, triton.next_power_of_2(n))
 
 
+def _split_context(max_tokens: int, block_n: int, programs: int, num_splits: int | None,
+                   device: torch.device) -> tuple[int, int]:
+    """(splits, tiles per split) of a context of at most `max_tokens` (known without a device sync), for
+    `programs` programs per split; `num_splits` overrides the choice (tests)."""
+    n_tiles = max(1, triton.cdiv(max_tokens, block_n))
+    if num_splits is None:
+        # Enough programs to fill the GPU when the batch alone does not, but never splits of a few tokens.
+        target = 2 * _sm_count(device.index or 0) if device.type == "cuda" else 1
+        num_splits = min(triton.cdiv(target, programs), triton.cdiv(max_tokens, MIN_SPLIT_TOKENS))
+    tiles_per_split = triton.cdiv(n_tiles, max(1, num_splits))
+    return triton.cdiv(n_tiles, tiles_per_split), tiles_per_split  # no split is empty for the longest context
+
+
+def _partials(out: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each split's unnormalised output and (max, sum) for `_merge_splits`; `out` itself (unused) for one split."""
+    if num_splits == 1:
+        return out, out
+    n_req, n_heads, width = out.shape
+    return (torch.empty(n_req, n_heads, num_splits, width, dtype=torch.float32, device=out.device),
+            torch.empty(n_req, n_heads, num_splits, 2, dtype=torch.float32, device=out.device))
+
+
+def _merge_splits(part_acc: torch.Tensor, part_ml: torch.Tensor, out: torch.Tensor, block_width: int) -> None:
+    n_req, n_heads, num_splits, width = part_acc.shape
+    _merge_kernel[(n_req, n_heads)](
+        part_acc, part_ml, out, num_splits, out.stride(0), out.stride(1),
+        H=n_heads, DV=width, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_DV=block_width,
+    )
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_new: torch.Tensor,
@@ -312,20 +342,10 @@ def paged_decode_attention(
     block_dk, block_dv = _pow2(dk), _pow2(dv)
     if block_n is None:
         block_n = default_block_n(max(block_dk, block_dv), q.dtype, is_fp8)
-    max_tokens = block_tables.shape[1] * page_size  # an upper bound on context, known without a device sync
-    n_tiles = max(1, triton.cdiv(max_tokens, block_n))
-    if num_splits is None:
-        # Enough programs to fill the GPU when the batch alone does not, but never splits of a few tokens.
-        target = 2 * _sm_count(q.device.index or 0) if q.is_cuda else 1
-        num_splits = min(triton.cdiv(target, n_req * n_kv), triton.cdiv(max_tokens, MIN_SPLIT_TOKENS))
-    tiles_per_split = triton.cdiv(n_tiles, max(1, num_splits))
-    num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no split is empty for the longest context
+    num_splits, tiles_per_split = _split_context(block_tables.shape[1] * page_size, block_n, n_req * n_kv,
+                                                 num_splits, q.device)
     one = num_splits == 1
-    if one:
-        part_acc = part_ml = out  # unused
-    else:
-        part_acc = torch.empty(n_req, n_heads, num_splits, dv, dtype=torch.float32, device=q.device)
-        part_ml = torch.empty(n_req, n_heads, num_splits, 2, dtype=torch.float32, device=q.device)
+    part_acc, part_ml = _partials(out, num_splits)
     dot_dtype = _dot_dtype(q)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(dk)) * _LOG2E
     scales = (k_scale, v_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
@@ -347,10 +367,7 @@ def paged_decode_attention(
         IS_FP8=is_fp8, DOT_DTYPE=dot_dtype, IEEE=dot_dtype == tl.float32, NUM_SPLITS_IS_ONE=one,
     )
     if not one:
-        _merge_kernel[(n_req, n_heads)](
-            part_acc, part_ml, out, num_splits, out.stride(0), out.stride(1),
-            H=n_heads, DV=dv, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_DV=block_dv,
-        )
+        _merge_splits(part_acc, part_ml, out, block_dv)
     return out
 
 
@@ -414,20 +431,11 @@ def paged_latent_decode_attention(
     block_r, block_dr = _pow2(rank), _pow2(rope_dim)
     if block_n is None:
         block_n = LATENT_BLOCK_N
-    max_tokens = block_tables.shape[1] * page_size
-    n_tiles = max(1, triton.cdiv(max_tokens, block_n))
     head_blocks = triton.cdiv(n_heads, LATENT_BLOCK_H)
-    if num_splits is None:
-        target = 2 * _sm_count(q_latent.device.index or 0) if q_latent.is_cuda else 1
-        num_splits = min(triton.cdiv(target, n_req * head_blocks), triton.cdiv(max_tokens, MIN_SPLIT_TOKENS))
-    tiles_per_split = triton.cdiv(n_tiles, max(1, num_splits))
-    num_splits = triton.cdiv(n_tiles, tiles_per_split)
+    num_splits, tiles_per_split = _split_context(block_tables.shape[1] * page_size, block_n, n_req * head_blocks,
+                                                 num_splits, q_latent.device)
     one = num_splits == 1
-    if one:
-        part_acc = part_ml = out  # unused
-    else:
-        part_acc = torch.empty(n_req, n_heads, num_splits, rank, dtype=torch.float32, device=q_latent.device)
-        part_ml = torch.empty(n_req, n_heads, num_splits, 2, dtype=torch.float32, device=q_latent.device)
+    part_acc, part_ml = _partials(out, num_splits)
     dot_dtype = _dot_dtype(q_latent)
     scales = (latent_scale, rope_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
     s_strides = (0, 0)
@@ -449,10 +457,7 @@ def paged_latent_decode_attention(
         num_warps=LATENT_NUM_WARPS,
     )
     if not one:
-        _merge_kernel[(n_req, n_heads)](
-            part_acc, part_ml, out, num_splits, out.stride(0), out.stride(1),
-            H=n_heads, DV=rank, BLOCK_S=triton.next_power_of_2(num_splits), BLOCK_DV=block_r,
-        )
+        _merge_splits(part_acc, part_ml, out, block_r)
     return out
 
 
