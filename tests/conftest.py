@@ -65,6 +65,18 @@ def make_settings(index_dir: Path, cache_dir: Path, **overrides) -> Settings:
     return load_settings("cpu", index_dir=index_dir, cache_dir=cache_dir, **overrides)
 
 
+def cli_environment(index_dir: Path, cache_dir: Path, temp_dir: Path) -> dict[str, str]:
+    """The environment of a `mediaindex` process a test runs: its own index and temp folder, the shared model
+    cache, and no Ray auth of the test session's Ray (the CLI starts its own)."""
+    env = dict(os.environ)
+    env["MEDIAINDEX_INDEX_DIR"] = str(index_dir)
+    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
+    env["MEDIAINDEX_TEMP_DIR"] = str(temp_dir)  # short: Ray's socket paths live below
+    env.pop("RAY_AUTH_TOKEN", None)
+    env.pop("RAY_AUTH_MODE", None)
+    return env
+
+
 @pytest.fixture
 def settings(tmp_path: Path, cache_dir: Path) -> Settings:
     return make_settings(tmp_path / "index", cache_dir)

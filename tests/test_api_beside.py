@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import MEDIA, REPO, media
+from tests.conftest import MEDIA, REPO, cli_environment, media
 from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -26,12 +26,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("beside-index"))
-    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
-    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("bt"))
-    env.pop("RAY_AUTH_TOKEN", None)
-    env.pop("RAY_AUTH_MODE", None)
+    env = cli_environment(tmp_path_factory.mktemp("beside-index"), cache_dir, tmp_path_factory.mktemp("bt"))
     env.pop("MEDIAINDEX_API_KEY", None)
     return env
 

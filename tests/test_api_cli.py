@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import MEDIA, REPO
+from tests.conftest import MEDIA, REPO, cli_environment
 from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -20,13 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("serve-index"))
-    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
-    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("tmp"))
-    env.pop("RAY_AUTH_TOKEN", None)
-    env.pop("RAY_AUTH_MODE", None)
-    return env
+    return cli_environment(tmp_path_factory.mktemp("serve-index"), cache_dir, tmp_path_factory.mktemp("tmp"))
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, media
+from tests.conftest import REPO, cli_environment, media
 
 pytestmark = pytest.mark.slow
 
@@ -22,13 +21,7 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def cli_env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("cli-index"))
-    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
-    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("tmp"))
-    env.pop("RAY_AUTH_TOKEN", None)  # the CLI starts its own Ray
-    env.pop("RAY_AUTH_MODE", None)
-    return env
+    return cli_environment(tmp_path_factory.mktemp("cli-index"), cache_dir, tmp_path_factory.mktemp("tmp"))
 
 
 def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> None:

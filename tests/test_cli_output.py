@@ -21,7 +21,7 @@ import pytest
 
 from mediaindex.cli.progress import plural, summary_line
 from mediaindex.cli.remote_commands import job_lines
-from tests.conftest import REPO, media
+from tests.conftest import REPO, cli_environment, media
 from tests.test_cli import run
 from tests.test_index_cli import cli_index  # noqa: F401  (fixture)
 
@@ -68,13 +68,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[
     shutil.copy(media("audio/jfk.flac"), folder / "jfk.flac")
     shutil.copy(media("images/skimage_coffee.png"), folder / "coffee.png")
     shutil.copy(media("groundtruth/manifesto.srt"), folder / "jfk.srt")
-    env = dict(os.environ)
-    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path_factory.mktemp("out-index"))
-    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
-    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("out-tmp"))
-    env.pop("RAY_AUTH_TOKEN", None)  # the CLI starts its own Ray
-    env.pop("RAY_AUTH_MODE", None)
-    return folder, env
+    return folder, cli_environment(tmp_path_factory.mktemp("out-index"), cache_dir, tmp_path_factory.mktemp("out-tmp"))
 
 
 def test_counts_read_as_sentences() -> None:

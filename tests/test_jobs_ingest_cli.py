@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mediaindex.jobs import JobStore
-from tests.conftest import REPO, media
+from tests.conftest import REPO, cli_environment, media
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -21,13 +20,7 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def env(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path / "index")
-    env["MEDIAINDEX_CACHE_DIR"] = str(cache_dir)
-    env["MEDIAINDEX_TEMP_DIR"] = str(tmp_path_factory.mktemp("t"))  # short: Ray's socket paths live below
-    env.pop("RAY_AUTH_TOKEN", None)  # the CLI starts its own Ray
-    env.pop("RAY_AUTH_MODE", None)
-    return env
+    return cli_environment(tmp_path / "index", cache_dir, tmp_path_factory.mktemp("t"))
 
 
 def _stderr(result: subprocess.CompletedProcess[str]) -> str:
