@@ -350,8 +350,8 @@ def _run_tool(run: _Run, name: str, arguments: dict) -> str:
             run.log("error", f"nothing the query {arguments['query']!r} found is related to the question; "
                              f"showing the question's own results")
             res = ToolResult(name, arguments, instead)
-            header = f"Nothing found for {json.dumps(arguments['query'], ensure_ascii=False)} is about the " \
-                     f"question. Moments found for the question itself:\n"
+            # The query is not repeated here: a small model copies it into its answer.
+            header = "That search found nothing about the question. Moments found for the question itself:\n"
         else:
             header = ""
     else:
