@@ -7,7 +7,7 @@ moment that answers it): does the answer cite a moment overlapping it, and are a
     PYTHONPATH=. python benchmarks/agents_quality.py [--index DIR] [--media DIR] [--json OUT] [--no-fallback]
 
 Without --index, the sample media is ingested into a temporary index first. The model is the configured one
-(`MEDIAINDEX_LLM__MODEL`, default the bundled SmolLM2), run in the serving engine inside a Ray actor.
+(`MEDIAINDEX_LLM__MODEL`, default the bundled Qwen2.5-Coder-0.5B-Instruct), run in the serving engine inside a Ray actor.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.agents import ask, open_archive, summarize
-from mediaindex.agents.citations import CitationRef, check
+from mediaindex.agents.citations import CitationRef, check, strip_citations
 from mediaindex.agents.grounding import unsupported
 from mediaindex.config import load_settings
 
@@ -182,6 +182,11 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
            "tool_calls": sum(s.kind == "tool_call" for s in ans.trace),
            "malformed_calls": sum(s.kind == "error" and "tool call" in s.content for s in ans.trace)}
     row["searches"] = ans.searches
+    errors = [t.content for t in ans.trace if t.kind == "error"]
+    # The loop's answer is the cited moments quoted (the model's own words were not in them, twice).
+    row["quoted"] = ans.path == "agent" and any("cited moments' own words" in e for e in errors)
+    # The model's query found nothing related; the question's own results were what it saw.
+    row["question_results_shown"] = any("showing the question's own results" in e for e in errors)
     row["trace"] = [f"{t.step} {t.kind}{' ' + t.tool if t.tool else ''}: {' '.join(t.content.split())[:240]}"
                     for t in ans.trace]
     if file is None:
@@ -191,7 +196,7 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
         row["correct"] = any(c.video_id == target.video_id and c.start < b and c.end > a for c in ans.citations)
     row["loop_correct"] = row["correct"] and ans.path == "agent"
     if q in ANSWER_WORDS:
-        said = ans.answer.lower()
+        said = strip_citations(ans.answer).lower()  # a citation's "[ID@40.0-40.3]" says nothing
         row["says_answer"] = row["correct"] and any(w in said for w in ANSWER_WORDS[q])
     return row
 
@@ -262,6 +267,9 @@ def main() -> None:
         "answered_by_the_loop_with_right_moment": f"{sum(r['loop_correct'] for r in asked)}/{len(asked)}",
         "loop_answers_saying_the_answer": f"{sum(r.get('says_answer', False) and r['path'] == 'agent' for r in asked)}"
                                           f"/{len(asked)}",
+        "loop_answers_quoting_the_cited_moments": f"{sum(r['loop_correct'] and r['quoted'] for r in asked)}/"
+                                                  f"{len(asked)}",
+        "question_results_shown": f"{sum(r['question_results_shown'] for r in questions)}/{len(questions)}",
         "absent_not_found": f"{sum(r['correct'] for r in absent)}/{len(absent)}",
         "absent_not_found_by_the_loop": f"{sum(r['loop_correct'] for r in absent)}/{len(absent)}",
         "answer_paths": {p: sum(r["path"] == p for r in questions) for p in ("agent", "fallback")},

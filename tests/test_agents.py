@@ -379,9 +379,93 @@ def test_an_answer_that_restates_the_question_is_corrected_once(archive: Archive
     assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
     assert "only restates the question; asked to answer" in next(t.content for t in ans.trace if t.kind == "error")
     assert question in model.calls[2][0][-1]["content"] and "only repeated the question" in model.calls[2][0][-1]["content"]
+    # Restated again: the moment it cites answers, in its own words (below).
     again = ScriptedModel([search_call("banana"), "The speaker says banana. [1]", "Banana is said. [1]", "x"])
-    bare = ask(question, archive, again, FAST, fallback=False)
-    assert bare.status == "unsupported" and "restates the question" in bare.answer
+    quoted = ask(question, archive, again, FAST, fallback=False)
+    assert (quoted.status, quoted.path) == ("answered", "agent") and quoted.answer.startswith("“banana.”")
+    # Restating it with no related moment cited is no answer at all.
+    nothing = ScriptedModel([search_call("banana"), "The speaker says banana.", "Banana is said.", "x"])
+    bare = ask(question, archive, nothing, FAST, fallback=False)
+    assert bare.status == "unsupported" and "cites nothing" in bare.answer
+
+
+def banana_moment(conv: list[Message]) -> tuple[str, str]:
+    """The number and label of the moment "banana." (40.0-40.3 s) in the last tool response."""
+    for n, text, _, name, video, start, end in MOMENT.findall(conv[-1]["content"]):
+        if text == "banana.":
+            return n, f"{name}, video {video}, {start}-{end} s"
+    raise AssertionError(conv[-1]["content"])
+
+
+def test_an_answer_copying_the_moments_label_is_grounded(archive: Archive) -> None:
+    """The file, video id and time the tool gave a moment are true of it: an answer that copies them (as the 0.5B
+    model does) is in the words of what it cites; so is a time written as minutes:seconds."""
+    question = "When does the speaker say banana?"
+    auto = vid(archive, "auto-editor_example.mp4")
+
+    def copies_label(conv: list[Message]) -> str:
+        n, label = banana_moment(conv)
+        return f"The speaker says banana, it is said in {label}. [{n}]"
+
+    for answer in (copies_label, lambda conv: f"He says banana at 0:40. [{banana_moment(conv)[0]}]"):
+        ans = ask(question, archive, ScriptedModel([search_call("banana"), answer]), FAST)
+        assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+        assert [(c.video_id, c.start, c.end) for c in ans.citations] == [(auto, 40.0, 40.3)]
+        assert not [t for t in ans.trace if t.kind == "error"]
+
+
+def test_an_answers_numbers_must_come_from_its_moments(archive: Archive) -> None:
+    """Word checks ignore digits: "at 0:12" citing the moment at 0:40 is corrected, then answered right."""
+    model = ScriptedModel([search_call("banana"), lambda conv: f"He says banana at 0:12. [{banana_moment(conv)[0]}]",
+                           "He says banana at 40.0 seconds. [1]"])
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent") and ans.answer.startswith("He says banana at 40.0 seconds.")
+    errors = [t.content for t in ans.trace if t.kind == "error"]
+    assert errors == ["the answer's numbers are not in the moments it cites; asked to answer"]
+    assert "Take the numbers and times in your answer from the moments" in model.calls[2][0][-1]["content"]
+
+
+def test_words_not_in_the_cited_moment_twice_answer_with_the_moments_own_words(archive: Archive) -> None:
+    """The model found and cited the right moment but twice wrote words that are not in it: the moment it cited
+    answers, quoted, on the loop's path (an extractive answer grounded in what the model cited is an answer)."""
+    auto = vid(archive, "auto-editor_example.mp4")
+
+    number: list[str] = []
+
+    def invents(conv: list[Message]) -> str:
+        number[:] = number or [banana_moment(conv)[0]]
+        return f"Bananas grow in Ecuador. [{number[0]}]"
+
+    model = ScriptedModel([search_call("banana"), invents, invents])
+    ans = ask("When does the speaker say banana?", archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert ans.answer == f"“banana.” (said in auto-editor_example.mp4 at 0:40.0) [{auto}@40.0-40.3]"
+    assert [(c.video_id, c.start, c.end) for c in ans.citations] == [(auto, 40.0, 40.3)]
+    assert "banana." in ans.citations[0].text
+    assert [t.content for t in ans.trace if t.kind == "error"] == [
+        "the answer's words are not in the moments it cites; asked to answer",
+        "the answer's words are not in the moments it cites; answering with the cited moments' own words"]
+    validate_output(ans)
+
+
+def test_a_query_that_misses_the_question_shows_the_questions_own_results(archive: Archive) -> None:
+    """The 0.5B model searched "search for videos in the archive, limit to 10 videos, speech" for a question the
+    archive answers: what the question's own search found is the tool result it sees, and it can cite it."""
+    query = "search for videos in the archive, limit to 10 videos, speech"
+    model = ScriptedModel([search_call(query), cite_first_result])
+    ans = ask(QUESTION, archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert [c.video_id for c in ans.citations] == [vid(archive, "jfk.flac")] and overlaps(ans.citations[0], 0, 11)
+    result = next(t.content for t in ans.trace if t.kind == "tool_result")
+    assert result.startswith("That search found nothing about the question. Moments found for the question "
+                             "itself:\n[1] \"And so my fellow Americans, ask not what your country can do for you")
+    assert ans.searches == [query, QUESTION]
+    # Off the archive the question's own search finds nothing related either: the model's results stand, and the
+    # loop ends in not found.
+    off = ask("Which team won the football world cup final?", archive,
+              ScriptedModel([search_call(query), "NOT FOUND"]), FAST)
+    assert off.status == "not_found" and off.citations == []
+    assert "Moments found for the question" not in next(t.content for t in off.trace if t.kind == "tool_result")
 
 
 def test_spoken_moments_come_with_the_next_sentence(archive: Archive) -> None:

@@ -185,6 +185,26 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
 
 
+def test_only_stages_that_did_real_work_show_a_speed() -> None:
+    """An audio job, as one was measured: the pictures and the decode had next to nothing to do (0.2 ms
+    and 24 ms for 11 s of audio: "vision 31326.3x" said nothing); speech took most of the run."""
+    from mediaindex.ingest.progress import IngestStats, StageStats
+
+    stages = [StageStats("decode", 1, 1, 0.0224, 11.0), StageStats("vision", 1, 1, 0.00035, 11.0),
+              StageStats("speech", 1, 1, 3.1, 11.0), StageStats("embed", 1, 1, 0.0283, 11.0)]
+    stats = IngestStats("j2", total=1, stages=stages, done=1, media=11.0)
+    stats.started -= 6.0
+    assert stats.speeds() == ["speech 3.5x"]
+    assert stats.line().endswith("0.00 media h in 0:00:06; speech 3.5x")
+    # Over a long job a stage busy a second in all, a sliver of the hour, still shows nothing; one that
+    # kept its two workers busy for a tenth of it shows its (high) speed: that stage is keeping up.
+    stats = IngestStats("j3", total=500, stages=[StageStats("vision", 1, 400, 1.5, 7200.0),
+                                                 StageStats("decode", 2, 400, 720.0, 7200.0)])
+    stats.started -= 3600.0
+    assert stats.speeds() == ["decode 20.0x"]
+    assert StageStats("speech", 1).speed_worth_showing(10.0) is None  # nothing finished yet
+
+
 def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
     from mediaindex.index.index import MediaIndex
     from mediaindex.ingest.run import IngestRequest, ingest

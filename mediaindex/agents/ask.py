@@ -1,14 +1,17 @@
 """Questions over the archive: a bounded tool-calling loop, with plain retrieval-augmented answering as fallback.
 
 The loop gives the model `search`, `get_transcript` and `get_frames_text` (Hermes / Qwen tool calls). Tool
-results come back as numbered moments (`[3] file.mp4 (video ID) 12.0-19.5 s, speech: text`; a spoken sentence
+results come back as numbered moments (`[3] "text" (said in file.mp4, video ID, 12.0-19.5 s)`; a spoken sentence
 with the sentences around it), and the answer cites them by number, which the loop turns into
 `[VIDEO_ID@START-END]` (a citation in that form is accepted too). It ends when the model answers with citations
 to moments it was shown that are related to the question, in words taken from them that say more than the
-question; it corrects the model once (an answer that restates the question or is not in its moments, NOT FOUND
-over related results, a repeated call) and falls back when the model emits a malformed call twice, runs out of
-steps or tokens, or answers without real citations after its correction. The fallback
-retrieves passages itself, asks the model for a short answer citing them by number, and if that answer is not
+question (a moment's words, and the label the tool gave it: file, video id, time; numbers included); when the
+model's query finds nothing related to the question, the question's own search results are what it sees. It
+corrects the model once (an answer that restates the question or is not in its moments, NOT FOUND over related
+results, a repeated call); an answer still not in the words of the related moments it cites is replaced by those
+moments' own words, quoted (the model found and cited them: an extractive answer on the loop's path). It falls
+back when the model emits a malformed call twice, runs out of steps or tokens, or answers without citations of
+related moments after its correction. The fallback retrieves passages itself, asks the model for a short answer citing them by number, and if that answer is not
 grounded in the passages, quotes the best passage instead: the answer always cites real moments, or says
 "not found" with the searches tried. Every model turn, tool call, result and error is in the trace.
 """
@@ -21,9 +24,10 @@ from dataclasses import dataclass, field, replace
 
 from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations, strip_citations
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.grounding import adds_to, first_words, grounded, relevant, repetitive
+from mediaindex.agents.grounding import adds_to, first_words, grounded, numbers_from, relevant, repetitive
 from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import ChatModel, Completion, Message
+from mediaindex.agents.render import ts
 from mediaindex.agents.schema import Answer, Citation, RejectedCitation, TraceStep
 from mediaindex.agents.toolcall import (
     CLOSE,
@@ -33,7 +37,7 @@ from mediaindex.agents.toolcall import (
     tool_response_message,
     tools_system_prompt,
 )
-from mediaindex.agents.tools import Archive, ToolError, ToolResult
+from mediaindex.agents.tools import SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
 from mediaindex.errors import MediaIndexError
 from mediaindex.segments import Hit
@@ -43,6 +47,7 @@ NOT_FOUND = "NOT FOUND"
 ANSWER_GROUNDING = 0.6  # share of the answer's own content words (not the question's) found in what it cites
 CORRECTED_TEMPERATURE = 0.7
 MIN_ANSWER_WORDS = 3
+QUOTE_WORDS = 40  # an extractive answer quotes at most this many words of each cited moment
 
 INSTRUCTIONS = (
     "You answer questions about an archive of videos. Search it first. Tools return numbered moments. Answer in "
@@ -81,6 +86,7 @@ class _Run:
     searches: list[str] = field(default_factory=list)
     seen: list[Hit] = field(default_factory=list)  # every moment a tool showed the model
     scored: list[Hit] = field(default_factory=list)  # search hits, scored against the question (see search)
+    question_hits: list[Hit] = field(default_factory=list)  # what the question's own search found
     tokens: int = 0
     steps: int = 0
     rejected: list[RejectedCitation] = field(default_factory=list)
@@ -134,7 +140,11 @@ class _Run:
         self.searches.append(query)
         # A score measures a hit against the query that found it: only the question's own search measures it
         # against the question. Hits of the model's other queries must show relevance by shared words.
-        self.scored.extend(hits if self._is_question(query) else [replace(h, score=0.0, band=None) for h in hits])
+        if self._is_question(query):
+            self.question_hits.extend(hits)
+            self.scored.extend(hits)
+        else:
+            self.scored.extend(replace(h, score=0.0, band=None) for h in hits)
         return hits
 
     def _is_question(self, query: str) -> bool:
@@ -242,6 +252,8 @@ def _agent_loop(run: _Run) -> Answer:
         try:
             return _final(run, _numbers_to_citations(run, reply.content))
         except _Retry as exc:
+            if run.corrected and exc.cited:
+                return _quoted(run, exc.cited, exc.reason)
             _correct(run, messages, text, exc.reason, exc.hint)
     raise _Fallback(f"no answer within {run.settings.max_steps} steps")
 
@@ -253,11 +265,12 @@ class _Repeat(Exception):
 
 
 class _Retry(Exception):
-    """An answer the model may correct once: the reason for the trace, a hint for the model."""
+    """An answer the model may correct once: the reason for the trace, a hint for the model, and the related
+    moments it cited when only its words were wrong (a second time, those moments' own words answer)."""
 
-    def __init__(self, reason: str, hint: str) -> None:
+    def __init__(self, reason: str, hint: str, cited: list[Citation] | None = None) -> None:
         super().__init__(reason)
-        self.reason, self.hint = reason, hint
+        self.reason, self.hint, self.cited = reason, hint, cited or []
 
 
 def _correct(run: _Run, messages: list[Message], text: str, reason: str, hint: str) -> None:
@@ -330,12 +343,33 @@ def _run_tool(run: _Run, name: str, arguments: dict) -> str:
         # the related ones as citations.
         run.search_question()
         res = ToolResult(name, arguments, hits, "" if hits else "no results: nothing in the archive matches")
+        instead = _question_results(run, hits)
+        if instead:
+            # A small model's query can miss the question ("search for videos in the archive, limit to 10"):
+            # what the question's own search found about it is what the model sees and can cite.
+            run.log("error", f"nothing the query {arguments['query']!r} found is related to the question; "
+                             f"showing the question's own results")
+            res = ToolResult(name, arguments, instead)
+            # The query is not repeated here: a small model copies it into its answer.
+            header = "That search found nothing about the question. Moments found for the question itself:\n"
+        else:
+            header = ""
     else:
         res = run.archive.run_tool(name, arguments)
+        header = ""
     run.seen.extend(res.moments)
-    payload = res.numbered(run.number, run.file_name)
+    payload = header + res.numbered(run.number, run.file_name)
     run.log("tool_result", payload, tool=name)
     return payload
+
+
+def _question_results(run: _Run, hits: list[Hit]) -> list[Hit]:
+    """The question's own related moments (in context, best first), when none of the model's `hits` is related
+    to the question and nothing related was shown before; else nothing (the model's results stand)."""
+    if any(_related(run, h) for h in hits) or _related_numbers(run):
+        return []
+    related = sorted((h for h in run.question_hits if run.is_relevant(h)), key=lambda h: -h.score)
+    return run.archive.in_context(related)
 
 
 def _final(run: _Run, content: str) -> Answer:
@@ -372,17 +406,44 @@ def _final(run: _Run, content: str) -> Answer:
     words = strip_citations(content)
     if repetitive(words) or not grounded(words, cited_text, ANSWER_GROUNDING, given=run.question):
         raise _Retry("the answer's words are not in the moments it cites",
-                     "Your answer must use the words of the moments it cites.")
+                     "Your answer must use the words of the moments it cites.", shown)
+    if not numbers_from(words, cited_text, given=run.question):
+        raise _Retry("the answer's numbers are not in the moments it cites",
+                     "Take the numbers and times in your answer from the moments it cites.", shown)
     if len(re.findall(r"\w+", words)) < MIN_ANSWER_WORDS:
-        raise _Retry("the answer is too short to say anything", "Answer in a whole sentence.")
+        raise _Retry("the answer is too short to say anything", "Answer in a whole sentence.", shown)
     if not adds_to(words, run.question):
-        raise _Retry("the answer only restates the question", "Your answer only repeated the question.")
+        raise _Retry("the answer only restates the question", "Your answer only repeated the question.", shown)
     return _finish(run, "answered", content.strip(), shown, "agent")
 
 
+def _quoted(run: _Run, cited: list[Citation], reason: str) -> Answer:
+    """The model found and cited moments related to the question but, corrected once, still could not put what
+    they say in its own words: what it cited answers, in the moments' own words (an extractive answer)."""
+    quotes: list[str] = []
+    for c in cited:
+        # The moment as the model was shown it (the cited number's moment, with its context).
+        h = min(_moments(run.seen, c), key=lambda h: abs(h.start - c.start) + abs(h.end - c.end))
+        words = first_words(" ".join(h.text.split()), QUOTE_WORDS)
+        if words and not any(words in q for q in quotes):
+            quotes.append(f"“{words}” ({SHOWN_AS.get(h.modality, h.modality)} in {run.file_name(h.video_id)} at "
+                          f"{ts(h.start)})")
+    run.log("error", f"{reason}; answering with the cited moments' own words")
+    text = " … ".join(quotes) + " " + " ".join(cite(c.video_id, c.start, c.end) for c in cited)
+    return _finish(run, "answered", text, cited, "agent")
+
+
 def _shown_text(run: _Run, h: Hit) -> str:
-    """What the model read of a moment that an answer may use: its text, and its time in seconds."""
-    return f"{h.text} {h.start:.1f} {h.end:.1f} seconds"
+    """What the model read of a moment that an answer may use: its text and its label (the file it is in, the
+    video id, its time in seconds and as minutes:seconds). The label is true of the moment, and a small model
+    copies it ("it is said in file.mp4, video ID, 40.0-40.3 s")."""
+    return (f"{h.text} {SHOWN_AS.get(h.modality, h.modality)} {run.file_name(h.video_id)} video {h.video_id} "
+            f"{h.start:.1f} {h.end:.1f} {ts(h.start)} {ts(h.end)} {_clock(h.start)} {_clock(h.end)} seconds")
+
+
+def _clock(t: float) -> str:
+    m, s = divmod(int(t), 60)
+    return f"{m}:{s:02d}"
 
 
 def _moments(hits: list[Hit], c: Citation | Hit) -> list[Hit]:

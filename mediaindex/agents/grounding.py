@@ -55,6 +55,13 @@ her his their them what which who whom when where why how does do did says say s
 """))
 
 
+def numbers_from(text: str, source: str, given: str = "") -> bool:
+    """Every number in `text` occurs in `source` or `given` (word checks ignore digits: "he says banana at 0:12"
+    citing the moment at 0:40 has every word right and the time wrong)."""
+    known = set(re.findall(r"\d+", source)) | set(re.findall(r"\d+", given))
+    return all(n in known for n in re.findall(r"\d+", text))
+
+
 def adds_to(answer: str, question: str) -> bool:
     """The answer says something the question does not: a word or number of its own beyond fillers ("ask not
     what your country can do for you" adds "not", "your", "can" to "what does he ask Americans to do for their

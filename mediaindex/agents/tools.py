@@ -23,7 +23,7 @@ from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
 CONTEXT_CHARS = 450  # at most this much text per widened moment
-_SHOWN = {"speech": "said", "ocr": "on screen", "visual": "seen", "summary": "summary", "chapter": "chapter"}
+SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "summary": "summary", "chapter": "chapter"}
 
 _RANGE = {
     "video_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "id of an indexed video"},
@@ -122,7 +122,7 @@ class ToolResult:
             used += len(text) + 60
             if lines and used > MAX_RESULT_CHARS:
                 break
-            lines.append(f"[{number(h)}] \"{text}\" ({_SHOWN.get(h.modality, h.modality)} in {name(h.video_id)}, "
+            lines.append(f"[{number(h)}] \"{text}\" ({SHOWN_AS.get(h.modality, h.modality)} in {name(h.video_id)}, "
                          f"video {h.video_id}, {h.start:.1f}-{h.end:.1f} s)")
         return "\n".join(lines)
 

@@ -98,7 +98,7 @@ class IngestDisplay:
 
     def on_tick(self, stats: IngestStats) -> None:
         if self.interactive:
-            speeds = " ".join(f"{s.name} {s.speed:.1f}x" for s in stats.stages if s.speed is not None)
+            speeds = " ".join(stats.speeds())
             eta = f"ETA {_dur(stats.eta)} " if stats.eta is not None else ""
             self.progress.update(self.task, description=f"{stats.media / 3600:.2f} media h {eta}{speeds}")
             return

@@ -5,6 +5,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+# A stage's speed is shown once it has been busy long enough for its real-time factor to say something:
+# a stage that had almost nothing to do (the pictures of audio files, the decode of a short clip) would
+# show thousands of times real time, a number that says only that the stage did not matter.
+MIN_BUSY_SECONDS = 1.0  # of its workers' time in all
+MIN_BUSY_SHARE = 0.05  # of the job's wall time, per worker of its pool
+
 
 @dataclass
 class StageStats:
@@ -18,6 +24,12 @@ class StageStats:
     def speed(self) -> float | None:
         """Media seconds per wall second of the whole pool (x real time)."""
         return self.media / self.busy * self.workers if self.busy > 0 else None
+
+    def speed_worth_showing(self, elapsed: float) -> float | None:
+        """`speed`, when the stage has done enough of the job's work for it to matter (see MIN_BUSY_*)."""
+        if self.media <= 0 or self.busy < MIN_BUSY_SECONDS or self.busy / max(1, self.workers) < MIN_BUSY_SHARE * elapsed:
+            return None
+        return self.speed
 
 
 @dataclass
@@ -44,10 +56,15 @@ class IngestStats:
             return None
         return self.elapsed / self.finished * (self.total - self.finished)
 
+    def speeds(self) -> list[str]:
+        """Each stage whose speed is worth showing, as "speech 6.0x" (media seconds per second of its pool)."""
+        elapsed = self.elapsed
+        return [f"{s.name} {speed:.1f}x" for s in self.stages if (speed := s.speed_worth_showing(elapsed)) is not None]
+
     def line(self) -> str:
         """One plain line for logs and non-terminal output."""
         eta = f", ETA {_dur(self.eta)}" if self.eta is not None else ""
-        speeds = ", ".join(f"{s.name} {s.speed:.1f}x" for s in self.stages if s.speed is not None)
+        speeds = ", ".join(self.speeds())
         return (f"job {self.job_id}: {self.finished}/{self.total} files ({self.failed} failed), "
                 f"{self.media / 3600:.2f} media h in {_dur(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else ""))
 

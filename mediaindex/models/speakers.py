@@ -10,15 +10,13 @@ and numbered by first appearance (S1 speaks first), and the turns label every sp
 
 from __future__ import annotations
 
-import contextlib
 import os
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mediaindex.errors import ConfigError, ModelLoadError
+from mediaindex.errors import ConfigError
 
 SAMPLE_RATE = 16_000
 WINDOWS_PER_SECOND = 1.3  # Resemblyzer's partial utterances are 1.6 s long; ~0.77 s apart
@@ -48,42 +46,24 @@ def check_speakers(n: int | None) -> int | None:
     return int(n)
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(max(1, n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 class SpeakerEncoder:
-    """Resemblyzer's voice encoder, loaded once per process."""
+    """Resemblyzer's voice encoder (its weights, run in numpy: `voice_encoder`), loaded once per process.
+
+    It runs on the CPU whatever the speech model's device: a window is a few small matrix products, and
+    torch (seconds to import, for this alone) is not needed."""
 
     def __init__(self, device: str = "cpu", threads: int = 1) -> None:
-        try:
-            with warnings.catch_warnings():  # its audio module imports a deprecated scipy path
-                warnings.simplefilter("ignore", DeprecationWarning)
-                from resemblyzer import VoiceEncoder
-                from resemblyzer.audio import normalize_volume
-        except ImportError as exc:
-            raise ModelLoadError(f"speaker diarization needs the resemblyzer package ({exc}); "
-                                 "install it or set speech.diarize: false") from exc
+        if device not in ("cpu", "auto"):
+            raise ConfigError(f"the voice encoder runs on the CPU, not {device!r}")
+        from mediaindex.models.voice_encoder import VoiceEncoderNet
+
         self.threads = threads or min(2, os.cpu_count() or 1)
-        try:
-            with _torch_threads(self.threads):
-                self.encoder = VoiceEncoder(device if device != "auto" else None, verbose=False)
-        except Exception as exc:  # torch.load / state-dict errors
-            raise ModelLoadError(f"cannot load the Resemblyzer voice encoder: {exc}") from exc
-        self._normalize = normalize_volume
+        self.net = VoiceEncoderNet.load()
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """Pay the first call's cost now, with the load: the clustering's import, and torch's first forward pass;
-        seconds that would otherwise fall on the first file's transcript."""
+        """Pay the first call's cost now, with the load: the clustering's import, and the first forward pass;
+        time that would otherwise fall on the first file's transcript."""
         import scipy.cluster.hierarchy  # noqa: F401
 
         noise = np.random.default_rng(0).normal(0, 0.1, 2 * SAMPLE_RATE).astype(np.float32)
@@ -91,23 +71,21 @@ class SpeakerEncoder:
 
     def windows(self, speech: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """Embeddings of windows over continuous speech, with each window's centre (seconds into `speech`)."""
+        from mediaindex.models.voice_encoder import compute_partial_slices, normalize_volume
+
         wav = np.asarray(speech, dtype=np.float32)
         if len(wav) < SAMPLE_RATE // 4 or not np.any(wav):
             return np.zeros((0, 256), np.float32), []
-        wav = self._normalize(wav, -30, increase_only=True).astype(np.float32)
+        wav = normalize_volume(wav, -30, increase_only=True).astype(np.float32)
         # Resemblyzer's `embed_utterance`, with the mel spectrogram computed here (`mel_spectrogram`): its
         # own imports librosa's feature module, and with it scipy.signal and numba, seconds per process.
-        slices, mel_slices = self.encoder.compute_partial_slices(len(wav), WINDOWS_PER_SECOND, 0.5)
+        slices, mel_slices = compute_partial_slices(len(wav), WINDOWS_PER_SECOND, 0.5)
         if slices[-1].stop >= len(wav):
             wav = np.pad(wav, (0, slices[-1].stop - len(wav)), "constant")
         mel = mel_spectrogram(wav)
-        import torch
-
-        with _torch_threads(self.threads), torch.no_grad():
-            batch = torch.from_numpy(np.array([mel[s] for s in mel_slices])).to(self.encoder.device)
-            partials = self.encoder(batch).cpu().numpy()
+        partials = self.net.embed(np.array([mel[s] for s in mel_slices]), self.threads)
         centres = [min(len(wav), (s.start + s.stop) / 2) / SAMPLE_RATE for s in slices]
-        return np.asarray(partials, dtype=np.float32), centres
+        return partials, centres
 
 
 # Resemblyzer's mel spectrogram: 25 ms windows every 10 ms, 40 mel bands (its hparams), power 2, not log.
