@@ -52,5 +52,5 @@ def diversify(moments: list[Hit], decay: float) -> list[Hit]:
     for m in sorted(moments, key=lambda h: -h.score):
         n = seen.get(m.video_id, 0)
         seen[m.video_id] = n + 1
-        ranked.append((_BAND_RANK.get(m.band, len(_BAND_RANK)), -m.score * decay**n, m))
+        ranked.append((_BAND_RANK.get(m.band or "", len(_BAND_RANK)), -m.score * decay**n, m))
     return [m for *_, m in sorted(ranked, key=lambda r: (r[0], r[1]))]
