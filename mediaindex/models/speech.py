@@ -1,22 +1,22 @@
-"""Speech to text with faster-whisper: VAD windows, a language per stretch of speech, word timestamps.
+"""Speech to text with faster-whisper: VAD regions, a language per stretch of speech, word timestamps.
 
 Audio is consumed in chunks (cut in pauses), so a long file is never held whole. In each chunk the
-bundled Silero VAD finds the speech regions (silence and music never reach the model); regions are
-joined into windows of at most 30 s of speech, one encoder pass each. Whisper names the language of
+bundled Silero VAD finds the speech regions (silence and music never reach the model); their audio,
+long silences cut out, is decoded in Whisper's own seek loop: each 30 s window starts where the text of
+the one before ended, so every encoder pass sees a full window of speech. Whisper names the language of
 every window from that same encoder pass, so a file in one language costs nothing extra; a window whose
-language is unsure (speech in two languages meets in it) is looked at again region by region (a few
-seconds each) and decoded in runs of one language. Segments that look like hallucinations (no speech and
-low confidence, repetitive text, only music symbols) are dropped, and the words are regrouped into
-sentences (`mediaindex.models.sentences`), each tagged with its language.
-"""
+language is unsure (speech in two languages may meet in it) is looked at again stretch by stretch (a few
+seconds each) and, where the language changes, ends there. Segments that look like hallucinations (no
+speech and low confidence, repetitive text, only music symbols) are dropped, and the words are regrouped
+into sentences (`mediaindex.models.sentences`), each tagged with its language."""
 
 from __future__ import annotations
 
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +129,10 @@ def pause_cut(audio: np.ndarray, tail_seconds: float = 30.0) -> int:
 
 
 WINDOW_SAMPLES = 30 * SAMPLE_RATE  # whisper's encoder always looks at 30 s
-JOIN_GAP_SAMPLES = 2 * SAMPLE_RATE  # pauses shorter than this stay inside a window's audio
+# Pauses shorter than this stay inside a window's audio; longer ones shrink to the regions' padding
+# (0.2 s): a pause is enough to end a sentence, and every second of silence kept takes window space
+# (an encoder pass costs the same for 30 s of speech or of silence).
+JOIN_GAP_SAMPLES = 1 * SAMPLE_RATE
 DETECT_SAMPLES = 4 * SAMPLE_RATE  # an unsure window is re-checked in stretches of about this much speech
 Region = tuple[int, int]  # sample range of speech within a part
 PartHook = Callable[[np.ndarray, float, list[Region]], None]
@@ -159,6 +162,18 @@ class Window:
                 out[-1] = (out[-1][0], end)
             else:
                 out.append((start, end))
+        return out
+
+    @property
+    def local_regions(self) -> list[Region]:
+        """Each region as a sample range of the window's audio."""
+        out: list[Region] = []
+        pieces, piece, before = self.pieces, 0, 0
+        for a, b in self.regions:
+            while pieces[piece][1] < b:  # regions are in order, each inside one piece
+                before += pieces[piece][1] - pieces[piece][0]
+                piece += 1
+            out.append((before + a - pieces[piece][0], before + b - pieces[piece][0]))
         return out
 
     @property
@@ -198,16 +213,22 @@ def speech_windows(regions: Sequence[Region], max_samples: int = WINDOW_SAMPLES)
     return windows
 
 
-def detection_groups(window: Window) -> list[Window]:
-    """The window's regions in stretches of a few seconds of speech (too little speech names no language)."""
-    groups: list[list[Region]] = [[]]
-    for region in window.regions:
-        if groups[-1] and Window(tuple(groups[-1])).samples >= DETECT_SAMPLES:
-            groups.append([])
-        groups[-1].append(region)
-    if len(groups) > 1 and Window(tuple(groups[-1])).samples < DETECT_SAMPLES // 2:
-        groups[-2].extend(groups.pop())
-    return [Window(tuple(g)) for g in groups]
+def detection_groups(regions: Sequence[Region], start: int, end: int) -> list[int]:
+    """Where each stretch of a few seconds of speech begins (too little speech names no language), for the
+    speech between samples `start` and `end` of a window's audio: the first at `start`, each stretch
+    running to the next one's beginning (pauses included)."""
+    starts, speech = [start], 0
+    for a, b in regions:
+        a, b = max(a, start), min(b, end)
+        if b <= a:
+            continue
+        if speech >= DETECT_SAMPLES:
+            starts.append(a)
+            speech = 0
+        speech += b - a
+    if len(starts) > 1 and speech < DETECT_SAMPLES // 2:
+        starts.pop()  # a last stretch too short to name joins the one before
+    return starts
 
 
 class SpeechModel:
@@ -233,6 +254,7 @@ class SpeechModel:
         self.batched = BatchedInferencePipeline(self.model)
         self.name = settings.model
         self.multilingual = bool(self.model.model.is_multilingual)
+        self._options_built: tuple[SpeechSettings, object] | None = None
 
     def transcribe(self, audio: np.ndarray) -> Transcript:
         """Transcribe 16 kHz mono float32 audio held in memory (a short clip)."""
@@ -282,13 +304,17 @@ class SpeechModel:
         out.speech_seconds += sum(b - a for a, b in regions) / SAMPLE_RATE
         if on_part is not None:
             on_part(audio, offset, regions)
-        options = self._options()
         found: list[tuple[Window, str | None, list]] = []
         previous = out.segments[-1].language if out.segments else None
-        for window in speech_windows(regions):
-            for run, language, decoded in self._decode_window(audio, window, previous, options, out):
-                found.append((run, language, decoded))
+        if s.batched:
+            for window in speech_windows(regions):
+                language = self._batched_language(audio, window, previous, out)
+                found.append((window, language, self._decode_batched(audio, window, language)))
                 previous = language or previous
+        else:
+            speech = Window(tuple(regions))
+            decoded_runs = self._decode_speech(audio, speech, previous, self._options(), out)
+            found.extend((speech, language, decoded) for language, decoded in decoded_runs)
         kept: list[SpeechSegment] = []
         for run, language, decoded in found:
             for seg in decoded:
@@ -300,7 +326,10 @@ class SpeechModel:
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
 
     def _options(self):
-        """faster-whisper's decoding options for these settings, as its own `transcribe` builds them."""
+        """faster-whisper's decoding options for these settings, as its own `transcribe` builds them (once
+        per settings: building them runs the feature extractor over a padded 30 s)."""
+        if self._options_built is not None and self._options_built[0] is self.settings:
+            return self._options_built[1]
         _, info = self.model.transcribe(
             np.zeros(SAMPLE_RATE // 10, dtype=np.float32), language="en", vad_filter=False,
             beam_size=self.settings.beam_size, word_timestamps=True, condition_on_previous_text=False,
@@ -308,16 +337,15 @@ class SpeechModel:
             log_prob_threshold=self.settings.log_prob_threshold,
             compression_ratio_threshold=self.settings.compression_ratio_threshold,
         )
+        self._options_built = (self.settings, info.transcription_options)
         return info.transcription_options
 
-    def _encode(self, audio: np.ndarray, out: Transcript):
-        """Mel features and the encoder output of their first 30 s, as `generate_segments` would encode it."""
+    def _encode(self, features: np.ndarray, start: int, frames: int, out: Transcript):
+        """The encoder output of `frames` feature frames from `start` (at most 30 s, padded to 30 s)."""
         from faster_whisper.audio import pad_or_trim
 
-        features = self.model.feature_extractor(audio)
-        frames = min(self.model.feature_extractor.nb_max_frames, features.shape[-1] - 1)
         out.encoder_passes += 1
-        return features, self.model.encode(pad_or_trim(features[:, :frames]))
+        return self.model.encode(pad_or_trim(features[:, start:start + frames]))
 
     def _languages(self, encoder_output) -> list[tuple[str, float]]:
         return [(token[2:-2], float(p)) for token, p in self.model.model.detect_language(encoder_output)[0]]
@@ -332,58 +360,148 @@ class SpeechModel:
                 return previous, earlier
         return top, p
 
-    def _decode_window(self, part: np.ndarray, window: Window, previous: str | None, options, out: Transcript):
-        """(window, language, whisper segments) for each run of one language in the window."""
+    def _fixed_language(self) -> str | None:
         s = self.settings
-        fixed = s.language if s.language else (None if self.multilingual else "en")
-        audio = window.audio(part)
-        if s.batched:  # the batched pipeline encodes by itself: detection costs an extra pass
-            language = fixed
-            if language is None:
-                language, p = self._choose(self._languages(self._encode(audio, out)[1]), previous)
-                out.count_language(language, len(audio) / SAMPLE_RATE, p)
-            yield window, language, self._decode_batched(part, window, language)
-            return
-        features, encoded = self._encode(audio, out)
-        if fixed is not None:
-            out.count_language(fixed, len(audio) / SAMPLE_RATE, 1.0)
-            yield window, fixed, self._generate(features, encoded, fixed, options)
-            return
-        probs = self._languages(encoded)
-        language, p = self._choose(probs, previous)
-        groups = detection_groups(window) if p < s.language_confidence else [window]
-        if len(groups) == 1:
+        return s.language if s.language else (None if self.multilingual else "en")
+
+    def _batched_language(self, part: np.ndarray, window: Window, previous: str | None, out: Transcript):
+        """The batched pipeline encodes by itself: naming a window's language costs an extra pass."""
+        language = self._fixed_language()
+        if language is None:
+            audio = window.audio(part)
+            features = self.model.feature_extractor(audio)
+            encoded = self._encode(features, 0, self.model.feature_extractor.nb_max_frames, out)
+            language, p = self._choose(self._languages(encoded), previous)
             out.count_language(language, len(audio) / SAMPLE_RATE, p)
-            yield window, language, self._generate(features, encoded, language, options)
-            return
-        # Unsure: two languages may meet in this window. Name each stretch, decode runs of one language.
-        named: list[tuple[Window, str, float]] = []
-        for group in groups:
-            lang, q = self._choose(self._languages(self._encode(group.audio(part), out)[1]), language)
-            named.append((group, lang, q))
-        runs: list[tuple[list[Region], str, float]] = []
-        for group, lang, q in named:
-            if runs and runs[-1][1] == lang:
-                runs[-1][0].extend(group.regions)
+        return language
+
+    def _decode_speech(self, part: np.ndarray, speech: Window, previous: str | None, options,
+                       out: Transcript) -> Iterator[tuple[str, list]]:
+        """(language, whisper segments) for each 30 s window of whisper's seek loop over the speech.
+
+        A window starts where the text of the one before ended, as in faster-whisper's `generate_segments`,
+        so a one-language part costs what decoding it without languages would: one encoder pass per window,
+        the language read from it. A window that is unsure, or in another language than the speech before
+        it, is named again stretch by stretch; where a stretch in another language begins, the window ends
+        (encoded again without it) and the next one starts there.
+        """
+        s = self.settings
+        extractor = self.model.feature_extractor
+        fixed = self._fixed_language()
+        audio = speech.audio(part)
+        features = extractor(audio)
+        content = features.shape[-1] - 1
+        regions = speech.local_regions
+        seek, last_word_end, following = 0, 0.0, None
+        while seek < content:
+            frames = min(extractor.nb_max_frames, content - seek)
+            encoded = self._encode(features, seek, frames, out)
+            if fixed is not None:
+                language, p = fixed, 1.0
             else:
-                runs.append((list(group.regions), lang, q))
-        if len(runs) == 1:
-            out.count_language(language, len(audio) / SAMPLE_RATE, p)
-            yield window, runs[0][1], self._generate(features, encoded, runs[0][1], options)
-            return
-        for regions, lang, q in runs:
-            run = Window(tuple(regions))
-            run_audio = run.audio(part)
-            out.count_language(lang, len(run_audio) / SAMPLE_RATE, q)
-            run_features, run_encoded = self._encode(run_audio, out)
-            yield run, lang, self._generate(run_features, run_encoded, lang, options)
+                language, p = self._choose(self._languages(encoded), previous)
+                unsure = p < s.language_confidence
+                if unsure or (previous is not None and language != previous):
+                    # Unsure, or another language than before: two languages may meet in this window.
+                    named = self._first_language(features, regions, seek, frames, previous or language,
+                                                 None if unsure else language, out)
+                    if named is not None:
+                        language, p, switch = named
+                        if switch is not None:  # the window ends where the next language begins
+                            frames, encoded, following = switch
+            # A window that ends where the speech or its language does is not decoded again from its
+            # unfinished last sentence: no more audio would follow it there, only another pass.
+            last = seek + frames >= content or following is not None
+            segments, next_seek, last_word_end = self._decode_frames(
+                features, encoded, seek, frames, language, options, last_word_end, last)
+            next_seek = min(content, max(next_seek, seek + 1))  # always forward
+            out.count_language(language, (next_seek - seek) * extractor.time_per_frame, p)
+            # After a cut the next window begins in the language found there (already named: no re-check).
+            seek, previous, following = next_seek, following or language, None
+            if segments:
+                yield language, segments
 
-    def _generate(self, features: np.ndarray, encoded, language: str, options) -> list:
+    def _first_language(self, features: np.ndarray, regions: Sequence[Region], seek: int, frames: int,
+                        preferred: str, detected: str | None,
+                        out: Transcript) -> tuple[str, float, tuple | None] | None:
+        """The language the window begins in, named stretch by stretch (None when the window is a single
+        stretch: its own detection stands), and where another language follows: (frames up to there, the
+        encoder output of the window cut there, the next language), or None if it never does.
+
+        Stretches are named in order until the language changes, so a window whose second stretch is in
+        another language costs two passes; one `detected` surely in a new language whose first stretch is
+        in it too begins in that language and costs one (the change came with the window). The cut is at
+        the widest pause before the stretch in the new language (within the stretch before it): people
+        change language at a pause, and a stretch is seconds long."""
+        hop = self.model.feature_extractor.hop_length
+        starts = [max(seek, x // hop) for x in detection_groups(regions, seek * hop, (seek + frames) * hop)]
+        if len(starts) < 2:
+            return None
+        first: tuple[str, float, object] | None = None
+        for i, (start, end) in enumerate(zip(starts, [*starts[1:], seek + frames], strict=True)):
+            encoded = self._encode(features, start, end - start, out)
+            language, p = self._choose(self._languages(encoded), first[0] if first else preferred)
+            if first is None:
+                first = (language, p, encoded)
+                if language == detected:
+                    return language, p, None
+            elif language != first[0]:
+                pauses = [(b[0] - a[1], b[0] // hop) for a, b in zip(regions, regions[1:], strict=False)
+                          if starts[i - 1] < b[0] // hop <= start]
+                cut = max(pauses)[1] if pauses else start
+                reuse = i == 1 and cut == start  # the first stretch is the cut window
+                cut_encoded = first[2] if reuse else self._encode(features, seek, cut - seek, out)
+                return first[0], first[1], (cut - seek, cut_encoded, language)
+        assert first is not None
+        return first[0], first[1], None
+
+    def _decode_frames(self, features: np.ndarray, encoded, seek: int, frames: int, language: str, options,
+                       last_word_end: float, last: bool = False) -> tuple[list, int, float]:
+        """One pass of faster-whisper's seek loop (`generate_segments`, without a prompt: text is not
+        conditioned on the previous window): the segments, the frame the next window starts at, the end
+        of the last word. A `last` window keeps the unfinished segment whisper would decode again."""
         from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import Segment
+        from faster_whisper.transcribe import Word as WhisperWord
 
-        tokenizer = Tokenizer(self.model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
-        return list(self.model.generate_segments(features, tokenizer, replace(options, clip_timestamps="0"),
-                                                 False, encoded))
+        model, extractor = self.model, self.model.feature_extractor
+        tokenizer = Tokenizer(model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=options.without_timestamps)
+        result, avg_logprob, temperature, ratio = model.generate_with_fallback(encoded, prompt, tokenizer,
+                                                                               options)
+        confident = options.log_prob_threshold is not None and avg_logprob > options.log_prob_threshold
+        if (options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold
+                and not confident):
+            return [], seek + frames, last_word_end  # no speech in this window
+        time_offset = seek * extractor.time_per_frame
+        current, next_seek, single_ending = model._split_segments_by_timestamps(
+            tokenizer=tokenizer, tokens=result.sequences_ids[0], time_offset=time_offset, segment_size=frames,
+            segment_duration=frames * extractor.time_per_frame, seek=seek)
+        tokens = result.sequences_ids[0]
+        unfinished = tokens[sum(len(seg["tokens"]) for seg in current):]
+        if last and not single_ending and len(unfinished) > 1 and unfinished[0] >= tokenizer.timestamp_begin:
+            start = time_offset + (unfinished[0] - tokenizer.timestamp_begin) * model.time_precision
+            end = time_offset + frames * extractor.time_per_frame
+            current.append({"seek": seek, "start": start, "end": end, "tokens": unfinished})
+            next_seek = seek + frames
+        model.add_word_timestamps([current], tokenizer, encoded, frames, options.prepend_punctuations,
+                                  options.append_punctuations, last_speech_timestamp=last_word_end)
+        ends = [w["end"] for seg in current for w in seg["words"]]
+        if ends:
+            last_word_end = ends[-1]
+            if not single_ending and not last and last_word_end > time_offset:
+                next_seek = round(last_word_end * model.frames_per_second)
+        segments = []
+        for seg in current:
+            text = tokenizer.decode(seg["tokens"])
+            if seg["start"] == seg["end"] or not text.strip():
+                continue
+            segments.append(Segment(
+                id=len(segments) + 1, seek=seek, start=seg["start"], end=seg["end"], text=text,
+                tokens=seg["tokens"], avg_logprob=avg_logprob, compression_ratio=ratio,
+                no_speech_prob=result.no_speech_prob, temperature=temperature,
+                words=[WhisperWord(**w) for w in seg["words"]]))
+        return segments, next_seek, last_word_end
 
     def _decode_batched(self, part: np.ndarray, window: Window, language: str) -> list:
         """The window's pieces as clips of the batched pipeline, times mapped back to the window's audio."""
