@@ -156,5 +156,5 @@ def test_diarizing_imports_neither_torch_nor_resemblyzer() -> None:
                           timeout=300)
     assert done.returncode == 0, done.stderr
     windows, modules = done.stdout.strip().splitlines()
-    assert windows == "10 ['S1', 'S1', 'S1']"  # Kennedy alone: one speaker
+    assert windows == "10 ['S1', 'S1', 'S1', 'S1', 'S1']"  # Kennedy alone: one speaker, a turn per stretch of speech
     assert modules == "[]"
