@@ -45,10 +45,10 @@ def main() -> None:
         parser.error(f"media files not found: {[str(f) for f in files if not f.is_file()] or 'none given'}")
 
     from mediaindex.agents.stored import CHAPTER, SUMMARY
+    from mediaindex.stages.decode import DecodeStage
     from mediaindex.stages.speech import SpeechStage
     from mediaindex.stages.summary import SummaryStage
     from mediaindex.stages.vision import VisionStage
-    from mediaindex.workers.stages import DecodeStage
 
     work = Path(tempfile.mkdtemp(prefix="mi-lang-"))
     settings = load_settings("cpu", index_dir=work / "index", ingest={"summaries": True})

@@ -61,6 +61,16 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(os.environ.get("MEDIAINDEX_CACHE_DIR", Path.home() / ".cache" / "mediaindex"))
 
 
+def assert_ranked(hits: list[tuple[float, str | None]]) -> None:
+    """Search results as users see them: each (score, band) pair agrees (the band is the score's), and
+    the bands never rise down the list (within a band, other files may come before a file's next moment)."""
+    from mediaindex.index import calibration
+
+    assert all(0.0 <= score <= 1.0 and band == calibration.band(score) for score, band in hits), hits
+    ranks = [("high", "medium", "low").index(band) for _, band in hits]
+    assert ranks == sorted(ranks), hits
+
+
 def make_settings(index_dir: Path, cache_dir: Path, **overrides) -> Settings:
     return load_settings("cpu", index_dir=index_dir, cache_dir=cache_dir, **overrides)
 

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mediaindex.api import create_app
-from tests.conftest import MEDIA, media
+from tests.conftest import MEDIA, assert_ranked, media
 from tests.test_api_support import Sample, live_server_factory, sample  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> No
     assert best["title"] == "jfk.flac"
     marked = [best["text"][s:e].lower() for s, e in best["highlights"]]
     assert "country" in marked and "ask" in marked
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert_ranked([(h["score"], h["band"]) for h in hits])
     assert best["band"] == "high" and all(h["band"] in ("high", "medium", "low") for h in hits)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, cli_environment, media
+from tests.conftest import REPO, assert_ranked, cli_environment, media
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     assert {"source", "video_id", "start", "end", "score", "modality", "text"} <= set(best)
     assert isinstance(best["start"], float) and isinstance(best["end"], float)
     assert best["modality"] == "speech" and "country" in best["text"]
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert_ranked([(h["score"], h["band"]) for h in hits])
 
     # Something the archive does not hold: no moment, said plainly (exit 0); an empty JSON list.
     result = run("search", "quantum chromodynamics on a lattice", env=cli_env)

@@ -10,7 +10,7 @@ import pytest
 
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
-from tests.conftest import make_settings
+from tests.conftest import assert_ranked, make_settings
 from tests.corpus import manifesto, pictures, references
 from tests.test_cli import run
 
@@ -45,7 +45,7 @@ def test_search_with_filters_and_modes(cli_index: dict[str, str]) -> None:
     hits = json.loads(result.stdout)
     assert Path(hits[0]["source"]).name == "jfk.flac"
     assert all(h["source"].startswith(audio) and h["modality"] == "speech" for h in hits)
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert_ranked([(h["score"], h["band"]) for h in hits])
 
     result = run("search", "antecedents", "--json", "--mode", "sparse", "--segments", env=cli_index)
     assert result.returncode == 0, result.stderr

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mediaindex.index import calibration
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
 from mediaindex.index.search import MAX_QUERY_CHARS, search
 from mediaindex.segments import Hit, Segment
-from tests.conftest import make_settings
+from tests.conftest import assert_ranked, make_settings
 from tests.corpus import apollo, manifesto, picture_vector, pictures, references
 
 FRAME_DIM = 256
@@ -127,13 +129,18 @@ def test_moments_merge_only_neighbours_and_diversify_files() -> None:
     flooded = [hit("a", t, 0.9 - t / 100) for t in range(0, 50, 10)] + [hit("b", 0, 0.7)]
     ranked = diversify(flooded, decay=0.7)
     assert [m.video_id for m in ranked[:3]] == ["a", "b", "a"]
-    assert [m.score for m in ranked] == sorted((m.score for m in ranked), reverse=True)
+    # Only the order is discounted: every moment shows its own confidence.
+    assert sorted(m.score for m in ranked) == sorted(m.score for m in flooded)
+    # Band before file turns: a's second high moment comes before b's medium one, a's low ones after it.
+    banded = [replace(h, band=calibration.band(h.score)) for h in
+              [hit("a", 0, 0.95), hit("a", 10, 0.85), hit("a", 20, 0.6), hit("b", 0, 0.7)]]
+    assert [(m.video_id, m.start, m.band) for m in diversify(banded, decay=0.7)] == [
+        ("a", 0, "high"), ("a", 10, "high"), ("b", 0, "medium"), ("a", 20, "low")]
 
 
 def test_scores_are_calibrated_and_sorted(index: MediaIndex, embedder) -> None:
     good = search(index, embedder, "ask not what your country can do for you", limit=10)
-    scores = [h.score for h in good]
-    assert scores == sorted(scores, reverse=True) and all(0.0 <= s <= 1.0 for s in scores)
+    assert_ranked([(h.score, h.band) for h in good])
     assert good[0].score > 0.8 and good[0].band == "high"
     assert all(h.band in ("high", "medium", "low") for h in good)
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,14 @@ CREATE TABLE IF NOT EXISTS videos (
     probe TEXT,
     indexed_at REAL NOT NULL
 );
+-- The words of each file's speech and on-screen text (index.vocabulary), for sound-alike names; a file
+-- is in `worded` once its words are recorded (files indexed before this table get them on first use).
+CREATE TABLE IF NOT EXISTS words (
+    video_id TEXT NOT NULL,
+    word TEXT NOT NULL,
+    PRIMARY KEY (video_id, word)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS worded (video_id TEXT PRIMARY KEY);
 """
 
 
@@ -98,6 +107,32 @@ class Catalog:
     def delete(self, video_id: str) -> None:
         with self._db:
             self._db.execute("DELETE FROM videos WHERE video_id = ?", (video_id,))
+            self._forget_words(video_id)
+
+    def set_words(self, video_id: str, words: Iterable[str]) -> None:
+        """Record a file's words (replacing what was recorded for it)."""
+        with self._db:
+            self._forget_words(video_id)
+            self._db.executemany("INSERT INTO words VALUES (?, ?)", ((video_id, w) for w in sorted(set(words))))
+            self._db.execute("INSERT INTO worded VALUES (?)", (video_id,))
+
+    def _forget_words(self, video_id: str) -> None:
+        self._db.execute("DELETE FROM words WHERE video_id = ?", (video_id,))
+        self._db.execute("DELETE FROM worded WHERE video_id = ?", (video_id,))
+
+    def vocabulary(self) -> frozenset[str]:
+        """Every word any indexed file holds."""
+        return frozenset(r[0] for r in self._db.execute(
+            "SELECT DISTINCT word FROM words WHERE video_id IN (SELECT video_id FROM videos)"))
+
+    def without_words(self) -> list[str]:
+        """Indexed files whose words are not recorded yet."""
+        return [r[0] for r in self._db.execute(
+            "SELECT video_id FROM videos WHERE video_id NOT IN (SELECT video_id FROM worded)")]
+
+    def version(self) -> int:
+        """Changes when another connection commits to the catalog (SQLite's data_version)."""
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()

@@ -16,6 +16,7 @@ from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.index.schema import check_or_write
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
+from mediaindex.index.vocabulary import WORDED, words_of
 from mediaindex.segments import Segment
 
 
@@ -93,6 +94,8 @@ class MediaIndex:
         except BaseException:
             self.catalog.close()
             raise
+        self._vocabulary: frozenset[str] | None = None
+        self._vocabulary_version = -1
         self._holds = settings.index.backend != "server"  # an embedded store admits one process: say which
         if self._holds:
             record_holder(self.dir)
@@ -116,6 +119,8 @@ class MediaIndex:
         self.store.delete_video(record.video_id)
         self.store.upsert(segments, vectors)
         self.catalog.upsert(record)
+        self.catalog.set_words(record.video_id, words_of(s.text for s in segments if s.modality in WORDED))
+        self._vocabulary = None
 
     def add_segments(self, video_id: str, segments: list[Segment], vectors: np.ndarray) -> None:
         """Add segments to an indexed video (its summary and chapters) and count them in its catalog entry.
@@ -132,6 +137,18 @@ class MediaIndex:
     def remove_video(self, video_id: str) -> None:
         self.catalog.delete(video_id)
         self.store.delete_video(video_id)
+        self._vocabulary = None
+
+    def vocabulary(self) -> frozenset[str]:
+        """The words of the archive's speech and on-screen text (for sound-alike names), kept until the
+        catalog changes; files indexed before words were recorded get theirs from their stored segments."""
+        version = self.catalog.version()
+        if self._vocabulary is None or version != self._vocabulary_version:
+            for video_id in self.catalog.without_words():
+                texts = [p.get("text") or "" for p in self.store.segments_of(video_id) if p.get("modality") in WORDED]
+                self.catalog.set_words(video_id, words_of(texts))
+            self._vocabulary, self._vocabulary_version = self.catalog.vocabulary(), self.catalog.version()
+        return self._vocabulary
 
     def close(self) -> None:
         try:

@@ -14,6 +14,8 @@ from mediaindex.segments import Hit
 # weaker neighbours (every sentence of a file is some candidate) are absorbed without stretching it,
 # so sentence-sized hits do not grow back into paragraphs.
 STRETCH_RATIO = 0.85
+# Moments are listed band by band: a file's second "high" moment still comes before any "medium" one.
+_BAND_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
@@ -42,11 +44,13 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
 
 
 def diversify(moments: list[Hit], decay: float) -> list[Hit]:
-    """The n-th best moment of a file counts decay**n as much, so other files get a turn near the top."""
+    """Best first: by band, and within a band the n-th best moment of a file counts decay**n as much, so
+    other files get a turn near the top. Only the order is discounted: each moment keeps its own score,
+    which is its confidence and agrees with its band."""
     seen: dict[str, int] = {}
-    out = []
+    ranked: list[tuple[int, float, Hit]] = []
     for m in sorted(moments, key=lambda h: -h.score):
         n = seen.get(m.video_id, 0)
         seen[m.video_id] = n + 1
-        out.append(replace(m, score=m.score * decay**n))
-    return sorted(out, key=lambda h: -h.score)
+        ranked.append((_BAND_RANK.get(m.band or "", len(_BAND_RANK)), -m.score * decay**n, m))
+    return [m for *_, m in sorted(ranked, key=lambda r: (r[0], r[1]))]

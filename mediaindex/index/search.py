@@ -29,6 +29,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
+from mediaindex.index.vocabulary import WORDED, credit, names_in, sound_alikes, words_of
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ MAX_QUERY_CHARS = 2000
 MAX_LIMIT = 1000
 # Below this share of its words found in any candidate, the exact-word list gets no say.
 MIN_WORD_COVERAGE = 0.34
-# On-screen text matches by letters and digits only when the query has at least this many of them
-# (shorter runs turn up by chance in any caption).
+# On-screen text matches by letters and digits only when the query and the run it shares with the text
+# have at least this many of them (shorter runs turn up by chance in any caption).
 MIN_OCR_LETTERS = 5
 IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
 _LETTERS = re.compile(r"[\W_]+")
@@ -86,6 +87,29 @@ def word_coverage(query_words: set[int], words: set[int]) -> float:
     return len(query_words & words) / len(query_words) if query_words else 0.0
 
 
+@dataclass(frozen=True)
+class Respelt:
+    """A name of the query the archive does not hold: its word ids, and the archive's words spelt like it
+    with their similarity."""
+
+    ids: frozenset[int]
+    alikes: tuple[tuple[str, float], ...]
+
+
+def coverage(q: Query, words: set[int], text: str) -> float:
+    """The share of the query's words a segment holds; a name it holds only as a sound-alike spelling
+    counts that spelling's similarity."""
+    if not q.word_ids:
+        return 0.0
+    held = float(len(q.word_ids & words))
+    if q.respelt:
+        spelt = words_of([text])
+        for name in q.respelt.values():
+            best = max((similarity for word, similarity in name.alikes if word in spelt), default=0.0)
+            held += credit(best) * len(name.ids - words)
+    return min(1.0, held / len(q.word_ids))
+
+
 def letters(text: str) -> str:
     """Lower-case letters and digits only: OCR drops and adds spaces and punctuation at will."""
     return _LETTERS.sub("", unicodedata.normalize("NFKC", text).casefold())
@@ -98,7 +122,8 @@ def ocr_text_match(query_letters: str, text: str) -> float:
     hay = letters(text)
     m = SequenceMatcher(None, query_letters, hay, autojunk=False).find_longest_match(
         0, len(query_letters), 0, len(hay))
-    return m.size / len(query_letters)
+    # A shared run shorter than that is chance too ("Mozart" and "...Communist" share "ist").
+    return m.size / len(query_letters) if m.size >= MIN_OCR_LETTERS else 0.0
 
 
 @dataclass
@@ -114,6 +139,7 @@ class Query:
     embedder: str | None = None
     template_ids: set[int] = field(default_factory=set)
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
+    respelt: dict[str, Respelt] = field(default_factory=dict)  # names the archive holds only as sound-alikes
 
     @property
     def letters(self) -> str:
@@ -142,7 +168,7 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     conf: list[float] = []
     if q.word_ids:
         held = s.words - q.template_ids if modality == "visual" else s.words
-        raw["words"] = word_coverage(q.word_ids, held)
+        raw["words"] = coverage(q, held, s.hit.text) if modality in WORDED else word_coverage(q.word_ids, held)
         conf.append(calibration.scale("words")(raw["words"]))
     text_vec = s.dense.get(TEXT_VECTOR)
     if q.dense is not None and text_vec is not None and s.hit.text:
@@ -194,9 +220,9 @@ def candidates(
         retrievers.append(Retriever("image", q.clip_text, cfg.image_weight))
     if q.words and mode == "hybrid" and cfg.sparse_weight > 0:
         probe = store.query([Retriever(SPARSE_VECTOR, q.words)], pool, filters, with_vectors=[SPARSE_VECTOR])
-        coverage = max((word_coverage(q.word_ids, s.words) for s in probe), default=0.0)
-        if coverage >= MIN_WORD_COVERAGE:
-            retrievers.append(Retriever(SPARSE_VECTOR, q.words, cfg.sparse_weight * coverage))
+        found = max((coverage(q, s.words, s.hit.text) for s in probe), default=0.0)
+        if found >= MIN_WORD_COVERAGE:
+            retrievers.append(Retriever(SPARSE_VECTOR, q.words, cfg.sparse_weight * found))
     retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
     return store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
 
@@ -219,6 +245,7 @@ def prepare(
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()
         q.template_ids = set(index.sparse.query(_TEMPLATE).indices) - q.word_ids
+        respell(index, q)
     if query and mode != "sparse":
         if embedder is None:
             raise QueryError("a text query needs the text embedder")
@@ -228,6 +255,28 @@ def prepare(
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
+
+
+def respell(index: MediaIndex, q: Query) -> None:
+    """Names of the query the archive holds only spelt otherwise: remember their sound-alikes and look
+    for those words too (each weighed by its similarity)."""
+    if not names_in(q.text) or not hasattr(index, "vocabulary"):
+        return
+    found = sound_alikes(q.text, index.vocabulary())
+    extra: dict[int, float] = {}
+    for name, alikes in found.items():
+        ids = frozenset(index.sparse.query(name).indices) & q.word_ids
+        if not ids:
+            continue
+        q.respelt[name] = Respelt(ids, tuple(alikes))
+        for word, similarity in alikes:
+            for i in index.sparse.query(word).indices:
+                extra[i] = max(extra.get(i, 0.0), similarity)
+    if q.words is not None and extra:
+        weights = dict(zip(q.words.indices, q.words.values, strict=True))
+        for i, w in extra.items():
+            weights.setdefault(i, w)
+        q.words = SparseVec(list(weights), list(weights.values()))
 
 
 def judged(

@@ -35,15 +35,19 @@ class SparseEncoder:
         self._bm25 = Bm25(Bm25Config(language=language, avg_len=AVG_SEGMENT_TOKENS, ascii_folding=True))
 
     @staticmethod
-    def _prepare(text: str) -> str:
+    def _prepare(text: str, split_camel: bool) -> str:
         text = _NUMBER_WORD.sub(lambda m: _NUMBERS[m.group(1).lower()], text)
+        if not split_camel:
+            return text
         parts = [_CAMEL.sub(" ", w) for w in _WORD.findall(text) if _CAMEL.search(w)]
         return " ".join([text, *parts])
 
     def document(self, text: str) -> SparseVec:
-        vec = self._bm25.embed_document(self._prepare(text or ""))
+        vec = self._bm25.embed_document(self._prepare(text or "", split_camel=True))
         return SparseVec(list(vec.indices), list(vec.values))
 
     def query(self, text: str) -> SparseVec:
-        vec = self._bm25.embed_query(self._prepare(text or ""))
+        # Not split: a query's "iPhone" is one word to find (a document's "iPhone" indexes both forms), not
+        # "phone" half-matched.
+        vec = self._bm25.embed_query(self._prepare(text or "", split_camel=False))
         return SparseVec(list(vec.indices), list(vec.values))
