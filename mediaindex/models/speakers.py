@@ -71,15 +71,15 @@ class SpeakerEncoder:
 
     def windows(self, speech: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """Embeddings of windows over continuous speech, with each window's centre (seconds into `speech`)."""
-        from mediaindex.models.voice_encoder import compute_partial_slices, normalize_volume
+        from mediaindex.models.voice_encoder import raise_volume, window_slices
 
         wav = np.asarray(speech, dtype=np.float32)
         if len(wav) < SAMPLE_RATE // 4 or not np.any(wav):
             return np.zeros((0, 256), np.float32), []
-        wav = normalize_volume(wav, -30, increase_only=True).astype(np.float32)
+        wav = raise_volume(wav).astype(np.float32)
         # Resemblyzer's `embed_utterance`, with the mel spectrogram computed here (`mel_spectrogram`): its
         # own imports librosa's feature module, and with it scipy.signal and numba, seconds per process.
-        slices, mel_slices = compute_partial_slices(len(wav), WINDOWS_PER_SECOND, 0.5)
+        slices, mel_slices = window_slices(len(wav), WINDOWS_PER_SECOND, 0.5)
         if slices[-1].stop >= len(wav):
             wav = np.pad(wav, (0, slices[-1].stop - len(wav)), "constant")
         mel = mel_spectrogram(wav)
