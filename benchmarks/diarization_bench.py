@@ -5,7 +5,7 @@
 Each mix concatenates real recordings from ../shared/media (different people, or one person twice) with
 short pauses between them, so every turn boundary and speaker is known; stereo_diarization.wav's two
 channels (one speaker each) give a two-speaker mix. The reference speech of each clip is where Silero VAD
-hears speech in that clip alone (no human labels exist); DER = (missed + false alarm + confusion) /
+hears speech in that clip alone, in the silence around it in the mix (no human labels exist); DER = (missed + false alarm + confusion) /
 reference speech on a 10 ms grid, after the best one-to-one mapping of found to true speakers, with no
 collar and with the usual 0.25 s collar around reference boundaries. Cost: CPU seconds of the speaker
 pass (embeddings + clustering) and of Whisper on the same audio, as real-time factors (audio seconds per
@@ -95,8 +95,11 @@ def build(media: Path, names: list[str]) -> Mix:
     for name in names:
         rel, part, who = CLIPS[name]
         clip = load_clip(media, rel, part)
-        for a, b in speech_regions(clip):
-            reference.append(Turn((at + a) / SR, (at + b) / SR, who))
+        # The clip in the silence it has in the mix (none before the first): the VAD pads each region by
+        # 100 ms, and a pad cut off at the clip's own edge would count the mix's pad as false speech.
+        before = pause if at else pause[:0]
+        for a, b in speech_regions(np.concatenate([before, clip, pause])):
+            reference.append(Turn((at + a - len(before)) / SR, (at + b - len(before)) / SR, who))
         pieces += [clip, pause]
         at += len(clip) + len(pause)
     return Mix(np.concatenate(pieces), reference)

@@ -53,8 +53,11 @@ def test_two_voices_in_turn_get_two_labels_and_one_voice_one(encoder: SpeakerEnc
     assert speaker_at(turns, 1.0, first - 1.0) == "S1"  # who speaks first is S1
     assert speaker_at(turns, first + 1.5, second - 1.0) == "S2"
     assert speaker_at(turns, second + 1.5, second + 9.0) == "S1"  # the same voice again: the same label
-    changes = [t.start for t in turns[1:]]
+    changes = [t.start for t, before in zip(turns[1:], turns, strict=False) if t.speaker != before.speaker]
     assert min(abs(c - (first + 0.5)) for c in changes) < 1.0  # the turn is found where it happens
+    regions = [(a / SR, b / SR) for a, b in speech_regions(mix)]
+    spoken = [t for t in turns if any(a - 0.01 <= t.start and t.end <= b + 0.01 for a, b in regions)]
+    assert spoken == turns  # turns follow the speech: none spans a pause
     _, alone = _turns(encoder, jfk)
     assert {t.speaker for t in alone} == {"S1"}
 

@@ -491,7 +491,7 @@ class SpeechModel:
             last_word_end = ends[-1]
             if not single_ending and not last and last_word_end > time_offset:
                 next_seek = round(last_word_end * model.frames_per_second)
-        segments = []
+        segments: list[Segment] = []
         for seg in current:
             text = tokenizer.decode(seg["tokens"])
             if seg["start"] == seg["end"] or not text.strip():

@@ -7,8 +7,8 @@ windows, a linear layer on the last layer's final hidden state, ReLU, L2 normali
 checkpoint is read with the standard library (its pickle through an unpickler that builds nothing but
 tensors), and the forward pass is a few numpy matrix products per frame, all windows of a call at once.
 
-`normalize_volume` and `compute_partial_slices` are Resemblyzer's own (`resemblyzer.audio`,
-`VoiceEncoder.compute_partial_slices`), with its constants (16 kHz, 10 ms mel frames, 160-frame windows).
+The audio is levelled and cut into windows as Resemblyzer does it (`raise_volume`, `window_slices`: its
+constants, 16 kHz, 10 ms mel frames, 160-frame windows), so the embeddings are its own (tested against it).
 """
 
 from __future__ import annotations
@@ -290,36 +290,30 @@ def _blas_threads(n: int) -> Iterator[None]:
         yield
 
 
-def normalize_volume(wav: np.ndarray, target_dbfs: float, increase_only: bool = False,
-                     decrease_only: bool = False) -> np.ndarray:
-    """Resemblyzer's `normalize_volume`: scale to `target_dbfs` RMS (only up, or only down, if asked)."""
-    if increase_only and decrease_only:
-        raise ValueError("Both increase only and decrease only are set")
-    rms = np.sqrt(np.mean((wav * _INT16_MAX) ** 2))
-    wave_dbfs = 20 * np.log10(rms / _INT16_MAX)
-    change = target_dbfs - wave_dbfs
-    if change < 0 and increase_only or change > 0 and decrease_only:
+def raise_volume(wav: np.ndarray, target_dbfs: float = -30.0) -> np.ndarray:
+    """Quiet audio scaled up to an RMS of `target_dbfs` (dB of full scale); audio at or above it is left
+    alone. The encoder was trained on speech levelled this way (Resemblyzer does the same before embedding)."""
+    rms = float(np.sqrt(np.mean(np.square(wav, dtype=np.float32))))
+    if rms <= 0.0:
         return wav
-    return wav * (10 ** (change / 20))
+    gain_db = target_dbfs - 20.0 * np.log10(rms)
+    return wav if gain_db <= 0 else wav * np.float32(10.0 ** (gain_db / 20.0))
 
 
-def compute_partial_slices(n_samples: int, rate: float, min_coverage: float) -> tuple[list[slice], list[slice]]:
-    """Resemblyzer's `VoiceEncoder.compute_partial_slices`: the waveform and mel-frame slices of 1.6 s
-    windows, `rate` per second, over `n_samples`; the last window is kept if at least `min_coverage` of it
-    is audio (always at least one window). The slices may reach past the audio: pad it with zeros."""
+def window_slices(n_samples: int, rate: float, min_coverage: float) -> tuple[list[slice], list[slice]]:
+    """The 1.6 s windows the encoder embeds over `n_samples` of audio, `rate` of them per second: their
+    sample ranges and mel-frame ranges. The windows run past the end of the audio (pad it with zeros); a
+    last window less than `min_coverage` audio is dropped, unless it is the only one. These are the
+    windows Resemblyzer's `embed_utterance` takes, so the embeddings are its own."""
     if not 0 < min_coverage <= 1:
         raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
-    n_frames = int(np.ceil((n_samples + 1) / SAMPLES_PER_FRAME))
-    frame_step = int(np.round((SAMPLE_RATE / rate) / SAMPLES_PER_FRAME))
-    if not 0 < frame_step <= PARTIAL_FRAMES:
+    frames = int(np.ceil((n_samples + 1) / SAMPLES_PER_FRAME))
+    step = int(np.round(SAMPLE_RATE / rate / SAMPLES_PER_FRAME))
+    if not 0 < step <= PARTIAL_FRAMES:
         raise ValueError(f"a rate of {rate} windows per second is out of range")
-    wav_slices, mel_slices = [], []
-    steps = max(1, n_frames - PARTIAL_FRAMES + frame_step + 1)
-    for i in range(0, steps, frame_step):
-        mel_slices.append(slice(i, i + PARTIAL_FRAMES))
-        wav_slices.append(slice(i * SAMPLES_PER_FRAME, (i + PARTIAL_FRAMES) * SAMPLES_PER_FRAME))
-    last = wav_slices[-1]
-    coverage = (n_samples - last.start) / (last.stop - last.start)
-    if coverage < min_coverage and len(mel_slices) > 1:
-        mel_slices, wav_slices = mel_slices[:-1], wav_slices[:-1]
-    return wav_slices, mel_slices
+    starts = list(range(0, max(1, frames - PARTIAL_FRAMES + step + 1), step))
+    window_samples = PARTIAL_FRAMES * SAMPLES_PER_FRAME
+    if len(starts) > 1 and (n_samples - starts[-1] * SAMPLES_PER_FRAME) / window_samples < min_coverage:
+        starts.pop()
+    frames_of = [slice(f, f + PARTIAL_FRAMES) for f in starts]
+    return [slice(f.start * SAMPLES_PER_FRAME, f.stop * SAMPLES_PER_FRAME) for f in frames_of], frames_of
