@@ -348,13 +348,8 @@ def paged_decode_attention(
     part_acc, part_ml = _partials(out, num_splits)
     dot_dtype = _dot_dtype(q)
     qk_scale = (scale if scale is not None else 1.0 / math.sqrt(dk)) * _LOG2E
-    scales = (k_scale, v_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
-    s_strides = (0, 0)
-    if is_fp8:
-        assert k_scale is not None and v_scale is not None  # refused above otherwise
-        if k_scale.stride() != v_scale.stride() or k_scale.stride(-1) != 1 or k_scale.dim() != 3:
-            raise ValueError("k_scale and v_scale must be [num_pages, page_size, HKV] tensors with the same strides")
-        s_strides = (k_scale.stride(0), k_scale.stride(1))
+    scales, s_strides = _page_scales(*((k_scale, v_scale) if is_fp8 else (None, None)), context_lens,
+                                     "k_scale and v_scale", "HKV")
     _decode_kernel[(n_req, n_kv, num_splits)](
         q, k_new, v_new, k_pages, v_pages, scales[0], scales[1], block_tables, context_lens, window or 0,
         out, part_acc, part_ml,
@@ -369,6 +364,17 @@ def paged_decode_attention(
     if not one:
         _merge_splits(part_acc, part_ml, out, block_dv)
     return out
+
+
+def _page_scales(a: torch.Tensor | None, b: torch.Tensor | None, placeholder: torch.Tensor, names: str,
+                 heads: str) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[int, int]]:
+    """FP8 pages' two per-token scale tensors with their (page, slot) strides, checked alike; without scales
+    (float pages) a placeholder tensor the kernel never reads, and zero strides."""
+    if a is None or b is None:
+        return (placeholder, placeholder), (0, 0)
+    if a.stride() != b.stride() or a.stride(-1) != 1 or a.dim() != 3:
+        raise ValueError(f"{names} must be [num_pages, page_size, {heads}] tensors with the same strides")
+    return (a, b), (a.stride(0), a.stride(1))
 
 
 def triton_decode_attention(
@@ -437,13 +443,8 @@ def paged_latent_decode_attention(
     one = num_splits == 1
     part_acc, part_ml = _partials(out, num_splits)
     dot_dtype = _dot_dtype(q_latent)
-    scales = (latent_scale, rope_scale) if is_fp8 else (context_lens, context_lens)  # placeholders when unused
-    s_strides = (0, 0)
-    if is_fp8:
-        assert latent_scale is not None and rope_scale is not None  # refused above otherwise
-        if latent_scale.stride() != rope_scale.stride() or latent_scale.stride(-1) != 1:
-            raise ValueError("latent_scale and rope_scale must be [num_pages, page_size, 1] with the same strides")
-        s_strides = (latent_scale.stride(0), latent_scale.stride(1))
+    scales, s_strides = _page_scales(*((latent_scale, rope_scale) if is_fp8 else (None, None)), context_lens,
+                                     "latent_scale and rope_scale", "1")
     _latent_decode_kernel[(n_req, head_blocks, num_splits)](
         q_latent, q_rope, latent_new, rope_new, latent_pages, rope_pages, scales[0], scales[1],
         block_tables, context_lens, out, part_acc, part_ml,
