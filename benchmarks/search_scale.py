@@ -133,7 +133,8 @@ def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0,
     from mediaindex.index.search import search
 
     vector_of = {t: qs[i] for i, t in enumerate(texts)}
-    view = SimpleNamespace(settings=IndexSettings(), store=store, sparse=encoder)
+    # No catalog here: an empty vocabulary (the synthetic words are lower case, so no query is respelt).
+    view = SimpleNamespace(settings=IndexSettings(), store=store, sparse=encoder, vocabulary=frozenset)
     embedder = SimpleNamespace(name="synthetic", dim=DIM, embed_query=lambda t: vector_of[t])
 
     def measure(tag: str) -> None:

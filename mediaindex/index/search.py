@@ -260,7 +260,7 @@ def prepare(
 def respell(index: MediaIndex, q: Query) -> None:
     """Names of the query the archive holds only spelt otherwise: remember their sound-alikes and look
     for those words too (each weighed by its similarity)."""
-    if not names_in(q.text) or not hasattr(index, "vocabulary"):
+    if not names_in(q.text):
         return
     found = sound_alikes(q.text, index.vocabulary())
     extra: dict[int, float] = {}
