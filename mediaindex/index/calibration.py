@@ -65,7 +65,7 @@ TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
         "dense:chapter": (0.7998, 0.8377, 0.8872, 0.954),
     },
     "*": {
-        "words": (0.0, 0.3192, 0.999, 1.0),
+        "words": (0.0, 0.3173, 0.999, 1.0),
         "ocr_text": (0.0, 0.4725, 0.999, 1.0),
         "picture:frame": (0.3013, 0.5864, 0.8607, 1.0),
         "picture:image": (0.5, 0.8, 0.9, 1.0),

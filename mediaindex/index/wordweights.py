@@ -5,9 +5,10 @@ A segment's exact-word evidence is the weighted share of the query's words it ho
 "Workers of the world, united". Two rules make the share mean what a person means by it:
 
 - Each word weighs its information in ordinary language: ZIPF_TOP minus its Zipf frequency (wordfreq's
-  log10 of occurrences per billion words, English lists: the index's words are stemmed as English),
-  at least MIN_WEIGHT. "say" (Zipf 5.9) weighs 2.1, "banana" (4.0) 4.0, a word no list knows ZIPF_TOP.
-  The archive's own frequencies cannot do this: in a small archive every word is rare.
+  log10 of occurrences per billion words; the highest of LANGUAGES' small lists, so the German "ein" of
+  "ein Hund" is as common as it is in German, not as rare as in English), at least MIN_WEIGHT. "say"
+  (Zipf 5.9) weighs 2.1, "banana" (4.0) 4.0, a word no list holds (Zipf < 3 or unknown) ZIPF_TOP. The
+  archive's own frequencies cannot do this: in a small archive every word is rare.
 - The words of a name of two or three capitalised words ("Manchester United", "Angela Merkel") count
   only together: a segment with "United" alone does not hold a part of that name.
 """
@@ -25,15 +26,20 @@ if TYPE_CHECKING:
 ZIPF_TOP = 8.0  # above the most frequent word of any list ("the" is 7.7)
 MIN_WEIGHT = 1.0
 MAX_NAME_WORDS = 3  # longer runs of capitals are a title-cased sentence, not a name
+# Languages whose common words are common query words; wordfreq's small lists are ~3 MB each in memory.
+# Korean and Japanese lists need MeCab to tokenise: their words weigh as unknown (they rarely meet the
+# index's words, which are stemmed as English).
+LANGUAGES = ("en", "de", "fr", "es")
 _TOKEN = re.compile(r"[^\W_]+")
 
 
 @lru_cache(maxsize=4096)
 def information(word: str) -> float:
-    """What finding `word` says, from how rare it is in ordinary English."""
+    """What finding `word` says, from how rare it is in ordinary language."""
     from wordfreq import zipf_frequency
 
-    return max(MIN_WEIGHT, ZIPF_TOP - zipf_frequency(word, "en"))
+    common = max(zipf_frequency(word, lang, wordlist="small") for lang in LANGUAGES)
+    return max(MIN_WEIGHT, ZIPF_TOP - common)
 
 
 def names(query: str) -> list[list[str]]:
