@@ -255,7 +255,10 @@ def profile_live(files: list[str]) -> dict[str, Any]:
             finally:
                 os.environ.pop("MEDIAINDEX_INDEX_DIR", None)
         after = os.times()
-        return {"total_cpu_s": round(cpu_now() - began, 2), "wall_s": round(time.monotonic() - wall, 2),
+        import resource
+
+        return {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                "total_cpu_s": round(cpu_now() - began, 2), "wall_s": round(time.monotonic() - wall, 2),
                 "threads_cpu_s": threads.by_name(),
                 "ffmpeg_processes_cpu_s": round(after.children_user + after.children_system
                                                 - children.children_user - children.children_system, 2)}

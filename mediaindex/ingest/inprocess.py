@@ -58,6 +58,27 @@ def name_os_thread(name: str) -> None:
         libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
+# glibc's malloc gives threads arenas of their own, up to 8 per core; every stage call runs on a thread of its own
+# and the models' pools add more, so a run's freed memory lies spread over up to 16 arenas (on 2 cores), none
+# given back while another part of it is in use. The sample-set ingest peaked at 1.59 GiB twice with the default
+# and at 1.32-1.41 GiB with two arenas, at the same CPU time.
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas for the threads started from now on, unless MALLOC_ARENA_MAX is set (the
+    user's choice, read by glibc itself); True if the cap was set. Nothing is done off glibc."""
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+
+
 def lower_thread_priority(nice: int) -> None:
     """Add `nice` to the calling thread's niceness (Linux keeps one per thread; elsewhere nothing is done).
     Threads a model starts from this thread inherit it."""
@@ -192,6 +213,7 @@ class InProcessPipeline:
     def __init__(self, settings: Settings, stages: list[StageSpec] | None = None, wait: bool = False) -> None:
         self.settings = settings
         self.stages = stages or default_stages(settings)
+        limit_malloc_arenas()  # before the stages' threads start
         self.started = time.monotonic()
         self.built_in: dict[StageName, float] = {}
         self.factories: dict[StageName, Callable[[], Any]] = {spec.name: _builder(spec, settings)
