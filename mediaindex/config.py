@@ -41,9 +41,17 @@ class SpeechSettings(_Section):
     vad: bool = True
     # The speech probability (Silero VAD) a stretch needs to reach the model. Noisy narrow-band audio
     # scores low: on apollo11.mp3's radio 0.5 lets through 78 of the 146 words a large model hears,
-    # 0.35 95 and 0.2 109 (benchmarks/README.md); lower it for such archives, at the cost of more
-    # noise decoded (and dropped as hallucination) elsewhere.
+    # 0.35 95 and 0.2 109 (benchmarks/README.md). Narrow-band sources get `narrowband_vad_threshold`
+    # instead; lowering this one for everything decodes more noise (dropped as hallucination) elsewhere.
     vad_threshold: float = Field(default=0.5, gt=0, lt=1)
+    # Narrow-band sources (sampled at or below `narrowband_rate` Hz: telephone, radio, old dictation)
+    # are decoded with their own VAD threshold and without temperature fallback. On apollo11.mp3
+    # (8 kHz radio) that keeps "Apollo 11, Houston" (the VAD at 0.5 cut the first 1.6 s), WER against a
+    # large model 0.73 instead of 0.78; with fallback, the noise fails the log-prob test window after
+    # window and is re-sampled at rising temperatures: random text, up to 7x the CPU
+    # (benchmarks/README.md, "Narrow-band speech"). 0 turns this off; wider sources are unaffected.
+    narrowband_rate: int = Field(default=8000, ge=0)
+    narrowband_vad_threshold: float = Field(default=0.2, gt=0, lt=1)
     # Batched decoding of VAD chunks (BatchedInferencePipeline); false decodes them one after another.
     # Sequential decoding over the VAD's speech regions is the default: on whisper base the batched
     # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not

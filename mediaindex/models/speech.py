@@ -110,6 +110,15 @@ def is_hallucination(seg: SpeechSegment, s: SpeechSettings) -> bool:
     return seg.avg_logprob < s.min_avg_logprob or seg.compression_ratio > s.compression_ratio_threshold
 
 
+FALLBACK_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # faster-whisper's: a failed window is re-sampled hotter
+
+
+def is_narrowband(sample_rate: int | None, settings: SpeechSettings) -> bool:
+    """Whether a source sampled at `sample_rate` Hz carries only telephone or radio band speech (nothing
+    above 4 kHz): at or below `settings.narrowband_rate` (0: never)."""
+    return sample_rate is not None and 0 < sample_rate <= settings.narrowband_rate
+
+
 def pause_cut(audio: np.ndarray, tail_seconds: float = 30.0) -> int:
     """A sample index near the end of `audio` that falls in a pause (the middle of the widest gap
     between speech regions in the tail), so a chunk boundary never splits a word."""
@@ -254,17 +263,20 @@ class SpeechModel:
         self.batched = BatchedInferencePipeline(self.model)
         self.name = settings.model
         self.multilingual = bool(self.model.model.is_multilingual)
-        self._options_built: tuple[SpeechSettings, object] | None = None
+        self._options_built: dict[bool, tuple[SpeechSettings, object]] = {}
 
-    def transcribe(self, audio: np.ndarray) -> Transcript:
+    def transcribe(self, audio: np.ndarray, narrowband: bool = False) -> Transcript:
         """Transcribe 16 kHz mono float32 audio held in memory (a short clip)."""
-        return self.transcribe_stream([np.asarray(audio, dtype=np.float32)])
+        return self.transcribe_stream([np.asarray(audio, dtype=np.float32)], narrowband=narrowband)
 
-    def transcribe_stream(self, chunks: Iterable[np.ndarray], on_part: PartHook | None = None) -> Transcript:
+    def transcribe_stream(self, chunks: Iterable[np.ndarray], on_part: PartHook | None = None,
+                          narrowband: bool = False) -> Transcript:
         """Transcribe audio arriving in chunks; at most about two chunks are held at a time.
 
         Each part handed to the model ends in a pause; the language is found per window of speech.
         `on_part(audio, offset, regions)` sees every part with its speech regions (e.g. for speakers).
+        `narrowband` audio (`is_narrowband`) gets the VAD's `narrowband_vad_threshold` and is decoded
+        without temperature fallback.
         """
         s = self.settings
         part_samples = int(s.chunk_seconds * SAMPLE_RATE)
@@ -276,11 +288,11 @@ class SpeechModel:
             out.duration += len(chunk) / SAMPLE_RATE
             while len(buffer) >= part_samples:
                 cut = pause_cut(buffer[:part_samples])
-                self._transcribe_part(buffer[:cut], offset, out, on_part)
+                self._transcribe_part(buffer[:cut], offset, out, on_part, narrowband)
                 offset += cut / SAMPLE_RATE
                 buffer = buffer[cut:]
         if len(buffer):
-            self._transcribe_part(buffer, offset, out, on_part)
+            self._transcribe_part(buffer, offset, out, on_part, narrowband)
         spoken = {seg.language for seg in out.segments}
         languages = [lang for lang in out.languages if lang in spoken]
         if languages:
@@ -291,12 +303,12 @@ class SpeechModel:
     # --- one part: windows, languages, decoding --------------------------------------------------------
 
     def _transcribe_part(self, audio: np.ndarray, offset: float, out: Transcript,
-                         on_part: PartHook | None = None) -> None:
+                         on_part: PartHook | None = None, narrowband: bool = False) -> None:
         s = self.settings
         if len(audio) < SAMPLE_RATE // 10 or not np.any(audio):
             return  # digital silence: nothing to decode
         if s.vad:
-            regions = speech_regions(audio, s.vad_threshold)
+            regions = speech_regions(audio, s.narrowband_vad_threshold if narrowband else s.vad_threshold)
         else:
             regions = [(a, min(a + WINDOW_SAMPLES, len(audio))) for a in range(0, len(audio), WINDOW_SAMPLES)]
         if not regions:
@@ -309,11 +321,11 @@ class SpeechModel:
         if s.batched:
             for window in speech_windows(regions):
                 language = self._batched_language(audio, window, previous, out)
-                found.append((window, language, self._decode_batched(audio, window, language)))
+                found.append((window, language, self._decode_batched(audio, window, language, narrowband)))
                 previous = language or previous
         else:
             speech = Window(tuple(regions))
-            decoded_runs = self._decode_speech(audio, speech, previous, self._options(), out)
+            decoded_runs = self._decode_speech(audio, speech, previous, self._options(narrowband), out)
             found.extend((speech, language, decoded) for language, decoded in decoded_runs)
         kept: list[SpeechSegment] = []
         for run, language, decoded in found:
@@ -325,19 +337,23 @@ class SpeechModel:
                 kept.append(piece)
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
 
-    def _options(self):
+    def _options(self, narrowband: bool = False):
         """faster-whisper's decoding options for these settings, as its own `transcribe` builds them (once
-        per settings: building them runs the feature extractor over a padded 30 s)."""
-        if self._options_built is not None and self._options_built[0] is self.settings:
-            return self._options_built[1]
+        per settings: building them runs the feature extractor over a padded 30 s). Narrow-band audio is
+        decoded at temperature 0 only: its noise fails the log-prob test in most windows, and the
+        re-sampled text is no better, only random and several times dearer."""
+        built = self._options_built.get(narrowband)
+        if built is not None and built[0] is self.settings:
+            return built[1]
         _, info = self.model.transcribe(
             np.zeros(SAMPLE_RATE // 10, dtype=np.float32), language="en", vad_filter=False,
             beam_size=self.settings.beam_size, word_timestamps=True, condition_on_previous_text=False,
             no_speech_threshold=self.settings.no_speech_threshold,
             log_prob_threshold=self.settings.log_prob_threshold,
             compression_ratio_threshold=self.settings.compression_ratio_threshold,
+            temperature=[0.0] if narrowband else FALLBACK_TEMPERATURES,
         )
-        self._options_built = (self.settings, info.transcription_options)
+        self._options_built[narrowband] = (self.settings, info.transcription_options)
         return info.transcription_options
 
     def _encode(self, features: np.ndarray, start: int, frames: int, out: Transcript):
@@ -503,7 +519,7 @@ class SpeechModel:
                 words=[WhisperWord(**w) for w in seg["words"]]))
         return segments, next_seek, last_word_end
 
-    def _decode_batched(self, part: np.ndarray, window: Window, language: str) -> list:
+    def _decode_batched(self, part: np.ndarray, window: Window, language: str, narrowband: bool = False) -> list:
         """The window's pieces as clips of the batched pipeline, times mapped back to the window's audio."""
         s = self.settings
         clips = [{"start": a / SAMPLE_RATE, "end": b / SAMPLE_RATE} for a, b in window.pieces]
@@ -512,6 +528,7 @@ class SpeechModel:
             language=language, beam_size=s.beam_size, word_timestamps=True, condition_on_previous_text=False,
             no_speech_threshold=s.no_speech_threshold, log_prob_threshold=s.log_prob_threshold,
             compression_ratio_threshold=s.compression_ratio_threshold,
+            temperature=[0.0] if narrowband else FALLBACK_TEMPERATURES,
         )
         # Part times into window times, so that `_segment` maps every path the same way.
         starts, at = [], 0

@@ -87,7 +87,8 @@ class SpeechStage:
             return self.transcribe_file(item, info)
         if item.audio is not None:
             track = self._track()
-            transcript = self.model.transcribe_stream([item.audio], on_part=track.add if track else None)
+            transcript = self.model.transcribe_stream([item.audio], on_part=track.add if track else None,
+                                                      narrowband=self._narrowband(item.info))
             result = self._result(transcript, item.source, self._turns(track))
             item.audio = None
         else:
@@ -111,7 +112,8 @@ class SpeechStage:
         track = self._track()
         try:
             transcript = self.model.transcribe_stream(_reporting(stream, on_progress) if on_progress else stream,
-                                                      on_part=track.add if track else None)
+                                                      on_part=track.add if track else None,
+                                                      narrowband=self._narrowband(info))
         except MediaError as exc:
             return SpeechResult(failure=exc.reason)
         result = self._result(transcript, path, self._turns(track))
@@ -132,7 +134,7 @@ class SpeechStage:
             if on_progress is not None:  # both passes together read the file's length once
                 chunks = _reporting(chunks, functools.partial(_halved, on_progress, channel * info.duration))
             try:
-                transcript = self.model.transcribe_stream(chunks)
+                transcript = self.model.transcribe_stream(chunks, narrowband=self._narrowband(info))
             except MediaError as exc:
                 return SpeechResult(failure=exc.reason)
             result = self._result(transcript, path)
@@ -142,6 +144,12 @@ class SpeechStage:
                 result.notes.append(f"{name} channel: {stream.warning}")
             results.append(result)
         return _join_channels(results, speakers=self.speakers is not None)
+
+    def _narrowband(self, info: MediaInfo) -> bool:
+        """Telephone or radio band audio, decoded with its own VAD threshold (`SpeechSettings.narrowband_rate`)."""
+        from mediaindex.models.speech import is_narrowband
+
+        return is_narrowband(info.sample_rate, self.settings.speech)
 
     def _track(self) -> SpeakerTrack | None:
         """Where the speaker embeddings of one file gather while its audio streams past (None: no diarization)."""
