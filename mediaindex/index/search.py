@@ -10,9 +10,9 @@ outrank the meaning.
 Judging: every candidate's evidence (text similarity for its modality, the share of the query's words
 it holds, weighed by their rarity, on-screen text that contains the query, a visual label's probability,
 picture similarity) is mapped to a confidence per kind by the measured scales of `calibration`; the best
-of them, raised by half the second's agreement (`combine`), is the hit's confidence. Nothing below the
-match line is returned, so a query about something the archive does not hold returns nothing; every
-hit carries its band (high / medium / low).
+of them is the hit's confidence (two kinds are not added up: a sentence holding the query's words is
+near it in meaning for that very reason). Nothing below the match line is returned, so a query about
+something the archive does not hold returns nothing; every hit carries its band (high / medium / low).
 """
 
 from __future__ import annotations
@@ -162,15 +162,6 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
 
 
-def combine(confidences: list[float]) -> float:
-    """One confidence from each kind's: the best, raised by half of what the second best would add as an
-    independent probability. Two kinds pointing at one segment (its meaning and the query's exact words)
-    are surer than either; only half, as they are not independent (a sentence holding the query's words is
-    also near it in meaning). The third and later add nothing."""
-    best, second = ([*sorted(confidences, reverse=True), 0.0, 0.0])[:2]
-    return best + 0.5 * second * (1.0 - best)
-
-
 def judge(s: ScoredHit, q: Query) -> Judged:
     """The evidence that this segment matches the query, and the confidence it amounts to."""
     modality = s.hit.modality
@@ -198,7 +189,7 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     if q.clip_text is not None and (v := s.dense.get("image")) is not None and v.any():
         raw["clip_text"] = _cos(q.clip_text, v)
         conf.append(calibration.scale("clip_text")(raw["clip_text"]))
-    return Judged(s.hit, raw, combine(conf), _first_matched_word(s, q))
+    return Judged(s.hit, raw, max(conf, default=0.0), _first_matched_word(s, q))
 
 
 def _first_matched_word(s: ScoredHit, q: Query) -> float | None:
