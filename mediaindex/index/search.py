@@ -8,10 +8,11 @@ query over English speech shares a stray word with it at most, and such a chance
 outrank the meaning.
 
 Judging: every candidate's evidence (text similarity for its modality, the share of the query's words
-it holds, on-screen text that contains the query, a visual label's probability, picture similarity)
-is mapped to one confidence by the measured scales of `calibration`; the best of them is the hit's
-confidence. Nothing below the match line is returned, so a query about something the archive does
-not hold returns nothing; every hit carries its band (high / medium / low).
+it holds, weighed by their rarity, on-screen text that contains the query, a visual label's probability,
+picture similarity) is mapped to a confidence per kind by the measured scales of `calibration`; the best
+of them is the hit's confidence (two kinds are not added up: a sentence holding the query's words is
+near it in meaning for that very reason). Nothing below the match line is returned, so a query about
+something the archive does not hold returns nothing; every hit carries its band (high / medium / low).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, names_in, sound_alikes, words_of
+from mediaindex.index.wordweights import WordWeights
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
@@ -83,10 +85,6 @@ def _check(query: str | None, limit: int, filters: SearchFilters | None, mode: s
     return query
 
 
-def word_coverage(query_words: set[int], words: set[int]) -> float:
-    return len(query_words & words) / len(query_words) if query_words else 0.0
-
-
 @dataclass(frozen=True)
 class Respelt:
     """A name of the query the archive does not hold: its word ids, and the archive's words spelt like it
@@ -96,18 +94,20 @@ class Respelt:
     alikes: tuple[tuple[str, float], ...]
 
 
-def coverage(q: Query, words: set[int], text: str) -> float:
-    """The share of the query's words a segment holds; a name it holds only as a sound-alike spelling
-    counts that spelling's similarity."""
+def coverage(q: Query, words: set[int], text: str, *, respell: bool = True) -> float:
+    """The weighted share of the query's words a segment holds (`wordweights`); a name it holds only as
+    a sound-alike spelling counts that spelling's credit."""
     if not q.word_ids:
         return 0.0
-    held = float(len(q.word_ids & words))
-    if q.respelt:
+    held = dict.fromkeys(q.word_ids & words, 1.0)
+    if respell and q.respelt:
         spelt = words_of([text])
         for name in q.respelt.values():
-            best = max((similarity for word, similarity in name.alikes if word in spelt), default=0.0)
-            held += credit(best) * len(name.ids - words)
-    return min(1.0, held / len(q.word_ids))
+            best = credit(max((similarity for word, similarity in name.alikes if word in spelt), default=0.0))
+            for i in name.ids - words:
+                if best > 0:
+                    held[i] = max(held.get(i, 0.0), best)
+    return q.weights.share(q.word_ids, held)
 
 
 def letters(text: str) -> str:
@@ -140,6 +140,7 @@ class Query:
     template_ids: set[int] = field(default_factory=set)
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
     respelt: dict[str, Respelt] = field(default_factory=dict)  # names the archive holds only as sound-alikes
+    weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
 
     @property
     def letters(self) -> str:
@@ -168,7 +169,7 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     conf: list[float] = []
     if q.word_ids:
         held = s.words - q.template_ids if modality == "visual" else s.words
-        raw["words"] = coverage(q, held, s.hit.text) if modality in WORDED else word_coverage(q.word_ids, held)
+        raw["words"] = coverage(q, held, s.hit.text, respell=modality in WORDED)
         conf.append(calibration.scale("words")(raw["words"]))
     text_vec = s.dense.get(TEXT_VECTOR)
     if q.dense is not None and text_vec is not None and s.hit.text:
@@ -245,6 +246,7 @@ def prepare(
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()
         q.template_ids = set(index.sparse.query(_TEMPLATE).indices) - q.word_ids
+        q.weights = WordWeights.of(query, index.sparse)
         respell(index, q)
     if query and mode != "sparse":
         if embedder is None:
