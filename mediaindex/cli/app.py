@@ -97,9 +97,12 @@ def ingest(
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
     from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
+    from mediaindex.ingest.inprocess import limit_malloc_arenas
     from mediaindex.ingest.run import IngestHooks, IngestRequest
     from mediaindex.ingest.run import ingest as run_ingest
 
+    # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
+    limit_malloc_arenas()
     if resume and (paths or manifest or include or exclude):
         raise _fail("--resume continues a job with its own inputs: give no paths, --manifest, --include or --exclude")
     if not resume and not paths and not manifest:
