@@ -1,39 +1,35 @@
-"""Which characters of a hit's text match words of the query (for <mark> in the page)."""
+"""Which characters of a hit's text match words of the query (for <mark> in the page).
+
+A word is marked when the index's own word encoder reads it as one of the query's words: the same
+stemming, stop words and number spelling the search matched with, so "countries" is marked for
+"country" and "three" for "3", while "nothing" is not marked for "not" and "your" not at all. Scripts
+written without spaces (Chinese, Japanese) and Korean words with particles attached ("앵무새가") are
+marked where a query word occurs inside them.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mediaindex.index.sparse import SparseEncoder
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_STOP = frozenset({"a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "in", "is", "it", "of",
-                   "on", "or", "the", "to", "was", "what", "with"})
 
 
-def _terms(query: str) -> list[str]:
-    terms = set()
-    for word in _WORD.findall(query.casefold()):
-        # Latin words under three letters are mostly noise; one CJK character is a word.
-        if word in _STOP or (len(word) < 3 and word.isascii()):
-            continue
-        terms.add(word)
-    return sorted(terms, key=len, reverse=True)
-
-
-def highlights(query: str, text: str) -> list[tuple[int, int]]:
-    """Spans of words in `text` that start with a query term (so "country" marks "countryside")."""
-    terms = _terms(query)
-    if not terms or not text:
+def highlights(query: str, text: str, encoder: SparseEncoder) -> list[tuple[int, int]]:
+    """Spans of the words of `text` that are words of `query`."""
+    if not query or not text:
         return []
-    folded = text.casefold()
-    if len(folded) != len(text):  # casefold changed lengths (e.g. ß): fall back to lower()
-        folded = text.lower()
-        if len(folded) != len(text):
-            return []
+    wanted = set(encoder.query(query).indices)
+    # Non-Latin query words, as typed: a Korean noun is found inside the word its particle is attached to.
+    inside = [w for w in _WORD.findall(query.casefold()) if not w.isascii() and set(encoder.query(w).indices)]
+    if not wanted:
+        return []
     spans: list[tuple[int, int]] = []
-    for m in _WORD.finditer(folded):
+    for m in _WORD.finditer(text):
         word = m.group(0)
-        for term in terms:
-            if word.startswith(term) or (not term.isascii() and term in word):
-                spans.append((m.start(), m.end()))
-                break
+        if set(encoder.query(word).indices) & wanted or any(w in word.casefold() for w in inside):
+            spans.append((m.start(), m.end()))
     return spans

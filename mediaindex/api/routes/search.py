@@ -19,13 +19,14 @@ from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
     from mediaindex.index.search import Searcher
+    from mediaindex.index.sparse import SparseEncoder
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
 _IMAGE_TYPES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
 
 
-def hit_out(hit: Hit, query: str) -> HitOut:
+def hit_out(hit: Hit, query: str, words: SparseEncoder) -> HitOut:
     vid = quote(hit.video_id, safe="")
     return HitOut(
         **hit.to_dict(),
@@ -34,7 +35,7 @@ def hit_out(hit: Hit, query: str) -> HitOut:
         media_url=f"/media/{vid}",
         play_url=f"/media/{vid}#t={hit.seek if hit.seek is not None else hit.start:.2f}",
         page_url=f"/#/video/{vid}?t={hit.start:.2f}",
-        highlights=highlights(query, hit.text),
+        highlights=highlights(query, hit.text, words),
     )
 
 
@@ -64,7 +65,7 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query=body.q, took_ms=round(took, 2), hits=[hit_out(h, body.q) for h in hits])
+    return SearchResponse(query=body.q, took_ms=round(took, 2), hits=[hit_out(h, body.q, state.index.sparse) for h in hits])
 
 
 @router.get("/search", response_model=SearchResponse)
@@ -131,4 +132,4 @@ async def search_image(
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("image").inc()
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query="", took_ms=round(took, 2), hits=[hit_out(h, "") for h in hits])
+    return SearchResponse(query="", took_ms=round(took, 2), hits=[hit_out(h, "", state.index.sparse) for h in hits])
