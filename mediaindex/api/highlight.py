@@ -23,10 +23,10 @@ def highlights(query: str, text: str, encoder: SparseEncoder) -> list[tuple[int,
     if not query or not text:
         return []
     wanted = set(encoder.query(query).indices)
-    # Non-Latin query words, as typed: a Korean noun is found inside the word its particle is attached to.
-    inside = [w for w in _WORD.findall(query.casefold()) if not w.isascii() and set(encoder.query(w).indices)]
     if not wanted:
         return []
+    # Non-Latin query words, as typed: a Korean noun is found inside the word its particle is attached to.
+    inside = [w for w in _WORD.findall(query.casefold()) if not w.isascii() and set(encoder.query(w).indices)]
     spans: list[tuple[int, int]] = []
     for m in _WORD.finditer(text):
         word = m.group(0)

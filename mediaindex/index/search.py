@@ -104,8 +104,8 @@ def coverage(q: Query, words: set[int], text: str, *, respell: bool = True) -> f
         spelt = words_of([text])
         for name in q.respelt.values():
             best = credit(max((similarity for word, similarity in name.alikes if word in spelt), default=0.0))
-            for i in name.ids - words:
-                if best > 0:
+            if best > 0:
+                for i in name.ids - words:
                     held[i] = max(held.get(i, 0.0), best)
     return q.weights.share(q.word_ids, held)
 

@@ -68,15 +68,12 @@ class WordWeights:
 
     @classmethod
     def of(cls, query: str, encoder: SparseEncoder) -> WordWeights:
+        ids_of = {token: encoder.query(token).indices for token in _TOKEN.findall(query)}
         weights: dict[int, float] = {}
-        for token in _TOKEN.findall(query):
-            for i in encoder.query(token).indices:
+        for token, ids in ids_of.items():
+            for i in ids:
                 weights[i] = max(weights.get(i, 0.0), information(token.casefold()))
-        groups = []
-        for run in names(query):
-            ids = frozenset(i for token in run for i in encoder.query(token).indices)
-            if len(ids) > 1:
-                groups.append(ids)
+        groups = [group for run in names(query) if len(group := frozenset(i for t in run for i in ids_of[t])) > 1]
         return cls(weights, tuple(groups))
 
     def share(self, query_ids: set[int], held: dict[int, float]) -> float:
