@@ -9,6 +9,8 @@ media (a labelled query's positives are the right segments of the modality that 
   (share of positives kept) - 2 x (share of negatives let through), half-way between the two values
   around it;
 - high: above every negative and at least the positives' median;
+- a query and a segment in different languages ("dense:cross-language", a translation) have a line of
+  their own, derived over those pairs; a modality's own line is derived over the pairs of any languages;
 - floor: the negatives' median (confidence 0), top: the best positive (confidence 1).
 
 Query pictures ("picture:frame"): each shot's own thumbnail is a positive for its shot, every picture
@@ -37,7 +39,7 @@ import yaml
 from mediaindex.config import load_settings
 from mediaindex.index import calibration
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import judged
+from mediaindex.index.search import CROSS_LANGUAGE, judged
 from mediaindex.models.text_embed import load_text_embedder
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +47,7 @@ MEDIA = HERE.parent.parent / "shared" / "media"
 TABLE_FILE = HERE.parent / "mediaindex" / "index" / "calibration.py"
 POOL = 50
 SHARES = {"words", "ocr_text", "picture:frame"}  # their best possible value is 1
-DERIVED = ("dense:speech", "dense:ocr", "dense:visual", "words", "ocr_text", "picture:frame")
+DERIVED = ("dense:speech", "dense:ocr", "dense:visual", "dense:cross-language", "words", "ocr_text", "picture:frame")
 
 
 def relevant(hit, q: dict) -> bool:
@@ -70,6 +72,11 @@ def collect(index: MediaIndex, embedder, queries: list[dict]) -> tuple[dict[str,
                 continue
             for kind, raw in j.evidence.items():
                 best[kind] = max(best.get(kind, -1.0), raw)
+            if CROSS_LANGUAGE in j.evidence:
+                # A modality's own line is derived over pairs in any languages, as it was before translations
+                # had a line of their own; that one over the translations alone.
+                own = f"dense:{j.hit.modality}"
+                best[own] = max(best.get(own, -1.0), j.evidence[CROSS_LANGUAGE])
         for kind, raw in best.items():
             (negatives if q["kind"] == "off_archive" else positives)[kind].append(raw)
     return positives, negatives

