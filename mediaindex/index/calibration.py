@@ -79,6 +79,7 @@ TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
         "dense:visual": (0.1332, 0.1959, 0.4592, 0.5855),
         "dense:summary": (0.1487, 0.2795, 0.537, 0.7788),
         "dense:chapter": (0.1487, 0.2795, 0.537, 0.7788),
+        "dense:cross-language": (0.1088, 0.2387, 0.524, 0.7167),
     },
 }
 # Visual labels: the class probability the classifier must give a part's best label for the part to
