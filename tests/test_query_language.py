@@ -26,6 +26,7 @@ def test_letters_and_common_words_name_the_language(query: str, language: str) -
 
 @pytest.mark.parametrize("query", [
     "Houston", "1813", "marxists.org", "Frederick Engels", "Angela Merkel", "press yard",  # names, numbers, short
+    "Copyright 2013 Brandon Castellano",  # capitalised words are names, not Spanish ones
     "", "   ", "🙂🙂🙂", "xqzv plorth wimble",
 ])
 def test_names_numbers_and_unknown_words_are_no_language(query: str) -> None:

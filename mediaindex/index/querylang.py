@@ -41,7 +41,9 @@ def query_language(text: str) -> str | None:
     for language, letters in SCRIPTS:
         if letters.search(text):
             return language
-    words = [w.lower() for w in _WORD.findall(text)]
+    # Capitalised words are left out: names ("Brandon Castellano") are no language's, and the common
+    # words around them say enough (German nouns go with them; "geht", "aller", "sehr" remain).
+    words = [w for w in _WORD.findall(text) if not w[:1].isupper()]
     if len(words) < MIN_WORDS:
         return None
     from wordfreq import zipf_frequency
