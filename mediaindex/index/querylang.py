@@ -8,14 +8,16 @@ language by that pair's own line, and needs the query's language to know which p
 
 Scripts decide most languages at once (Hangul is Korean). Among the Latin-script languages whose
 common words wordfreq lists, a query counts as one of them only when it has at least MIN_WORDS words
-and they are, on average, clearly more common there than in any other; names, numbers and single
-words ("Houston", "1813") are no language's. Unsure means None: the segment's own line applies.
+that are not capitalised and they are, on average, clearly more common there than in any other; names,
+numbers and single words ("Houston", "1813") are no language's. Unsure means None: the segment's own line applies.
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+
+from mediaindex.index.wordweights import LANGUAGES as LATIN  # the Latin-script lists wordfreq holds
 
 # Letters that name their language (or the one a search archive most likely holds in them).
 SCRIPTS = (
@@ -29,7 +31,6 @@ SCRIPTS = (
     ("hi", re.compile(r"[\u0900-\u097f]")),
     ("th", re.compile(r"[\u0e00-\u0e7f]")),
 )
-LATIN = ("en", "de", "fr", "es")
 MIN_WORDS = 3
 MIN_LEAD = 0.8  # Zipf points per word by which the winning language must lead the runner-up
 _WORD = re.compile(r"[^\W\d_]+")

@@ -178,7 +178,7 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     if q.dense is not None and text_vec is not None and s.hit.text:
         # A translation scores lower than same-language text: judged by its own line (index/querylang.py).
         crossed = q.language is not None and s.hit.language is not None and q.language != s.hit.language
-        kind = CROSS_LANGUAGE if crossed and modality != "ocr" else f"dense:{modality}"
+        kind = CROSS_LANGUAGE if crossed else f"dense:{modality}"  # on-screen text has no language
         raw[kind] = _cos(q.dense, text_vec)
         c = calibration.scale(kind, q.embedder)(raw[kind])
         if modality == "visual":
