@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +66,33 @@ def test_cuts_match_pyscenedetect_reference() -> None:
     found = [start for start, _ in scan.shots[1:]]
     assert len(found) == len(expected)
     assert all(abs(f - e) <= 1001 / 30000 for f, e in zip(found, expected, strict=True))
+
+
+@pytest.mark.parametrize("name", ["big_buck_bunny_0_30.webm", "cockatoo.mp4", "goldeneye-vfr-drop3.mp4",
+                                  "issue-195-aspect-ratio.mp4", "testvideo.mp4"])
+def test_planes_resized_in_place_find_the_cuts_whole_frames_find(name: str) -> None:
+    """VP8 and H.264, 4:2:0 and 4:4:4, even and odd detector sizes: the fast picture gives the same cuts
+    as converting each whole frame with swscale and resizing it, as PySceneDetect does."""
+    import av
+    import cv2
+
+    from mediaindex.media.shots import ShotDetector, detector_picture
+
+    with av.open(str(media(f"video/{name}"))) as container:
+        stream = container.streams.video[0]
+        rate = stream.average_rate or Fraction(25)
+        fast, whole = (ShotDetector(stream.codec_context.width, Fraction(rate)) for _ in range(2))
+        for frame in container.decode(stream):
+            assert frame.pts is not None and frame.time_base is not None
+            size = fast.size(frame.width, frame.height)
+            picture = detector_picture(frame, size)
+            reference = cv2.resize(frame.to_ndarray(format="bgr24"), size, interpolation=cv2.INTER_LINEAR)
+            assert picture.shape == reference.shape and picture.flags.c_contiguous
+            fast.feed(frame.pts, Fraction(frame.time_base), picture)
+            whole.feed(frame.pts, Fraction(frame.time_base), reference)
+    assert fast.finish() == whole.finish()
+    assert fast.cuts == whole.cuts
+    assert len(fast.cuts) >= 1
 
 
 def test_keyframes_per_shot_plus_interval_inside_long_shots(tmp_path: Path, cache_dir: Path) -> None:

@@ -66,28 +66,37 @@ class ShotDetector:
         return found
 
 
+# Limited-range planar YUV, which OpenCV's I420 conversion expects once the chroma planes are resized
+# to half the picture (full-range "yuvj" and other layouts go through swscale).
+_PLANAR_YUV = frozenset({"yuv420p", "yuv422p", "yuv444p"})
+
+
 def detector_picture(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
     """`frame` as BGR at `size` (`ShotDetector.size`), resized as PySceneDetect does (bilinear).
 
-    Most video is 4:2:0 YUV: resizing its planes before converting converts only the small picture,
-    a third of the work of converting whole frames, with the same cuts on every test video.
-    (swscale's own scaler was slower than both.)
+    Planar YUV (nearly all video) is resized plane by plane, each read where the decoder left it,
+    and only the small picture is converted: copying and converting whole frames first cost several
+    times more (and swscale's own scaler was slower than both). An odd `size` is converted one pixel
+    larger and resized once more, which keeps the same cuts on every test video.
     """
     w, h = size
-    full_w, full_h = frame.width, frame.height
-    if frame.format.name == "yuv420p" and not (w | h | full_w | full_h) & 1:
-        packed = frame.to_ndarray()  # the Y rows, then U and V, each (H/2 x W/2) laid out W wide
-        quarter = full_h // 4
+    if frame.format.name not in _PLANAR_YUV:
+        bgr = frame.to_ndarray(format="bgr24")
+        return bgr if (frame.width, frame.height) == size else cv2.resize(bgr, size, interpolation=cv2.INTER_LINEAR)
+    even_w, even_h = w + (w & 1), h + (h & 1)
 
-        def plane(rows: np.ndarray, height: int, width: int, out: tuple[int, int]) -> np.ndarray:
-            return cv2.resize(rows.reshape(height, width), out, interpolation=cv2.INTER_LINEAR)
+    def plane(index: int, out: tuple[int, int]) -> np.ndarray:
+        data = frame.planes[index]
+        rows = np.frombuffer(data, np.uint8).reshape(-1, data.line_size)[: data.height, : data.width]
+        return cv2.resize(rows, out, interpolation=cv2.INTER_LINEAR)
 
-        y = plane(packed[:full_h], full_h, full_w, size)
-        u = plane(packed[full_h:full_h + quarter], full_h // 2, full_w // 2, (w // 2, h // 2))
-        v = plane(packed[full_h + quarter:], full_h // 2, full_w // 2, (w // 2, h // 2))
-        return cv2.cvtColor(np.concatenate([y, u.reshape(-1, w), v.reshape(-1, w)]), cv2.COLOR_YUV2BGR_I420)
-    bgr = frame.to_ndarray(format="bgr24")
-    return bgr if (full_w, full_h) == size else cv2.resize(bgr, size, interpolation=cv2.INTER_LINEAR)
+    half = (even_w // 2, even_h // 2)
+    y = plane(0, (even_w, even_h))
+    u, v = plane(1, half), plane(2, half)
+    # I420 as OpenCV reads it: the Y rows, then U and V flat, the whole buffer `even_w` wide.
+    packed = np.concatenate([y.ravel(), u.ravel(), v.ravel()]).reshape(-1, even_w)
+    bgr = cv2.cvtColor(packed, cv2.COLOR_YUV2BGR_I420)
+    return bgr if (even_w, even_h) == size else cv2.resize(bgr, size, interpolation=cv2.INTER_LINEAR)
 
 
 def shots_from_cuts(cuts: list[float], duration: float) -> list[Shot]:
