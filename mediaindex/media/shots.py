@@ -81,13 +81,13 @@ def detector_picture(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
     """
     w, h = size
     if frame.format.name not in _PLANAR_YUV:
-        bgr = frame.to_ndarray(format="bgr24")
-        return bgr if (frame.width, frame.height) == size else cv2.resize(bgr, size, interpolation=cv2.INTER_LINEAR)
+        whole = frame.to_ndarray(format="bgr24")
+        return whole if (frame.width, frame.height) == size else cv2.resize(whole, size, interpolation=cv2.INTER_LINEAR)
     even_w, even_h = w + (w & 1), h + (h & 1)
 
     def plane(index: int, out: tuple[int, int]) -> np.ndarray:
         data = frame.planes[index]
-        rows = np.frombuffer(data, np.uint8).reshape(-1, data.line_size)[: data.height, : data.width]
+        rows = np.frombuffer(memoryview(data), np.uint8).reshape(-1, data.line_size)[: data.height, : data.width]
         return cv2.resize(rows, out, interpolation=cv2.INTER_LINEAR)
 
     half = (even_w // 2, even_h // 2)
@@ -95,7 +95,7 @@ def detector_picture(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
     u, v = plane(1, half), plane(2, half)
     # I420 as OpenCV reads it: the Y rows, then U and V flat, the whole buffer `even_w` wide.
     packed = np.concatenate([y.ravel(), u.ravel(), v.ravel()]).reshape(-1, even_w)
-    bgr = cv2.cvtColor(packed, cv2.COLOR_YUV2BGR_I420)
+    bgr: np.ndarray = cv2.cvtColor(packed, cv2.COLOR_YUV2BGR_I420)
     return bgr if (even_w, even_h) == size else cv2.resize(bgr, size, interpolation=cv2.INTER_LINEAR)
 
 
