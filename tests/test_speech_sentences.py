@@ -28,6 +28,17 @@ def test_sentences_end_at_punctuation_and_keep_every_word() -> None:
     assert [w for g in groups for w in g] == words
 
 
+def test_a_spoken_web_address_ends_its_sentence_before_a_capital() -> None:
+    words = _words("You can find the text version of this audiobook at www .muxas .org Workers of the World United")
+    assert _texts(sentences(words)) == ["You can find the text version of this audiobook at www .muxas .org",
+                                        "Workers of the World United"]
+    # Inside a sentence, or before a word that is not capitalised, an address ends nothing.
+    words = _words("Go to example.org for the rest of the text and read it")
+    assert len(sentences(words)) == 1
+    words = _words("I read wikipedia.org Yes that is right")  # too short to stand alone: joined again
+    assert len(sentences(words)) == 1
+
+
 def test_short_sentences_join_the_closer_neighbour_but_not_across_a_long_pause() -> None:
     words = _words("Hello. This is an example video for you. Yes.", pauses={8: 20.0})
     assert _texts(sentences(words)) == ["Hello. This is an example video for you.", "Yes."]

@@ -1,8 +1,8 @@
 """Sentences cut from word timestamps: the unit speech is indexed and cited at.
 
 Whisper's own segments follow its 30-second windows and often run for a paragraph; a search hit should
-point at the sentence that was said. Sentences end at sentence punctuation, at a clear pause or where the
-language changes; a sentence longer than `max_seconds` is cut at its widest pause (preferring a comma),
+point at the sentence that was said. Sentences end at sentence punctuation, at a clear pause, where the
+language changes or after a spoken web address followed by a capital; a sentence longer than `max_seconds` is cut at its widest pause (preferring a comma),
 and a very short one joins the neighbour it is closest to, so that it still carries some meaning.
 """
 
@@ -19,6 +19,9 @@ _CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "—", "-")
 # Words whose final period is not a sentence end.
 _ABBREVIATION = re.compile(r"^(mr|mrs|ms|dr|prof|st|sr|jr|vs|etc|e\.g|i\.e|no|vol|fig|ca|approx|z\.b|bzw|usw|"
                            r"[a-z])\.$", re.I)
+# A spoken web address: Whisper writes no full stop after one, so a capitalised word after it begins the
+# next sentence ("… at www .muxas .org Workers of the world, unite!").
+_WEB_ADDRESS_END = re.compile(r"\.(com|org|net|edu|gov|info|io|co|uk|de|fr|eu)$", re.I)
 PAUSE_SECONDS = 1.5  # a silence this long ends a sentence whatever the punctuation says
 MIN_SECONDS = 1.5  # shorter sentences (or of fewer than MIN_WORDS words) join a neighbour
 MIN_WORDS = 3
@@ -40,6 +43,11 @@ class TimedWord:
 def _ends_sentence(word: TimedWord) -> bool:
     text = word.text.rstrip("\"'”’)]}»")
     return text.endswith(_SENTENCE_END) and not _ABBREVIATION.match(text)
+
+
+def _ends_at_address(word: TimedWord, nxt: TimedWord) -> bool:
+    first = nxt.text.strip()[:1]
+    return bool(_WEB_ADDRESS_END.search(word.text.strip())) and first.isupper()
 
 
 def _split_long(words: list[TimedWord], max_seconds: float) -> list[list[TimedWord]]:
@@ -98,7 +106,7 @@ def sentences(words: Sequence[TimedWord], max_seconds: float = 12.0) -> list[lis
         nxt = words[i + 1] if i + 1 < len(words) else None
         current.append(word)
         if (nxt is None or _ends_sentence(word) or nxt.start - word.end >= PAUSE_SECONDS
-                or nxt.language != word.language):
+                or nxt.language != word.language or _ends_at_address(word, nxt)):
             pieces.append(current)
             current = []
     cut = [p for piece in pieces for p in _split_long(piece, max_seconds)]
