@@ -172,6 +172,28 @@ def test_a_translation_is_judged_by_the_cross_language_line(index: MediaIndex, e
     assert "dense:speech" in english.evidence and CROSS_LANGUAGE not in english.evidence
 
 
+def test_a_name_is_not_found_through_a_shared_word(embedder, tmp_path: Path, cache_dir: Path) -> None:
+    """Whisper base hears manifesto.mp4's "Workers of the world, unite!" as "Workers of the World United"."""
+    from mediaindex.index.search import judged
+
+    path = "/media/manifesto.mp4"
+    segs = [Segment("m", path, 8.7, 10.6, "speech", "Workers of the World United", "en"),
+            Segment("m", path, 12.9, 16.9, "speech", "Manifesto of the Communist Party by Karl Marx and Frederick Engels.",
+                    "en")]
+    with MediaIndex(make_settings(tmp_path / "idx", cache_dir), embedder.dim, embedder.name) as idx:
+        _build(idx, segs, embedder.embed_passages([s.text for s in segs]))
+        # The cosine alone clears the speech line (a short sentence sharing a word with a short query) ...
+        vec = embedder.embed_query("Manchester United")
+        cosine = float(np.dot(vec, embedder.embed_passages([segs[0].text])[0]))
+        assert cosine >= calibration.scale("dense:speech").match
+        # ... but a name is looked for by its spelling: nothing holds "Manchester United".
+        assert search(idx, embedder, "Manchester United") == []
+        assert all("dense:speech" not in j.evidence for j in judged(idx, embedder, "Manchester United", 10))
+        # The sentence and the names it does hold are found as before.
+        assert [h.text for h in search(idx, embedder, "workers of the world unite")][:1] == [segs[0].text]
+        assert [h.start for h in search(idx, embedder, "Frederick Engels")][:1] == [12.9]
+
+
 def test_every_kind_of_evidence_has_a_measured_scale() -> None:
     from mediaindex.index import calibration
 

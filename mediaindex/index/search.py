@@ -31,7 +31,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
 from mediaindex.index.querylang import query_language
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
-from mediaindex.index.vocabulary import WORDED, credit, names_in, sound_alikes, words_of
+from mediaindex.index.vocabulary import WORDED, credit, is_name, names_in, sound_alikes, words_of
 from mediaindex.index.wordweights import WordWeights
 from mediaindex.segments import Hit
 
@@ -144,6 +144,7 @@ class Query:
     respelt: dict[str, Respelt] = field(default_factory=dict)  # names the archive holds only as sound-alikes
     weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
     language: str | None = None  # the query's language where its letters or words say it plainly
+    name: bool = False  # the query is a name and nothing else
 
     @property
     def letters(self) -> str:
@@ -175,7 +176,11 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         raw["words"] = coverage(q, held, s.hit.text, respell=modality in WORDED)
         conf.append(calibration.scale("words")(raw["words"]))
     text_vec = s.dense.get(TEXT_VECTOR)
-    if q.dense is not None and text_vec is not None and s.hit.text:
+    # A name is found by its spelling (or a sound-alike of it) in what was said or labelled: a sentence
+    # without it resembles the name only through a shared word ("Manchester United" and "Workers of the
+    # World United"). On-screen text keeps its dense evidence: OCR misreads names beyond respelling.
+    unnamed = q.name and bool(q.word_ids) and modality in ("speech", "visual") and raw.get("words", 0.0) == 0.0
+    if q.dense is not None and text_vec is not None and s.hit.text and not unnamed:
         # A translation scores lower than same-language text: judged by its own line (index/querylang.py).
         crossed = q.language is not None and s.hit.language is not None and q.language != s.hit.language
         kind = CROSS_LANGUAGE if crossed else f"dense:{modality}"  # on-screen text has no language
@@ -247,7 +252,7 @@ def prepare(
         if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
     q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse,
-              language=query_language(query) if query else None)
+              language=query_language(query) if query else None, name=is_name(query))
     if query and mode != "dense":
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()

@@ -66,6 +66,14 @@ def names_in(query: str) -> list[str]:
     return out
 
 
+def is_name(query: str) -> bool:
+    """Every word of the query is capitalised or holds a digit, not all digits ("Manchester United",
+    "Houston", "iPhone", "Apollo 11"; not "1813" or "Weather report")."""
+    tokens = _TOKEN.findall(query)
+    return (bool(tokens) and all(_NAMELIKE.search(t) for t in tokens)
+            and not all(t.isdigit() for t in tokens))
+
+
 def sound_alikes(query: str, vocabulary: set[str] | frozenset[str]) -> dict[str, list[tuple[str, float]]]:
     """For each name of the query (as typed) the archive does not hold: the archive's words spelt most
     like it, with their similarity, best first."""
