@@ -18,6 +18,10 @@ Sides:
 - baseline: this file run with --baseline: one process, no Ray, no index: Whisper base int8 over each file's
   audio one file after another (the project's SpeechModel, every core), RapidOCR (the project's ppocrv4 reader)
   and the classifier on one frame per shot (the project's decoder), the embedder over every text;
+- script: this file run with --script: the script a user would write with the libraries' own calls: faster-whisper's
+  `WhisperModel("base" bundled, int8).transcribe(path, vad_filter=True, word_timestamps=True)`, PySceneDetect's
+  `detect(path, ContentDetector())` and OpenCV seeking to the middle of each shot for its frame, RapidOCR's
+  `RapidOCR()` on that frame, the same classifier and embedder as the baseline;
 - mediaindex: `python -m mediaindex ingest FILES` into a fresh index, the default settings (a small job runs in
   process);
 - ray: the same with in-process runs turned off (MEDIAINDEX_INGEST__IN_PROCESS_MAX_FILES=0): the Ray pipeline's
@@ -102,6 +106,63 @@ def baseline(files: list[str]) -> None:
         if n == 0:
             print(f"first {path}", flush=True)
     print(json.dumps({"baseline_loads_s": round(loaded, 2), "baseline_wall_s": round(time.monotonic() - began, 2),
+                      "texts": texts_total}), flush=True)
+
+
+def script(files: list[str]) -> None:
+    """The same work with each library's documented calls, as a plain script does it; prints "first PATH" when
+    the first file is done and a JSON summary at the end."""
+    began = time.monotonic()
+    import av
+    import cv2
+    import numpy as np
+    from faster_whisper import WhisperModel
+    from rapidocr_onnxruntime import RapidOCR
+    from scenedetect import ContentDetector, detect
+
+    from mediaindex.config import load_settings
+    from mediaindex.models.bundled import whisper_model_dir
+    from mediaindex.models.classifier import ImageClassifier
+    from mediaindex.models.text_embed import load_text_embedder
+
+    settings = load_settings("cpu")
+    loads = time.monotonic()
+    whisper = WhisperModel(str(whisper_model_dir("whisper-base", settings.cache_dir / "models")), device="cpu",
+                           compute_type="int8")
+    ocr = RapidOCR()
+    classifier = ImageClassifier("efficientnet-lite0")
+    embedder = load_text_embedder(settings.embed, settings.cache_dir)
+    loaded = time.monotonic() - loads
+    texts_total = 0
+    for n, path in enumerate(files):
+        with av.open(path) as container:
+            has_audio, has_video = bool(container.streams.audio), bool(container.streams.video)
+            duration = (container.duration or 0) / 1e6
+        texts: list[str] = []
+        if has_audio:
+            segments, _ = whisper.transcribe(path, vad_filter=True, word_timestamps=True)
+            texts += [s.text for s in segments]
+        if has_video:
+            shots = [(a.seconds, b.seconds) for a, b in detect(path, ContentDetector())] or [(0, duration)]
+            capture = cv2.VideoCapture(path)
+            frames = []
+            for start, end in shots:
+                capture.set(cv2.CAP_PROP_POS_MSEC, (start + end) / 2 * 1000)
+                ok, bgr = capture.read()
+                if ok:
+                    frames.append(bgr)
+            capture.release()
+            for bgr in frames:
+                result, _ = ocr(bgr)
+                texts += [" ".join(str(line[1]) for line in result or [])]
+            if frames:
+                probs, _ = classifier.scores([np.ascontiguousarray(f[:, :, ::-1]) for f in frames])
+                texts += [str(int(p.argmax())) for p in probs]
+        embedder.embed_passages([t for t in texts if t] or [""])
+        texts_total += len(texts)
+        if n == 0:
+            print(f"first {path}", flush=True)
+    print(json.dumps({"script_loads_s": round(loaded, 2), "script_wall_s": round(time.monotonic() - began, 2),
                       "texts": texts_total}), flush=True)
 
 
@@ -201,12 +262,15 @@ def phases(lines: list[str]) -> dict[str, object]:
     return out
 
 
+SIDES = ("baseline", "script", "mediaindex", "ray")
+
+
 def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "MEDIAINDEX_LOG": "INFO"}
     for var in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "MEDIAINDEX_RAY_OWNER", "RAY_ADDRESS"):
         env.pop(var, None)
-    if side == "baseline":
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--baseline", *map(str, files)]
+    if side in ("baseline", "script"):
+        cmd = [sys.executable, str(Path(__file__).resolve()), f"--{side}", *map(str, files)]
         first = re.compile(r"^first ")
     else:
         folder = Path(tempfile.mkdtemp(prefix="i", dir=work))
@@ -223,7 +287,7 @@ def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[s
                                  "first_s": round(watched.first, 2) if watched.first is not None else None,
                                  "peak_rss_gib": round(watched.peak / 2**30, 2),
                                  "load_average": [round(x, 1) for x in os.getloadavg()]}
-    if side == "baseline":
+    if side in ("baseline", "script"):
         summary = next((json.loads(line) for line in reversed(lines) if line.startswith("{")), {})
         result.update(summary)
     else:
@@ -237,6 +301,7 @@ def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--script", nargs="+", metavar="FILE", help=argparse.SUPPRESS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--sides", default="baseline,mediaindex,ray")
     parser.add_argument("--set-sides", help="sides for the sample set, if not --sides (e.g. baseline,mediaindex)")
@@ -247,10 +312,13 @@ def main() -> None:
     if args.baseline:
         baseline(args.baseline)
         return
+    if args.script:
+        script(args.script)
+        return
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    unknown = set(sides) - {"baseline", "mediaindex", "ray"}
+    unknown = set(sides) - set(SIDES)
     if unknown or not sides:
-        parser.error(f"--sides takes baseline, mediaindex and ray (got {args.sides!r})")
+        parser.error(f"--sides takes {', '.join(SIDES)} (got {args.sides!r})")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     media = _media_root()
@@ -272,7 +340,7 @@ def main() -> None:
             runs: list[dict[str, object]] = []
             these = sides
             if args.set_sides and len(files) > 1:
-                these = [s.strip() for s in args.set_sides.split(",") if s.strip() in {"baseline", "mediaindex", "ray"}]
+                these = [s.strip() for s in args.set_sides.split(",") if s.strip() in SIDES]
             for r in range(args.repeats):
                 order = these if r % 2 == 0 else list(reversed(these))
                 for side in order:
@@ -292,19 +360,21 @@ def main() -> None:
                         "cpu_s_median": round(sorted(float(x["cpu_s"]) for x in mine)[len(mine) // 2], 1),
                         "first_s_min": min(float(x["first_s"] or 0) for x in mine),
                         "peak_rss_gib_max": max(float(x["peak_rss_gib"]) for x in mine)}
-            if "baseline" in summary:
-                base = [x for x in runs if x["side"] == "baseline" and x["rc"] == 0]
+            for reference in ("baseline", "script"):
+                if reference not in summary:
+                    continue
+                base = [x for x in runs if x["side"] == reference and x["rc"] == 0]
                 for side in sides:
-                    if side == "baseline" or side not in summary:
+                    if side == reference or side not in summary:
                         continue
-                    # Each run against the baseline run next to it (same repeat): the pairs share the load.
+                    # Each run against the reference run next to it (same repeat): the pairs share the load.
                     ratios = []
                     for x in runs:
                         if x["side"] == side and x["rc"] == 0:
                             pair = next((b for b in base if b["repeat"] == x["repeat"]), None)
                             if pair:
                                 ratios.append(round(float(x["wall_s"]) / float(pair["wall_s"]), 2))
-                    summary[side]["wall_vs_baseline_per_repeat"] = ratios  # type: ignore[index]
+                    summary[side][f"wall_vs_{reference}_per_repeat"] = ratios  # type: ignore[index]
             results["inputs"][name] = {"files": len(files), "media_s": round(media_s, 1), "runs": runs,  # type: ignore[index]
                                        "summary": summary}
             print(json.dumps({name: summary}, indent=2), flush=True)
