@@ -194,6 +194,21 @@ def test_a_name_is_not_found_through_a_shared_word(embedder, tmp_path: Path, cac
         assert [h.start for h in search(idx, embedder, "Frederick Engels")][:1] == [12.9]
 
 
+def test_a_web_address_is_looked_up_by_its_name(embedder, tmp_path: Path, cache_dir: Path) -> None:
+    """Every address ends in ".org" or ".com" and resembles every other: only its name finds it."""
+    segs = [Segment("m", "/media/manifesto.mp4", 3.9, 8.6, "speech",
+                    "You can find the text version of this audiobook at www .muxas .org", "en"),
+            Segment("t", "/media/testvideo.mp4", 11.0, 13.1, "ocr",
+                    "www.bcastell.com / Copyright © 2013 Brandon Castellano", None)]
+    with MediaIndex(make_settings(tmp_path / "idx", cache_dir), embedder.dim, embedder.name) as idx:
+        _build(idx, segs, embedder.embed_passages([s.text for s in segs]))
+        for query in ("github.com", "wikipedia.org", "https://www.youtube.com", "www.amazon.de"):
+            assert search(idx, embedder, query) == [], query
+        for query in ("bcastell.com", "www.bcastell.com", "muxas.org"):
+            hits = search(idx, embedder, query)
+            assert hits and hits[0].text in {segs[0].text, segs[1].text}, query
+
+
 def test_every_kind_of_evidence_has_a_measured_scale() -> None:
     from mediaindex.index import calibration
 

@@ -33,7 +33,7 @@ from mediaindex.index.querylang import query_language
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, is_name, names_in, sound_alikes, words_of
 from mediaindex.index.wordweights import WordWeights
-from mediaindex.segments import Hit
+from mediaindex.segments import WEB_ADDRESS, WEB_ADDRESS_PARTS, Hit
 
 if TYPE_CHECKING:
     from mediaindex.config import VisionSettings
@@ -145,6 +145,7 @@ class Query:
     weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
     language: str | None = None  # the query's language where its letters or words say it plainly
     name: bool = False  # the query is a name and nothing else
+    address: bool = False  # ... a web address
 
     @property
     def letters(self) -> str:
@@ -176,10 +177,13 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         raw["words"] = coverage(q, held, s.hit.text, respell=modality in WORDED)
         conf.append(calibration.scale("words")(raw["words"]))
     text_vec = s.dense.get(TEXT_VECTOR)
+    on_screen = ocr_text_match(q.letters, s.hit.text) if modality == "ocr" and q.text else None
     # A name is found by its spelling (or a sound-alike of it) in what was said or labelled: a sentence
     # without it resembles the name only through a shared word ("Manchester United" and "Workers of the
-    # World United"). On-screen text keeps its dense evidence: OCR misreads names beyond respelling.
-    unnamed = q.name and bool(q.word_ids) and modality in ("speech", "visual") and raw.get("words", 0.0) == 0.0
+    # World United"). On-screen text keeps its dense evidence (OCR misreads names beyond respelling),
+    # except for a web address, which resembles every other address ("github.com", "www.bcastell.com").
+    spelt = raw.get("words", 0.0) > 0.0 or bool(on_screen)
+    unnamed = q.name and bool(q.word_ids) and not spelt and (modality in ("speech", "visual") or q.address)
     if q.dense is not None and text_vec is not None and s.hit.text and not unnamed:
         # A translation scores lower than same-language text: judged by its own line (index/querylang.py).
         crossed = q.language is not None and s.hit.language is not None and q.language != s.hit.language
@@ -189,9 +193,9 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         if modality == "visual":
             c *= calibration.label_weight(s.confidence)
         conf.append(c)
-    if modality == "ocr" and q.text:
-        raw["ocr_text"] = ocr_text_match(q.letters, s.hit.text)
-        conf.append(calibration.scale("ocr_text")(raw["ocr_text"]))
+    if on_screen is not None:
+        raw["ocr_text"] = on_screen
+        conf.append(calibration.scale("ocr_text")(on_screen))
     for name, vec in q.images.items():
         if (v := s.dense.get(name)) is not None and v.any():
             raw[f"picture:{name}"] = _cos(vec, v)
@@ -252,10 +256,14 @@ def prepare(
         if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
     q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse,
-              language=query_language(query) if query else None, name=is_name(query))
+              language=query_language(query) if query else None, name=is_name(query),
+              address=bool(WEB_ADDRESS.fullmatch(query.strip())))
     if query and mode != "dense":
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()
+        if q.address:
+            # "github.com" is not found in "www .muxas .org" or "www.bcastell.com": its name must be.
+            q.word_ids -= set(index.sparse.query(" ".join(WEB_ADDRESS_PARTS)).indices)
         q.template_ids = set(index.sparse.query(_TEMPLATE).indices) - q.word_ids
         q.weights = WordWeights.of(query, index.sparse)
         respell(index, q)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mediaindex.segments import join_words
+from mediaindex.segments import WEB_DOMAIN_END, join_words
 
 _SENTENCE_END = (".", "?", "!", "…", "。", "？", "！", "؟", "।")
 _CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "—", "-")
@@ -21,7 +21,7 @@ _ABBREVIATION = re.compile(r"^(mr|mrs|ms|dr|prof|st|sr|jr|vs|etc|e\.g|i\.e|no|vo
                            r"[a-z])\.$", re.I)
 # A spoken web address: Whisper writes no full stop after one, so a capitalised word after it begins the
 # next sentence ("… at www .muxas .org Workers of the world, unite!").
-_WEB_ADDRESS_END = re.compile(r"\.(com|org|net|edu|gov|info|io|co|uk|de|fr|eu)$", re.I)
+_WEB_ADDRESS_END = re.compile(rf"{WEB_DOMAIN_END}$", re.I)
 PAUSE_SECONDS = 1.5  # a silence this long ends a sentence whatever the punctuation says
 MIN_SECONDS = 1.5  # shorter sentences (or of fewer than MIN_WORDS words) join a neighbour
 MIN_WORDS = 3
