@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -65,6 +66,15 @@ def inputs(media: Path) -> dict[str, list[Path]]:
 
 
 # --- the baseline: one plain process ---------------------------------------------------------------------------
+
+def _label_and_embed(classifier: Any, embedder: Any, frames: list[Any], texts: list[str]) -> int:
+    """Both single-process sides: the classifier's best class per frame, then every text embedded."""
+    if frames:
+        probs, _ = classifier.scores(frames)
+        texts += [str(int(p.argmax())) for p in probs]
+    embedder.embed_passages([t for t in texts if t] or [""])
+    return len(texts)
+
 
 def baseline(files: list[str]) -> None:
     """Transcribe, read, classify and embed each file in turn, in this process; prints "first PATH" when the
@@ -98,11 +108,7 @@ def baseline(files: list[str]) -> None:
             frames = [p.keyframe.image for p in scan.parts]
             for frame in frames:
                 texts += [" ".join(line.text for line in reader.read(frame))]
-            if frames:
-                probs, _ = classifier.scores(frames)
-                texts += [str(int(p.argmax())) for p in probs]
-        embedder.embed_passages([t for t in texts if t] or [""])
-        texts_total += len(texts)
+        texts_total += _label_and_embed(classifier, embedder, frames if info.has_video else [], texts)
         if n == 0:
             print(f"first {path}", flush=True)
     print(json.dumps({"baseline_loads_s": round(loaded, 2), "baseline_wall_s": round(time.monotonic() - began, 2),
@@ -155,11 +161,8 @@ def script(files: list[str]) -> None:
             for bgr in frames:
                 result, _ = ocr(bgr)
                 texts += [" ".join(str(line[1]) for line in result or [])]
-            if frames:
-                probs, _ = classifier.scores([np.ascontiguousarray(f[:, :, ::-1]) for f in frames])
-                texts += [str(int(p.argmax())) for p in probs]
-        embedder.embed_passages([t for t in texts if t] or [""])
-        texts_total += len(texts)
+        rgb = [np.ascontiguousarray(f[:, :, ::-1]) for f in frames] if has_video else []
+        texts_total += _label_and_embed(classifier, embedder, rgb, texts)
         if n == 0:
             print(f"first {path}", flush=True)
     print(json.dumps({"script_loads_s": round(loaded, 2), "script_wall_s": round(time.monotonic() - began, 2),
