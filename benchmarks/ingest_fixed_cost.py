@@ -1,9 +1,10 @@
 """The whole process, as a user meets it: `mediaindex ingest` against a plain single-process script.
 
-    python benchmarks/ingest_fixed_cost.py [--repeats 2] [--sides baseline,mediaindex,ray] [--json OUT]
+    python benchmarks/ingest_fixed_cost.py [--repeats 2] [--sides baseline,mediaindex,ray] [--copies N] [--json OUT]
 
-Two inputs: (a) the ten sample videos plus jfk.flac, (b) jfk.flac alone (11 s). For each input and repeat every
-side runs as its own process, in alternating order (a shared machine's load drifts), and the script measures:
+Two inputs: (a) the ten sample videos plus jfk.flac, (b) jfk.flac alone (11 s); with `--copies N` a third. For
+each input and repeat every side runs as its own process, in alternating order (a shared machine's load
+drifts), and the script measures:
 
 - wall: from spawning the process to its exit (imports, model loads, Ray, the work, closing);
 - first: when the first file was done (the CLI prints "indexed PATH", the baseline "first PATH"): the time a
@@ -25,7 +26,9 @@ Sides:
 - mediaindex: `python -m mediaindex ingest FILES` into a fresh index, the default settings (a small job runs in
   process);
 - ray: the same with in-process runs turned off (MEDIAINDEX_INGEST__IN_PROCESS_MAX_FILES=0): the Ray pipeline's
-  fixed cost.
+  fixed cost;
+- in-process: the same run in process whatever the job's size (for `--copies N`, N copies of the ten videos,
+  where the default sends a job of more than 16 files or 900 s to Ray).
 """
 
 from __future__ import annotations
@@ -265,7 +268,7 @@ def phases(lines: list[str]) -> dict[str, object]:
     return out
 
 
-SIDES = ("baseline", "script", "mediaindex", "ray")
+SIDES = ("baseline", "script", "mediaindex", "in-process", "ray")
 
 
 def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[str, object]:
@@ -280,6 +283,8 @@ def run_side(side: str, files: list[Path], work: Path, timeout: float) -> dict[s
         env.update(MEDIAINDEX_INDEX_DIR=str(folder / "index"), MEDIAINDEX_TEMP_DIR=str(folder / "t"))
         if side == "ray":
             env["MEDIAINDEX_INGEST__IN_PROCESS_MAX_FILES"] = "0"
+        elif side == "in-process":  # whatever the job's size
+            env.update(MEDIAINDEX_INGEST__IN_PROCESS_MAX_FILES="1000000", MEDIAINDEX_INGEST__IN_PROCESS_MAX_SECONDS="1e9")
         cmd = [sys.executable, "-m", "mediaindex", "ingest", *map(str, files)]
         first = re.compile(r"^indexed\s")
     watched = Watched(cmd, env, first)
@@ -308,7 +313,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--sides", default="baseline,mediaindex,ray")
     parser.add_argument("--set-sides", help="sides for the sample set, if not --sides (e.g. baseline,mediaindex)")
-    parser.add_argument("--only", choices=["set", "one"], help="run one input only")
+    parser.add_argument("--only", choices=["set", "one", "copies"], help="run one input only")
+    parser.add_argument("--copies", type=int, default=0,
+                        help="also ingest N copies of the ten videos (each copy's files made distinct by a trailing "
+                             "byte string), for where running in process stops paying")
+    parser.add_argument("--copies-sides", default="in-process,ray", help="sides for the copies")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds one process may run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -327,22 +336,33 @@ def main() -> None:
     media = _media_root()
     if not (media / "video").is_dir():
         parser.error(f"no media at {media} (set MEDIAINDEX_MEDIA_DIR)")
-    sets = inputs(media)
-    if args.only:
-        sets = dict([list(sets.items())[1 if args.only == "set" else 0]])
+    if args.only == "copies" and args.copies < 1:
+        parser.error("--only copies needs --copies N")
+    from benchmarks.pipeline_throughput import make_archive
     from mediaindex.media.probe import probe
+
+    work = Path(tempfile.mkdtemp(prefix="mi-fixed-"))
+    sets = inputs(media)
+    if args.only in ("set", "one"):
+        sets = dict([list(sets.items())[1 if args.only == "set" else 0]])
+    elif args.only == "copies":
+        sets = {}
+    copies_name = f"{args.copies} copies of the ten videos"
+    if args.copies:
+        sets[copies_name] = make_archive(media / "video", work / "archive", args.copies)
 
     results: dict[str, object] = {
         "machine": f"{platform.machine()}, {psutil.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB",
         "python": platform.python_version(), "load_average_start": [round(x, 1) for x in os.getloadavg()],
         "inputs": {}}
-    work = Path(tempfile.mkdtemp(prefix="mi-fixed-"))
     try:
         for name, files in sets.items():
             media_s = sum(probe(f).duration for f in files)
             runs: list[dict[str, object]] = []
             these = sides
-            if args.set_sides and len(files) > 1:
+            if name == copies_name:
+                these = [s.strip() for s in args.copies_sides.split(",") if s.strip() in SIDES]
+            elif args.set_sides and len(files) > 1:
                 these = [s.strip() for s in args.set_sides.split(",") if s.strip() in SIDES]
             for r in range(args.repeats):
                 order = these if r % 2 == 0 else list(reversed(these))
@@ -354,7 +374,7 @@ def main() -> None:
                           f"first {result['first_s']} s, "
                           f"peak RSS {result['peak_rss_gib']} GiB, load {result['load_average']}", flush=True)
             summary: dict[str, object] = {}
-            for side in sides:
+            for side in these:
                 mine = [x for x in runs if x["side"] == side and x["rc"] == 0]
                 if mine:
                     summary[side] = {
@@ -363,11 +383,11 @@ def main() -> None:
                         "cpu_s_median": round(sorted(float(x["cpu_s"]) for x in mine)[len(mine) // 2], 1),
                         "first_s_min": min(float(x["first_s"] or 0) for x in mine),
                         "peak_rss_gib_max": max(float(x["peak_rss_gib"]) for x in mine)}
-            for reference in ("baseline", "script"):
+            for reference in ("baseline", "script", "ray"):
                 if reference not in summary:
                     continue
                 base = [x for x in runs if x["side"] == reference and x["rc"] == 0]
-                for side in sides:
+                for side in these:
                     if side == reference or side not in summary:
                         continue
                     # Each run against the reference run next to it (same repeat): the pairs share the load.
