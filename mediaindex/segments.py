@@ -12,7 +12,6 @@ MEDIA_MODALITIES = ("speech", "ocr", "visual")
 GENERATED_MODALITIES = ("summary", "chapter")
 MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
-# Languages written without spaces between words (whisper's codes).
 # The endings of web addresses people say aloud or search for (speech cuts sentences after one, search
 # looks one up by its spelling, where these parts say nothing: every address has them).
 WEB_DOMAINS = ("com", "org", "net", "edu", "gov", "info", "io", "co", "uk", "de", "fr", "eu")
@@ -20,6 +19,7 @@ WEB_ADDRESS_PARTS = ("http", "https", "www", *WEB_DOMAINS)
 WEB_DOMAIN_END = rf"\.(?:{'|'.join(WEB_DOMAINS)})"
 WEB_ADDRESS = re.compile(rf"(?:https?://)?(?:www\.)?[^\W_][\w-]*(?:\.[\w-]+)*{WEB_DOMAIN_END}(?:/\S*)?", re.I)
 
+# Languages written without spaces between words (whisper's codes).
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue"})
 
 

@@ -2,8 +2,9 @@
 
 Whisper's own segments follow its 30-second windows and often run for a paragraph; a search hit should
 point at the sentence that was said. Sentences end at sentence punctuation, at a clear pause, where the
-language changes or after a spoken web address followed by a capital; a sentence longer than `max_seconds` is cut at its widest pause (preferring a comma),
-and a very short one joins the neighbour it is closest to, so that it still carries some meaning.
+language changes or after a spoken web address followed by a capital; a sentence longer than
+`max_seconds` is cut at its widest pause (preferring a comma), and a very short one joins the neighbour
+it is closest to, so that it still carries some meaning.
 """
 
 from __future__ import annotations
