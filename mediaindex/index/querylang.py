@@ -8,8 +8,9 @@ language by that pair's own line, and needs the query's language to know which p
 
 Scripts decide most languages at once (Hangul is Korean). Among the Latin-script languages whose
 common words wordfreq lists, a query counts as one of them only when it has at least MIN_WORDS words
-that are not capitalised and they are, on average, clearly more common there than in any other; names,
-numbers and single words ("Houston", "1813") are no language's. Unsure means None: the segment's own line applies.
+that are not capitalised and they are, on average, clearly more common there than in any other;
+names, numbers and single words ("Houston", "1813") are no language's. Unsure means None: the
+segment's own line applies.
 """
 
 from __future__ import annotations

@@ -144,8 +144,8 @@ class Query:
     respelt: dict[str, Respelt] = field(default_factory=dict)  # names the archive holds only as sound-alikes
     weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
     language: str | None = None  # the query's language where its letters or words say it plainly
-    name: bool = False  # the query is a name and nothing else
-    address: bool = False  # ... a web address
+    name: bool = False  # the query is a name (or a web address) and nothing else
+    address: bool = False  # the query is a web address
 
     @property
     def letters(self) -> str:
@@ -255,9 +255,9 @@ def prepare(
                              "ingest)")
         if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
+    address = bool(WEB_ADDRESS.fullmatch(query.strip()))
     q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse,
-              language=query_language(query) if query else None, name=is_name(query),
-              address=bool(WEB_ADDRESS.fullmatch(query.strip())))
+              language=query_language(query) if query else None, name=address or is_name(query), address=address)
     if query and mode != "dense":
         q.words = index.sparse.query(query) or None
         q.word_ids = set(q.words.indices) if q.words else set()

@@ -16,8 +16,6 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from mediaindex.segments import WEB_ADDRESS
-
 WORDED = ("speech", "ocr")  # what people and OCR may have spelt differently from the query
 # Names shorter than this (folded letters) have too many near neighbours to respell.
 MIN_NAME_LETTERS = 5
@@ -70,10 +68,7 @@ def names_in(query: str) -> list[str]:
 
 def is_name(query: str) -> bool:
     """Every word of the query is capitalised or holds a digit, not all digits ("Manchester United",
-    "Houston", "iPhone", "Apollo 11"; not "1813" or "Weather report"), or the query is a web address
-    ("marxists.org")."""
-    if WEB_ADDRESS.fullmatch(query.strip()):
-        return True
+    "Houston", "iPhone", "Apollo 11"; not "1813" or "Weather report")."""
     tokens = _TOKEN.findall(query)
     return (bool(tokens) and all(_NAMELIKE.search(t) for t in tokens)
             and not all(t.isdigit() for t in tokens))
