@@ -44,6 +44,19 @@ def test_short_sentences_join_the_closer_neighbour_but_not_across_a_long_pause()
     assert _texts(sentences(words)) == ["Hello. This is an example video for you.", "Yes."]
 
 
+def test_a_quick_whole_sentence_stands_alone_a_fragment_does_not() -> None:
+    # "Workers of the world unite." said in 1.4 s after a spoken address is a sentence of its own (a
+    # translation of it finds it there); three quick words without a full stop are a fragment and join.
+    address = _words("You can find the text at www .muxists .org")
+    quick = _words("Workers of the world unite.", start=address[-1].end + 0.6, step=0.28)
+    assert quick[-1].end - quick[0].start < 1.5
+    assert _texts(sentences(address + quick)) == ["You can find the text at www .muxists .org",
+                                                  "Workers of the world unite."]
+    said = _words("This is an example video for you.")
+    fragment = _words("Yes it is", start=said[-1].end + 0.3, step=0.35)
+    assert len(sentences(said + fragment)) == 1
+
+
 def test_long_sentences_are_cut_at_their_widest_pause() -> None:
     text = " ".join(f"w{i}," if i == 20 else f"w{i}" for i in range(60))  # 24 s without a full stop
     groups = sentences(_words(text, pauses={21: 0.8, 40: 0.3}), max_seconds=12.0)

@@ -24,7 +24,7 @@ _ABBREVIATION = re.compile(r"^(mr|mrs|ms|dr|prof|st|sr|jr|vs|etc|e\.g|i\.e|no|vo
 # next sentence ("… at www .muxas .org Workers of the world, unite!").
 _WEB_ADDRESS_END = re.compile(rf"{WEB_DOMAIN_END}$", re.I)
 PAUSE_SECONDS = 1.5  # a silence this long ends a sentence whatever the punctuation says
-MIN_SECONDS = 1.5  # shorter sentences (or of fewer than MIN_WORDS words) join a neighbour
+MIN_SECONDS = 1.5  # shorter pieces that are no whole sentence (and any of fewer than MIN_WORDS words) join a neighbour
 MIN_WORDS = 3
 
 
@@ -71,7 +71,10 @@ def _split_long(words: list[TimedWord], max_seconds: float) -> list[list[TimedWo
 
 
 def _short(words: Sequence[TimedWord]) -> bool:
-    return words[-1].end - words[0].start < MIN_SECONDS or len(words) < MIN_WORDS
+    if len(words) < MIN_WORDS:
+        return True
+    # A whole sentence of a few quick words ("Workers of the world unite.") says something on its own.
+    return words[-1].end - words[0].start < MIN_SECONDS and not _ends_sentence(words[-1])
 
 
 def _merge_short(pieces: list[list[TimedWord]], max_seconds: float) -> list[list[TimedWord]]:
