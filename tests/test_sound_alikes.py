@@ -66,6 +66,14 @@ def test_names_only_are_respelt_and_only_when_the_archive_lacks_them(index: Medi
     assert sound_alikes("Guizhou", frozenset({"quizzes", "whether"})) == {}  # another first letter
 
 
+def test_the_name_in_a_web_address_is_respelt_however_it_is_cased() -> None:
+    # Whisper base heard the narrator's "www.marxists.org" as "www .muxists .org".
+    assert names_in("www.marxists.org") == ["marxists"] and names_in("https://github.com/x") == ["github"]
+    assert names_in("a.org") == [] and names_in("marxists org") == []  # too short to respell; no address
+    heard = frozenset({"muxists", "manifesto", "audiobook"})
+    assert sound_alikes("marxists.org", heard) == {"marxists": [("muxists", 0.8)]}
+
+
 @pytest.mark.parametrize("query", ["Mozart", "Berlin", "iPhone", "Weather report", "Napoleon Bonaparte"])
 def test_names_the_archive_does_not_hold_find_nothing(index: MediaIndex, embedder, query: str) -> None:
     assert search(index, embedder, query) == []

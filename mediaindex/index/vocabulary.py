@@ -3,11 +3,12 @@ of a query's names that are not among them.
 
 Speech recognition writes names it does not know as the nearest words it does ("Guizot" as "Guizhou",
 "ComfyUI" as "Confu i"), and OCR misreads letters; a search for the name as spelt then finds nothing.
-A query word that looks like a name (capitalised, mixed case or with digits), is long enough to compare
-and occurs nowhere in the archive also matches the archive's words spelt most like it: same first letter,
-an edit similarity of at least ALIKE_MIN. Lower-case words (and a query's sentence-cased first word) are
-never respelt, so "weather report" does not turn into "whether"; a respelt name counts as evidence only
-the square of its similarity (`credit`): a guess, a weak match on its own.
+A query word that looks like a name (capitalised, mixed case or with digits; or a web address's own
+word), is long enough to compare and occurs nowhere in the archive also matches the archive's words
+spelt most like it: same first letter, an edit similarity of at least ALIKE_MIN. Other lower-case words
+(and a query's sentence-cased first word) are never respelt, so "weather report" does not turn into
+"whether"; a respelt name counts as evidence only the square of its similarity (`credit`): a guess, a
+weak match on its own.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable
+
+from mediaindex.segments import WEB_ADDRESS, WEB_ADDRESS_PARTS
 
 WORDED = ("speech", "ocr")  # what people and OCR may have spelt differently from the query
 # Names shorter than this (folded letters) have too many near neighbours to respell.
@@ -54,9 +57,13 @@ def words_of(texts: Iterable[str]) -> set[str]:
 
 
 def names_in(query: str) -> list[str]:
-    """The query's words that look like names, as typed, in order."""
+    """The query's words that look like names, as typed, in order; a web address's own words are names
+    however they are cased ("marxists" in "marxists.org", which speech may hear as "muxists")."""
     out: list[str] = []
     tokens = _TOKEN.findall(query)
+    if WEB_ADDRESS.fullmatch(query.strip()):
+        named = [t for t in tokens if t.casefold() not in WEB_ADDRESS_PARTS and len(fold(t)) >= MIN_NAME_LETTERS]
+        return list(dict.fromkeys(named))
     for i, token in enumerate(tokens):
         word = fold(token)
         if i == 0 and len(tokens) > 1 and token[1:].islower():
