@@ -39,6 +39,14 @@ def test_korean_and_chinese_words_are_found_inside_longer_words(encoder: SparseE
     assert marked("砸自己的脚", "砸自己的脚", encoder) == ["砸自己的脚"]
 
 
+def test_an_address_marks_its_name_or_a_spelling_like_it_never_its_domain(encoder: SparseEncoder) -> None:
+    heard = "You can find the text version of this audiobook at www .muxists .org"
+    assert marked("marxists.org", heard, encoder) == ["muxists"]
+    assert marked("www.bcastell.com", "www.bcastell.com / Copyright 2013", encoder) == ["bcastell"]
+    assert marked("github.com", heard, encoder) == []
+    assert marked("ComfyUI", "start Confu i and load the graph", encoder) == ["Confu"]
+
+
 @pytest.mark.parametrize(("query", "text"), [("", "some text"), ("words", ""), ("the of and", "the of and")])
 def test_nothing_to_mark(encoder: SparseEncoder, query: str, text: str) -> None:
     assert highlights(query, text, encoder) == []
