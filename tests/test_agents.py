@@ -458,7 +458,9 @@ def test_a_query_that_misses_the_question_shows_the_questions_own_results(archiv
     assert [c.video_id for c in ans.citations] == [vid(archive, "jfk.flac")] and overlaps(ans.citations[0], 0, 11)
     result = next(t.content for t in ans.trace if t.kind == "tool_result")
     assert result.startswith("That search found nothing about the question. Moments found for the question "
-                             "itself:\n[1] \"And so my fellow Americans, ask not what your country can do for you")
+                             "itself:\n[1] \"And so")
+    # Whisper's commas differ between CPUs (int8 kernels): the words are what must be there.
+    assert "And so my fellow Americans ask not what your country can do for you" in result.replace(",", "")
     assert ans.searches == [query, QUESTION]
     # Off the archive the question's own search finds nothing related either: the model's results stand, and the
     # loop ends in not found.
