@@ -23,6 +23,17 @@ SEGMENTS = [
 ]
 
 
+def _cue_text(srt: str) -> str:
+    """The words of an SRT file's cues, one line (numbers and times left out)."""
+    lines = [b.splitlines()[2:] for b in srt.strip().split("\n\n")]
+    return " ".join(" ".join(part.removeprefix("S1: ") for part in cue) for cue in lines)
+
+
+def _seconds(stamp: str) -> float:
+    hours, minutes, rest = stamp.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(rest.replace(",", "."))
+
+
 def test_srt_and_vtt_are_well_formed_with_speakers() -> None:
     srt = to_srt(SEGMENTS)
     assert srt == ("1\n00:00:00,000 --> 00:00:01,005\nS1: First.\n\n"
@@ -117,7 +128,7 @@ def test_transcript_command_prints_each_format(transcript_index) -> None:
     index, ids = transcript_index
     srt = _cli(str(media("audio/jfk.flac")), index=index)
     assert srt.returncode == 0, srt.stderr
-    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country can do for you," in " ".join(srt.stdout.split())
+    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country can do for you," in _cue_text(srt.stdout)
     vtt = _cli(ids["jfk.flac"], "--format", "vtt", index=index)  # by video id
     assert vtt.returncode == 0 and vtt.stdout.startswith("WEBVTT\n\n")
     data = json.loads(_cli(ids["jfk.flac"], "-f", "json", index=index).stdout)
@@ -150,9 +161,11 @@ def test_transcript_of_a_file_never_ingested(tmp_path: Path) -> None:
     index = tmp_path / "no-index"
     srt = _cli(str(media("audio/jfk.flac")), index=index)
     assert srt.returncode == 0, srt.stderr
-    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country" in srt.stdout.replace("\n", " ")
-    blocks = srt.stdout.strip().split("\n\n")
-    assert len(blocks) >= 3 and all(len(b.splitlines()) <= 4 for b in blocks)  # number, time, <= 2 lines
+    assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country" in _cue_text(srt.stdout)
+    # 108 characters in 10 s: at least two cues of at most 7 s and two lines of 42 characters each.
+    blocks = [b.splitlines() for b in srt.stdout.strip().split("\n\n")]
+    assert len(blocks) >= 2 and all(len(b) <= 4 and all(len(line) <= 42 for line in b[2:]) for b in blocks)
+    assert all(_seconds(b[1].split(" --> ")[1]) - _seconds(b[1].split(" --> ")[0]) <= 7.0 for b in blocks)
     data = json.loads(_cli(str(media("audio/jfk.flac")), "-f", "json", index=index).stdout)
     assert data["video_id"] is None and data["language"] == "en" and data["segments"][0]["words"]
     assert not index.exists()
