@@ -61,6 +61,30 @@ def test_batched_and_single_predictions_agree(classifier) -> None:
     assert float(batch[0] @ batch[1]) < 0.9  # different pictures, different features
 
 
+@pytest.mark.parametrize(("kernel", "stride"), [(3, 1), (5, 1), (3, 2), (5, 2), (1, 1)])
+@pytest.mark.parametrize("side", [224, 112, 57, 7])
+def test_same_padding_read_by_the_convolution_is_tfs_explicit_padding(kernel: int, stride: int, side: int) -> None:
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from mediaindex.models.efficientnet_lite import SameConv2d
+
+    torch.manual_seed(0)
+    conv = SameConv2d(8, 8, kernel, stride=stride, groups=8, bias=True).eval()
+    picture = load_image(media("images/skimage_chelsea.png"))[:side, :side].astype(np.float32)
+    x = torch.from_numpy(np.tile(picture, (1, 1, 3))[:, :, :8]).permute(2, 0, 1)[None].sub(127).div(128)
+    x = x.contiguous(memory_format=torch.channels_last)
+    total = max((math.ceil(side / stride) - 1) * stride + kernel - side, 0)
+    pads = [total // 2, total - total // 2] * 2  # TF "SAME": the odd pixel after
+    with torch.inference_mode():
+        expected = F.conv2d(F.pad(x, pads), conv.weight, conv.bias, conv.stride, 0, 1, conv.groups)
+        got = conv(x)
+    assert got.shape == expected.shape == (1, 8, math.ceil(side / stride), math.ceil(side / stride))
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
 def test_ocr_reads_the_page_title(reader) -> None:
     lines = reader.read(load_image(media("images/skimage_page.png")))
     assert lines[0].text == "Region-based segmentation"

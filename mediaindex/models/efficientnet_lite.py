@@ -33,13 +33,23 @@ class SameConv2d(nn.Conv2d):
     """Conv2d with TensorFlow "SAME" padding: output = ceil(input / stride), extra pixel right/bottom."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pads = []
-        for size, k, s in zip(reversed(x.shape[-2:]), reversed(self.kernel_size), reversed(self.stride), strict=True):
-            total = max((math.ceil(size / s) - 1) * s + k - size, 0)
-            pads += [total // 2, total - total // 2]
-        if any(pads):
-            x = F.pad(x, pads)
-        return F.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        # The convolution pads as it reads: F.pad would first write a padded copy of the whole map.
+        # Uneven padding (a stride-2 convolution over an even size: 0 before, 1 after for a 3x3) is
+        # read as `before + stride` on both sides, and the first output row and column, which that
+        # extra padding adds, are dropped: the windows left are TF's.
+        padding, drop, sizes = [], [], []
+        for size, k, s in zip(x.shape[-2:], self.kernel_size, self.stride, strict=True):
+            out = math.ceil(size / s)
+            total = max((out - 1) * s + k - size, 0)
+            before = total // 2
+            even = total % 2 == 0
+            padding.append(before if even else before + s)
+            drop.append(0 if even else 1)
+            sizes.append(out)
+        y = F.conv2d(x, self.weight, self.bias, self.stride, tuple(padding), self.dilation, self.groups)
+        if any(drop):
+            y = y[..., drop[0] : drop[0] + sizes[0], drop[1] : drop[1] + sizes[1]]
+        return y
 
 
 class MBConvBlock(nn.Module):
@@ -59,10 +69,11 @@ class MBConvBlock(nn.Module):
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu6(self._bn0(self._expand_conv(x))) if self.expand else x
-        out = F.relu6(self._bn1(self._depthwise_conv(out)))
+        # In place where a map is fresh: a new map per activation costs as much as the activation itself.
+        out = F.relu6(self._bn0(self._expand_conv(x)), inplace=True) if self.expand else x
+        out = F.relu6(self._bn1(self._depthwise_conv(out)), inplace=True)
         out = self._bn2(self._project_conv(out))
-        return out + x if self.residual else out
+        return out.add_(x) if self.residual else out
 
 
 class EfficientNetLite0(nn.Module):
@@ -81,10 +92,10 @@ class EfficientNetLite0(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Globally pooled 1280-d features of a batch of (x - 127) / 128 scaled RGB images."""
-        x = F.relu6(self._bn0(self._conv_stem(x)))
+        x = F.relu6(self._bn0(self._conv_stem(x)), inplace=True)
         for block in self._blocks:
             x = block(x)
-        x = F.relu6(self._bn1(self._conv_head(x)))
+        x = F.relu6(self._bn1(self._conv_head(x)), inplace=True)
         return x.mean(dim=(2, 3))
 
     @torch.no_grad()
