@@ -19,6 +19,11 @@ WEB_ADDRESS_PARTS = ("http", "https", "www", *WEB_DOMAINS)
 WEB_DOMAIN_END = rf"\.(?:{'|'.join(WEB_DOMAINS)})"
 WEB_ADDRESS = re.compile(rf"(?:https?://)?(?:www\.)?[^\W_][\w-]*(?:\.[\w-]+)*{WEB_DOMAIN_END}(?:/\S*)?", re.I)
 
+
+def is_web_address(text: str) -> bool:
+    """The whole text is one web address ("github.com", "https://www.youtube.com/watch")."""
+    return bool(WEB_ADDRESS.fullmatch(text.strip()))
+
 # Languages written without spaces between words (whisper's codes).
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue"})
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from mediaindex.index.search import address_part_ids
 from mediaindex.index.vocabulary import fold, sound_alikes, words_of
-from mediaindex.segments import WEB_ADDRESS, WEB_ADDRESS_PARTS
+from mediaindex.segments import is_web_address
 
 if TYPE_CHECKING:
     from mediaindex.index.sparse import SparseEncoder
@@ -28,8 +29,8 @@ def highlights(query: str, text: str, encoder: SparseEncoder) -> list[tuple[int,
     if not query or not text:
         return []
     wanted = set(encoder.query(query).indices)
-    if WEB_ADDRESS.fullmatch(query.strip()):
-        wanted -= set(encoder.query(" ".join(WEB_ADDRESS_PARTS)).indices)
+    if is_web_address(query):
+        wanted -= address_part_ids(encoder)
     if not wanted:
         return []
     # A fragment joined to a respelt word ("Confu i") is left unmarked: a letter or two says nothing.

@@ -33,7 +33,7 @@ from mediaindex.index.querylang import query_language
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, is_name, names_in, sound_alikes, words_of
 from mediaindex.index.wordweights import WordWeights
-from mediaindex.segments import WEB_ADDRESS, WEB_ADDRESS_PARTS, Hit
+from mediaindex.segments import WEB_ADDRESS_PARTS, Hit, is_web_address
 
 if TYPE_CHECKING:
     from mediaindex.config import VisionSettings
@@ -255,7 +255,7 @@ def prepare(
                              "ingest)")
         if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
-    address = bool(WEB_ADDRESS.fullmatch(query.strip()))
+    address = is_web_address(query)
     q = Query(query, images=images, embedder=getattr(embedder, "name", None), encoder=index.sparse,
               language=query_language(query) if query else None, name=address or is_name(query), address=address)
     if query and mode != "dense":
@@ -263,7 +263,7 @@ def prepare(
         q.word_ids = set(q.words.indices) if q.words else set()
         if q.address:
             # "github.com" is not found in "www .muxas .org" or "www.bcastell.com": its name must be.
-            q.word_ids -= set(index.sparse.query(" ".join(WEB_ADDRESS_PARTS)).indices)
+            q.word_ids -= address_part_ids(index.sparse)
         q.template_ids = set(index.sparse.query(_TEMPLATE).indices) - q.word_ids
         q.weights = WordWeights.of(query, index.sparse)
         respell(index, q)
@@ -276,6 +276,12 @@ def prepare(
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
+
+
+def address_part_ids(encoder: SparseEncoder) -> set[int]:
+    """The word ids of what every web address has (www, http(s), the domains): none of an address query's
+    words."""
+    return set(encoder.query(" ".join(WEB_ADDRESS_PARTS)).indices)
 
 
 def respell(index: MediaIndex, q: Query) -> None:

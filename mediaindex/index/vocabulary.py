@@ -17,7 +17,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from mediaindex.segments import WEB_ADDRESS, WEB_ADDRESS_PARTS
+from mediaindex.segments import WEB_ADDRESS_PARTS, is_web_address
 
 WORDED = ("speech", "ocr")  # what people and OCR may have spelt differently from the query
 # Names shorter than this (folded letters) have too many near neighbours to respell.
@@ -61,7 +61,7 @@ def names_in(query: str) -> list[str]:
     however they are cased ("marxists" in "marxists.org", which speech may hear as "muxists")."""
     out: list[str] = []
     tokens = _TOKEN.findall(query)
-    if WEB_ADDRESS.fullmatch(query.strip()):
+    if is_web_address(query):
         named = [t for t in tokens if t.casefold() not in WEB_ADDRESS_PARTS and len(fold(t)) >= MIN_NAME_LETTERS]
         return list(dict.fromkeys(named))
     for i, token in enumerate(tokens):
