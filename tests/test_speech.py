@@ -9,7 +9,7 @@ from mediaindex.config import SpeechSettings
 from mediaindex.errors import MediaError, ModelLoadError
 from mediaindex.media.decode import decode_audio
 from mediaindex.media.probe import probe
-from mediaindex.models.speech import SpeechModel
+from mediaindex.models.speech import SpeechModel, SpeechSegment
 from mediaindex.segments import Segment
 from mediaindex.stages.item import Keyframe, MediaItem
 from mediaindex.stages.speech import SpeechResult
@@ -142,6 +142,46 @@ def test_hallucination_filters() -> None:
     assert is_hallucination(seg("la la", logprob=-2.0), s)
     assert not is_hallucination(seg("Ask not what your country can do for you."), s)
     assert not is_hallucination(seg("The music was loud.", logprob=-0.5, no_speech=0.7), s)
+
+
+def _timed(text: str, start: float = 0.0, step: float = 0.3, language: str = "en") -> SpeechSegment:
+    from mediaindex.models.speech import Word, compression_ratio
+
+    words = tuple(Word(round(start + i * step, 3), round(start + (i + 1) * step, 3), w, 0.9)
+                  for i, w in enumerate(text.split()))
+    return SpeechSegment(words[0].start, words[-1].end, text, -0.3, 0.1, words, compression_ratio(text), language)
+
+
+def test_a_decoding_loop_is_kept_once() -> None:
+    from mediaindex.models.speech import looped_words, without_loops
+
+    # Whisper base on apollo11.mp3's radio, as the pipeline once transcribed it: after a first, misheard
+    # "Yeah, take the name of the car." the decoder said it twelve times more, about one short segment each.
+    loop = "Yeah, take the name of the car."
+    said = [_timed("I'll take the back.", 48.8), _timed(f"{loop} {loop} Yeah,", 52.9)]
+    said += [_timed("take the name of the car. Yeah,", 58.1 + 1.2 * i) for i in range(10)]
+    said.append(_timed("take the name of the car. Yeah, take the name of", 70.0))
+    said.append(_timed("Roger, over.", 80.0))
+    kept, gone = without_loops(said)
+    assert [seg.text for seg in kept] == ["I'll take the back.", loop, "Roger, over."]
+    assert kept[1].start == 52.9 and kept[1].end == said[1].words[6].end  # the first round's own times
+    assert gone == sum(len(seg.words) for seg in said) - 4 - 7 - 2
+    # Speech that only repeats a word or two, or says a phrase twice, is speech.
+    for text in ("no no no no no no", "Okay, no problem. Okay, no problem, we'll let you know.",
+                 "we shall fight on the beaches, we shall fight on the landing grounds, we shall fight in the fields",
+                 "Yeah, yeah, yeah, yeah."):
+        assert not looped_words(text.split()), text
+    assert looped_words(list("abcabcabc")) == set(range(3, 9))
+    assert looped_words(list("谢谢你谢谢你谢谢你好")) == set(range(3, 9))  # the words of unspaced text too
+    assert without_loops([]) == ([], 0)
+
+
+def test_real_speech_has_no_loop_to_drop(whisper_base: SpeechModel) -> None:
+    from mediaindex.models.speech import without_loops
+
+    transcript = whisper_base.transcribe(decode_audio(media("audio/jfk.flac")))
+    assert transcript.looped_words == 0
+    assert without_loops(transcript.segments) == (transcript.segments, 0)
 
 
 def test_whisper_small_is_selectable_by_config(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ the one before ended, so every encoder pass sees a full window of speech. Whispe
 every window from that same encoder pass, so a file in one language costs nothing extra; a window whose
 language is unsure (speech in two languages may meet in it) is looked at again stretch by stretch (a few
 seconds each) and, where the language changes, ends there. Segments that look like hallucinations (no
-speech and low confidence, repetitive text, only music symbols) are dropped, and the words are regrouped
+speech and low confidence, repetitive text, only music symbols) are dropped, and so is a phrase the
+decoder says over and over (`without_loops`); the words are regrouped
 into sentences (`mediaindex.models.sentences`), each tagged with its language."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from mediaindex.config import SpeechSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
 from mediaindex.models.sentences import TimedWord, sentence_text, sentences
+from mediaindex.segments import join_words
 
 SAMPLE_RATE = 16_000
 
@@ -57,6 +59,7 @@ class Transcript:
     segments: list[SpeechSegment] = field(default_factory=list)
     speech_seconds: float = 0.0  # audio the VAD found speech in (what the model decoded)
     dropped: int = 0  # segments dropped as likely hallucinations
+    looped_words: int = 0  # words dropped as repeats of a decoding loop (`without_loops`)
     encoder_passes: int = 0  # windows encoded, language re-checks included (what speech costs)
     # Seconds of speech and summed detection probability per language, over the windows.
     language_seconds: dict[str, list[float]] = field(default_factory=dict)
@@ -108,6 +111,70 @@ def is_hallucination(seg: SpeechSegment, s: SpeechSettings) -> bool:
     if seg.no_speech_prob > s.no_speech_threshold and seg.avg_logprob < s.log_prob_threshold:
         return True
     return seg.avg_logprob < s.min_avg_logprob or seg.compression_ratio > s.compression_ratio_threshold
+
+
+# Whisper can fall into a loop on noisy audio: one phrase decoded again and again, each time its own short
+# segment, so no single segment's compression ratio gives it away ("Yeah, take the name of the car." thirteen
+# times over twenty seconds of radio). A phrase of at least LOOP_WORDS words said LOOP_REPEATS times or more in a
+# row is kept once; people rarely say a whole phrase three times running, a looping decoder always does.
+LOOP_WORDS = 3
+LOOP_REPEATS = 3
+_LOOP_MAX_WORDS = 24
+
+
+def _loop_key(word: str) -> str:
+    return "".join(ch for ch in word.casefold() if ch.isalnum())
+
+
+def looped_words(words: Sequence[str]) -> set[int]:
+    """Indexes of the words that repeat a looping phrase: every occurrence after the first of a phrase of
+    at least LOOP_WORDS words said LOOP_REPEATS times or more in a row, and a trailing start of it."""
+    keys = [_loop_key(w) for w in words]
+    looped: set[int] = set()
+    i = 0
+    while i < len(keys):
+        step = 1
+        for n in range(LOOP_WORDS, min(_LOOP_MAX_WORDS, (len(keys) - i) // LOOP_REPEATS) + 1):
+            phrase = keys[i:i + n]
+            if not any(phrase):
+                continue
+            times = 1
+            while keys[i + times * n:i + (times + 1) * n] == phrase:
+                times += 1
+            if times < LOOP_REPEATS:
+                continue
+            end = i + times * n
+            while end < len(keys) and keys[end] == phrase[(end - i) % n]:
+                end += 1  # the loop's last, unfinished round ("Yeah, take the name of")
+            looped.update(range(i + n, end))
+            step = end - i
+            break
+        i += step
+    return looped
+
+
+def without_loops(segments: list[SpeechSegment]) -> tuple[list[SpeechSegment], int]:
+    """The segments with looping repeats taken out (`looped_words`, across segment bounds), and how many
+    words went. A segment left without words is dropped; one that lost some keeps the rest."""
+    flat = [(k, j) for k, seg in enumerate(segments) for j in range(len(seg.words))]
+    looped = looped_words([segments[k].words[j].text for k, j in flat])
+    if not looped:
+        return segments, 0
+    gone: dict[int, set[int]] = {}
+    for i in looped:
+        k, j = flat[i]
+        gone.setdefault(k, set()).add(j)
+    out: list[SpeechSegment] = []
+    for k, seg in enumerate(segments):
+        if k not in gone:
+            out.append(seg)
+            continue
+        words = tuple(w for j, w in enumerate(seg.words) if j not in gone[k])
+        if words:
+            text = join_words([w.text for w in words], seg.language)
+            out.append(replace(seg, start=words[0].start, end=words[-1].end, text=text, words=words,
+                               compression_ratio=compression_ratio(text)))
+    return out, len(looped)
 
 
 FALLBACK_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # faster-whisper's: a failed window is re-sampled hotter
@@ -335,6 +402,8 @@ class SpeechModel:
                     out.dropped += 1
                     continue
                 kept.append(piece)
+        kept, looped = without_loops(kept)
+        out.looped_words += looped
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
 
     def _options(self, narrowband: bool = False):
