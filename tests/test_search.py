@@ -87,6 +87,32 @@ def test_meaning_finds_the_file_and_moment(index: MediaIndex, embedder, query: s
 
 
 @pytest.mark.parametrize(
+    ("question", "phrase", "file", "start", "end"),
+    [
+        ("만국의 노동자여 단결하라는 말은 어디에 나오나요?", "만국의 노동자여 단결하라", "manifesto.mp4", 9.5, 12.8),
+        ("Wer sagt: Fragt nicht, was euer Land für euch tun kann?", "Fragt nicht, was euer Land für euch tun kann",
+         "jfk.flac", 3.0, 8.0),
+        ("Who says ask not what your country can do for you?", "ask not what your country can do for you",
+         "jfk.flac", 3.0, 8.0),
+        ("In welcher Aufnahme heißt es „Ein Gespenst geht um in Europa“?", "Ein Gespenst geht um in Europa",
+         "manifesto.mp4", 19.0, 30.0),
+    ],
+)
+def test_a_question_is_searched_for_what_it_asks(index: MediaIndex, embedder, question: str, phrase: str, file: str,
+                                                 start: float, end: float) -> None:
+    # Asked as a question, the Korean and German phrases were below the cross-language line (nothing found).
+    hits = search(index, embedder, question, limit=3)
+    assert hits and _name(hits[0]) == file and hits[0].start < end and hits[0].end > start
+    assert hits == search(index, embedder, phrase, limit=3)
+
+
+def test_a_question_about_something_absent_finds_nothing(index: MediaIndex, embedder) -> None:
+    for question in ("Is there a recording about baking sourdough bread?", "축구 이야기가 나오는 영상은?",
+                     "Wo spricht jemand über die Fußball-Weltmeisterschaft?"):
+        assert search(index, embedder, question) == [], question
+
+
+@pytest.mark.parametrize(
     ("query", "file", "words"),
     [("antecedents", "2412-153948-0000.flac", "antecedents"), ("E-G-E-A", "apollo11.mp3", "E-G-E-A"),
      ("1813", "LJ002-0020.wav", "1813"), ("CLS", "apollo11.mp3", "CLS")],

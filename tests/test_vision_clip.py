@@ -153,7 +153,7 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
         # Text through the CLIP text tower meets the image vectors; a random model's cosines are
         # noise, below the CLIP text scale's match line, so they add candidates but no matches.
         clip = load_clip(clip_settings.vision)
-        found = judged(index, embed.embedder, "a cat", 20, clip_text=clip.embed_query("a cat"))
+        found = judged(index, embed.embedder, "a cat", 20, clip_query=clip.embed_query)
         weighed = [j for j in found if "clip_text" in j.evidence]
         assert weighed and all(j.hit.modality == "visual" and -1.0 <= j.evidence["clip_text"] <= 1.0 for j in weighed)
         assert all(h.modality != "visual" or h.band is not None for h in searcher.text("a cat", limit=5))

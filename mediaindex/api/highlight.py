@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from mediaindex.index.questions import sought
 from mediaindex.index.search import address_part_ids
 from mediaindex.index.vocabulary import fold, sound_alikes, words_of
 from mediaindex.segments import is_web_address
@@ -25,9 +26,11 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def highlights(query: str, text: str, encoder: SparseEncoder) -> list[tuple[int, int]]:
-    """Spans of the words of `text` that are words of `query`."""
+    """Spans of the words of `text` that are words of `query` (of the phrase a question asks about, as the
+    search looked for it: "When does someone say banana?" marks "banana", not "say")."""
     if not query or not text:
         return []
+    query = sought(query) or query
     wanted = set(encoder.query(query).indices)
     if is_web_address(query):
         wanted -= address_part_ids(encoder)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING, Literal
@@ -30,6 +31,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
 from mediaindex.index.querylang import query_language
+from mediaindex.index.questions import sought
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, is_name, names_in, sound_alikes, words_of
 from mediaindex.index.wordweights import WordWeights
@@ -309,11 +311,17 @@ def respell(index: MediaIndex, q: Query) -> None:
 def judged(
     index: MediaIndex, embedder: TextEmbedder | None, query: str | None, limit: int = 10,
     filters: SearchFilters | None = None, *, mode: Mode = "hybrid",
-    image_vectors: dict[str, np.ndarray] | None = None, clip_text: np.ndarray | None = None,
+    image_vectors: dict[str, np.ndarray] | None = None, clip_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[Judged]:
-    """Every candidate segment with its evidence, most confident first; nothing dropped (for calibration)."""
+    """Every candidate segment with its evidence, most confident first; nothing dropped (for calibration).
+
+    A question is searched as the phrase it asks about (`questions.sought`): its frame ("Where does someone
+    say", "어디에 나오나요") was never said or shown, and judged with it a question about something absent
+    met unrelated speech ("Is there a recording about …" and "This is an example video")."""
     query = _check(query, limit, filters, mode)
-    q = prepare(index, embedder, query, mode, image_vectors, clip_text)
+    text = (sought(query) or query) if query else query
+    clip_text = clip_query(text) if clip_query is not None and text else None
+    q = prepare(index, embedder, text, mode, image_vectors, clip_text)
     pool = max(index.settings.candidates, limit * 5)
     found = [judge(s, q) for s in candidates(index, q, filters, mode, pool)]
     # Stable: equally confident candidates keep the engine's fused order.
@@ -329,17 +337,17 @@ def search(
     *,
     mode: Mode = "hybrid",
     image_vectors: dict[str, np.ndarray] | None = None,
-    clip_text: np.ndarray | None = None,
+    clip_query: Callable[[str], np.ndarray] | None = None,
     moments: bool = True,
 ) -> list[Hit]:
     """The moments (or segments, with moments=False) that match, best first; [] when nothing does.
 
     `image_vectors` (e.g. {"frame": feature} of a query picture) search those named vectors too, alone
-    or fused with the text query; `clip_text` is the query through a CLIP text tower, searched against
-    the shots' "image" vectors.
+    or fused with the text query; `clip_query` puts text through a CLIP text tower, searched against the
+    shots' "image" vectors.
     """
     found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
-                   clip_text=clip_text)
+                   clip_query=clip_query)
     hits = [replace(j.hit, score=round(j.confidence, 6), band=calibration.band(j.confidence), seek=j.seek)
             for j in found if j.confidence >= calibration.MATCH]
     if moments:
@@ -369,9 +377,8 @@ class Searcher:
         if not query:
             raise QueryError("the search query is empty")
         clip = self._clip() if mode != "sparse" and _visual_allowed(filters) else None
-        clip_text = clip.embed_query(query) if clip is not None else None
-        return search(self.index, self.embedder, query, limit, filters, mode=mode, clip_text=clip_text,
-                      moments=moments)
+        return search(self.index, self.embedder, query, limit, filters, mode=mode,
+                      clip_query=clip.embed_query if clip is not None else None, moments=moments)
 
     def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
         """Shots that look like `picture`: through the classifier's "frame" vector and, when configured,
