@@ -26,13 +26,22 @@ def test_one_layer_matches_its_full_precision_result() -> None:
 def test_smollm2_predicts_the_same_tokens() -> None:
     from mediaindex.serving.model_runner import load_smollm2
 
+    # Two reference transcripts of the sample media (jfk.flac, 2412-153948-0000.flac): 57 tokens. A token can
+    # flip only where bf16 itself barely chose (its top two logits within bf16's own step there, ~0.125):
+    # on an AMD EPYC 2 of the 16 of the first text did, at margins of 0.12, so 16 tokens alone said 0.875.
+    texts = ["And so, my fellow Americans: ask not what your country can do for you",
+             "If the reader will excuse me, I will say nothing of my antecedents, nor of the circumstances which "
+             "led me to leave my native country. The narrative would be tedious to him and painful to myself."]
     model, tok = load_smollm2(dtype=torch.bfloat16)
-    ids = tok("And so, my fellow Americans: ask not what your country can do for you", return_tensors="pt").input_ids
+    ids = [tok(t, return_tensors="pt").input_ids for t in texts]
     with torch.no_grad():
-        ref = model(ids).logits.float()
+        ref = torch.cat([model(i).logits.float()[0] for i in ids])
         replaced = quantize_int8_cpu(model)
-        out = model(ids).logits.float()
+        out = torch.cat([model(i).logits.float()[0] for i in ids])
     assert replaced == sum(isinstance(m, Int8Linear) for m in model.modules()) > 100
     assert not isinstance(model.lm_head, Int8Linear)
-    agree = (ref.argmax(-1) == out.argmax(-1)).float().mean().item()
-    assert agree >= 0.9, agree
+    same = ref.argmax(-1) == out.argmax(-1)
+    top2 = ref.topk(2, -1).values
+    clear = top2[:, 0] - top2[:, 1] > 0.5  # bf16 chose with a margin of four of its steps or more
+    assert clear.sum() > 20 and bool(same[clear].all()), (top2[:, 0] - top2[:, 1])[~same]
+    assert same.float().mean().item() >= 0.9, same.float().mean().item()
