@@ -32,6 +32,12 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("누가 '조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오'라고 말했나요?",
          "조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오"),
         ('Who said "ask not"?', "ask not"),
+        ("Find the part where someone says banana", "banana"),
+        ("Show me the scene with a parrot", "a parrot"),
+        ("Zeig mir die Stelle, wo jemand über Guizot spricht", "Guizot"),
+        ("Zeig mir die Stelle, wo ein Papagei zu sehen ist", "ein Papagei"),
+        ("만국의 노동자여 단결하라는 부분을 찾아줘", "만국의 노동자여 단결하라"),
+        ("앵무새가 나오는 장면을 보여줘", "앵무새"),
         ("Where does «la vie en rose» play?", "la vie en rose"),
     ],
 )
@@ -42,7 +48,8 @@ def test_the_phrase_a_question_asks_about(question: str, phrase: str) -> None:
 @pytest.mark.parametrize("query", [
     "What does the manifesto say is haunting Europe?",  # a question, but no frame around a phrase
     "don't stop me now", "it's the economy", "Ein Gespenst geht um in Europa", "김치볶음밥 만드는 법",
-    "Where?", "어디에 나오나요?", "Who says?", "a meadow with trees under pink clouds", "",
+    "Where?", "어디에 나오나요?", "Who says?", "a meadow with trees under pink clouds", "", "Show me", "Wer sagt das?",
+    "보여줘",
 ])
 def test_other_queries_are_searched_as_typed(query: str) -> None:
     assert sought(query) is None

@@ -9,8 +9,8 @@ United." while the bare phrase is found at once. So the searcher looks for the s
 unrelated speech ("Is there a recording about baking sourdough bread?" and "This is an example video").
 
 Only a frame that is plainly one is taken off: a quoted phrase, the part after a question's colon, and the
-common frames of English, German and Korean questions about where something is said or seen, at the start
-or the end of the query. Anything else is left whole (None): a query that is not such a question is
+common frames of English, German and Korean questions about where something is said or seen (and of requests:
+"Find the part where …", "Zeig mir die Stelle, wo …", "… 장면을 보여줘"), at the start or the end of the query. Anything else is left whole (None): a query that is not such a question is
 searched exactly as before.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 MIN_LETTERS = 2  # a sought phrase has at least this many letters or digits
+_NOT_SOUGHT = {"me", "it", "this", "that", "mir", "es", "das"}  # what "Show me", "Zeig es" leave
 
 # A quoted phrase: “…”, „…“, «…», »…«, 「…」, 『…』, "…", and '…' where the quote marks stand apart from
 # words (so "don't" opens nothing; Korean particles may follow the closing mark: '사랑해요'라고).
@@ -33,7 +34,7 @@ _WHO_EN = (r"(?:someone|somebody|anyone|anybody|one|i|we|you|he|she|they|it|a (?
 _VERB_EN = (r"(?:say|says|said|saying|mention|mentions|mentioned|talk about|talks about|talked about|speak (?:about|of)|"
             r"speaks (?:about|of)|read|reads|quote|quotes|discuss|discusses|show|shows|showing|contain|contains|feature|"
             r"features|see|find|hear|watch|get|hear about)")
-_EN_PREFIXES = (
+_EN_PREFIXES: tuple[re.Pattern[str], ...] = (
     # "Where does someone say …", "Which recording mentions …", "Who says …", "Where can I see …"
     re.compile(rf"^{_WHERE_EN}\s+(?:{_AUX_EN}\s+)?(?:{_WHO_EN}\s+)?(?:{_VERB_EN}\s+)(?:that\s+|the words\s+)?", re.I),
     # "In which file does the narrator …" (whatever the narrator does is what is sought)
@@ -43,13 +44,18 @@ _EN_PREFIXES = (
                r"film|movie|shot|audio)s?\s+(?:with|of|about|where|that shows|showing|in which)\s+", re.I),
     # "Where is …" / "Where are …" (then a trailing "mentioned", "said", … goes too)
     re.compile(r"^(?:where|when|in which (?:\w+ )?\w+)\s+(?:is|are|was|were)\s+", re.I),
+    # A request: "Find the part where someone says …", "Show me the scene with …", "Play the bit about …"
+    re.compile(rf"^(?:please\s+)?(?:find|show(?: me)?|play|search for|look for|take me to|jump to)\s+"
+               r"(?:(?:the|a|an|any|every)\s+)?(?:(?:part|moment|scene|clip|video|recording|file|bit|place|spot|shot)s?\s+"
+               r"(?:where|when|in which|with|of|about|that shows|showing)\s+)?"
+               rf"(?:{_WHO_EN}\s+)?(?:{_VERB_EN}\s+)?(?:that\s+)?", re.I),
 )
 _EN_SUFFIX = re.compile(r"\s+(?:mentioned|said|shown|seen|heard|discussed|talked about|spoken (?:about|of)|"
                         r"read out|quoted|visible|in (?:the|this|any) (?:video|archive|recording|clip)s?)$", re.I)
 
 _WHERE_DE = (r"(?:wo|wann|wer|was|an welcher stelle|in welche[mnrs]? \w+|welche[mnrs]? \w+|"
              r"gibt es (?:ein(?:e|en)?|irgendwo ein(?:e|en)?) \w+,? (?:in de[mnr]|wo|mit|über))")
-_DE_PREFIXES = (
+_DE_PREFIXES: tuple[re.Pattern[str], ...] = (
     # "Wo sagt jemand: …" (the colon is dealt with apart), "Wer sagt …", "In welcher Aufnahme heißt es …"
     re.compile(rf"^{_WHERE_DE}\s+(?:sagt|sagte|erwähnt|erwähnte|spricht|sprach|redet|redete|liest|zitiert|zeigt|"
                r"heißt es|hört man|sieht man|kommt|kommen|geht es um|ist von|ist die rede von|wird|werden)"
@@ -57,12 +63,22 @@ _DE_PREFIXES = (
                r"(?:\s+(?:von|über|davon|darüber))?(?:\s+(?:gesagt|erwähnt|gezeigt|gesprochen|geredet))?"
                r"(?:,?\s+dass)?\s+", re.I),
 )
-_DE_SUFFIX = re.compile(r"\s+(?:vor|die rede|gesagt|erwähnt|gezeigt|zu sehen|zu hören|gesprochen|geredet)$", re.I)
+_DE_PREFIXES += (
+    # A request: "Zeig mir die Stelle, wo …", "Finde die Szene mit …", "Spiel den Teil über …"
+    re.compile(r"^(?:bitte\s+)?(?:zeig(?:e)?(?: mir)?|finde|such(?:e)?(?: nach)?|spiel(?:e)?)\s+"
+               r"(?:(?:die|den|das|eine|einen|ein)\s+)?(?:(?:stelle|moment|szene|teil|video|aufnahme|datei|clip)\s*,?\s*"
+               r"(?:wo|in der|in dem|an der|mit|von|über|in der man|wo man)\s+)?"
+               r"(?:(?:jemand|man|er|sie)\s+)?(?:(?:sagt|erwähnt|spricht über|spricht von)\s+|(?:über|von)\s+)?"
+               r"(?:,?\s*dass\s+)?", re.I),
+)
+_DE_SUFFIX = re.compile(r"\s+(?:vor|vorkommt|die rede|gesagt|erwähnt|gezeigt|zu sehen|zu hören|gesprochen|geredet|"
+                        r"(?:gesagt|erwähnt|gezeigt) wird|(?:zu sehen|zu hören) ist|spricht|redet|sagt|erwähnt)$", re.I)
 
 # Korean: the question word and predicate at the end, the thing it is about before them.
 _KO_ASK = re.compile(r"\s*(?:(?:어디|어느\s*\S+|무슨\s*\S+|언제|누가)(?:에서|에|서)?\s*)?"
                      r"(?:나오나요|나와요|나옵니까|나오니|나오지|있나요|있어요|있습니까|있니|있지|인가요|입니까|"
-                     r"이에요|예요|야|일까요|볼 수 있나요|들을 수 있나요|말했나요|말하나요|말합니까|했나요|나오는지|있는지)$")
+                     r"이에요|예요|야|일까요|볼 수 있나요|들을 수 있나요|말했나요|말하나요|말합니까|했나요|나오는지|있는지|"
+                     r"(?:찾아|보여|틀어|재생해|알려)\s*(?:줘|주세요|줄래|줄래요|주십시오|주실래요))$")
 _KO_WHERE_ONLY = re.compile(r"\s*(?:어디|어느\s*\S+|언제)(?:에서|에|서)?$")
 _KO_THING = re.compile(r"\s*(?:말|문장|구절|표현|대사|부분|내용|이야기|얘기|장면|영상|동영상|비디오|파일|녹음|클립|곳)"
                        r"(?:은|는|이|가|을|를)?$")
@@ -126,6 +142,6 @@ def _letters(text: str) -> int:
 
 def _phrase(text: str, query: str) -> str | None:
     phrase = _QUESTION_END.sub("", text.strip(" \t,;:")).strip()
-    if _letters(phrase) < MIN_LETTERS or phrase == query.strip():
+    if _letters(phrase) < MIN_LETTERS or phrase == query.strip() or phrase.casefold() in _NOT_SOUGHT:
         return None
     return phrase
