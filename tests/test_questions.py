@@ -38,6 +38,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("Zeig mir die Stelle, wo ein Papagei zu sehen ist", "ein Papagei"),
         ("만국의 노동자여 단결하라는 부분을 찾아줘", "만국의 노동자여 단결하라"),
         ("앵무새가 나오는 장면을 보여줘", "앵무새"),
+        ("Show me the money", "the money"),
+        ("Zeig mir einen Papagei", "einen Papagei"),
         ("Where does «la vie en rose» play?", "la vie en rose"),
     ],
 )
@@ -49,7 +51,7 @@ def test_the_phrase_a_question_asks_about(question: str, phrase: str) -> None:
     "What does the manifesto say is haunting Europe?",  # a question, but no frame around a phrase
     "don't stop me now", "it's the economy", "Ein Gespenst geht um in Europa", "김치볶음밥 만드는 법",
     "Where?", "어디에 나오나요?", "Who says?", "a meadow with trees under pink clouds", "", "Show me", "Wer sagt das?",
-    "보여줘",
+    "보여줘", "find my way home", "show business", "play the game", "Finde Nemo",  # no request frame
 ])
 def test_other_queries_are_searched_as_typed(query: str) -> None:
     assert sought(query) is None

@@ -45,10 +45,13 @@ _EN_PREFIXES: tuple[re.Pattern[str], ...] = (
     # "Where is …" / "Where are …" (then a trailing "mentioned", "said", … goes too)
     re.compile(r"^(?:where|when|in which (?:\w+ )?\w+)\s+(?:is|are|was|were)\s+", re.I),
     # A request: "Find the part where someone says …", "Show me the scene with …", "Play the bit about …"
-    re.compile(rf"^(?:please\s+)?(?:find|show(?: me)?|play|search for|look for|take me to|jump to)\s+"
-               r"(?:(?:the|a|an|any|every)\s+)?(?:(?:part|moment|scene|clip|video|recording|file|bit|place|spot|shot)s?\s+"
-               r"(?:where|when|in which|with|of|about|that shows|showing)\s+)?"
+    # (a frame noun is needed: "find my way home" and "show business" are searched as typed) ...
+    re.compile(rf"^(?:please\s+)?(?:find|show|play|search for|look for|take me to|jump to)\s+(?:me\s+)?"
+               r"(?:(?:the|a|an|any|every)\s+)?(?:part|moment|scene|clip|video|recording|file|bit|place|spot|shot)s?\s+"
+               r"(?:where|when|in which|with|of|about|that shows|showing)\s+"
                rf"(?:{_WHO_EN}\s+)?(?:{_VERB_EN}\s+)?(?:that\s+)?", re.I),
+    # ... or "Show me …"
+    re.compile(r"^(?:please\s+)?show me\s+", re.I),
 )
 _EN_SUFFIX = re.compile(r"\s+(?:mentioned|said|shown|seen|heard|discussed|talked about|spoken (?:about|of)|"
                         r"read out|quoted|visible|in (?:the|this|any) (?:video|archive|recording|clip)s?)$", re.I)
@@ -62,14 +65,15 @@ _DE_PREFIXES: tuple[re.Pattern[str], ...] = (
                r"(?:\s+(?:jemand|man|er|sie|der sprecher|die sprecherin|der erzähler|die erzählerin))?"
                r"(?:\s+(?:von|über|davon|darüber))?(?:\s+(?:gesagt|erwähnt|gezeigt|gesprochen|geredet))?"
                r"(?:,?\s+dass)?\s+", re.I),
-)
-_DE_PREFIXES += (
-    # A request: "Zeig mir die Stelle, wo …", "Finde die Szene mit …", "Spiel den Teil über …"
+    # A request: "Zeig mir die Stelle, wo …", "Finde die Szene mit …", "Spiel den Teil über …" (a frame noun
+    # is needed, as in English) ...
     re.compile(r"^(?:bitte\s+)?(?:zeig(?:e)?(?: mir)?|finde|such(?:e)?(?: nach)?|spiel(?:e)?)\s+"
-               r"(?:(?:die|den|das|eine|einen|ein)\s+)?(?:(?:stelle|moment|szene|teil|video|aufnahme|datei|clip)\s*,?\s*"
-               r"(?:wo|in der|in dem|an der|mit|von|über|in der man|wo man)\s+)?"
+               r"(?:(?:die|den|das|eine|einen|ein)\s+)?(?:stelle|moment|szene|teil|video|aufnahme|datei|clip)\s*,?\s*"
+               r"(?:wo|in der|in dem|an der|mit|von|über|in der man|wo man)\s+"
                r"(?:(?:jemand|man|er|sie)\s+)?(?:(?:sagt|erwähnt|spricht über|spricht von)\s+|(?:über|von)\s+)?"
                r"(?:,?\s*dass\s+)?", re.I),
+    # ... or "Zeig mir …"
+    re.compile(r"^(?:bitte\s+)?zeig(?:e)? mir\s+", re.I),
 )
 _DE_SUFFIX = re.compile(r"\s+(?:vor|vorkommt|die rede|gesagt|erwähnt|gezeigt|zu sehen|zu hören|gesprochen|geredet|"
                         r"(?:gesagt|erwähnt|gezeigt) wird|(?:zu sehen|zu hören) ist|spricht|redet|sagt|erwähnt)$", re.I)
