@@ -60,6 +60,17 @@ def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> No
     assert best["band"] == "high" and all(h["band"] in ("high", "medium", "low") for h in hits)
 
 
+def test_a_question_says_what_it_searched_for(client: TestClient) -> None:
+    r = client.get("/search", params={"q": "When does someone say banana?", "limit": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["searched_for"] == "banana" and body["hits"]
+    best = body["hits"][0]
+    assert best["title"] == "auto-editor_example.mp4" and best["text"].lower().startswith("banana")
+    assert [best["text"][s:e] for s, e in best["highlights"]] == ["banana"]  # not "say"
+    assert client.get("/search", params={"q": "banana"}).json()["searched_for"] is None
+
+
 def test_what_the_archive_does_not_hold_is_an_empty_list(client: TestClient) -> None:
     for q in ("xqzv plorth wimble", "a recipe for kimchi fried rice", "내일 서울 날씨"):
         r = client.get("/search", params={"q": q})

@@ -51,6 +51,11 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     assert result.returncode == 0 and json.loads(result.stdout) == [], result.stdout + result.stderr
     result = run("search", "ask not what your country can do", env=cli_env)
     assert result.returncode == 0 and "high" in result.stdout  # the band column
+    assert "searching for" not in result.stderr
+    # A question is searched for what it asks about, and the CLI says what that was.
+    result = run("search", "Who says ask not what your country can do?", env=cli_env)
+    assert result.returncode == 0 and "jfk.flac" in result.stdout and "high" in result.stdout, result.stderr
+    assert "searching for “ask not what your country can do”" in result.stderr
 
     # the --index flag wins over the environment
     other = tmp_path / "empty-index"

@@ -195,6 +195,19 @@ def test_empty_state_suggests_what_to_change(page: Page, server: LiveServer, sam
     assert page.p.locator("#empty").is_hidden()
 
 
+def test_a_question_says_what_it_looked_for(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    page.p.goto(f"{server.url}/#/search?q=When+does+someone+say+banana%3F")
+    first = page.p.locator("#results .hit").first
+    first.wait_for()
+    assert "for “banana”" in page.p.locator("#notice").inner_text()
+    assert first.locator(".snippet mark").all_inner_texts() == ["banana"]  # the phrase's word, not "say"
+    # A question about something absent: the empty state names what was looked for.
+    page.p.goto(f"{server.url}/#/search?q=Is+there+a+recording+about+baking+sourdough+bread%3F")
+    page.p.locator("#empty").wait_for()
+    assert page.p.locator("#empty-title").inner_text() == "No moments match “baking sourdough bread”"
+    page.fits()
+
+
 def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     page.p.goto(f"{server.url}/#/video/{sample.video_id('auto-editor_example.mp4')}")
     page.p.locator("#transcript .line").first.wait_for()

@@ -59,6 +59,9 @@ class HitOut(BaseModel):
 
 class SearchResponse(BaseModel):
     query: str
+    # What the search looked for when the query is a question or a request ("Where does someone say X?": X);
+    # None when it searched the query as typed.
+    searched_for: str | None = None
     took_ms: float
     hits: list[HitOut]
 

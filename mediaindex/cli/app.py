@@ -266,6 +266,7 @@ def search(
 ) -> None:
     """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
     from mediaindex.index.filters import SearchFilters
+    from mediaindex.index.questions import sought
     from mediaindex.index.search import Searcher, check_query
     from mediaindex.models.images import load_image
 
@@ -276,6 +277,9 @@ def search(
             query = check_query(query)
             if not query:
                 raise ValueError("the search query is empty")
+            if (phrase := sought(query)) is not None and not as_json:
+                # The search looks for what the question asks about alone: say so, as the page marks it.
+                err.print(f"searching for “{phrase}”", highlight=False, markup=False)
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
                                 speaker=speaker, start=after, end=before)

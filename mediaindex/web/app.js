@@ -273,10 +273,12 @@ async function runSearch(q, video, modality, token) {
   if (token !== routeToken) return;
   if (!data.hits.length) {
     notice("");
-    emptyState(q, video, modality);
+    emptyState(data.searched_for || q, video, modality);
     return;
   }
-  notice(`${plural(data.hits.length, "moment")} (${Math.round(data.took_ms)} ms)`);
+  // A question is searched for what it asks about: say what that was.
+  const asked = data.searched_for ? ` for “${data.searched_for}”` : "";
+  notice(`${plural(data.hits.length, "moment")}${asked} (${Math.round(data.took_ms)} ms)`);
   for (const hit of data.hits) results.append(hitItem(hit));
 }
 

@@ -14,6 +14,7 @@ from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.highlight import highlights
 from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
+from mediaindex.index.questions import sought
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
@@ -65,7 +66,8 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query=body.q, took_ms=round(took, 2), hits=[hit_out(h, body.q, state.index.sparse) for h in hits])
+    return SearchResponse(query=body.q, searched_for=sought(body.q), took_ms=round(took, 2),
+                          hits=[hit_out(h, body.q, state.index.sparse) for h in hits])
 
 
 @router.get("/search", response_model=SearchResponse)
