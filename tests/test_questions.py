@@ -39,6 +39,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
         ("만국의 노동자여 단결하라는 부분을 찾아줘", "만국의 노동자여 단결하라"),
         ("앵무새가 나오는 장면을 보여줘", "앵무새"),
         ("Show me the money", "the money"),
+        ("공산주의에 대한 이야기는 어디에 나오나요?", "공산주의"),
+        ("공산주의에 대해 말하는 부분은?", "공산주의"),
         ("Zeig mir einen Papagei", "einen Papagei"),
         ("Where does «la vie en rose» play?", "la vie en rose"),
     ],

@@ -86,7 +86,8 @@ _KO_ASK = re.compile(r"\s*(?:(?:어디|어느\s*\S+|무슨\s*\S+|언제|누가)(
 _KO_WHERE_ONLY = re.compile(r"\s*(?:어디|어느\s*\S+|언제)(?:에서|에|서)?$")
 _KO_THING = re.compile(r"\s*(?:말|문장|구절|표현|대사|부분|내용|이야기|얘기|장면|영상|동영상|비디오|파일|녹음|클립|곳)"
                        r"(?:은|는|이|가|을|를)?$")
-_KO_SHOWN = re.compile(r"\s*(?:나오는|나온|등장하는|보이는|있는|담긴|들리는)$")
+_KO_SHOWN = re.compile(r"\s*(?:나오는|나온|등장하는|보이는|있는|담긴|들리는|말하는|이야기하는|얘기하는|언급하는|언급된)$")
+_KO_ABOUT = re.compile(r"\s*(?:에\s*)?(?:대한|관한|대해서?|관해서?)$")  # "공산주의에 대한 (이야기)": 공산주의
 _KO_QUOTATIVE = re.compile(r"(?<=[라다자냐까요])(?:는|고|고 하는|고 말하는)$")
 _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _KO_FRAMES = 4  # how deep Korean question frames nest, at most
@@ -122,6 +123,7 @@ def _korean(text: str) -> str:
         if _KO_SHOWN.search(text):
             text = _without_particle(_KO_SHOWN.sub("", text))
         text = _KO_QUOTATIVE.sub("", text)
+        text = _KO_ABOUT.sub("", text)
         if text == before:
             break
     return text
