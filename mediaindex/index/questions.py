@@ -9,14 +9,16 @@ United." while the bare phrase is found at once. So the searcher looks for the s
 unrelated speech ("Is there a recording about baking sourdough bread?" and "This is an example video").
 
 Only a frame that is plainly one is taken off: a quoted phrase, the part after a question's colon, and the
-common frames of English, German and Korean questions about where something is said or seen (and of requests:
-"Find the part where …", "Zeig mir die Stelle, wo …", "… 장면을 보여줘"), at the start or the end of the query. Anything else is left whole (None): a query that is not such a question is
-searched exactly as before.
+common frames of English, German and Korean questions about where something is said or seen (and of
+requests: "Find the part where …", "Zeig mir die Stelle, wo …", "… 장면을 보여줘"), at the start or the end of
+the query. Anything else is left whole (None): a query that is not such a question is searched exactly as
+before. The searcher, the page's highlights and the CLI each ask for one query's phrase: it is worked out once.
 """
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 MIN_LETTERS = 2  # a sought phrase has at least this many letters or digits
 _NOT_SOUGHT = {"me", "it", "this", "that", "mir", "es", "das"}  # what "Show me", "Zeig es" leave
@@ -93,6 +95,7 @@ _HANGUL = re.compile(r"[\uac00-\ud7a3]")
 _KO_FRAMES = 4  # how deep Korean question frames nest, at most
 
 
+@lru_cache(maxsize=1024)
 def sought(query: str) -> str | None:
     """The phrase a question asks about (a quote, what follows its colon, or what its frame surrounds), or
     None when the query is no such question or nothing would remain."""
@@ -105,9 +108,9 @@ def sought(query: str) -> str | None:
         head, _, tail = text.partition(":")
         if head.strip() and _letters(tail) >= MIN_LETTERS:
             return _phrase(tail, query)
-    if _HANGUL.search(text):
-        return _phrase(_korean(_QUESTION_END.sub("", text)), query)
     bare = _QUESTION_END.sub("", text)
+    if _HANGUL.search(bare):
+        return _phrase(_korean(bare), query)
     for prefixes, suffix in ((_EN_PREFIXES, _EN_SUFFIX), (_DE_PREFIXES, _DE_SUFFIX)):
         for prefix in prefixes:
             if (m := prefix.match(bare)) is not None:
