@@ -106,6 +106,18 @@ def test_a_question_is_searched_for_what_it_asks(index: MediaIndex, embedder, qu
     assert hits == search(index, embedder, phrase, limit=3)
 
 
+def test_equally_confident_segments_are_ordered_by_their_other_evidence(index: MediaIndex, embedder) -> None:
+    # Both jfk.flac sentences hold every weighed word of the query (confidence 1.0 each); the engine's fused
+    # list breaks such ties as it likes, so the sentence nearer in meaning (the one that says "ask not")
+    # must come first by the searcher's own ranking, the same way every time.
+    runs = [search(index, embedder, "ask not what your country can do for you", limit=5, moments=False)
+            for _ in range(8)]
+    jfk = [h for h in runs[0] if _name(h) == "jfk.flac"]
+    assert [h.score for h in jfk] == [1.0, 1.0]
+    assert jfk[0].text.startswith("And so my fellow Americans, ask not")
+    assert all(run == runs[0] for run in runs)
+
+
 def test_a_question_about_something_absent_finds_nothing(index: MediaIndex, embedder) -> None:
     for question in ("Is there a recording about baking sourdough bread?", "축구 이야기가 나오는 영상은?",
                      "Wo spricht jemand über die Fußball-Weltmeisterschaft?"):

@@ -162,6 +162,13 @@ class Judged:
     evidence: dict[str, float]
     confidence: float
     seek: float | None = None
+    support: tuple[float, ...] = ()  # the confidence each kind of evidence gives, highest first
+
+    def rank(self) -> tuple[float, ...]:
+        """Sort key, most confident first. Two segments can be equally confident (both hold every word of
+        the query): the one the other evidence favours more (e.g. nearer in meaning) comes first, so that
+        the order never rests on how the engine breaks a tie in its fused list."""
+        return (-self.confidence, *(-c for c in self.support[1:]), -sum(self.evidence.values()))
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -205,7 +212,8 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     if q.clip_text is not None and (v := s.dense.get("image")) is not None and v.any():
         raw["clip_text"] = _cos(q.clip_text, v)
         conf.append(calibration.scale("clip_text")(raw["clip_text"]))
-    return Judged(s.hit, raw, max(conf, default=0.0), _first_matched_word(s, q))
+    support = tuple(sorted(conf, reverse=True))
+    return Judged(s.hit, raw, support[0] if support else 0.0, _first_matched_word(s, q), support)
 
 
 def _first_matched_word(s: ScoredHit, q: Query) -> float | None:
@@ -324,8 +332,8 @@ def judged(
     q = prepare(index, embedder, text, mode, image_vectors, clip_text)
     pool = max(index.settings.candidates, limit * 5)
     found = [judge(s, q) for s in candidates(index, q, filters, mode, pool)]
-    # Stable: equally confident candidates keep the engine's fused order.
-    return sorted(found, key=lambda j: -j.confidence)
+    # Stable: candidates alike in every piece of evidence keep the engine's fused order.
+    return sorted(found, key=Judged.rank)
 
 
 def search(
