@@ -133,6 +133,7 @@ def main() -> None:
     off: dict[str, list[bool]] = defaultdict(list)  # per mode: did an off-archive query return nothing?
     lengths, offsets, seeks, took = [], [], [], []
     bands: dict[str, int] = defaultdict(int)
+    returned: list[bool] = []  # each moment hybrid search returned for a labelled query: is it a right one?
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         searcher = Searcher(index, embedder, settings.vision)
         searcher.text("warm-up")
@@ -151,6 +152,8 @@ def main() -> None:
                               f"{(Path(hits[0].source).name, hits[0].modality, hits[0].band, hits[0].text[:50])}")
                     continue
                 r = rank_of(hits, q)
+                if mode == "hybrid":
+                    returned += [relevant(h, q) for h in hits]
                 ranks[mode][q["kind"]].append(r)
                 ranks[mode]["all"].append(r)
                 if mode == "hybrid" and q["kind"] not in ("ocr", "visual") and r is not None:
@@ -190,9 +193,14 @@ def main() -> None:
     print(f"hybrid search latency over {len(took_ms)} queries: p50 {latency['p50_ms']:.1f} ms, "
           f"p95 {latency['p95_ms']:.1f} ms")
     print("bands of returned hits: " + ", ".join(f"{k} {v}" for k, v in sorted(bands.items())))
+    # Labels name one place per query, so a right moment elsewhere counts as wrong: a lower bound.
+    precision = sum(returned) / len(returned) if returned else 0.0
+    print(f"moments returned for labelled queries (hybrid): {len(returned)}, at a labelled place: "
+          f"{sum(returned)} = {precision:.2f}")
     if args.json:
         out = {"recall": table, "off_archive_empty": {m: sum(v) / len(v) for m, v in off.items() if v},
-               "moments": moments, "latency": latency, "bands": bands}
+               "moments": moments, "latency": latency, "bands": bands,
+               "precision": {"returned": len(returned), "right": sum(returned)}}
         args.json.write_text(json.dumps(out, indent=2))
 
 

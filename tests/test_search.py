@@ -14,7 +14,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
-from mediaindex.index.search import MAX_QUERY_CHARS, search
+from mediaindex.index.search import MAX_QUERY_CHARS, judged, search
 from mediaindex.segments import Hit, Segment
 from tests.conftest import assert_ranked, make_settings
 from tests.corpus import apollo, manifesto, picture_vector, pictures, references
@@ -116,6 +116,21 @@ def test_equally_confident_segments_are_ordered_by_their_other_evidence(index: M
     assert [h.score for h in jfk] == [1.0, 1.0]
     assert jfk[0].text.startswith("And so my fellow Americans, ask not")
     assert all(run == runs[0] for run in runs)
+
+
+@pytest.mark.parametrize(("query", "file"), [("one two three", "english.wav"), ("a cat", "skimage_chelsea.png"),
+                                           ("the wizard", "stereo_diarization.wav")])
+def test_a_sure_match_hides_the_weak_ones(index: MediaIndex, embedder, query: str, file: str) -> None:
+    # Weak matches exist ("two things result from this fact one", a sorrel horse for "a cat") ...
+    assert any(calibration.band(j.confidence) == "low" for j in judged(index, embedder, query))
+    hits = search(index, embedder, query)
+    assert _name(hits[0]) == file and hits[0].band == "high"
+    assert all(h.band != "low" for h in hits)  # ... but are not listed beside a sure one
+
+
+def test_weak_matches_stay_when_nothing_is_sure(index: MediaIndex, embedder) -> None:
+    hits = search(index, embedder, "Houston we have a problem")
+    assert hits and {h.band for h in hits} == {"low"} and _name(hits[0]) == "apollo11.mp3"
 
 
 def test_a_question_about_something_absent_finds_nothing(index: MediaIndex, embedder) -> None:

@@ -51,6 +51,14 @@ def band(confidence: float) -> str | None:
     return None
 
 
+def beside(confidence: float, best: float) -> bool:
+    """Whether a hit is listed beside the query's best one. A weak match (low band) next to a sure one (high)
+    is almost always something else that happens to resemble the query (30 of the 33 such hits over the
+    labelled query sets of benchmarks/, e.g. "1, 2, 3" followed by "Hello. This is an example video"), so
+    a sure match hides them; with no sure match the weak ones are all there is and stay."""
+    return best < HIGH or confidence >= MEDIUM
+
+
 # Evidence kinds: "dense:<modality>" (cosine of the query's and the segment's text embeddings, per
 # embedder; "dense:cross-language" where the query and the segment are in different languages),
 # "words" (share of the query's distinct words in the segment), "ocr_text" (share of the query's letters

@@ -348,7 +348,8 @@ def search(
     clip_query: Callable[[str], np.ndarray] | None = None,
     moments: bool = True,
 ) -> list[Hit]:
-    """The moments (or segments, with moments=False) that match, best first; [] when nothing does.
+    """The moments (or segments, with moments=False) that match, best first; [] when nothing does. A sure
+    match hides the weak ones (`calibration.beside`).
 
     `image_vectors` (e.g. {"frame": feature} of a query picture) search those named vectors too, alone
     or fused with the text query; `clip_query` puts text through a CLIP text tower, searched against the
@@ -361,7 +362,8 @@ def search(
     if moments:
         cfg = index.settings
         hits = diversify(merge_moments(hits, cfg.merge_gap, cfg.max_moment), cfg.per_video_decay)
-    return hits[:limit]
+    best = max((h.score for h in hits), default=0.0)
+    return [h for h in hits if calibration.beside(h.score, best)][:limit]
 
 
 class Searcher:
