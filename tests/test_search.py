@@ -14,7 +14,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.moments import diversify, merge_moments
-from mediaindex.index.search import MAX_QUERY_CHARS, judged, search
+from mediaindex.index.search import MAX_QUERY_CHARS, class_heads, judged, prepare, search
 from mediaindex.segments import Hit, Segment
 from tests.conftest import assert_ranked, make_settings
 from tests.corpus import apollo, manifesto, picture_vector, pictures, references
@@ -118,10 +118,11 @@ def test_equally_confident_segments_are_ordered_by_their_other_evidence(index: M
     assert all(run == runs[0] for run in runs)
 
 
-@pytest.mark.parametrize(("query", "file"), [("one two three", "english.wav"), ("a cat", "skimage_chelsea.png"),
+@pytest.mark.parametrize(("query", "file"), [("one two three", "english.wav"),
+                                           ("ask not what your country can do for you", "jfk.flac"),
                                            ("the wizard", "stereo_diarization.wav")])
 def test_a_sure_match_hides_the_weak_ones(index: MediaIndex, embedder, query: str, file: str) -> None:
-    # Weak matches exist ("two things result from this fact one", a sorrel horse for "a cat") ...
+    # Weak matches exist ("two things result from this fact one", a sorrel horse for "the wizard") ...
     assert any(calibration.band(j.confidence) == "low" for j in judged(index, embedder, query))
     hits = search(index, embedder, query)
     assert _name(hits[0]) == file and hits[0].band == "high"
@@ -131,6 +132,36 @@ def test_a_sure_match_hides_the_weak_ones(index: MediaIndex, embedder, query: st
 def test_weak_matches_stay_when_nothing_is_sure(index: MediaIndex, embedder) -> None:
     hits = search(index, embedder, "Houston we have a problem")
     assert hits and {h.band for h in hits} == {"low"} and _name(hits[0]) == "apollo11.mp3"
+
+
+@pytest.mark.parametrize("query", ["a rabbit", "an elephant", "a shark"])
+def test_a_weak_likeness_to_a_class_the_classifier_did_not_see_is_no_match(index: MediaIndex, embedder,
+                                                                          query: str) -> None:
+    # The classifier knows rabbits, elephants and sharks; the horse and the cat pictures resemble such a
+    # query by meaning alone (above the match line), but were labelled as what they are.
+    assert prepare(index, embedder, query, "hybrid").class_similarity is not None
+    line = calibration.scale("dense:visual", embedder.name)
+    assert any(line(j.evidence.get("dense:visual", 0.0)) >= calibration.MATCH
+               for j in judged(index, embedder, query) if j.hit.modality == "visual")
+    assert [h for h in search(index, embedder, query) if h.modality == "visual"] == []
+
+
+@pytest.mark.parametrize(("query", "file", "band"), [("a cup", "skimage_coffee.png", "medium"),
+                                                     ("a kitten", "skimage_chelsea.png", "low"),
+                                                     ("a pony", "skimage_horse.png", "low")])
+def test_a_kind_of_the_named_class_and_what_no_class_names_are_still_found(index: MediaIndex, embedder, query: str,
+                                                                          file: str, band: str) -> None:
+    # "cup" is a class of its own, yet a coffee mug is a cup (a strong likeness stays); the classifier has no
+    # kitten or pony, so what resembles them is all there is.
+    hits = search(index, embedder, query)
+    assert hits and _name(hits[0]) == file and hits[0].band == band
+
+
+def test_classes_are_found_by_the_noun_that_ends_their_names(index: MediaIndex) -> None:
+    heads = class_heads(index)
+    elephant = index.sparse.query("elephant").indices[0]
+    assert {"Asian elephant", "African bush elephant"} <= set(heads[elephant])
+    assert all(len(names) >= 1 for names in heads.values()) and len(heads) > 500
 
 
 def test_a_question_about_something_absent_finds_nothing(index: MediaIndex, embedder) -> None:

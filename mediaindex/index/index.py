@@ -87,6 +87,8 @@ class MediaIndex:
         extra = check_or_write(self.dir, text_dim, embedder_name, settings.index.backend,
                                store_location(settings.index), extra)
         self.sparse = SparseEncoder()
+        # The image classifier whose labels the visual segments carry (its pooled feature is the "frame" vector).
+        self.classifier = settings.vision.classifier if settings.vision.enabled and "frame" in extra else None
         self.catalog: Catalog | PerThreadCatalog = (PerThreadCatalog if thread_safe else Catalog)(self.dir / "catalog.db")
         try:
             self.store: VectorStore = open_store(settings.index, self.dir, {TEXT_VECTOR: text_dim, **extra},

@@ -148,6 +148,10 @@ class Query:
     language: str | None = None  # the query's language where its letters or words say it plainly
     name: bool = False  # the query is a name (or a web address) and nothing else
     address: bool = False  # the query is a web address
+    # The query names classes the image classifier knows ("an elephant"): the word ids that name them, and
+    # the query's text similarity to the nearest of those classes as a shot labelled with it would read.
+    class_ids: frozenset[int] = frozenset()
+    class_similarity: float | None = None
 
     @property
     def letters(self) -> str:
@@ -201,6 +205,8 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         c = calibration.scale(kind, q.embedder)(raw[kind])
         if modality == "visual":
             c *= calibration.label_weight(s.confidence)
+            if c < calibration.MEDIUM and _other_class(s, q, raw[kind]):
+                c = 0.0  # a weak likeness to a class the classifier did not see here
         conf.append(c)
     if on_screen is not None:
         raw["ocr_text"] = on_screen
@@ -214,6 +220,17 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         conf.append(calibration.scale("clip_text")(raw["clip_text"]))
     support = tuple(sorted(conf, reverse=True))
     return Judged(s.hit, raw, support[0] if support else 0.0, _first_matched_word(s, q), support)
+
+
+def _other_class(s: ScoredHit, q: Query, similarity: float) -> bool:
+    """Whether a shot is something other than the class the query names: the classifier knows that class
+    ("an elephant", "a shark", "a tractor") and labelled the shot otherwise, and the shot's labels are
+    plainly further from the query than the class itself ("a gazelle, a hoofed animal" for "an
+    elephant"). A shot labelled with a synonym stays ("a military aircraft" for "a plane" is as near as the
+    hand plane that "plane" names). The judge asks only of weak likenesses: a strong one is often a kind of
+    what the query names under its own class ("a coffee mug" for "a cup")."""
+    return (q.class_similarity is not None and not (s.words & q.class_ids)
+            and similarity < q.class_similarity - calibration.CLASS_MARGIN)
 
 
 def _first_matched_word(s: ScoredHit, q: Query) -> float | None:
@@ -281,11 +298,53 @@ def prepare(
         if embedder is None:
             raise QueryError("a text query needs the text embedder")
         q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+    if query and mode == "hybrid" and q.dense is not None and embedder is not None:
+        name_classes(index, embedder, q)
     if query and mode == "dense":
         q.word_ids = set()
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
+
+
+# Per classifier: the word id of the noun that ends a class's name -> those classes ("elephant" -> African
+# bush elephant, Asian elephant). Per embedder and class: the class's text vector as a labelled shot reads.
+_CLASS_HEADS: dict[str, dict[int, tuple[str, ...]]] = {}
+_CLASS_VECTORS: dict[tuple[str, str], np.ndarray] = {}
+MAX_NAMED_CLASSES = 8  # "terrier" names 23 classes: the shortest names (the generic ones) are enough, and each costs an embedding
+
+
+def class_heads(index: MediaIndex) -> dict[int, tuple[str, ...]]:
+    """The classes the index's image classifier can name, by the word that ends their names."""
+    if index.classifier is None:
+        return {}
+    if index.classifier not in _CLASS_HEADS:
+        from mediaindex.models.classifier import class_names
+
+        heads: dict[int, list[str]] = {}
+        for name in class_names(index.classifier):
+            for i in index.sparse.query(name.split()[-1]).indices:
+                heads.setdefault(i, []).append(name)
+        _CLASS_HEADS[index.classifier] = {i: tuple(sorted(names, key=len)) for i, names in heads.items()}
+    return _CLASS_HEADS[index.classifier]
+
+
+def name_classes(index: MediaIndex, embedder: TextEmbedder, q: Query) -> None:
+    """Note the classes a query names and how near the nearest of them is to it (see `_other_class`)."""
+    heads = class_heads(index)
+    ids = (q.word_ids & heads.keys()) - q.template_ids
+    if not ids or q.dense is None:
+        return
+    from mediaindex.models.classifier import class_description
+
+    names = sorted({n for i in ids for n in heads[i]}, key=len)[:MAX_NAMED_CLASSES]
+    missing = [n for n in names if (embedder.name, n) not in _CLASS_VECTORS]
+    if missing:
+        vectors = embedder.embed_passages([class_description(n) for n in missing])
+        for n, v in zip(missing, vectors, strict=True):
+            _CLASS_VECTORS[(embedder.name, n)] = np.asarray(v, dtype=np.float32)
+    q.class_ids = frozenset(ids)
+    q.class_similarity = max(_cos(q.dense, _CLASS_VECTORS[(embedder.name, n)]) for n in names)
 
 
 def address_part_ids(encoder: SparseEncoder) -> set[int]:

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.imagenet_labels import GROUP_TRANSLATIONS, LABELS, group_members, groups_of
+from mediaindex.models.imagenet_labels import (
+    GROUP_MEMBERS,
+    GROUP_RANGES,
+    GROUP_TRANSLATIONS,
+    LABELS,
+    group_members,
+    groups_of,
+)
 from mediaindex.models.images import check_image, resize_center_crop
 
 if TYPE_CHECKING:
@@ -57,6 +64,17 @@ class Prediction:
         """The broad kinds in German and Korean ("Papagei", "앵무새"): indexed as exact words only, since
         in the embedded text they pulled unrelated English queries towards every labelled shot."""
         return [GROUP_TRANSLATIONS[g][i] for i in (0, 1) for g in self.kinds() if g in GROUP_TRANSLATIONS]
+
+
+def class_names(name: str) -> list[str]:
+    """Everything a classifier can name a picture: its classes and the broad kinds they belong to."""
+    feature_dim(name)  # refuses an unknown classifier
+    return list(dict.fromkeys([*LABELS, *(g for *_, g in GROUP_RANGES), *(g for _, g in GROUP_MEMBERS)]))
+
+
+def class_description(name: str) -> str:
+    """A class as a shot labelled with it alone reads ("a photo of an African bush elephant")."""
+    return "a photo of " + _article(name)
 
 
 def _article(word: str) -> str:
