@@ -11,7 +11,8 @@ Judging: every candidate's evidence (text similarity for its modality, the share
 it holds, weighed by their rarity, on-screen text that contains the query, a visual label's probability,
 picture similarity) is mapped to a confidence per kind by the measured scales of `calibration`; the best
 of them is the hit's confidence (two kinds are not added up: a sentence holding the query's words is
-near it in meaning for that very reason). Nothing below the match line is returned, so a query about
+near it in meaning for that very reason). A shot labelled as something else than the class a query names
+("a gazelle" for "an elephant") gets nothing for a weak likeness. Nothing below the match line is returned, so a query about
 something the archive does not hold returns nothing; every hit carries its band (high / medium / low).
 """
 
