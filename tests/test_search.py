@@ -164,6 +164,18 @@ def test_classes_are_found_by_the_noun_that_ends_their_names(index: MediaIndex) 
     assert all(len(names) >= 1 for names in heads.values()) and len(heads) > 500
 
 
+def test_a_weak_likeness_to_a_sentence_of_a_word_or_two_is_no_match(index: MediaIndex, embedder) -> None:
+    # The embedder puts "openly" (one word of the manifesto's captions) above the match line for "yes".
+    line = calibration.scale("dense:speech", embedder.name)
+    assert any(j.hit.text == "openly" and line(j.evidence["dense:speech"]) >= calibration.MATCH
+               for j in judged(index, embedder, "yes"))
+    assert "openly" not in [h.text for h in search(index, embedder, "yes")]
+    # Its words, or a translation, still find a short sentence.
+    for query in ("one two three", "eins zwei drei"):
+        hits = search(index, embedder, query)
+        assert hits and _name(hits[0]) == "english.wav", query
+
+
 def test_a_question_about_something_absent_finds_nothing(index: MediaIndex, embedder) -> None:
     for question in ("Is there a recording about baking sourdough bread?", "축구 이야기가 나오는 영상은?",
                      "Wo spricht jemand über die Fußball-Weltmeisterschaft?"):

@@ -56,6 +56,7 @@ MIN_OCR_LETTERS = 5
 CROSS_LANGUAGE = "dense:cross-language"  # text similarity of a query and a segment in different languages
 IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
 _LETTERS = re.compile(r"[\W_]+")
+_WORDS = re.compile(r"[^\W_]+")
 # Visual segments read "a photo of a macaw, a bird, ...": the template's words are no evidence.
 _TEMPLATE = "a photo of"
 
@@ -208,6 +209,10 @@ def judge(s: ScoredHit, q: Query) -> Judged:
             c *= calibration.label_weight(s.confidence)
             if c < calibration.MEDIUM and _other_class(s, q, raw[kind]):
                 c = 0.0  # a weak likeness to a class the classifier did not see here
+        elif modality == "speech" and kind != CROSS_LANGUAGE and c < calibration.MEDIUM and _few_words(s.hit.text):
+            # The embedder puts a sentence of a word or two ("banana.", "Preamble.") near any short query
+            # ("a snake", "a plane"): only a strong likeness says something ("a fruit" -> "banana.").
+            c = 0.0
         conf.append(c)
     if on_screen is not None:
         raw["ocr_text"] = on_screen
@@ -221,6 +226,10 @@ def judge(s: ScoredHit, q: Query) -> Judged:
         conf.append(calibration.scale("clip_text")(raw["clip_text"]))
     support = tuple(sorted(conf, reverse=True))
     return Judged(s.hit, raw, support[0] if support else 0.0, _first_matched_word(s, q), support)
+
+
+def _few_words(text: str) -> bool:
+    return len(_WORDS.findall(text)) <= calibration.FEW_WORDS
 
 
 def _other_class(s: ScoredHit, q: Query, similarity: float) -> bool:
