@@ -75,3 +75,11 @@ def test_a_pipe_gets_plain_markdown_and_no_progress() -> None:
 
 def test_unknown_video_ids_stay_as_they_are() -> None:
     assert readable("x [abc@1.0-2.5]", []) == "x (abc  0:01.0–0:02.5)"
+
+
+def test_a_not_found_answer_names_its_searches_once() -> None:
+    tried = "Not found in the archive. Searches tried: “an elephant”; “Is there an elephant?”."
+    md = answer_markdown(_answer().model_copy(update={"status": "not_found", "answer": tried, "citations": [],
+                                                     "searches": ["an elephant", "Is there an elephant?"]}))
+    assert md.count("Searches tried") == 1 and "**Not found**" in md
+    assert answer_markdown(_answer()).count("Searches tried: “what does he ask”") == 1

@@ -67,6 +67,6 @@ def answer_markdown(a: Answer) -> str:
         lines += ["## Rejected citations", ""]
         lines += [f"- `{r.video_id}` {r.start:g}–{r.end:g} s: {r.reason}" for r in a.rejected_citations]
         lines.append("")
-    if a.searches:
+    if a.searches and a.status != "not_found":  # a "not found" answer names its searches itself
         lines += ["Searches tried: " + "; ".join(f"“{q}”" for q in a.searches), ""]
     return "\n".join(lines)
