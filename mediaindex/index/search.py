@@ -11,9 +11,11 @@ Judging: every candidate's evidence (text similarity for its modality, the share
 it holds, weighed by their rarity, on-screen text that contains the query, a visual label's probability,
 picture similarity) is mapped to a confidence per kind by the measured scales of `calibration`; the best
 of them is the hit's confidence (two kinds are not added up: a sentence holding the query's words is
-near it in meaning for that very reason). A shot labelled as something else than the class a query names
-("a gazelle" for "an elephant") gets nothing for a weak likeness. Nothing below the match line is returned, so a query about
-something the archive does not hold returns nothing; every hit carries its band (high / medium / low).
+near it in meaning for that very reason). A weak likeness counts for nothing where it is known to
+mislead: a shot labelled as something else than the class a query names ("a gazelle" for "an elephant"),
+a sentence of a word or two. Nothing below the match line is returned, so a query about something the
+archive does not hold returns nothing; every hit carries its band (high / medium / low), and a sure
+match hides the weak ones.
 """
 
 from __future__ import annotations
@@ -322,7 +324,8 @@ def prepare(
 # bush elephant, Asian elephant). Per embedder and class: the class's text vector as a labelled shot reads.
 _CLASS_HEADS: dict[str, dict[int, tuple[str, ...]]] = {}
 _CLASS_VECTORS: dict[tuple[str, str], np.ndarray] = {}
-MAX_NAMED_CLASSES = 8  # "terrier" names 23 classes: the shortest names (the generic ones) are enough, and each costs an embedding
+# "terrier" names 23 classes: the shortest names (the generic ones) are enough, and each costs an embedding.
+MAX_NAMED_CLASSES = 8
 
 
 def class_heads(index: MediaIndex) -> dict[int, tuple[str, ...]]:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # (an index is opened with its vector sizes before, or without, any model loads).
 CLASSIFIERS = {"efficientnet-lite0": 1280}
 INPUT_SIZE = 224
+# How a shot's labels read for the text embedder ("a photo of a macaw, a bird, a parrot").
+DESCRIPTION_PREFIX = "a photo of "
 
 
 def feature_dim(name: str) -> int:
@@ -51,7 +53,7 @@ class Prediction:
         matched plain-language queries better than bare labels with the multilingual embedder.
         """
         words = [name for name, _ in self.labels]
-        return "a photo of " + ", ".join(_article(w) for w in words + self.kinds())
+        return DESCRIPTION_PREFIX + ", ".join(_article(w) for w in words + self.kinds())
 
     def kinds(self) -> list[str]:
         words = [name for name, _ in self.labels]
@@ -74,7 +76,7 @@ def class_names(name: str) -> list[str]:
 
 def class_description(name: str) -> str:
     """A class as a shot labelled with it alone reads ("a photo of an African bush elephant")."""
-    return "a photo of " + _article(name)
+    return DESCRIPTION_PREFIX + _article(name)
 
 
 def _article(word: str) -> str:
