@@ -133,8 +133,10 @@ def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0,
     from mediaindex.index.search import search
 
     vector_of = {t: qs[i] for i, t in enumerate(texts)}
-    # No catalog here: an empty vocabulary (the synthetic words are lower case, so no query is respelt).
-    view = SimpleNamespace(settings=IndexSettings(), store=store, sparse=encoder, vocabulary=frozenset)
+    # No catalog here: an empty vocabulary (the synthetic words are lower case, so no query is respelt); no
+    # classifier labelled the synthetic visual segments.
+    view = SimpleNamespace(settings=IndexSettings(), store=store, sparse=encoder, vocabulary=frozenset,
+                           classifier=None)
     embedder = SimpleNamespace(name="synthetic", dim=DIM, embed_query=lambda t: vector_of[t])
 
     def measure(tag: str) -> None:
