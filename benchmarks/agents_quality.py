@@ -119,8 +119,8 @@ class ThreadBound:
 
 def ingest_samples(settings, media: Path) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
+    from mediaindex.service import IngestRequest, ingest
 
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:

@@ -36,9 +36,9 @@ def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
     import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
     from mediaindex.config import load_settings
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.segments import Segment
+    from mediaindex.service import IngestRequest, ingest
     from mediaindex.workers.runtime import shutdown_ray
 
     settings = load_settings(index_dir=index_dir)

@@ -113,7 +113,7 @@ def make_bad_inputs(folder: Path) -> dict[str, str]:
 
 
 def run_bad_inputs(base: Path) -> dict:
-    from mediaindex.ingest.discover import shown
+    from mediaindex.pipeline.discover import shown
 
     folder = base / "bad"
     kinds = make_bad_inputs(folder)

@@ -91,14 +91,14 @@ class Ledger:
 def profile_mediaindex(files: list[str], ledger: Ledger) -> dict[str, float]:
     from mediaindex.config import load_settings
     from mediaindex.index.index import open_index
-    from mediaindex.ingest.write import write_item
     from mediaindex.models import speakers as speakers_mod
     from mediaindex.models.vision import vector_dims
-    from mediaindex.stages import decode as decode_mod
-    from mediaindex.stages import speech as speech_mod
-    from mediaindex.stages import vision as vision_mod
-    from mediaindex.stages.registry import StageName
-    from mediaindex.workers.stages import default_stages
+    from mediaindex.pipeline.spec import default_stages
+    from mediaindex.pipeline.stages import decode as decode_mod
+    from mediaindex.pipeline.stages import speech as speech_mod
+    from mediaindex.pipeline.stages import vision as vision_mod
+    from mediaindex.pipeline.stages.registry import StageName
+    from mediaindex.pipeline.write import write_item
 
     settings = load_settings()
     with tempfile.TemporaryDirectory(prefix="mi-cpu-") as tmp:

@@ -3,7 +3,7 @@
     python benchmarks/language_stage.py [FILE ...] [--json OUT]
 
 Each file goes through decode, speech and vision once (in this process, not timed), then through the language
-stage (`mediaindex.stages.summary.SummaryStage`: the configured language model in the serving engine,
+stage (`mediaindex.pipeline.stages.summary.SummaryStage`: the configured language model in the serving engine,
 the default `llm` settings). Reported per file: media length, seconds in the language stage, map windows,
 generated tokens, chapters and whether their sentences were generated or extractive; and in total, seconds of
 language stage per minute of media. Model loading is timed apart.
@@ -45,10 +45,10 @@ def main() -> None:
         parser.error(f"media files not found: {[str(f) for f in files if not f.is_file()] or 'none given'}")
 
     from mediaindex.agents.stored import CHAPTER, SUMMARY
-    from mediaindex.stages.decode import DecodeStage
-    from mediaindex.stages.speech import SpeechStage
-    from mediaindex.stages.summary import SummaryStage
-    from mediaindex.stages.vision import VisionStage
+    from mediaindex.pipeline.stages.decode import DecodeStage
+    from mediaindex.pipeline.stages.speech import SpeechStage
+    from mediaindex.pipeline.stages.summary import SummaryStage
+    from mediaindex.pipeline.stages.vision import VisionStage
 
     work = Path(tempfile.mkdtemp(prefix="mi-lang-"))
     settings = load_settings("cpu", index_dir=work / "index", ingest={"summaries": True})

@@ -25,7 +25,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 from mediaindex.config import load_settings
-from mediaindex.stages.decode import decode_media
+from mediaindex.pipeline.stages.decode import decode_media
 settings = load_settings("cpu", index_dir={index!r}, speech={{"model": {model!r}, "cpu_threads": 2}})
 t0 = time.perf_counter()
 item = decode_media({path!r}, settings)
@@ -33,7 +33,7 @@ t1 = time.perf_counter()
 rss_decode = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 segments = 0
 if {speech!r}:
-    from mediaindex.stages.speech import SpeechStage
+    from mediaindex.pipeline.stages.speech import SpeechStage
     item = SpeechStage(settings).process(item)
     segments = len(item.segments)
 t2 = time.perf_counter()

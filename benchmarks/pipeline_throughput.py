@@ -41,10 +41,10 @@ sys.path.insert(0, str(REPO))
 import mediaindex.raylib  # noqa: E402,F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import load_settings  # noqa: E402
 from mediaindex.index.index import MediaIndex  # noqa: E402
-from mediaindex.ingest.discover import MEDIA_SUFFIXES  # noqa: E402
-from mediaindex.ingest.run import IngestHooks, IngestRequest, Pipeline, ingest  # noqa: E402
 from mediaindex.media.probe import probe  # noqa: E402
 from mediaindex.models.text_embed import load_text_embedder  # noqa: E402
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES  # noqa: E402
+from mediaindex.service import IngestHooks, IngestRequest, Pipeline, ingest  # noqa: E402
 
 
 def _default_media() -> Path:

@@ -59,7 +59,7 @@ def summarise(ranks: list[int | None]) -> dict[str, float]:
 def ensure_index(index_dir: Path, media: Path) -> None:
     if (index_dir / "schema.json").exists():
         return
-    from mediaindex.ingest.run import IngestRequest, ingest
+    from mediaindex.service import IngestRequest, ingest
 
     settings = load_settings(index_dir=index_dir)
     embedder = load_text_embedder(settings.embed)

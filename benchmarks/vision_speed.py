@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from mediaindex.config import load_settings  # noqa: E402
-from mediaindex.ingest.discover import discover  # noqa: E402
 from mediaindex.models.vision import load_classifier, load_clip, load_text_reader  # noqa: E402
-from mediaindex.stages.decode import decode_media  # noqa: E402
+from mediaindex.pipeline.discover import discover  # noqa: E402
+from mediaindex.pipeline.stages.decode import decode_media  # noqa: E402
 
 
 def random_clip(target: Path) -> Path:
@@ -66,8 +66,8 @@ def main() -> None:
 
     import torch
 
-    from mediaindex.stages.speech import SpeechStage
-    from mediaindex.stages.vision import VisionStage
+    from mediaindex.pipeline.stages.speech import SpeechStage
+    from mediaindex.pipeline.stages.vision import VisionStage
 
     work = Path(tempfile.mkdtemp(prefix="vision-bench-"))
     clip_dir = random_clip(work / "clip-b32")

@@ -187,7 +187,7 @@ class LLMSettings(_Section):
     min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
 
 
-STAGE_NAMES = ("decode", "speech", "vision", "summary", "embed")  # mediaindex.stages.registry.StageName
+STAGE_NAMES = ("decode", "speech", "vision", "summary", "embed")  # mediaindex.pipeline.stages.registry.StageName
 # What each stage's actors get unless the profile says otherwise (the CPU profile's values).
 _STAGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "decode": {"cpus": 0.5, "nice": 4}, "speech": {}, "vision": {"nice": 4}, "summary": {},

@@ -108,7 +108,7 @@ def ray_runtime(session_settings: Settings) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pipeline(ray_runtime: None, session_settings: Settings):
-    from mediaindex.ingest.run import Pipeline
+    from mediaindex.service import Pipeline
 
     p = Pipeline(session_settings)
     yield p

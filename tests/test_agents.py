@@ -47,7 +47,7 @@ def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) ->
 
 @pytest.fixture(scope="module")
 def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
-    from mediaindex.ingest.run import IngestRequest, ingest
+    from mediaindex.service import IngestRequest, ingest
 
     index = MediaIndex(agent_settings, embedder.dim, embedder.name)
     report = ingest(IngestRequest(agent_settings, [media(s) for s in SAMPLES]), index, pipeline)

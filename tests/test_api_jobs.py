@@ -113,9 +113,9 @@ def test_oversized_chunked_upload_is_cut_off(fresh: TestClient) -> None:
 
 def test_summaries_switch_reaches_the_ingest_run(fresh: TestClient, monkeypatch) -> None:
     """The request's `summaries` is the job's ingest.summaries, as `ingest --summaries/--no-summaries` sets it."""
-    import mediaindex.ingest.run as ingest_module
-    from mediaindex.ingest.run import IngestReport
-    from mediaindex.workers.stages import default_stages
+    import mediaindex.service as ingest_module
+    from mediaindex.pipeline.run import IngestReport
+    from mediaindex.pipeline.spec import default_stages
 
     runs: list[tuple[bool, list[str]]] = []  # (ingest.summaries, the stages of the pipeline) per run
     started: list[bool] = []  # ingest.summaries of every pipeline the server started

@@ -46,7 +46,7 @@ def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import open_index
-        from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
+        from mediaindex.service import IngestRequest, Pipeline, ingest
 
         # Its own pipeline (the decode stage writes thumbnails under its settings' index), with small logical CPU
         # shares: it lives all session in the one Ray beside the session's pipeline, the language-model actor

@@ -57,7 +57,7 @@ def test_bad_environment_value(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_stage_actors_run_as_many_threads_as_the_cpus_they_reserve(settings) -> None:
-    from mediaindex.workers.stages import StageName, StageSpec
+    from mediaindex.pipeline.spec import StageName, StageSpec
 
     def sized(name: str, cpus: float, s=settings, threads: int = 0) -> Settings:
         return StageSpec(StageName(name), cpus=cpus, threads=threads).sized(s)

@@ -12,7 +12,7 @@ import pytest
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import search
-from mediaindex.ingest.run import IngestHooks, IngestReport, IngestRequest, Pipeline, ingest
+from mediaindex.service import IngestHooks, IngestReport, IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.inprocess import InProcessPipeline
-from mediaindex.ingest.run import FileOutcome, IngestHooks, IngestRequest, ingest
 from mediaindex.jobs import JobStore
+from mediaindex.pipeline.inprocess import InProcessPipeline
+from mediaindex.service import FileOutcome, IngestHooks, IngestRequest, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

@@ -19,15 +19,15 @@ import pytest
 
 from mediaindex.config import Settings
 from mediaindex.errors import StageError, WorkerLostError
-from mediaindex.ingest.inprocess import InProcessExecutor
-from mediaindex.ingest.plan import Outcome, Plan
-from mediaindex.ingest.route import FULL_ROUTE, Route
-from mediaindex.ingest.scheduler import IngestStalled, Scheduler, SchedulerHooks
+from mediaindex.pipeline.inprocess import InProcessExecutor
+from mediaindex.pipeline.plan import Outcome, Plan
+from mediaindex.pipeline.route import FULL_ROUTE, Route
+from mediaindex.pipeline.scheduler import IngestStalled, Scheduler, SchedulerHooks
+from mediaindex.pipeline.stages.decode import DecodeStage
+from mediaindex.pipeline.stages.item import MediaItem
+from mediaindex.pipeline.stages.registry import StageName
+from mediaindex.pipeline.stages.speech import SpeechResult
 from mediaindex.segments import Segment
-from mediaindex.stages.decode import DecodeStage
-from mediaindex.stages.item import MediaItem
-from mediaindex.stages.registry import StageName
-from mediaindex.stages.speech import SpeechResult
 from tests.conftest import REPO, media
 
 D, S, V, E = StageName.DECODE, StageName.SPEECH, StageName.VISION, StageName.EMBED
@@ -85,7 +85,7 @@ def _settings_decode(settings: Settings) -> Callable[[], DecodeStage]:
 
 def _run(scheduler: Scheduler, executor: InProcessExecutor, limit: float = 30.0) -> dict[str, Any]:
     """Step until done; each file's merged item, or its error's reason."""
-    from mediaindex.stages.merge import merge
+    from mediaindex.pipeline.stages.merge import merge
 
     out: dict[str, Any] = {}
     deadline = time.monotonic() + limit
@@ -284,7 +284,7 @@ def test_a_stage_built_before_it_has_work_does_not_spin_the_loop(settings: Setti
 
 
 def test_the_in_process_pipeline_caps_malloc_arenas_unless_the_user_set_them() -> None:
-    code = "from mediaindex.ingest.inprocess import limit_malloc_arenas; print(limit_malloc_arenas())"
+    code = "from mediaindex.pipeline.inprocess import limit_malloc_arenas; print(limit_malloc_arenas())"
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     capped = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     kept = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, "MALLOC_ARENA_MAX": "4"},

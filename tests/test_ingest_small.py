@@ -14,10 +14,10 @@ import pytest
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.plan import Outcome, Plan
-from mediaindex.ingest.run import IngestRequest, ingest
-from mediaindex.ingest.small import in_process
 from mediaindex.models.vision import vector_dims
+from mediaindex.pipeline.plan import Outcome, Plan
+from mediaindex.pipeline.small import has_pictures, in_process
+from mediaindex.service import IngestRequest, ingest
 from mediaindex.workers.pool import StageStartError
 from tests.conftest import REPO, make_settings, media
 
@@ -38,7 +38,7 @@ def _segments(index: MediaIndex, video_id: str) -> list[tuple[str, float, float,
 def _run(settings: Settings, embedder, caplog: pytest.LogCaptureFixture) -> tuple[dict, list[str]]:
     settings.index_dir.mkdir(parents=True, exist_ok=True)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="mediaindex.ingest.run"), \
+    with caplog.at_level(logging.INFO, logger="mediaindex"), \
             MediaIndex(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)) as index:
         report = ingest(IngestRequest(settings, [media(f) for f in FILES]), index)
         assert sorted(Path(o.path).name for o in report.indexed) == sorted(Path(f).name for f in FILES), \
@@ -66,8 +66,8 @@ def test_a_small_job_runs_in_process_with_the_segments_of_the_ray_path(tmp_path:
 def test_the_size_of_a_job_decides_where_it_runs(tmp_path: Path, cache_dir: Path) -> None:
     settings = make_settings(tmp_path / "i", cache_dir)
     choice = in_process(settings, _plans("audio/jfk.flac"))
-    assert choice.local and not choice.video and "1 file, 11 s of media" in choice.why
-    assert in_process(settings, _plans(*FILES)).video
+    assert choice.local and "1 file, 11 s of media" in choice.why
+    assert not has_pictures(_plans("audio/jfk.flac")) and has_pictures(_plans(*FILES))
 
     few_seconds = make_settings(tmp_path / "i", cache_dir, ingest={"in_process_max_seconds": 5})
     choice = in_process(few_seconds, _plans("audio/jfk.flac"))
@@ -84,7 +84,7 @@ def test_the_size_of_a_job_decides_where_it_runs(tmp_path: Path, cache_dir: Path
 def test_an_audio_only_small_job_loads_no_vision_model(tmp_path: Path, cache_dir: Path, embedder, caplog) -> None:
     settings = make_settings(tmp_path / "idx", cache_dir)
     settings.index_dir.mkdir(parents=True)
-    with caplog.at_level(logging.INFO, logger="mediaindex.ingest"), \
+    with caplog.at_level(logging.INFO, logger="mediaindex.pipeline"), \
             MediaIndex(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)) as index:
         report = ingest(IngestRequest(settings, [media("audio/jfk.flac")]), index)
     assert [o.status for o in report.outcomes] == ["indexed"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.ingest.discover import discover, shown
-from mediaindex.ingest.inputs import plan_inputs
+from mediaindex.pipeline.discover import discover, shown
+from mediaindex.pipeline.inputs import plan_inputs
 from tests.conftest import REPO, media
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from mediaindex.config import load_settings
 from mediaindex.errors import ConfigError
-from mediaindex.ingest.inputs import InputError, ManifestError, plan_inputs, read_manifest
-from mediaindex.ingest.run import create_job
 from mediaindex.jobs import JobStore
+from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
+from mediaindex.pipeline.run import create_job
 from tests.conftest import MEDIA, make_settings, media
 
 
@@ -123,7 +123,7 @@ def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive:
 
 
 def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) -> None:
-    from mediaindex.workers.stages import default_stages
+    from mediaindex.pipeline.spec import default_stages
 
     cpu = {s.name: (s.workers, s.cpus, s.gpus) for s in default_stages(make_settings(tmp_path, cache_dir))}
     assert cpu["decode"] == (1, 0.5, 0.0) and cpu["speech"] == (1, 1.0, 0.0)
@@ -163,8 +163,8 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
     from rich.console import Console
 
     from mediaindex.cli.progress import IngestDisplay
-    from mediaindex.ingest.progress import IngestStats, StageStats
-    from mediaindex.ingest.run import FileOutcome
+    from mediaindex.pipeline.progress import IngestStats, StageStats
+    from mediaindex.pipeline.run import FileOutcome
 
     buffer = io.StringIO()
     display = IngestDisplay(Console(file=buffer, force_terminal=True, width=160))
@@ -188,7 +188,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
 def test_only_stages_that_did_real_work_show_a_speed() -> None:
     """An audio job, as one was measured: the pictures and the decode had next to nothing to do (0.2 ms
     and 24 ms for 11 s of audio: "vision 31326.3x" said nothing); speech took most of the run."""
-    from mediaindex.ingest.progress import IngestStats, StageStats
+    from mediaindex.pipeline.progress import IngestStats, StageStats
 
     stages = [StageStats("decode", 1, 1, 0.0224, 11.0), StageStats("vision", 1, 1, 0.00035, 11.0),
               StageStats("speech", 1, 1, 3.1, 11.0), StageStats("embed", 1, 1, 0.0283, 11.0)]
@@ -207,8 +207,8 @@ def test_only_stages_that_did_real_work_show_a_speed() -> None:
 
 def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cache_dir: Path, embedder) -> None:
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import IngestRequest, ingest
     from mediaindex.jobs import JobNotFound
+    from mediaindex.service import IngestRequest, ingest
 
     first = make_settings(tmp_path / "a", cache_dir)
     other = make_settings(tmp_path / "b", cache_dir)

@@ -25,10 +25,10 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobStore
 from mediaindex.media.probe import MediaInfo
+from mediaindex.pipeline.spec import StageName, StageSpec, default_stages
+from mediaindex.pipeline.stages.item import MediaItem
+from mediaindex.pipeline.stages.summary import SummaryStage, indexed_item
 from mediaindex.segments import MEDIA_MODALITIES, Segment
-from mediaindex.stages.item import MediaItem
-from mediaindex.stages.summary import SummaryStage, indexed_item
-from mediaindex.workers.stages import StageName, StageSpec, default_stages
 from tests.conftest import make_settings, media
 
 SPEECH = "video/manifesto.mp4"  # 88 s of continuous speech
@@ -85,9 +85,9 @@ def test_a_model_caught_in_a_loop_is_not_a_summary() -> None:
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import mediaindex.ingest.run as ingest_module
+    import mediaindex.pipeline.run as ingest_module
     from mediaindex.cli import app
-    from mediaindex.ingest.run import FileOutcome, IngestReport
+    from mediaindex.pipeline.run import FileOutcome, IngestReport
 
     seen: list[bool] = []
     path = str(media("audio/jfk.flac"))
@@ -121,7 +121,7 @@ def summary_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) 
 
 @pytest.fixture(scope="module")
 def summary_pipeline(summary_settings: Settings, ray_runtime):
-    from mediaindex.ingest.run import Pipeline
+    from mediaindex.service import Pipeline
 
     pipeline = Pipeline(summary_settings)
     assert [s.name for s in pipeline.stages][-2:] == ["summary", "embed"]
@@ -131,7 +131,7 @@ def summary_pipeline(summary_settings: Settings, ray_runtime):
 
 @pytest.fixture(scope="module")
 def archive(summary_settings: Settings, summary_pipeline, embedder):
-    from mediaindex.ingest.run import IngestRequest, ingest
+    from mediaindex.service import IngestRequest, ingest
 
     index = MediaIndex(summary_settings, embedder.dim, embedder.name)
     report = ingest(IngestRequest(summary_settings, [media(SPEECH), media(SILENT)]), index, summary_pipeline)
@@ -258,7 +258,7 @@ def test_summarize_returns_the_stored_summary(archive: Archive, summary_settings
 
 @pytest.mark.slow
 def test_summary_stage_resources_are_checked(summary_settings: Settings, ray_runtime) -> None:
-    from mediaindex.ingest.run import Pipeline
+    from mediaindex.service import Pipeline
     from mediaindex.workers.pool import StageStartError
 
     greedy = make_summary_settings(summary_settings.index_dir, summary_settings.cache_dir)
@@ -277,7 +277,7 @@ def _generated(index: MediaIndex, video_id: str) -> tuple[list[dict], list[dict]
 @pytest.mark.llm
 def test_a_later_run_with_summaries_summarises_an_indexed_file_once(summary_pipeline, tmp_path: Path,
                                                                      cache_dir: Path, embedder) -> None:
-    from mediaindex.ingest.run import IngestHooks, IngestRequest, ingest
+    from mediaindex.service import IngestHooks, IngestRequest, ingest
 
     off = make_summary_settings(tmp_path / "idx", cache_dir, summaries=False)
     on = make_summary_settings(tmp_path / "idx", cache_dir, summaries=True)
@@ -385,7 +385,7 @@ class ExtractiveSummaryStage(SummaryStage):
 @pytest.mark.slow
 def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_path: Path, cache_dir: Path,
                                                                          ray_runtime, embedder) -> None:
-    from mediaindex.ingest.run import (
+    from mediaindex.service import (
         FileOutcome,
         IngestHooks,
         IngestRequest,

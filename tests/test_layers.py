@@ -17,12 +17,12 @@ ALLOWED = {
     "media": set(),
     "models": {"serving"},  # models that quantize through the engine's quantizer
     "index": {"models"},
-    "stages": {"media", "models", "index", "agents"},  # the summary stage runs the summariser
-    "workers": {"stages", "media", "models", "index"},
-    "agents": {"serving", "models", "index", "workers"},
-    "ingest": {"stages", "workers", "media", "models", "index", "agents"},
-    "api": {"ingest", "agents", "stages", "workers", "media", "models", "index", "serving"},
-    "cli": {"api", "ingest", "agents", "stages", "workers", "media", "models", "index", "serving"},
+    "agents": {"serving", "models", "index", "workers"},  # the language model's actor runs on Ray
+    "pipeline": {"media", "models", "index", "agents"},  # the summary stage runs the summariser
+    "workers": {"pipeline", "media", "models", "index"},  # Ray actors around the pipeline's stages
+    "service": {"pipeline", "workers", "agents", "media", "models", "index"},  # picks the executor
+    "api": {"service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
+    "cli": {"api", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
     "web": set(),
 }
 

@@ -13,7 +13,7 @@ from PIL import Image
 from mediaindex.errors import MediaError
 from mediaindex.media.decode import AudioStream, decode_audio, scan_video
 from mediaindex.media.probe import probe
-from mediaindex.stages.decode import decode_media
+from mediaindex.pipeline.stages.decode import decode_media
 from tests.conftest import MEDIA, make_settings, media
 
 FRAME_24 = 1001 / 24000  # one frame at 23.976 fps

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
+from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

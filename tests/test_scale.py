@@ -14,9 +14,9 @@ import pytest
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.run import FileOutcome, IngestHooks, IngestRequest, Pipeline, ingest
 from mediaindex.jobs import JobStore
-from mediaindex.workers.stages import StageName, StageSpec
+from mediaindex.pipeline.spec import StageName, StageSpec
+from mediaindex.service import FileOutcome, IngestHooks, IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

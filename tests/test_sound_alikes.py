@@ -13,7 +13,7 @@ from mediaindex.index.search import ocr_text_match, search
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.vocabulary import fold, names_in, sound_alikes, words_of
 from mediaindex.media.decode import AudioStream
-from mediaindex.stages.speech import SpeechStage
+from mediaindex.pipeline.stages.speech import SpeechStage
 from tests.conftest import assert_ranked, make_settings, media
 from tests.corpus import manifesto
 

@@ -10,9 +10,9 @@ from mediaindex.errors import MediaError, ModelLoadError
 from mediaindex.media.decode import decode_audio
 from mediaindex.media.probe import probe
 from mediaindex.models.speech import SpeechModel, SpeechSegment
+from mediaindex.pipeline.stages.item import Keyframe, MediaItem
+from mediaindex.pipeline.stages.speech import SpeechResult
 from mediaindex.segments import Segment
-from mediaindex.stages.item import Keyframe, MediaItem
-from mediaindex.stages.speech import SpeechResult
 from tests.conftest import media
 
 JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
@@ -220,7 +220,7 @@ def test_a_transcript_made_beside_the_decode_joins_its_item() -> None:
 def test_subtitles_of_every_sample_file_fit_the_limits(whisper_base: SpeechModel) -> None:
     """Every sample file with sound: cues within 2 lines of 42 characters and 7 s, words and times the transcript's."""
     from mediaindex.index.transcript import CueLimits
-    from mediaindex.stages.speech import SpeechStage
+    from mediaindex.pipeline.stages.speech import SpeechStage
     from tests.conftest import MEDIA
     from tests.test_speech_export import check_cues
 

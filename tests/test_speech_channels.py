@@ -8,7 +8,7 @@ import pytest
 from mediaindex.config import Settings
 from mediaindex.media.decode import AudioStream, channel_look
 from mediaindex.media.probe import probe
-from mediaindex.stages.speech import SpeechResult, SpeechStage, _join_channels
+from mediaindex.pipeline.stages.speech import SpeechResult, SpeechStage, _join_channels
 from tests.conftest import media
 
 LEFT = "he began a confused complaint against the wizard who had vanished behind the curtain on the left"

@@ -106,7 +106,7 @@ slow = pytest.mark.slow
 @pytest.fixture(scope="module")
 def transcript_index(tmp_path_factory: pytest.TempPathFactory, pipeline, embedder, cache_dir: Path):
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import IngestRequest, ingest
+    from mediaindex.service import IngestRequest, ingest
 
     settings = make_settings(tmp_path_factory.mktemp("transcript-index"), cache_dir)
     clip = media("audio/jfk.flac")

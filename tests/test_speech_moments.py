@@ -13,7 +13,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import search
 from mediaindex.media.decode import AudioStream, decode_audio
 from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack
-from mediaindex.stages.speech import SpeechStage
+from mediaindex.pipeline.stages.speech import SpeechStage
 from tests.conftest import make_settings, media
 
 

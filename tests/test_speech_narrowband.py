@@ -12,7 +12,7 @@ from mediaindex.config import Settings, SpeechSettings
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import probe
 from mediaindex.models.speech import is_narrowband
-from mediaindex.stages.speech import SpeechStage
+from mediaindex.pipeline.stages.speech import SpeechStage
 from tests.conftest import media
 
 WIDE = ["audio/jfk.flac", "audio/2412-153948-0000.flac", "audio/LJ002-0020.wav", "audio/LJ002-0035.wav",

@@ -14,12 +14,12 @@ from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, judged
-from mediaindex.ingest.write import write_item
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
-from mediaindex.stages.decode import decode_media
-from mediaindex.stages.embed import EmbedStage
-from mediaindex.stages.vision import VisionStage
+from mediaindex.pipeline.stages.decode import decode_media
+from mediaindex.pipeline.stages.embed import EmbedStage
+from mediaindex.pipeline.stages.vision import VisionStage
+from mediaindex.pipeline.write import write_item
 from tests.conftest import make_settings, media
 
 PROJECTION = 24

@@ -17,11 +17,11 @@ from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, search
 from mediaindex.index.store import SearchFilters
-from mediaindex.ingest.run import IngestRequest, Pipeline, ingest
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
-from mediaindex.stages.vision import VisionStage
+from mediaindex.pipeline.stages.vision import VisionStage
+from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import REPO, make_settings, media
 
 pytestmark = pytest.mark.slow
@@ -156,8 +156,8 @@ def test_search_image_from_the_command_line(vision_index, tmp_path: Path, cache_
 
 
 def test_unusable_keyframes_are_noted_not_fatal(settings: Settings) -> None:
-    from mediaindex.stages.decode import decode_media
-    from mediaindex.stages.item import Keyframe
+    from mediaindex.pipeline.stages.decode import decode_media
+    from mediaindex.pipeline.stages.item import Keyframe
 
     item = decode_media(str(media("video/testvideo.mp4")), settings)
     good = len(item.keyframes)
@@ -169,7 +169,7 @@ def test_unusable_keyframes_are_noted_not_fatal(settings: Settings) -> None:
 
 
 def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Settings) -> None:
-    from mediaindex.stages.decode import decode_media
+    from mediaindex.pipeline.stages.decode import decode_media
 
     stage = VisionStage(settings)
     item = decode_media(str(media("video/manifesto.mp4")), settings)  # one still title card, 88 s
@@ -189,7 +189,7 @@ def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Se
 
 
 def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> None:
-    from mediaindex.stages.decode import decode_media
+    from mediaindex.pipeline.stages.decode import decode_media
 
     item = VisionStage(settings).process(decode_media(str(media("video/big_buck_bunny_0_30.webm")), settings))
     ocr = [s for s in item.segments if s.modality == "ocr"]

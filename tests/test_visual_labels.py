@@ -15,11 +15,11 @@ from mediaindex.index import calibration
 from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.search import Searcher, judged
-from mediaindex.ingest.write import write_item
 from mediaindex.models.vision import vector_dims
-from mediaindex.stages.decode import decode_media
-from mediaindex.stages.embed import EmbedStage
-from mediaindex.stages.vision import VisionStage
+from mediaindex.pipeline.stages.decode import decode_media
+from mediaindex.pipeline.stages.embed import EmbedStage
+from mediaindex.pipeline.stages.vision import VisionStage
+from mediaindex.pipeline.write import write_item
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

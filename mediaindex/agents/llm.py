@@ -239,11 +239,11 @@ def start_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
     """Start (or join) Ray and the language-model actor(s), with the `ray.stages.summary` share the summary
     stage uses."""
     from mediaindex.workers.runtime import ensure_ray
-    from mediaindex.workers.stages import StageName, StageSpec
 
     ensure_ray(settings)
-    spec = StageSpec.from_settings(StageName.SUMMARY, settings)
+    share = settings.ray.stages.summary
+    gpus = 0.0 if settings.llm.device == "cpu" else share.gpus  # a model on the CPU reserves no GPU share
     if settings.llm.disaggregated:
-        return DisaggregatedChat(settings, spec.cpus, spec.gpus)
-    actor = llm_actor_class().options(num_gpus=spec.gpus, num_cpus=spec.cpus).remote(settings.llm, settings.cache_dir)
+        return DisaggregatedChat(settings, share.cpus, gpus)
+    actor = llm_actor_class().options(num_gpus=gpus, num_cpus=share.cpus).remote(settings.llm, settings.cache_dir)
     return RemoteLLM(actor)

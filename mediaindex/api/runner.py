@@ -110,7 +110,7 @@ class JobRunner:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
     def _ingest(self, job_id: str, params: dict[str, Any]) -> None:
-        from mediaindex.ingest.run import FileOutcome, IngestHooks, IngestRequest, ingest, with_summaries
+        from mediaindex.service import FileOutcome, IngestHooks, IngestRequest, ingest, with_summaries
 
         state, metrics = self.state, self.state.metrics
         # The request's "summaries" overrides ingest.summaries for this job, as `ingest --summaries` does.

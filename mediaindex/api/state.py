@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mediaindex.index.index import MediaIndex
-    from mediaindex.ingest.run import Pipeline
+    from mediaindex.service import Pipeline
 
 log = logging.getLogger("mediaindex.api")
 THUMB_SUFFIXES = {".jpg", ".jpeg", ".webp"}
@@ -61,7 +61,7 @@ class ApiState:
         # Uploaded files are media too: the upload folder is always a root.
         self.roots = MediaRoots([*api.media_roots, self.upload_dir])
         self.thumbs = MediaRoots([settings.thumbs_dir])
-        from mediaindex.ingest.discover import MEDIA_SUFFIXES
+        from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
         # Whatever the roots, the index's own files (catalog, jobs, keys, vectors, thumbnails' folder for
         # /files/) never leave the server, and neither does anything hidden.
@@ -147,8 +147,8 @@ class ApiState:
         for the first job that asks for summaries when the pools have none; jobs without summaries pass that
         stage by, so requests that switch summaries on and off do not restart the models.
         """
-        from mediaindex.ingest.run import Pipeline
-        from mediaindex.stages.registry import StageName
+        from mediaindex.pipeline.stages.registry import StageName
+        from mediaindex.service import Pipeline
 
         settings = settings or self.settings
         held = self._pipeline

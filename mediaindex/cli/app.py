@@ -97,9 +97,9 @@ def ingest(
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
     from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
-    from mediaindex.ingest.inprocess import limit_malloc_arenas
-    from mediaindex.ingest.run import IngestHooks, IngestRequest
-    from mediaindex.ingest.run import ingest as run_ingest
+    from mediaindex.pipeline.inprocess import limit_malloc_arenas
+    from mediaindex.service import IngestHooks, IngestRequest
+    from mediaindex.service import ingest as run_ingest
 
     # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
     limit_malloc_arenas()
@@ -440,7 +440,7 @@ def _transcribe_now(settings: Settings, path: Path) -> tuple[list[dict[str, Any]
 
     from mediaindex.errors import MediaError
     from mediaindex.media.probe import probe
-    from mediaindex.stages.speech import SpeechStage
+    from mediaindex.pipeline.stages.speech import SpeechStage
 
     source = str(path.resolve())
     info = probe(source)

@@ -8,9 +8,9 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mediaindex.ingest.discover import NOT_MEDIA, shown
-from mediaindex.ingest.progress import IngestStats, _dur
-from mediaindex.ingest.run import FileOutcome
+from mediaindex.pipeline.discover import NOT_MEDIA, shown
+from mediaindex.pipeline.progress import IngestStats, _dur
+from mediaindex.pipeline.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
 

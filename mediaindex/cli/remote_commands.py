@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mediaindex.cli.remote import Remote, RemoteError
-from mediaindex.ingest.discover import shown
+from mediaindex.pipeline.discover import shown
 
 API_MAX_LIMIT = 100  # the server's own cap on hits per search
 
@@ -44,7 +44,7 @@ def remote_ingest(server: Remote, paths: list[Path], summaries: bool | None, con
 def job_lines(job: dict, verbose: bool = False) -> list[str]:
     """A server's ingest job in the words of a local ingest: one line per file, then the counts."""
     from mediaindex.cli.progress import summary_line
-    from mediaindex.ingest.discover import NOT_MEDIA
+    from mediaindex.pipeline.discover import NOT_MEDIA
 
     lines: list[str] = []
     tally = {"indexed": 0, "unchanged": 0, "skipped": 0, "failed": 0, "left out": 0}

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from mediaindex.config import Settings
-from mediaindex.stages.merge import merge
-from mediaindex.workers.stages import StageSpec
+from mediaindex.pipeline.spec import StageSpec
+from mediaindex.pipeline.stages.merge import merge
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle

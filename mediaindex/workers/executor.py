@@ -1,4 +1,4 @@
-"""The ingest scheduler's executor on Ray (`mediaindex.ingest.executor.Executor`): one idle actor per call.
+"""The ingest scheduler's executor on Ray (`mediaindex.pipeline.executor.Executor`): one idle actor per call.
 
 Results stay in Ray's object store: a call's result is its ObjectRef, handed on as the next call's argument,
 so audio and frames never pass the driver. A call whose actor died is re-run by Ray on the restarted actor
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mediaindex.errors import StageError, reason_of
-from mediaindex.stages.registry import StageName
+from mediaindex.pipeline.stages.registry import StageName
 
 
 @dataclass(eq=False)

@@ -8,17 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings
-from mediaindex.errors import MediaIndexError
-from mediaindex.workers.stages import StageSpec, default_stages
+from mediaindex.pipeline.spec import StageSpec, StageStartError, default_stages
 
 if TYPE_CHECKING:
     from mediaindex.workers.executor import RayExecutor
 
 log = logging.getLogger(__name__)
-
-
-class StageStartError(MediaIndexError):
-    """A stage's actors could not start (e.g. its model does not load)."""
 
 
 class Pipeline:

@@ -29,8 +29,8 @@ from mediaindex.api.models import (
     SummarizeRequest,
 )
 from mediaindex.api.state import ApiState
-from mediaindex.ingest.discover import MEDIA_SUFFIXES, discover
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})

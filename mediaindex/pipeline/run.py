@@ -3,7 +3,8 @@
 `ingest(request, index, pipeline, hooks)` runs a new job or continues one. Its loop reads as the work does:
 plan every file of the job (`plan.py`), then step the scheduler (`scheduler.py`: admit, dispatch what is
 ready, collect what finished) and write each finished file (`write.py`) until none is left. The stages run
-on an `Executor`: Ray actor pools (`mediaindex.workers`) or threads of this process (`inprocess.py`).
+on an `Executor`: threads of this process (`inprocess.py`) or, chosen by the caller, Ray actor pools
+(`mediaindex.workers`).
 
 The job's manifest and per-file states live in ``jobs.db`` beside the index. A file is "running" from the
 moment a stage starts work on it, and each run that dies (a crash, a SIGKILL) while a file is running counts
@@ -27,24 +28,23 @@ import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is 
 from mediaindex.config import Settings
 from mediaindex.errors import StageError, reason_of
 from mediaindex.index.index import MediaIndex
-from mediaindex.ingest.executor import Executor
-from mediaindex.ingest.job import create_job, jobs_store, resumable, with_summaries
-from mediaindex.ingest.plan import Outcome, Plan, plan_file
-from mediaindex.ingest.progress import IngestStats, StageStats
-from mediaindex.ingest.request import IngestHooks, IngestReport, IngestRequest
-from mediaindex.ingest.route import FULL_ROUTE, Route
-from mediaindex.ingest.scheduler import Finished, Scheduler, SchedulerHooks
-from mediaindex.ingest.small import in_process
-from mediaindex.ingest.write import FileOutcome, Status, write_item, write_summary
 from mediaindex.jobs import FileState, JobStore
-from mediaindex.stages.merge import merge
-from mediaindex.stages.registry import StageName
-from mediaindex.stages.summary import indexed_item
-from mediaindex.workers.pool import Pipeline
-from mediaindex.workers.stages import StageSpec, default_stages
+from mediaindex.pipeline.executor import Executor
+from mediaindex.pipeline.job import create_job, jobs_store, resumable, with_summaries
+from mediaindex.pipeline.plan import Outcome, Plan, plan_file
+from mediaindex.pipeline.progress import IngestStats, StageStats
+from mediaindex.pipeline.request import IngestHooks, IngestReport, IngestRequest
+from mediaindex.pipeline.route import FULL_ROUTE, Route
+from mediaindex.pipeline.scheduler import Finished, Scheduler, SchedulerHooks
+from mediaindex.pipeline.small import has_pictures
+from mediaindex.pipeline.spec import StageSpec, default_stages
+from mediaindex.pipeline.stages.merge import merge
+from mediaindex.pipeline.stages.registry import StageName
+from mediaindex.pipeline.stages.summary import indexed_item
+from mediaindex.pipeline.write import FileOutcome, Status, write_item, write_summary
 
-__all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "Status", "create_job",
-           "ingest", "jobs_store", "start_pipeline", "with_summaries"]
+__all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "PipelineStarter", "StagePipeline", "Status",
+           "create_job", "ingest", "jobs_store", "start_in_process", "with_summaries"]
 
 log = logging.getLogger(__name__)
 
@@ -59,34 +59,32 @@ class StagePipeline(Protocol):
     def close(self) -> None: ...
 
 
-def start_pipeline(settings: Settings, todo: list[Plan]) -> StagePipeline:
-    """The stages for a run over `todo`: in this process for a small job (`ingest.small`), else on Ray."""
-    choice = in_process(settings, todo)
-    began = time.monotonic()
-    if choice.local:
-        from mediaindex.ingest.inprocess import InProcessPipeline
+PipelineStarter = Callable[[Settings, list[Plan]], StagePipeline]
 
-        stages = default_stages(settings)
-        if not choice.video:  # no file has pictures: the vision models are not loaded at all
-            stages = [s for s in stages if s.name is not StageName.VISION]
-        log.info("ingest: %s: the stages (%s) run in this process, their models loading side by side",
-                 choice.why, ", ".join(s.name.value for s in stages))
-        return InProcessPipeline(settings, stages)
-    log.info("ingest: %s: the stages run on Ray", choice.why)
-    pipeline = Pipeline(settings)
-    log.info("ingest: Ray pipeline ready in %.1f s", time.monotonic() - began)
-    return pipeline
+
+def start_in_process(settings: Settings, todo: list[Plan], why: str = "") -> StagePipeline:
+    """The stages on threads of this process. When every file was probed and none has pictures, the vision
+    models are not loaded at all."""
+    from mediaindex.pipeline.inprocess import InProcessPipeline
+
+    stages = default_stages(settings)
+    if not has_pictures(todo):
+        stages = [s for s in stages if s.name is not StageName.VISION]
+    log.info("ingest: %sthe stages (%s) run in this process, their models loading side by side",
+             f"{why}: " if why else "", ", ".join(s.name.value for s in stages))
+    return InProcessPipeline(settings, stages)
 
 
 def ingest(request: IngestRequest, index: MediaIndex, pipeline: StagePipeline | None = None,
-           hooks: IngestHooks | None = None) -> IngestReport:
+           hooks: IngestHooks | None = None, start: PipelineStarter = start_in_process) -> IngestReport:
     """Run a new ingest job over the request's inputs, or continue job `request.resume`; returns this run's
     outcomes. Without a pipeline, one is started for the run (when a file needs it) and closed after: on
-    threads of this process for a small job, else Ray's (`start_pipeline`)."""
+    `start(settings, todo)`: by default on threads of this process; the service passes one that picks Ray for a
+    large job (`mediaindex.service.start_pipeline`)."""
     jobs = request.jobs or jobs_store(request.settings)
     try:
         run = _Run(request, index, jobs, hooks or IngestHooks())
-        run.execute(pipeline)
+        run.execute(pipeline, start)
         if request.finish_job and not run.report.cancelled:
             jobs.set_state(run.job_id, "done", result=jobs.counts(run.job_id))
         return run.report
@@ -118,14 +116,14 @@ class _Run:
         self.stats: IngestStats | None = None
         self.last_tick = 0.0
 
-    def execute(self, pipeline: StagePipeline | None) -> None:
+    def execute(self, pipeline: StagePipeline | None, start: PipelineStarter) -> None:
         todo = self.plan()
         self.hooks.on_plan(len(todo))
         self.jobs.set_state(self.job_id, "running")
         own = pipeline is None and bool(todo)
         try:
             if todo:
-                pipeline = pipeline or start_pipeline(self.settings, todo)
+                pipeline = pipeline or start(self.settings, todo)
                 self.run(todo, pipeline)
         except BaseException as exc:
             self._stopped(exc)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mediaindex.stages.item import MediaItem
+from mediaindex.pipeline.stages.item import MediaItem
 
 
 def merge(results: Sequence[Any]) -> MediaItem:

@@ -1,7 +1,7 @@
 """What the scheduler needs from whatever runs the stages: an `Executor`.
 
 `mediaindex.workers.executor.RayExecutor` runs each stage in a pool of Ray actors; `InProcessExecutor`
-(`mediaindex.ingest.inprocess`) runs stage objects on threads of this process, for unit tests and small jobs.
+(`mediaindex.pipeline.inprocess`) runs stage objects on threads of this process, for unit tests and small jobs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from mediaindex.stages.registry import StageName
+from mediaindex.pipeline.stages.registry import StageName
 
 
 class Task(Protocol):
@@ -47,7 +47,7 @@ class Executor(Protocol[TaskT]):
 
     def submit(self, stage: StageName, inputs: Sequence[Any]) -> TaskT:
         """Start `stage` on an idle worker. Inputs are plain values (a path, an item) or earlier tasks' results;
-        more than one are merged (`mediaindex.stages.merge`) first. An input that failed fails the task alike.
+        more than one are merged (`mediaindex.pipeline.stages.merge`) first. An input that failed fails the task alike.
         A call whose worker dies is re-run on the restarted worker, ingest.max_retries times."""
 
     def wait(self, tasks: Collection[TaskT], timeout: float) -> list[TaskT]:

@@ -1,5 +1,5 @@
 """A file's route through the stages, as data: branches that start side by side from the file, then stages
-that run one after another on the item the branches' results merge into (`mediaindex.stages.merge`).
+that run one after another on the item the branches' results merge into (`mediaindex.pipeline.stages.merge`).
 
 Speech reads the file itself, so transcribing never waits for the pictures nor they for it; its result joins
 the decoded item before the stages that read every segment (summary, embed).
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from mediaindex.stages.registry import StageName
+from mediaindex.pipeline.stages.registry import StageName
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mediaindex.errors import MediaIndexError, StageError, reason_of
-from mediaindex.ingest.executor import Executor, Task
-from mediaindex.ingest.plan import Plan
-from mediaindex.ingest.route import Route
-from mediaindex.stages.registry import StageName
+from mediaindex.pipeline.executor import Executor, Task
+from mediaindex.pipeline.plan import Plan
+from mediaindex.pipeline.route import Route
+from mediaindex.pipeline.stages.registry import StageName
 
 POLL = 0.5  # seconds `step` waits for a call to finish
 

@@ -8,9 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from mediaindex.config import Settings, StageResources
-from mediaindex.stages.registry import STAGES, StageName
+from mediaindex.errors import MediaIndexError
+from mediaindex.pipeline.stages.registry import STAGES, StageName
 
-__all__ = ["StageName", "StageSpec", "default_stages"]
+__all__ = ["StageName", "StageSpec", "StageStartError", "default_stages"]
+
+
+class StageStartError(MediaIndexError):
+    """A stage could not start (e.g. its model does not load)."""
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,10 @@ from typing import Any
 
 from mediaindex.config import Settings
 from mediaindex.errors import StageError, WorkerLostError, reason_of
-from mediaindex.ingest.executor import Call
-from mediaindex.stages.merge import merge
-from mediaindex.stages.registry import StageName
-from mediaindex.workers.pool import StageStartError
-from mediaindex.workers.stages import StageSpec, default_stages
+from mediaindex.pipeline.executor import Call
+from mediaindex.pipeline.spec import StageSpec, StageStartError, default_stages
+from mediaindex.pipeline.stages.merge import merge
+from mediaindex.pipeline.stages.registry import StageName
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.media.thumbnails import write_thumbnail
-from mediaindex.stages.item import Keyframe, MediaItem
+from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 
 # Kept for callers of the earlier module layout.
 __all__ = ["DecodeStage", "decode_media", "write_thumbnail"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mediaindex.errors import MediaIndexError
-from mediaindex.ingest.discover import discover
+from mediaindex.pipeline.discover import discover
 
 RESERVED_KEYS = {"path", "words"}  # "words" is what the speech stage keeps in extra
 Meta = dict[str, Any]

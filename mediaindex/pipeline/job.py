@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mediaindex.config import Settings
-from mediaindex.ingest.inputs import InputError, plan_inputs
 from mediaindex.jobs import JobStore
+from mediaindex.pipeline.inputs import InputError, plan_inputs
 
 
 def jobs_store(settings: Settings) -> JobStore:

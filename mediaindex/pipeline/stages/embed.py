@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mediaindex.config import Settings
-from mediaindex.stages.item import MediaItem
+from mediaindex.pipeline.stages.item import MediaItem
 
 
 class EmbedStage:

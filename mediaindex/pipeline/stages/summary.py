@@ -20,8 +20,8 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError, ModelLoadError
 from mediaindex.media.probe import MediaInfo
+from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.segments import MEDIA_MODALITIES, Hit, Segment
-from mediaindex.stages.item import Keyframe, MediaItem
 
 if TYPE_CHECKING:
     from mediaindex.index.index import MediaIndex

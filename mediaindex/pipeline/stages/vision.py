@@ -19,8 +19,8 @@ from mediaindex.config import Settings
 from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
+from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.segments import Segment
-from mediaindex.stages.item import Keyframe, MediaItem
 
 if TYPE_CHECKING:
     from mediaindex.models.classifier import Prediction

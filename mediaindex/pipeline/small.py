@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
-from mediaindex.ingest.plan import Plan
 from mediaindex.media.probe import probe
+from mediaindex.pipeline.plan import Plan
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,11 @@ log = logging.getLogger(__name__)
 class Choice:
     local: bool  # the stages run on threads of this process
     why: str  # for the log
-    video: bool = True  # some file may have pictures (False: every file was probed and has none)
+
+
+def has_pictures(plans: Sequence[Plan]) -> bool:
+    """Whether some file may have pictures (False: every file was probed and has none)."""
+    return _probed(plans)[1]
 
 
 def _probed(plans: Sequence[Plan]) -> tuple[float, bool]:
@@ -54,8 +58,8 @@ def in_process(settings: Settings, plans: Sequence[Plan]) -> Choice:
         return Choice(False, "in-process runs are off (ingest.in_process_max_files or in_process_max_seconds is 0)")
     if len(plans) > ing.in_process_max_files:
         return Choice(False, f"{len(plans)} files > ingest.in_process_max_files {ing.in_process_max_files}")
-    seconds, video = _probed(plans)
+    seconds, _ = _probed(plans)
     if seconds > ing.in_process_max_seconds:
         return Choice(False, f"{len(plans)} files, {seconds:.0f} s of media > ingest.in_process_max_seconds "
                              f"{ing.in_process_max_seconds:g}")
-    return Choice(True, f"{len(plans)} file{'' if len(plans) == 1 else 's'}, {seconds:.0f} s of media", video)
+    return Choice(True, f"{len(plans)} file{'' if len(plans) == 1 else 's'}, {seconds:.0f} s of media")

@@ -10,8 +10,8 @@ from typing import Any
 
 from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
+from mediaindex.pipeline.stages.item import MediaItem
 from mediaindex.segments import GENERATED_MODALITIES
-from mediaindex.stages.item import MediaItem
 
 
 class Status(StrEnum):

@@ -24,8 +24,8 @@ from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.media.decode import SAMPLE_RATE, AudioStream, channel_look
 from mediaindex.media.probe import MediaInfo, probe
+from mediaindex.pipeline.stages.item import MediaItem
 from mediaindex.segments import Segment
-from mediaindex.stages.item import MediaItem
 
 if TYPE_CHECKING:
     from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn

@@ -35,9 +35,9 @@ class StageInfo:
 
 
 STAGES: dict[StageName, StageInfo] = {
-    StageName.DECODE: StageInfo("mediaindex.stages.decode:DecodeStage", "frames", "decode_threads"),
-    StageName.SPEECH: StageInfo("mediaindex.stages.speech:SpeechStage", "speech", "cpu_threads"),
-    StageName.VISION: StageInfo("mediaindex.stages.vision:VisionStage", "vision", "threads"),
-    StageName.SUMMARY: StageInfo("mediaindex.stages.summary:SummaryStage", "llm", "cpu_threads", False),
-    StageName.EMBED: StageInfo("mediaindex.stages.embed:EmbedStage", "embed", ""),
+    StageName.DECODE: StageInfo("mediaindex.pipeline.stages.decode:DecodeStage", "frames", "decode_threads"),
+    StageName.SPEECH: StageInfo("mediaindex.pipeline.stages.speech:SpeechStage", "speech", "cpu_threads"),
+    StageName.VISION: StageInfo("mediaindex.pipeline.stages.vision:VisionStage", "vision", "threads"),
+    StageName.SUMMARY: StageInfo("mediaindex.pipeline.stages.summary:SummaryStage", "llm", "cpu_threads", False),
+    StageName.EMBED: StageInfo("mediaindex.pipeline.stages.embed:EmbedStage", "embed", ""),
 }

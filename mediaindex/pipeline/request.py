@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mediaindex.config import Settings
-from mediaindex.ingest.progress import IngestStats
-from mediaindex.ingest.write import FileOutcome, Status
 from mediaindex.jobs import JobStore
+from mediaindex.pipeline.progress import IngestStats
+from mediaindex.pipeline.write import FileOutcome, Status
 
 
 @dataclass
