@@ -114,7 +114,7 @@ def profile_mediaindex(files: list[str], ledger: Ledger) -> dict[str, float]:
         ledger.wrap(decode_mod, "probe", "decode: probe")
         ledger.wrap(decode_mod, "content_hash", "decode: content hash")
         ledger.wrap(decode_mod, "scan_video", "decode: video scan (decode, shots, samples)")
-        ledger.wrap(decode_mod, "write_thumbnail", "decode: thumbnails")
+        ledger.wrap(decode_mod, "encode_thumbnail", "decode: thumbnails")
         ledger.wrap(speech_mod, "probe", "speech: probe")
         ledger.wrap(speech_mod, "channel_look", "speech: stereo look")
         speech = stages[StageName.SPEECH]

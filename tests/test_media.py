@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -113,10 +114,12 @@ def test_keyframes_per_shot_plus_interval_inside_long_shots(tmp_path: Path, cach
     for k in item.keyframes:
         assert k.image.dtype == np.uint8 and k.image.ndim == 3 and k.image.shape[2] == 3
         assert max(k.image.shape[:2]) <= 320
-        thumb = settings.thumbs_dir / k.thumbnail
-        assert thumb.is_file() and thumb.stat().st_size < 40_000
-        with Image.open(thumb) as im:
+        data = item.thumbnail_files[k.thumbnail]
+        assert len(data) < 40_000
+        with Image.open(io.BytesIO(data)) as im:
             assert max(im.size) <= settings.frames.thumbnail_side and im.format == "JPEG"
+    # A stage touches no index: its thumbnails travel on the item until the writer saves them.
+    assert not settings.index_dir.exists()
 
 
 def test_each_part_is_sampled_from_inside_not_at_its_cut(tmp_path: Path, cache_dir: Path) -> None:

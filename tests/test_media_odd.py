@@ -68,9 +68,9 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
 
         o, rec = indexed("rotated.mp4")
         assert rec.probe["rotation"] == 90 and rec.probe["display_height"] == 1280
-        # Thumbnails go to the data directory of the settings the stage workers were started with.
+        # Thumbnails go to the data directory of the index written, whatever settings the stages started with.
         thumbs = [s["thumbnail"] for s in index.store.segments_of(o.video_id, "speech")]
-        assert thumbs and all((pipeline.settings.thumbs_dir / t).is_file() for t in thumbs)
+        assert thumbs and all((index.thumbs_dir / t).is_file() for t in thumbs)
 
         o, rec = indexed("vfr no audio.mp4")
         assert rec.probe["variable_frame_rate"] and any("no audio track" in n for n in o.notes)

@@ -78,6 +78,7 @@ class MediaIndex:
         thread_safe: bool = False,
     ) -> None:
         self.dir = settings.index_dir
+        self.thumbs_dir = settings.thumbs_dir
         self.settings = settings.index
         if extra_dims is None:  # the vectors the configured vision models make
             from mediaindex.models.vision import vector_dims

@@ -10,6 +10,7 @@ from typing import Any
 
 from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
+from mediaindex.media.thumbnails import save_thumbnails
 from mediaindex.pipeline.stages.item import MediaItem
 from mediaindex.segments import GENERATED_MODALITIES
 
@@ -49,6 +50,7 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,
         segments=len(item.segments), probe=item.info.to_dict(), indexed_at=now(),
     )
+    save_thumbnails(index.thumbs_dir, item.thumbnail_files)  # before the segments that name them
     index.replace_video(record, item.segments, item.vectors)
     return FileOutcome(item.source, Status.INDEXED, segments=len(item.segments), video_id=item.video_id,
                        notes=item.notes, duration=item.info.duration)

@@ -15,15 +15,15 @@ from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
-from mediaindex.media.thumbnails import write_thumbnail
+from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 
-# Kept for callers of the earlier module layout.
-__all__ = ["DecodeStage", "decode_media", "write_thumbnail"]
+__all__ = ["DecodeStage", "decode_media"]
 
 
 def decode_media(path: str, settings: Settings) -> MediaItem:
-    """Probe, hash and scan one file: shots and keyframes (with thumbnails) for the vision stage."""
+    """Probe, hash and scan one file: shots and keyframes for the vision stage, each keyframe's thumbnail
+    encoded on the item (the index writer saves them; a stage touches no index)."""
     started = time.monotonic()
     timeout = settings.ingest.file_timeout
     info = probe(path)
@@ -69,8 +69,8 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
     item.shots = scan.shots
     for part in scan.parts:
         picture = part.keyframe
-        thumb = write_thumbnail(picture.image, settings.thumbs_dir, item.video_id, picture.time,
-                                f.thumbnail_side, fmt=f.thumbnail_format)
+        thumb = thumbnail_name(item.video_id, picture.time, f.thumbnail_format)
+        item.thumbnail_files[thumb] = encode_thumbnail(picture.image, f.thumbnail_side, f.thumbnail_format)
         item.keyframes.append(Keyframe(part.start, part.end, picture.image, thumb, [f.image for f in part.frames]))
     return item
 

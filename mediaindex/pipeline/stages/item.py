@@ -18,7 +18,7 @@ class Keyframe:
     time: float
     end: float  # the part is [time, end)
     image: np.ndarray  # its picture: the frame nearest the middle (OCR, thumbnail, image vectors)
-    thumbnail: str | None  # relative to the index's thumbnail folder
+    thumbnail: str | None  # its name in `MediaItem.thumbnail_files`: relative to the index's thumbnail folder
     # Frames spread over the part, the picture among them: the classifier pools over them.
     # Empty means the picture alone.
     samples: list[np.ndarray] = field(default_factory=list)
@@ -38,6 +38,8 @@ class MediaItem:
     info: MediaInfo
     audio: np.ndarray | None = None  # 16 kHz mono float32; dropped after the speech stage
     keyframes: list[Keyframe] = field(default_factory=list)  # dropped after the vision stage
+    # Encoded keyframe thumbnails by their name relative to the index's thumbnail folder; the writer saves them.
+    thumbnail_files: dict[str, bytes] = field(default_factory=dict)
     shots: list[tuple[float, float]] = field(default_factory=list)  # [start, end) of each shot, seconds
     segments: list[Segment] = field(default_factory=list)
     vectors: np.ndarray | None = None
