@@ -29,7 +29,7 @@ class Sample:
     settings: Settings
     index: Any  # MediaIndex
     embedder: Any
-    pipeline: Any  # a Pipeline whose thumbnails land in this index's folder
+    pipeline: Any  # the session's Pipeline, for the apps' ingest jobs
 
     def video_id(self, name: str) -> str:
         return next(r.video_id for r in self.index.catalog.all() if Path(r.source).name == name)
@@ -42,30 +42,18 @@ class Sample:
 
 @pytest.fixture(scope="session")
 def sample(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
-           ray_runtime: None, embedder) -> Sample:
+           pipeline, embedder) -> Sample:
     memo = request.config.stash.setdefault(_MEMO, {})
     if "sample" not in memo:
         from mediaindex.index.index import open_index
-        from mediaindex.service import IngestRequest, Pipeline, ingest
+        from mediaindex.service import IngestRequest, ingest
 
-        # Its own pipeline (the decode stage writes thumbnails under its settings' index), with small logical CPU
-        # shares: it lives all session in the one Ray beside the session's pipeline, the language-model actor
-        # and the summary tests' pipelines.
-        shares = {stage: {"cpus": 0.25} for stage in ("decode", "speech", "vision", "embed")}
-        settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir, ray={"stages": shares})
-        pipeline = Pipeline(settings)
+        # The session's pipeline: stages touch no index, so one pipeline serves every test index.
+        settings = make_settings(tmp_path_factory.mktemp("api-index"), cache_dir)
         # Served from request threads: one catalog connection per thread, as `serve` opens it.
         index = open_index(settings, embedder.dim, embedder.name, thread_safe=True)
         report = ingest(IngestRequest(settings, [media(s) for s in SAMPLES]), index, pipeline)
         assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
-
-        def close() -> None:
-            import ray
-
-            if ray.is_initialized():  # the session's Ray may already be shut down, and its actors with it
-                pipeline.close()
-
-        request.config.add_cleanup(close)
         memo["sample"] = Sample(settings, index, embedder, pipeline)
     return memo["sample"]
 
