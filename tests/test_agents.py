@@ -24,6 +24,7 @@ from mediaindex.agents.grounding import content_words, grounded, relevant
 from mediaindex.agents.guides import MAX_QUERY_CHARS, first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
+from mediaindex.agents.summarize import clean_title, keyword_title
 from mediaindex.agents.toolcall import ToolCallError, close_truncated, parse_reply
 from mediaindex.agents.tools import ToolError
 from mediaindex.config import LLMSettings, Settings
@@ -101,6 +102,8 @@ MOMENT = re.compile(r'^\[(\d+)\] "(.*)" \((said|on screen|seen) in (.+?), video 
 def cite_first_result(conv: list[Message]) -> str:
     """An answer citing the first moment of the last tool response by its number, the way a good model would."""
     body = conv[-1]["content"]
+    if "<tool_response>\n" not in body:  # not a turn after a search (a summary's request)
+        return "I have nothing more to say."
     number, text, start = MOMENT.search(body.split("<tool_response>\n", 1)[1]).group(1, 2, 6)
     return f"At {start} s the speaker says {text[:80]} [{number}]"
 
@@ -587,6 +590,58 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
     if len(s.chapters) > 1:  # the invented reduce answer was refused: the summary is built from the chapters
         assert "dinosaur" not in s.summary.lower()
     jsonschema.validate(validate_output(s), VideoSummary.model_json_schema())
+
+
+def titled_map_reply(title: str) -> Callable[[list[Message]], str]:
+    """Grounded window summaries, and `title` for every title request (a function of it for others)."""
+    def reply(conv: list[Message]) -> str:
+        if "title of at most six words" in conv[-1]["content"]:
+            return title
+        return grounded_map_reply(conv)
+    return reply
+
+
+def test_chapter_titles_are_short_phrases_never_a_cut_sentence(archive: Archive) -> None:
+    settings = FAST.model_copy(update={"summary_window_chars": 300})
+    # A model that answers the title request with a whole sentence: the chapter's key words stand in.
+    rambling = "The party in opposition that has not been decried as communistic by its opponents in power"
+    s = summarize("manifesto.mp4", archive, ScriptedModel([titled_map_reply(rambling)] * 40), settings)
+    assert len(s.chapters) >= 2
+    for ch in s.chapters:
+        words = ch.title.split()
+        assert 1 <= len(words) <= 8 and ch.title != rambling
+        assert words[-1].lower().strip(",") not in {"the", "a", "of", "that", "not", "has"}, ch.title
+        assert all(w.strip(",").lower() in ch_text(archive, ch) for w in words), ch.title  # its own words
+    # A short title made of the chapter's words is kept as the model wrote it.
+    s = summarize("manifesto.mp4", archive, ScriptedModel([titled_map_reply("Title: **Communism as a power**")] * 40),
+                  settings)
+    assert any(ch.title == "Communism as a power" for ch in s.chapters), [c.title for c in s.chapters]
+
+
+def ch_text(archive: Archive, ch) -> str:
+    video = ch.citations[0].video_id
+    return " ".join(h.text for h in archive.segments(video) if h.start < ch.end and h.end > ch.start).lower()
+
+
+@pytest.mark.parametrize(("reply", "title"), [
+    ("Communism as a power", "Communism as a power"),
+    ("Title: \"Communism as a power.\"\nMore text", "Communism as a power"),
+    ("## Chapter title: Communism as a power", "Communism as a power"),
+    ("Communism is acknowledged by all European powers to be itself a power", None),  # a sentence: too long
+    ("The power of the", None),  # cut mid-phrase
+    ("Dinosaurs argue about spaceships", None),  # not the chapter's words
+    ("", None),
+])
+def test_a_title_reply_is_kept_only_when_it_is_a_short_grounded_phrase(reply: str, title: str | None) -> None:
+    source = "Communism is already acknowledged by all European powers to be itself a power."
+    assert clean_title(reply, source) == title
+
+
+def test_key_word_titles_take_the_chapters_distinctive_words_in_order() -> None:
+    text = "The bourgeoisie has played a revolutionary part. The bourgeoisie has put an end to feudal relations."
+    elsewhere = "Workers of the world unite. The workers have nothing to lose but their chains, the workers say."
+    assert keyword_title(text, elsewhere) == "Bourgeoisie, played, revolutionary, relations"
+    assert keyword_title("", elsewhere) == "Untitled"
 
 
 def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> None:

@@ -3,7 +3,8 @@
 1. Chapters: the video's speech / on-screen text segments are cut where the topic shifts (adjacent blocks of
    segments embed far apart), where speech pauses for long, or where visual concepts change.
 2. Map: every chapter is split into windows that fit the context; all windows go to the engine in one batch
-   (continuous batching runs them concurrently), each asking for a title and a one-sentence summary.
+   (continuous batching runs them concurrently), each asking for a one-sentence summary; then one more batch
+   asks for each chapter's title (a short phrase of its own words, else the chapter's key words).
 3. Reduce: the chapter summaries are merged into the video summary by one more request.
 Generated text must reuse the words of its sources; where it does not, an extractive summary (the window's
 own first words) stands in and the chapter says `generated: false`. A video with nothing indexed gets
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +26,7 @@ import numpy as np
 
 from mediaindex.agents.citations import from_hit
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.grounding import first_words, sentences, supported
+from mediaindex.agents.grounding import content_words, first_words, sentences, supported
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
@@ -159,13 +161,54 @@ def _first_sentence(text: str) -> str:
     return (match.group(1) if match else text)[:400]
 
 
-def title_from(text: str) -> str:
-    """A chapter title: the first words of its summary, without a trailing stop-word or punctuation."""
-    words = re.sub(r"^(the|this) (transcript|video|excerpt|speaker) (is about|says that|says|talks about) ",
-                   "", text, flags=re.IGNORECASE).split()[:7]
-    while words and (words[-1].lower().strip(",.;:") in {"the", "a", "an", "of", "and", "to", "in", "that"}):
-        words.pop()
-    return " ".join(words).strip(",.;: ")[:80] or "Untitled"
+MAX_TITLE_WORDS = 8
+TITLE_SYSTEM = "You write short titles for the parts of a video."
+TITLE_USER = "Write a title of at most six words for this part of a video. Reply with the title only.\n\n{text}"
+_TITLE_LABEL = re.compile(r"^\s*(#+\s*)?(\*\*)?\s*(title|chapter( title)?)\s*[:\-]\s*", re.IGNORECASE)
+_TRAILING = frozenset({"the", "a", "an", "of", "and", "to", "in", "that", "with", "for", "on", "by", "or", "is",
+                       "was", "has", "have", "not", "der", "die", "das", "und"})
+
+
+def clean_title(reply: str, source: str) -> str | None:
+    """The model's title when it is one: a short phrase (at most MAX_TITLE_WORDS words) on the reply's first
+    line that does not end mid-phrase and whose words are in `source`; None otherwise."""
+    line = next((ln for ln in reply.splitlines() if ln.strip()), "")
+    title = _TITLE_LABEL.sub("", line).strip().strip("*#\"'“”‘’ ").rstrip(".,;:!?…").strip()
+    words = title.split()
+    if not words or len(words) > MAX_TITLE_WORDS or words[-1].lower() in _TRAILING:
+        return None
+    return title if supported(title, source) else None
+
+
+def keyword_title(text: str, elsewhere: str = "", n: int = 4) -> str:
+    """A title made of the text's own words: its most frequent content words (those frequent in `elsewhere`, the
+    rest of the video, count less; ties to the longer word), in the order they first occur. Never a cut
+    sentence."""
+    words = content_words(text)
+    if not words:
+        return "Untitled"
+    other = Counter(content_words(elsewhere))
+    counts = Counter(words)
+    first = {w: k for k, w in reversed(list(enumerate(words)))}
+    # Among equally frequent words the longer ones are usually the more specific.
+    best = sorted(counts, key=lambda w: (-counts[w] / (1 + other[w]), -len(w), first[w]))[:n]
+    picked = sorted(best, key=first.__getitem__)
+    return ", ".join(picked).capitalize()
+
+
+def _titles(chapters: list[tuple[str, str]], llm: ChatModel, settings: LLMSettings) -> tuple[list[str], int]:
+    """One title per chapter, given as (its summary, its source text): the model's, in one batch, where it is a
+    short grounded phrase, else the chapter's own key words. Returns (titles, generated tokens)."""
+    prompts: list[list[Message]] = [
+        [{"role": "system", "content": TITLE_SYSTEM}, {"role": "user", "content": TITLE_USER.format(text=summary)}]
+        for summary, _ in chapters]
+    outs = llm.chat(prompts, max_tokens=16, temperature=settings.temperature) if prompts else []
+    whole = " ".join(source for _, source in chapters)
+    titles = []
+    for (summary, source), out in zip(chapters, outs, strict=True):
+        title = None if out.error else clean_title(out.text, f"{summary} {source}")
+        titles.append(title or keyword_title(source, whole.replace(source, " ", 1)))
+    return titles, sum(o.tokens for o in outs)
 
 
 def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: LLMSettings,
@@ -200,8 +243,14 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         if ci + 1 < len(spans) and spans[ci + 1].start > span.start:
             end = min(end, spans[ci + 1].start)
         chapters.append(Chapter(
-            title=title_from(sums[0]), start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
+            title="", start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
             citations=_chapter_citations(video, [w for w, _ in parts]), generated=generated))
+    sources = [" ".join(w.text for (c, w) in windows if c == ci) for ci in range(len(spans))]
+    titles, title_tokens = _titles([(c.summary, src) for c, src in zip(chapters, sources, strict=True)], llm,
+                                   settings)
+    tokens += title_tokens
+    for chapter, title in zip(chapters, titles, strict=True):
+        chapter.title = title
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
     if len(chapters) > 1:
