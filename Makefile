@@ -10,7 +10,7 @@ TORCH_VERSION ?= 2.13.0
 PIP := $(VENV)/bin/pip
 BIN := $(VENV)/bin
 
-.PHONY: install install-test browser demo test lint clean
+.PHONY: install install-test browser demo test test-fast lint clean
 
 $(VENV)/.runtime: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ test: install-test browser
 	$(BIN)/ruff check mediaindex tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# The inner loop: lint, types and every test that loads no real model and starts no Ray (no `slow` marker).
+test-fast: install-test
+	$(BIN)/ruff check mediaindex tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: install-test
 	$(BIN)/ruff check mediaindex tests benchmarks

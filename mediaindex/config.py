@@ -187,8 +187,8 @@ class LLMSettings(_Section):
     min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
 
 
-STAGE_NAMES = ("decode", "speech", "vision", "summary", "embed")  # mediaindex.pipeline.stages.registry.StageName
-# What each stage's actors get unless the profile says otherwise (the CPU profile's values).
+# What each stage's actors get unless the profile says otherwise (the CPU profile's values); one field per
+# stage of `mediaindex.pipeline.stages.registry`.
 _STAGE_DEFAULTS: dict[str, dict[str, Any]] = {
     "decode": {"cpus": 0.5, "nice": 4}, "speech": {}, "vision": {"nice": 4}, "summary": {},
     "embed": {"cpus": 0.5, "nice": 4},

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from mediaindex.config import Settings, StageResources
+from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.pipeline.stages.registry import STAGES, StageName
 
@@ -30,11 +30,9 @@ class StageSpec:
 
     @classmethod
     def from_settings(cls, name: StageName, settings: Settings, factory: str = "") -> StageSpec:
-        res: StageResources = getattr(settings.ray.stages, name.value)
-        gpus = res.gpus
-        # A stage whose models run on the CPU reserves no GPU share, whatever the profile says.
-        if getattr(getattr(settings, STAGES[name].section, None), "device", None) == "cpu":
-            gpus = 0.0
+        stage = STAGES[name]
+        res = stage.resources(settings)
+        gpus = 0.0 if stage.on_cpu(settings) else res.gpus
         return cls(name, factory, res.workers, res.cpus, gpus, res.threads, res.nice)
 
     @property
@@ -42,22 +40,23 @@ class StageSpec:
         return f"ray.stages.{self.name.value}"
 
     def build(self, settings: Settings) -> Any:
-        module, _, attr = (self.factory or STAGES[self.name].factory).partition(":")
+        """The stage, built with its sized settings: its registered class, or `factory` ("module:Class")."""
+        if not self.factory:
+            return STAGES[self.name].stage(self.sized(settings))
+        module, _, attr = self.factory.partition(":")
         return getattr(importlib.import_module(module), attr)(self.sized(settings))
 
     def sized(self, settings: Settings) -> Settings:
         """The settings with this stage's thread count: `threads` if set, else its own setting if set,
         else (for stages that size automatically) the CPUs its actor reserves, rounded up."""
-        info = STAGES[self.name]
-        if not info.threads:
+        stage = STAGES[self.name]
+        if stage.threads is None or stage.with_threads is None:
             return settings
-        part = getattr(settings, info.section)
-        threads = self.threads or getattr(part, info.threads)
-        if not threads and info.auto_threads:
+        own = stage.threads(settings)
+        threads = self.threads or own
+        if not threads and stage.auto_threads:
             threads = max(1, math.ceil(self.cpus))
-        if threads == getattr(part, info.threads):
-            return settings
-        return settings.model_copy(update={info.section: part.model_copy(update={info.threads: threads})})
+        return settings if threads == own else stage.with_threads(settings, threads)
 
 
 def default_stages(settings: Settings) -> list[StageSpec]:

@@ -16,9 +16,10 @@ from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
+from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 
-__all__ = ["DecodeStage", "decode_media"]
+__all__ = ["STAGE", "DecodeStage", "decode_media"]
 
 
 def decode_media(path: str, settings: Settings) -> MediaItem:
@@ -83,3 +84,9 @@ class DecodeStage:
 
     def process(self, path: str) -> MediaItem:
         return decode_media(path, self.settings)
+
+
+STAGE = StageContract(
+    StageName.DECODE, DecodeStage, resources=lambda s: s.ray.stages.decode, on_cpu=lambda s: False,
+    threads=lambda s: s.frames.decode_threads,
+    with_threads=lambda s, n: s.model_copy(update={"frames": s.frames.model_copy(update={"decode_threads": n})}))

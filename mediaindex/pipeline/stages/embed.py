@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mediaindex.config import Settings
+from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
 
 
@@ -18,3 +19,6 @@ class EmbedStage:
         item.keyframes = [k.without_pixels() for k in item.keyframes]
         item.vectors = self.embedder.embed_passages([s.text for s in item.segments])
         return item
+
+STAGE = StageContract(
+    StageName.EMBED, EmbedStage, resources=lambda s: s.ray.stages.embed, on_cpu=lambda s: s.embed.device == "cpu")

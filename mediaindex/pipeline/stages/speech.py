@@ -24,6 +24,7 @@ from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.media.decode import SAMPLE_RATE, AudioStream, channel_look
 from mediaindex.media.probe import MediaInfo, probe
+from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
 from mediaindex.segments import Segment
 
@@ -233,3 +234,8 @@ def _reporting(chunks: Iterable[np.ndarray], on_progress: Callable[[float], None
         yield chunk
         done += len(chunk) / SAMPLE_RATE
         on_progress(done)
+
+STAGE = StageContract(
+    StageName.SPEECH, SpeechStage, resources=lambda s: s.ray.stages.speech, on_cpu=lambda s: s.speech.device == "cpu",
+    threads=lambda s: s.speech.cpu_threads,
+    with_threads=lambda s, n: s.model_copy(update={"speech": s.speech.model_copy(update={"cpu_threads": n})}))

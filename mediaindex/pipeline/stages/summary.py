@@ -20,6 +20,7 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError, ModelLoadError
 from mediaindex.media.probe import MediaInfo
+from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.segments import MEDIA_MODALITIES, Hit, Segment
 
@@ -96,3 +97,8 @@ def _thumbnails(segments: list[Segment]) -> list[Keyframe]:
     times = {s.start: s.thumbnail for s in segments if s.modality in MEDIA_MODALITIES and s.thumbnail}
     empty = np.empty((0, 0, 3), np.uint8)
     return [Keyframe(t, t, empty, thumb) for t, thumb in sorted(times.items())]
+
+STAGE = StageContract(
+    StageName.SUMMARY, SummaryStage, resources=lambda s: s.ray.stages.summary, on_cpu=lambda s: s.llm.device == "cpu",
+    threads=lambda s: s.llm.cpu_threads,
+    with_threads=lambda s, n: s.model_copy(update={"llm": s.llm.model_copy(update={"cpu_threads": n})}), auto_threads=False)

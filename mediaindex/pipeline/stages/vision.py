@@ -19,6 +19,7 @@ from mediaindex.config import Settings
 from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
+from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.segments import Segment
 
@@ -223,3 +224,8 @@ def _shot_of(t: float, shots: list[tuple[float, float]], picture: int) -> int:
         if start - 1e-3 <= t < end - 1e-3:
             return i
     return -1 - picture
+
+STAGE = StageContract(
+    StageName.VISION, VisionStage, resources=lambda s: s.ray.stages.vision, on_cpu=lambda s: s.vision.device == "cpu",
+    threads=lambda s: s.vision.threads,
+    with_threads=lambda s, n: s.model_copy(update={"vision": s.vision.model_copy(update={"threads": n})}))
