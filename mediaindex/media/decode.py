@@ -141,10 +141,10 @@ def decode_audio(path: str | Path, timeout: float | None = None) -> np.ndarray:
 
 
 # Two channels carry different sound (one speaker each, say) when their waveforms hardly correlate and
-# in a good share of the sounding moments one channel is much louder than the other. Measured on the
-# sample media: stereo_diarization.wav (a speaker per channel, talking over each other) correlates
-# -0.01 with 71 % one-sided moments; stereo music correlates 0.14-0.66 with at most 3 % one-sided
-# (big_buck_bunny_0_30.webm); every stereo file with speech in both channels correlates 0.97-1.00.
+# in a good share of the sounding moments one channel is much louder than the other. On the sample
+# media a file with a speaker per channel, talking over each other, hardly correlates and is mostly
+# one-sided; stereo music correlates more and is rarely one-sided; speech in both channels correlates
+# almost fully. The two thresholds below sit between them.
 SEPARATE_BELOW_CORRELATION = 0.5
 SEPARATE_ONE_SIDED_SHARE = 0.2
 _LOOK_RATE = 8_000  # the look at the channels needs no more than speech's band

@@ -75,8 +75,8 @@ def detector_picture(frame: av.VideoFrame, size: tuple[int, int]) -> np.ndarray:
     """`frame` as BGR at `size` (`ShotDetector.size`), resized as PySceneDetect does (bilinear).
 
     Planar YUV (nearly all video) is resized plane by plane, each read where the decoder left it,
-    and only the small picture is converted: copying and converting whole frames first cost several
-    times more (and swscale's own scaler was slower than both). An odd `size` is converted one pixel
+    and only the small picture is converted: copying and converting whole frames first costs several
+    times more, and swscale's own scaler is slower still. An odd `size` is converted one pixel
     larger and resized once more, which keeps the same cuts on every test video.
     """
     w, h = size

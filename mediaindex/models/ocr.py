@@ -62,7 +62,7 @@ class PPOCRv4:
         except ImportError as exc:
             raise ModelLoadError("OCR model ppocrv4 needs the rapidocr-onnxruntime package") from exc
         # "max" limits the longer side instead of blowing small frames up to 736 px on the short
-        # side (the library default), which cost ~5x the time on 320x180 video with no gain.
+        # side (the library default), which multiplies the time on small video with no gain.
         self._ocr = RapidOCR(det_limit_side_len=det_side, det_limit_type="max", intra_op_num_threads=threads,
                              inter_op_num_threads=1, print_verbose=False)
 
@@ -98,8 +98,8 @@ def _own_onnx_sessions(threads: int) -> Iterator[None]:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        # Workers that spin between the many small operators hold a core the other stages need: beside a
-        # busy thread on 2 cores, 42 sample frames took 35-41 s to read spinning, 20-21 s not (same text).
+        # Workers that spin between the many small operators hold a core the other stages need, and on
+        # shared cores reading then takes far longer for the same text.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(model_path), sess_options=options, providers=providers)
 

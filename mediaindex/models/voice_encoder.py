@@ -1,8 +1,8 @@
 """Resemblyzer's voice encoder in numpy: its weights read from the `pretrained.pt` in its wheel, its network
 run without torch.
 
-Importing torch (and Resemblyzer's modules, which import it and scipy.ndimage) took about two seconds of
-every process that diarizes, for a network of 1.4 M weights: LSTM(40 mel bands → 256, 3 layers) on 1.6 s
+Importing torch (and Resemblyzer's modules, which import it and scipy.ndimage) would cost every process that
+diarizes seconds of start-up, for a network of 1.4 M weights: LSTM(40 mel bands → 256, 3 layers) on 1.6 s
 windows, a linear layer on the last layer's final hidden state, ReLU, L2 normalisation. Here the
 checkpoint is read with the standard library (its pickle through an unpickler that builds nothing but
 tensors), and the forward pass is a few numpy matrix products per frame, all windows of a call at once.
@@ -234,8 +234,8 @@ class VoiceEncoderNet:
         """(windows, frames, 40) mel spectrograms → (windows, 256) L2-normalised, non-negative embeddings.
 
         The input products (all frames at once) use up to `threads` BLAS threads; the recurrence's small
-        per-frame products use one: handing a (windows × 256) product to a second thread cost far more than
-        it saved (twelve times slower on two busy cores). Windows go through BATCH at a time: the input
+        per-frame products use one: handing a (windows × 256) product to a second thread costs far more than
+        it saves on busy cores. Windows go through BATCH at a time: the input
         products of a batch hold frames × BATCH × 1024 floats (42 MB for 1.6 s windows)."""
         x = np.asarray(mels, dtype=np.float32)
         if x.ndim != 3 or x.shape[2] != MEL_BANDS:

@@ -58,10 +58,10 @@ def name_os_thread(name: str) -> None:
 
 
 # glibc's malloc gives threads arenas of their own, up to 8 per core; every stage call runs on a thread of its own
-# and the models' pools add more, so a run's freed memory lies spread over up to 16 arenas (on 2 cores), none
-# given back while another part of it is in use. The sample-set ingest peaked at 1.59 GiB twice with the default
-# and at 1.32-1.41 GiB with two arenas, at the same CPU time. glibc fixes the limit once more than 8 arenas
-# exist: the cap must come before the process's threads (`mediaindex ingest` sets it first thing).
+# and the models' pools add more, so a run's freed memory lies spread over many arenas, none given back while
+# another part of it is in use, and the peak grows. Two arenas keep it lower at no clear cost in CPU. glibc fixes
+# the limit once more than 8 arenas exist: the cap must come before the process's threads (`mediaindex ingest`
+# sets it first thing).
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
 
