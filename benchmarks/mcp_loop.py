@@ -1,13 +1,17 @@
 """One agent tool loop over MCP, end to end: a language model behind the OpenAI-compatible endpoint answers
 questions by calling the archive's MCP tools over streamable HTTP, both served by one `serve` app on loopback.
 
-Per question: the model is asked with the MCP tools `search` and `get_transcript` as functions (its first turn
-must call one: `tool_choice: required`, a call that matches the tool's schema); each call goes to /mcp through the
-SDK's client and its result back to the model, for at most `--steps` calls; then the model answers without tools.
+Per question: the model is offered the MCP tools `search` and `get_transcript` as functions, each with the few
+arguments a small model fills sensibly (the tools' own schemas, narrowed: a client may offer a model less than a
+server has); its first turn calls `search` (a named `tool_choice`, so the call matches the schema), later turns
+may call a tool (`auto`) for at most `--steps` calls in all; each call goes to /mcp through the SDK's client and
+its moments come back as compact lines (`[file @ start-end s] text`), followed by the question again and, when
+nothing matched, the advice to say so (as the project's own agent tells its model); then the model answers
+without tools. `--ask` also puts the questions to the MCP `ask` tool (the project's own agent).
 Latency is wall time per question, split into the model's turns and the MCP tool calls.
 
     python benchmarks/mcp_loop.py                       # builds a sample index of ../shared/media in a temp folder
-    python benchmarks/mcp_loop.py --index DIR --model smollm2
+    python benchmarks/mcp_loop.py --index DIR --model smollm2 --ask
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ QUESTIONS = [
     "When does someone say banana, and in which file?",
     "Which team won the football world cup final?",  # not in the archive
 ]
-OFFERED = ("search", "get_transcript")
+NEXT = "Question: {question}\nAnswer it in one sentence with what these moments say, citing file and seconds."
+NEXT_EMPTY = "Question: {question}\nNothing in the archive matched: say that the archive does not hold the answer."
+OFFERED = {"search": ("query", "limit"), "get_transcript": ("file", "from_seconds", "to_seconds")}
 SYSTEM = ("You answer questions about a media archive with its tools. Search first; then answer in one or two "
           "sentences using only what the tool results say, and cite the file and the seconds, like "
           "[jfk.flac @ 0.2-10.4 s]. If the results do not answer the question, say that the archive does not hold "
@@ -88,11 +94,12 @@ async def loop(url: str, model: str, steps: int, max_tokens: int) -> list[dict[s
                 ClientSession(read, write) as session):
         await session.initialize()
         listed = {t.name: t for t in (await session.list_tools()).tools}
-        functions = [{"type": "function", "function": {"name": name, "description": listed[name].description,
-                                                        "parameters": listed[name].input_schema}}
-                     for name in OFFERED]
+        functions = [{"type": "function", "function": {
+            "name": name, "description": listed[name].description, "parameters": narrowed(listed[name].input_schema,
+                                                                                       kept)}}
+            for name, kept in OFFERED.items()]
 
-        async def chat(messages: list[dict[str, Any]], choice: str) -> dict[str, Any]:
+        async def chat(messages: list[dict[str, Any]], choice: str | dict[str, Any]) -> dict[str, Any]:
             body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0}
             if choice != "none":
                 body |= {"tools": functions, "tool_choice": choice}
@@ -105,10 +112,13 @@ async def loop(url: str, model: str, steps: int, max_tokens: int) -> list[dict[s
             began = time.perf_counter()
             model_s = tool_s = 0.0
             calls: list[str] = []
+            found = False
             messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                               {"role": "user", "content": question}]
             for step in range(steps + 1):
-                choice = "required" if step == 0 else "auto" if step < steps else "none"
+                choice: str | dict[str, Any] = (
+                    {"type": "function", "function": {"name": "search"}} if step == 0
+                    else "auto" if step < steps else "none")
                 t = time.perf_counter()
                 reply = await chat(messages, choice)
                 model_s += time.perf_counter() - t
@@ -122,14 +132,52 @@ async def loop(url: str, model: str, steps: int, max_tokens: int) -> list[dict[s
                     t = time.perf_counter()
                     out = await session.call_tool(name, arguments)
                     tool_s += time.perf_counter() - t
-                    text = (json.dumps(out.structured_content, ensure_ascii=False) if not out.is_error
+                    text = (lines(out.structured_content or {}) if not out.is_error
                             else out.content[0].text)  # type: ignore[union-attr]
+                    found |= not out.is_error and text.startswith("[")
                     messages.append({"role": "tool", "tool_call_id": call.get("id"), "content": text[:1500]})
+                # The question again, next to where the model writes (a small model loses it behind the results),
+                # and what to do when nothing matched (as the project's own agent tells its model).
+                messages.append({"role": "user", "content": (NEXT if found else NEXT_EMPTY).format(question=question)})
             results.append({"question": question, "seconds": round(time.perf_counter() - began, 1),
                             "model_seconds": round(model_s, 1), "tool_seconds": round(tool_s, 2), "calls": calls,
                             "answer": messages[-1]["content"].strip()})
             print(json.dumps(results[-1], ensure_ascii=False), flush=True)
         return results
+
+
+async def ask_tool(url: str) -> None:
+    """The same questions through the MCP `ask` tool: the project's own agent (its tool loop inside the server)."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=1800)) as http,
+                streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+                ClientSession(read, write) as session):
+        await session.initialize()
+        for question in QUESTIONS:
+            began = time.perf_counter()
+            out = await session.call_tool("ask", {"question": question})
+            data = out.structured_content or {}
+            print(json.dumps({"tool": "ask", "question": question, "seconds": round(time.perf_counter() - began, 1),
+                              "status": data.get("status"), "answer": data.get("answer") or out.content[0].text,
+                              "citations": [f"{c['file']} @ {c['start']:.1f}-{c['end']:.1f}"
+                                            for c in data.get("citations", [])]}, ensure_ascii=False), flush=True)
+
+
+def narrowed(schema: dict[str, Any], kept: tuple[str, ...]) -> dict[str, Any]:
+    """The tool's input schema with only the `kept` arguments."""
+    return {**schema, "properties": {k: v for k, v in schema["properties"].items() if k in kept},
+            "required": [k for k in schema.get("required", []) if k in kept]}
+
+
+def lines(result: dict[str, Any]) -> str:
+    """A tool's result as a small model reads it best: one line per moment or spoken line."""
+    if "moments" in result:
+        found = [f"[{m['file']} @ {m['start']:.1f}-{m['end']:.1f} s] {m['text']}" for m in result["moments"]]
+        return "\n".join(found) or "nothing in the archive matches"
+    said = [f"[{result['file']} @ {x['start']:.1f}-{x['end']:.1f} s] {x['text']}" for x in result.get("lines") or []]
+    return "\n".join(said) or "no speech in this range"
 
 
 def main() -> None:
@@ -138,8 +186,10 @@ def main() -> None:
     parser.add_argument("--media", type=Path, default=REPO.parent / "shared" / "media")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="llm.model behind /v1 (default: the CPU "
                                                                        "profile's)")
-    parser.add_argument("--steps", type=int, default=2, help="tool calls at most, before the answer")
+    parser.add_argument("--steps", type=int, default=1, help="tool calls at most, before the answer")
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--ask", action="store_true", help="also ask each question through the MCP `ask` tool (the "
+                                                          "project's agent; its model starts in a Ray actor)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         index = args.index or Path(tmp) / "index"
@@ -151,6 +201,8 @@ def main() -> None:
             anyio.run(_warm, server.url, args.model)
             print(json.dumps({"model_load_seconds": round(time.perf_counter() - began, 1)}), flush=True)
             anyio.run(loop, server.url, args.model, args.steps, args.max_tokens)
+            if args.ask:
+                anyio.run(ask_tool, server.url)
 
 
 async def _warm(url: str, model: str) -> None:

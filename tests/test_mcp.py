@@ -154,6 +154,17 @@ def test_a_wrong_or_missing_key_is_refused(keyed: tuple[str, str]) -> None:
     assert refused.group_contains(MCPError)
 
 
+def test_mcp_requests_share_the_api_rate_limit(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    app = create_app(sample.app_settings(tmp_path, rate_limit_per_minute=1, rate_limit_burst=2),
+                     index=sample.index, embedder=sample.embedder, pipeline=sample.pipeline)
+    with LiveServer(app) as server:
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        assert [httpx.post(f"{server.url}/mcp", json=ping).status_code != 429 for _ in range(2)] == [True, True]
+        limited = httpx.post(f"{server.url}/mcp", json=ping)
+        assert limited.status_code == 429 and limited.headers["Retry-After"] and "rate limit" in limited.json()["message"]
+        assert httpx.get(f"{server.url}/videos").status_code == 429  # one bucket for the API and its MCP endpoint
+
+
 @pytest.mark.llm
 def test_ask_answers_with_cited_moments(keyed: tuple[str, str]) -> None:
     url, key = keyed

@@ -73,21 +73,24 @@ def resolve(host: ArchiveHost, ref: str) -> VideoRecord:
 
 def base_url(ctx: Context | None) -> str | None:
     """The HTTP server's root as the client reached it; None over stdio (no URL plays anything there)."""
-    request = ctx.request_context.request if ctx is not None and ctx._request_context is not None else None
+    try:
+        request = ctx.request_context.request if ctx is not None else None
+    except ValueError:  # a context outside a request
+        return None
     url = getattr(request, "base_url", None)
     return str(url) if url is not None else None
 
 
 def moment(host: ArchiveHost, hit: Hit, query: str, base: str | None) -> models.Moment:
     return models.Moment(
-        file=Path(hit.source).name, source=host.public(hit.source), video_id=hit.video_id, start=hit.start,
+        file=Path(hit.source).name, source=hit.source, video_id=hit.video_id, start=hit.start,
         end=hit.end, confidence=hit.band, score=hit.score, modality=hit.modality, text=hit.text,
         speaker=hit.speaker, language=hit.language,
         play_url=urljoin(base, host.play_path(hit, query).lstrip("/")) if base else None)
 
 
 def entry(host: ArchiveHost, record: VideoRecord) -> dict:
-    return dict(file=Path(record.source).name, source=host.public(record.source), video_id=record.video_id,
+    return dict(file=Path(record.source).name, source=record.source, video_id=record.video_id,
                 duration=record.duration, language=record.language, segments=record.segments,
                 indexed_at=record.indexed_at)
 
@@ -249,7 +252,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
             if not allow_ingest:
                 raise ToolError("this server is read-only: ingest needs a server started with write access "
                                 "(`mediaindex mcp --allow-ingest`, or api.mcp_allow_ingest for `serve`)")
-            return models.Job.model_validate(host.ingest(list(paths), summaries), from_attributes=False)
+            return models.Job.model_validate(host.ingest(list(paths), summaries))
 
     @server.tool(annotations=READ_ONLY)
     def job_status(
