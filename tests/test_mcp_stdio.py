@@ -16,7 +16,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests.conftest import MEDIA, REPO, cli_environment, media
+from tests.conftest import MEDIA, REPO, cli_environment, make_settings, media
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +24,25 @@ JFK = "ask not what your country can do for you"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[str, str]:
-    """A jfk.flac index, made by `mediaindex ingest` (a small job: in its own process, without Ray)."""
-    env = cli_environment(tmp_path_factory.mktemp("mcp-index"), cache_dir, tmp_path_factory.mktemp("tmp"))
+def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, embedder) -> dict[str, str]:
+    """A jfk.flac index, made by `mediaindex ingest` (a small job: in its own process, without Ray), with a
+    summary stored as the summary stage stores it (the summariser's own extractive summary: a model that says
+    nothing usable stands in for the language model)."""
+    from mediaindex.agents import Archive, summarize
+    from mediaindex.agents.stored import summary_segments
+    from mediaindex.index.index import MediaIndex
+    from tests.test_agents import FAST, ScriptedModel
+
+    index_dir = tmp_path_factory.mktemp("mcp-index")
+    env = cli_environment(index_dir, cache_dir, tmp_path_factory.mktemp("tmp"))
     done = cli("ingest", str(media("audio/jfk.flac")), env=env)
     assert done.returncode == 0, done.stderr
+    with MediaIndex(make_settings(index_dir, cache_dir), embedder.dim, embedder.name) as index:
+        archive = Archive(index, embedder)
+        record = archive.resolve("jfk.flac")
+        assert record is not None
+        segments = summary_segments(summarize(record.video_id, archive, ScriptedModel([]), FAST), record.language)
+        index.add_segments(record.video_id, segments, embedder.embed_passages([s.text for s in segments]))
     return env
 
 
@@ -79,6 +93,27 @@ def test_search_gives_the_moments_of_the_cli_search(env: dict[str, str]) -> None
     assert [(m["source"], m["video_id"], m["start"], m["end"], m["text"], m["confidence"], m["score"])
             for m in moments] == [(h["source"], h["video_id"], h["start"], h["end"], h["text"], h["band"], h["score"])
                                   for h in expected]
+
+
+def test_file_info_and_resources_give_the_stored_summary_and_the_transcript(env: dict[str, str]) -> None:
+    async def test() -> None:
+        async with stdio_session(env) as session:
+            info = (await session.call_tool("file_info", {"file": "jfk.flac"})).structured_content
+            assert info is not None and info["summary"] and "country" in info["summary"], info
+            assert info["chapters"] and info["kinds"]["speech"] == 1 and info["kinds"]["summary"] == 1
+            assert info["speakers"] == ["S1"] and info["languages"] == ["en"] and info["media_url"] is None
+            uri = f"mediaindex://files/{info['video_id']}"
+            assert {f"{uri}/transcript", f"{uri}/summary"} <= {str(r.uri) for r in
+                                                                 (await session.list_resources()).resources}
+            summary = (await session.read_resource(f"{uri}/summary")).contents[0].text  # type: ignore[union-attr]
+            assert info["summary"] in summary and info["chapters"][0]["title"] in summary
+            vtt = (await session.read_resource(f"{uri}/transcript")).contents[0].text  # type: ignore[union-attr]
+            assert vtt.startswith("WEBVTT") and "<v S1>And so my fellow Americans" in vtt
+            lines = (await session.call_tool("get_transcript", {"file": info["video_id"], "format": "txt",
+                                                                 "to_seconds": 5})).structured_content
+            assert lines is not None and lines["text"].startswith("S1: And so my fellow Americans")
+
+    anyio.run(test)
 
 
 def test_bad_calls_get_clear_errors_and_the_server_keeps_serving(env: dict[str, str]) -> None:
