@@ -1,22 +1,27 @@
 """`mediaindex mcp` over stdio, run as a desktop assistant runs it: a separate process, driven by the SDK's
-`stdio_client` and `ClientSession`."""
+`stdio_client` and `ClientSession`; and `mediaindex serve`'s /mcp, as a process too."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
+import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import MEDIA, REPO, cli_environment, make_settings, media
+from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -142,3 +147,37 @@ def test_a_read_only_server_needs_an_index(tmp_path: Path, cache_dir: Path) -> N
     env = cli_environment(tmp_path / "none", cache_dir, tmp_path / "tmp")
     started = cli("mcp", env=env)
     assert started.returncode == 2 and "no index at" in started.stderr and started.stdout == ""
+
+
+def test_beside_serve_the_agent_is_sent_to_its_mcp_endpoint(env: dict[str, str]) -> None:
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "mediaindex", "serve", "--port", str(port)], env=env, cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert serve.poll() is None and time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.5)
+        refused = cli("mcp", env=env)
+        assert refused.returncode == 2 and f"connect the MCP client to {url}/mcp" in refused.stderr
+
+        async def test() -> None:
+            async with (httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=120)) as http,
+                        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+                        ClientSession(read, write) as session):
+                await session.initialize()
+                files = (await session.call_tool("list_files", {})).structured_content
+                assert files is not None and [f["file"] for f in files["files"]] == ["jfk.flac"]
+                found = (await session.call_tool("search", {"query": JFK, "limit": 1})).structured_content
+                assert found is not None and found["moments"][0]["play_url"].startswith(f"{url}/media/")
+
+        anyio.run(test)
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)

@@ -713,7 +713,8 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
+    """Serve the HTTP API, the web page, the OpenAI-compatible chat endpoint (/v1) and the MCP tools for AI
+    agents (/mcp)."""
     import uvicorn
 
     from mediaindex.api import create_app
@@ -763,6 +764,11 @@ def mcp_server(
             update={"media_roots": roots, "mcp_allow_ingest": allow_ingest})})
         if not allow_ingest:
             _require_index(settings)  # a read-only server over nothing would only answer errors
+        from mediaindex.cli.remote import remote_for
+
+        if (server := remote_for(settings)) is not None:  # the embedded index admits one process
+            raise _fail(f"the index is held by {server.holder.describe()}: connect the MCP client to "
+                        f"{server.url}/mcp instead")
         host = stdio_host(settings)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
