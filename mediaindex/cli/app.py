@@ -751,6 +751,7 @@ def mcp_server(
     """Serve the archive to an AI assistant or IDE over MCP (Model Context Protocol) on stdin/stdout: search,
     transcripts, questions answered with cited moments. `serve` offers the same tools at /mcp over HTTP."""
     from mediaindex.api.mcp_host import stdio_host
+    from mediaindex.cli.remote import remote_for
     from mediaindex.mcp import run_stdio
 
     try:
@@ -764,8 +765,6 @@ def mcp_server(
             update={"media_roots": roots, "mcp_allow_ingest": allow_ingest})})
         if not allow_ingest:
             _require_index(settings)  # a read-only server over nothing would only answer errors
-        from mediaindex.cli.remote import remote_for
-
         if (server := remote_for(settings)) is not None:  # the embedded index admits one process
             raise _fail(f"the index is held by {server.holder.describe()}: connect the MCP client to "
                         f"{server.url}/mcp instead")
