@@ -330,6 +330,8 @@ class ApiSettings(_Section):
     max_pending_jobs: int = Field(default=32, ge=1)
     # An upload whose job failed or was cancelled is deleted after this many seconds (0: at once).
     failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
+    # MCP clients (/mcp) may start ingest jobs; otherwise the MCP server is read-only.
+    mcp_allow_ingest: bool = False
 
 
 def _default_data_dir() -> Path:

@@ -21,8 +21,9 @@ ALLOWED = {
     "pipeline": {"media", "models", "index", "agents"},  # the summary stage runs the summariser
     "workers": {"pipeline", "media", "models", "index"},  # Ray actors around the pipeline's stages
     "service": {"pipeline", "workers", "agents", "media", "models", "index"},  # picks the executor
-    "api": {"service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
-    "cli": {"api", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
+    "api": {"mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},  # mounts /mcp
+    "mcp": {"service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
+    "cli": {"api", "mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
     "web": set(),
 }
 

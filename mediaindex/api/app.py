@@ -10,9 +10,11 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from mediaindex import __version__
 from mediaindex.api.errors import COMMON_ERRORS, KEYED_ERRORS, install_error_handlers
+from mediaindex.api.mcp_host import MCP_PATH, McpEndpoint
 from mediaindex.api.middleware import BodyLimit, RequestMetrics
 from mediaindex.api.routes import health, jobs, openai, search, videos
 from mediaindex.api.state import ApiState
@@ -28,6 +30,7 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
     then left open on shutdown); otherwise they are opened at start-up, and Ray on the first ingest job.
     `advertise_url` is recorded in the index folder, so that commands run beside go through this server."""
     state = ApiState(settings, index=index, embedder=embedder, pipeline=pipeline, advertise_url=advertise_url)
+    mcp = McpEndpoint(state)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -35,7 +38,8 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
 
         await run_in_threadpool(state.open)
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             await run_in_threadpool(state.close)
 
@@ -44,7 +48,8 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
         version=__version__,
         summary="Search video and audio archives in plain language",
         description="Hits are moments: a media file and a time range. Every endpoint except /health needs an "
-                    "API key once keys are configured (`mediaindex keys create`).",
+                    "API key once keys are configured (`mediaindex keys create`). AI agents reach the same "
+                    "archive as MCP tools at /mcp (streamable HTTP, the same keys).",
         lifespan=lifespan,
     )
     app.state.api = state
@@ -53,6 +58,8 @@ def create_app(settings: Settings, *, index: Any = None, embedder: Any = None, p
         keyed = any(getattr(d.dependency, "__name__", "") == "authorize" for d in router.dependencies)
         app.include_router(router, responses={**COMMON_ERRORS, **(KEYED_ERRORS if keyed else {})})
     openai.install(app)  # /v1: OpenAI-compatible chat over the serving engine
+    # /mcp: the archive's tools for AI agents (Model Context Protocol, streamable HTTP), behind the same keys.
+    app.router.routes.append(Route(MCP_PATH, mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False))
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -713,7 +713,8 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API, the web page and the OpenAI-compatible chat endpoint (/v1)."""
+    """Serve the HTTP API, the web page, the OpenAI-compatible chat endpoint (/v1) and the MCP tools for AI
+    agents (/mcp)."""
     import uvicorn
 
     from mediaindex.api import create_app
@@ -735,6 +736,44 @@ def serve(
     err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "
               f"(media roots: {', '.join(str(r) for r in roots) or 'none'})", highlight=False, soft_wrap=True)
     uvicorn.run(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
+
+
+@app.command("mcp")
+def mcp_server(
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+    media_root: Annotated[list[Path] | None, typer.Option(
+        "--media-root", help="A folder whose files may be ingested (repeatable; adds to api.media_roots).")] = None,
+    allow_ingest: Annotated[bool, typer.Option(
+        "--allow-ingest", help="Let the client start ingest jobs for files under the media roots (default: "
+        "api.mcp_allow_ingest; read-only otherwise).")] = False,
+) -> None:
+    """Serve the archive to an AI assistant or IDE over MCP (Model Context Protocol) on stdin/stdout: search,
+    transcripts, questions answered with cited moments. `serve` offers the same tools at /mcp over HTTP."""
+    from mediaindex.api.mcp_host import stdio_host
+    from mediaindex.cli.remote import remote_for
+    from mediaindex.mcp import run_stdio
+
+    try:
+        settings = _settings(config, index)
+        roots = [*settings.api.media_roots, *(media_root or [])]
+        for root in roots:
+            if not Path(root).expanduser().is_dir():
+                raise _fail(f"media root {root} is not a folder")
+        allow_ingest = allow_ingest or settings.api.mcp_allow_ingest
+        settings = settings.model_copy(update={"api": settings.api.model_copy(
+            update={"media_roots": roots, "mcp_allow_ingest": allow_ingest})})
+        if not allow_ingest:
+            _require_index(settings)  # a read-only server over nothing would only answer errors
+        if (server := remote_for(settings)) is not None:  # the embedded index admits one process
+            raise _fail(f"the index is held by {server.holder.describe()}: connect the MCP client to "
+                        f"{server.url}/mcp instead")
+        host = stdio_host(settings)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"mediaindex MCP server on stdio over {settings.index_dir} "
+              f"({'ingest allowed' if allow_ingest else 'read-only'})", highlight=False, soft_wrap=True)
+    run_stdio(host, allow_ingest)
 
 
 def _key_store(config: str | None, index: Path | None) -> KeyStore:

@@ -90,8 +90,15 @@ def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
     """Index media files or folders on the server (inside the media roots) as a background job; the same
     rules as for serving files: only media, never hidden files or the index's own files."""
     state = get_state(request)
+    job, joined = ingest_job(state, body.paths, body.summaries)
+    return _accepted(state, job, joined)
+
+
+def ingest_job(state: ApiState, paths: list[str], summaries: bool | None) -> tuple[Job, bool]:
+    """The ingest job for server paths (a waiting identical one is joined: True), not yet submitted to the runner;
+    every path is confined to the media roots as files served are."""
     files: list[Path] = []
-    for raw in body.paths:
+    for raw in paths:
         real = state.roots.resolve(raw)
         if real.is_dir():
             # A folder's files are checked one by one: a symlink inside may point out of the roots.
@@ -105,8 +112,7 @@ def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
         else:
             raise ApiError(400, f"{raw!r} is neither a regular file nor a folder")
     files = list(dict.fromkeys(files))
-    job, joined = _create_ingest(state, {"paths": body.paths}, files, body.summaries)
-    return _accepted(state, job, joined)
+    return _create_ingest(state, {"paths": paths}, files, summaries)
 
 
 def _upload_name(filename: str) -> str:
