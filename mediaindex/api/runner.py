@@ -20,6 +20,7 @@ from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
 
 log = logging.getLogger("mediaindex.api.jobs")
+STOP_WAIT_S = 5.0  # how long a stopping server waits for the job in progress to end
 
 
 class JobHost(Protocol):
@@ -61,11 +62,19 @@ class JobRunner:
     def submit(self, job_id: str) -> None:
         self._queue.put(job_id)
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)
-            self._thread = None
+    def stop(self, wait: float = STOP_WAIT_S) -> bool:
+        """Take no more jobs; True once the worker thread has ended. A job still running after `wait` seconds is
+        left as it is, as after a kill: its record says running, and the next start goes on with it. A server
+        asked to stop (SIGTERM) thus stops in seconds, not when a long file is done."""
+        if self._thread is None:
+            return True
+        self._queue.put(None)
+        self._thread.join(timeout=wait)
+        if self._thread.is_alive():
+            log.warning("a job is still running: it is left for the next start to go on with")
+            return False
+        self._thread = None
+        return True
 
     def sweep(self) -> None:
         with self.state.jobs_lock:

@@ -121,7 +121,12 @@ class ApiState:
         self.runner.start()
 
     def close(self) -> None:
-        self.runner.stop()
+        if not self.runner.stop():
+            # The job left running still uses the index and the stage pools: closing them under it could break
+            # its writes. The process is ending; the job goes on at the next start (and Ray's processes end with
+            # this process: see mediaindex.workers.watchdog).
+            self.keys.close()
+            return
         if self._pipeline is not None and self._own_pipeline:
             self._pipeline.close()
         if self._index is not None and self._own_index:

@@ -10,6 +10,7 @@ import time
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
 from mediaindex.workers.orphans import OWNER_VARIABLE, mark_as_owner, mark_session, reap_orphans, unmark
+from mediaindex.workers.watchdog import start_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def ensure_ray(settings: Settings) -> None:
     # A killed run's Ray processes would hold cores and memory beside the new ones: they go first.
     reap_orphans()
     env[OWNER_VARIABLE] = mark_as_owner()
+    start_watchdog(env[OWNER_VARIABLE])  # and this run's go with it, however it ends
     try:
         _start_local(settings, env)
         mark_session(settings.temp_dir)
