@@ -522,6 +522,8 @@ def _invalid(exc: ValidationError, path: Path | None, data: dict[str, Any], over
 
 def resolve_config_path(config: str | Path | None) -> Path | None:
     """A path to a YAML file, or a profile name ("cpu", "gpu") shipped in mediaindex/configs/."""
+    given = " (from the environment variable MEDIAINDEX_CONFIG)" if not config and os.environ.get(
+        "MEDIAINDEX_CONFIG") else ""
     config = config or os.environ.get("MEDIAINDEX_CONFIG")
     if not config:
         default = PROFILES / "cpu.yaml"
@@ -532,7 +534,7 @@ def resolve_config_path(config: str | Path | None) -> Path | None:
     candidate = PROFILES / f"{config}.yaml"
     if candidate.exists():
         return candidate
-    raise ConfigError(f"unknown config profile {config!r}: give a YAML file or one of "
+    raise ConfigError(f"unknown config profile {config!r}{given}: give a YAML file or one of "
                       f"{sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
 
 

@@ -97,6 +97,12 @@ def test_a_bad_variable_is_named_not_the_profile(monkeypatch: pytest.MonkeyPatch
     assert "cpu.yaml" not in message
 
 
+def test_a_profile_named_by_the_environment_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIAINDEX_CONFIG", "nosuchprofile")
+    with pytest.raises(ConfigError, match="'nosuchprofile' \\(from the environment variable MEDIAINDEX_CONFIG\\)"):
+        load_settings()
+
+
 def test_a_section_variable_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_SPEECH", "tiny.en")
     with pytest.raises(ConfigError, match="MEDIAINDEX_SPEECH sets a whole section.*MEDIAINDEX_SPEECH__KEY"):
