@@ -471,28 +471,35 @@ def _holds(tree: Any, loc: tuple[str, ...]) -> bool:
 _FLAGS = {"index_dir": "--index", "ray": "--address"}  # the command-line flags that set a setting
 
 
-def _from_environment(loc: tuple[str, ...]) -> list[str]:
-    """The MEDIAINDEX_* variables that set the value at `loc` (names match in any case, as they are read)."""
+def _from_environment(loc: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The MEDIAINDEX_* variables that set the value at `loc` (names match in any case, as they are read), and
+    whether one sets the value itself (else they set keys inside it: a section's check)."""
     env = {name.upper(): name for name in os.environ}
     for depth in range(len(loc), 0, -1):
         name = "MEDIAINDEX_" + "__".join(loc[:depth]).upper()
         if name in env:
-            return [env[name]]
-    prefix = "MEDIAINDEX_" + "__".join(loc).upper() + "__"  # a section's check: each variable inside it
-    return sorted(original for upper, original in env.items() if loc and upper.startswith(prefix))
+            return [env[name]], True
+    prefix = "MEDIAINDEX_" + "__".join(loc).upper() + "__"
+    return sorted(original for upper, original in env.items() if loc and upper.startswith(prefix)), False
 
 
 def _source(loc: tuple[str, ...], path: Path | None, data: dict[str, Any], overrides: dict[str, Any],
             lines: dict[tuple[str, ...], int]) -> str:
-    """Where the value at `loc` came from, highest precedence first: a flag, a variable, the file, the default."""
+    """Where the value at `loc` came from, highest precedence first: a flag, a variable, the file, the default.
+    A section's check (two keys that must agree) names every source of keys inside it."""
     if loc and _holds(overrides, loc):
         return f"the command-line flag {_FLAGS.get(loc[0], loc[0])}"
-    variables = _from_environment(loc)
+    sources = []
+    variables, itself = _from_environment(loc)
     if variables:
-        return f"the environment variable{'s' if len(variables) > 1 else ''} {', '.join(variables)}"
+        sources.append(f"the environment variable{'s' if len(variables) > 1 else ''} {', '.join(variables)}")
+        if itself:
+            return sources[0]
     if path is not None and loc and _holds(data, loc):
         line = next((lines[loc[:d]] for d in range(len(loc), 0, -1) if loc[:d] in lines), None)
-        return f"{path}{f', line {line}' if line else ''}"
+        sources.append(f"{path}{f', line {line}' if line else ''}")
+    if sources:
+        return " and ".join(sources)
     return "the defaults" if path is None else f"the defaults or {path}"
 
 

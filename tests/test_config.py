@@ -94,7 +94,8 @@ def test_a_bad_variable_is_named_not_the_profile(monkeypatch: pytest.MonkeyPatch
     message = str(info.value)
     assert "speech.modle" in message and "variable MEDIAINDEX_SPEECH__MODLE" in message
     assert "dense_floor" in message and "variable MEDIAINDEX_INDEX__DENSE_FLOOR" in message
-    assert "cpu.yaml" not in message
+    unknown_key = next(problem for problem in message.split("; ") if "speech.modle" in problem)
+    assert "cpu.yaml" not in unknown_key  # the profile holds a speech section, but not this key
 
 
 def test_a_profile_named_by_the_environment_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,6 +125,11 @@ def test_a_bad_file_value_names_file_line_and_key_and_a_flag_names_itself(tmp_pa
         load_settings(path)
     with pytest.raises(ConfigError, match=r"ray.address: .*\(from the command-line flag --address\)"):
         load_settings("cpu", ray={"address": "nowhere"})
+    # Two keys that must agree, one from the file and one from a variable: both are named.
+    path.write_text("index:\n  dense_ceiling: 0.5\n")
+    monkeypatch.setenv("MEDIAINDEX_INDEX__DENSE_FLOOR", "0.6")
+    with pytest.raises(ConfigError, match=rf"dense_floor .*variable MEDIAINDEX_INDEX__DENSE_FLOOR and {path}, line 1"):
+        load_settings(path)
 
 
 @pytest.mark.parametrize("content", [
