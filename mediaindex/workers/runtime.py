@@ -20,6 +20,17 @@ LOCAL_LOGICAL_CPUS = 8
 _RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
 
 
+class _MainThreadNotice(logging.Filter):
+    """Drops Ray's notice that, started outside the main thread, it leaves SIGTERM to the process's own handler:
+    that is what a server wants (its graceful shutdown), not something to warn its log about."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+_MAIN_THREAD_NOTICE = _MainThreadNotice()  # one instance: adding it again is then a no-op
+
+
 def _check_reachable(address: str) -> None:
     """Fail fast: ray.init waits minutes on an address where nothing listens."""
     if address == "auto":
@@ -37,6 +48,7 @@ def ensure_ray(settings: Settings) -> None:
 
     if ray.is_initialized():
         return
+    logging.getLogger("ray._private.worker").addFilter(_MAIN_THREAD_NOTICE)
     env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     if settings.ray.address:
         _check_reachable(settings.ray.address)
