@@ -11,17 +11,23 @@ closes it when the driver dies, and the watchdog then ends every process that ca
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from mediaindex.workers.orphans import OWNER_VARIABLE, PROC, marked_by
 
+log = logging.getLogger(__name__)
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the mediaindex package
 SETTLE_S = 0.3  # a raylet dying as its driver dies may still be starting a worker: look again after this
 GIVE_UP_S = 30.0
-_held: dict[str, int] = {}  # mark -> the write end of its watchdog's pipe, held open for this process's lifetime
+# mark -> its watchdog and the write end of its pipe, held for this process's lifetime (the watchdog is never waited
+# for: it outlives this process)
+_held: dict[str, tuple[subprocess.Popen, int]] = {}
 
 
 def start_watchdog(mark: str) -> None:
@@ -31,14 +37,19 @@ def start_watchdog(mark: str) -> None:
         return
     read, write = os.pipe()  # not inheritable: Ray's processes never hold the write end
     env = {k: v for k, v in os.environ.items() if k != OWNER_VARIABLE}  # it is not one of the processes it ends
+    # It imports this very package, wherever this process found it.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.Popen([sys.executable, "-m", "mediaindex.workers.watchdog", mark], stdin=read,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                 start_new_session=True)  # a Ctrl-C or a kill of the driver's group spares it
+    except OSError as exc:  # Ray still starts; the next run's reaping ends what a killed run leaves
+        log.warning("the watchdog of this run's Ray processes could not be started: %s", exc)
+        os.close(write)
+        return
     finally:
         os.close(read)
-    _held[mark] = write
-    del proc  # never waited for: it outlives this process
+    _held[mark] = (proc, write)
 
 
 def end_marked(mark: str) -> int:
