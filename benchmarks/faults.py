@@ -269,7 +269,43 @@ def attacks(index_name: str) -> list[tuple[str, str, dict]]:
         ("GET", "/search?q=%00", {}),
     ]
     out += [("GET", "/videos", {"key": f"mik_guess{i}_wrong"}) for i in range(15)]
+    # Over-long paths and names: a 422 with a short message, never the file system's error as a 500.
+    deep = "/".join(["d" * 250] * 16) + "/" + "x" * 74 + ".wav"  # fits alone, not below a media root
+    for path in ["a" * 10_000, "x" * 300 + ".wav", "é" * 200 + ".wav", deep]:
+        out.append(("POST", "/ingest", {"json": {"paths": [path]}}))
+        out.append(("GET", f"/files/{path}", {}))
+        out.append(("GET", f"/thumbs/{path}", {}))
+    out.append(("POST", "/ingest/upload?filename=" + "z" * 300 + ".wav", {"content": b"RIFF"}))
     return out
+
+
+def tool_attacks(model: str) -> list[dict]:
+    """Chat requests whose tools and tool_choice cannot go together: each must be a 400 in OpenAI's shape."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    base = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return [{**base, **extra} for extra in [
+        {"tools": [weather], "tool_choice": {"type": "function", "function": {"name": "does_not_exist"}}},
+        {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"tool_choice": "required"},
+        {"tools": [], "tool_choice": "auto"},
+        {"tools": [weather, weather], "tool_choice": "required"},
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+        {"tools": [weather], "tool_choice": "sometimes"},
+        {"tools": [weather], "tool_choice": {"type": "function"}},
+    ]]
+
+
+RATE_PACE_S = 0.12  # below the server's default rate limit (10 requests a second per key)
+
+
+def paced(client, method: str, target: str, **options):  # httpx.Client -> httpx.Response
+    """A request that waits out a 429 (Retry-After) rather than counting the rate limit as its answer."""
+    for _ in range(5):
+        r = client.request(method, target, **options)
+        if r.status_code != 429:
+            return r
+        time.sleep(float(r.headers.get("Retry-After", "1")))
+    return r
 
 
 def run_server(base: Path) -> dict:
@@ -297,7 +333,7 @@ def run_server(base: Path) -> dict:
     proc = start_serve(env, port, root, log)
     secrets = [b"PRIVATE KEY", b"SECRET_TOKEN", b"SQLite format", b"private notes"]
     folders = {str(index_dir), str(root), env["MEDIAINDEX_TEMP_DIR"], tempfile.gettempdir() + "/", str(Path.home())}
-    sent = server_errors = leaked = 0
+    sent = server_errors = leaked = tool_misanswers = upload_leaks = 0
     statuses: dict[int, int] = {}
     leaks: list[str] = []
     try:
@@ -307,6 +343,7 @@ def run_server(base: Path) -> dict:
                 presented = opts.pop("key", key)
                 headers = {**opts.pop("headers", {}), **({"X-API-Key": presented} if presented else {})}
                 r = client.request(method, target, headers=headers, **opts)
+                time.sleep(RATE_PACE_S)
                 sent += 1
                 statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
                 server_errors += r.status_code >= 500 and r.status_code not in (501, 503)
@@ -319,6 +356,22 @@ def run_server(base: Path) -> dict:
                 if found:
                     leaked += 1
                     leaks.append(f"{method} {target}: {found}")
+            model = paced(client, "GET", "/v1/models", headers={"X-API-Key": key}).json()["data"][0]["id"]
+            for body in tool_attacks(model):
+                r = paced(client, "POST", "/v1/chat/completions", json=body, headers={"X-API-Key": key})
+                sent += 1
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                server_errors += r.status_code >= 500
+                tool_misanswers += r.status_code != 400 or not {"message", "type"} <= set(r.json().get("error") or {})
+            # An upload is shown by its name: its job's record never names the index folder (other bytes than
+            # the media root's files, which are checked for loss below).
+            r = paced(client, "POST", "/ingest/upload?filename=upload%20name.flac",
+                      content=(MEDIA / "audio/2412-153948-0000.flac").read_bytes(), headers={"X-API-Key": key})
+            upload_job = r.json()["id"]
+            for answer in (r, paced(client, "GET", f"/jobs/{upload_job}", headers={"X-API-Key": key}),
+                           paced(client, "GET", "/jobs", headers={"X-API-Key": key})):
+                sent += 1
+                upload_leaks += str(index_dir) in answer.text or "uploads/" in answer.text
             # A job in flight when the server is SIGKILLed: a restarted server resumes it.
             job = client.post("/ingest", json={"paths": ["media"]}, headers={"X-API-Key": key}).json()["id"]
             time.sleep(6)
@@ -348,6 +401,7 @@ def run_server(base: Path) -> dict:
             proc.kill()
     health = index_health(index_dir, [root / "media" / n for n in ("talk.flac", "second.wav", "third.wav")])
     return {"requests": sent, "server_errors": server_errors, "leaked_paths_or_secrets": leaked, "leaks": leaks,
+            "tool_choice_not_400": tool_misanswers, "upload_answers_naming_the_index": upload_leaks,
             "statuses": dict(sorted(statuses.items())), "serve_kills": 1, "resumed_job_state": state["state"],
             "restarted_server_exit": restarted_exit, "serve_log_tail": log.read_text(errors="replace")[-3000:],
             "resumed_job_counts": state["counts"], **{f"after_serve_kill_{k}": v for k, v in health.items()}}
@@ -392,7 +446,8 @@ def main() -> None:
         ("duplicates", n(killed, "duplicates") + n(served, "after_serve_kill_duplicates")),
         ("hostile requests sent", n(served, "requests")),
         ("5xx seen", n(served, "server_errors")),
-        ("leaked paths or secrets", n(served, "leaked_paths_or_secrets")),
+        ("leaked paths or secrets", n(served, "leaked_paths_or_secrets", "upload_answers_naming_the_index")),
+        ("bad tool_choice not a 400", n(served, "tool_choice_not_400")),
     ]
     for name, value in summary:
         print(f"{name:42s} {value}")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from mediaindex.errors import ConfigError
 
@@ -404,22 +404,133 @@ class Settings(BaseSettings):
         return self.index_dir / "thumbs"
 
 
+_NAME_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # a settings key; anything else is never quoted
+_QUOTED = re.compile(r"'[^']{4,}'|\"[^\"]{4,}\"")
+
+
+def _yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    """What is wrong with a YAML file and where, without its text (the parser's message quotes the line)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or "it cannot be parsed"
+    problem = _QUOTED.sub("'…'", problem)  # a token of the file's own text (an alias, a tag) is not repeated
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"config file {path} is not valid YAML{where}: {problem}"
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
+    """The file's settings. Its errors say what is wrong and where (line, key), never the file's text: a file
+    given by mistake may hold secrets."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {path}") from exc
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not a YAML file: byte {exc.start} is not UTF-8 text") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(_yaml_problem(path, exc)) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
+        raise ConfigError(f"config file {path} must hold a mapping of settings (e.g. `speech: {{model: tiny.en}}`) "
+                          f"at the top level, not {type(data).__name__}")
     return data
+
+
+def _key_lines(path: Path) -> dict[tuple[str, ...], int]:
+    """Each key path of a YAML mapping -> the line it is on (1-based)."""
+    try:
+        root = yaml.compose(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, prefix: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                where = (*prefix, str(key.value))
+                lines[where] = key.start_mark.line + 1
+                walk(value, where)
+
+    walk(root, ())
+    return lines
+
+
+def _holds(tree: Any, loc: tuple[str, ...]) -> bool:
+    """Whether a nested mapping sets the value at `loc` (or a value above it, such as a whole section)."""
+    for part in loc:
+        if not isinstance(tree, dict):
+            return True
+        if part not in tree:
+            return False
+        tree = tree[part]
+    return True
+
+
+_FLAGS = {"index_dir": "--index", "ray": "--address"}  # the command-line flags that set a setting
+
+
+def _from_environment(loc: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The MEDIAINDEX_* variables that set the value at `loc` (names match in any case, as they are read), and
+    whether one sets the value itself (else they set keys inside it: a section's check)."""
+    env = {name.upper(): name for name in os.environ}
+    for depth in range(len(loc), 0, -1):
+        name = "MEDIAINDEX_" + "__".join(loc[:depth]).upper()
+        if name in env:
+            return [env[name]], True
+    prefix = "MEDIAINDEX_" + "__".join(loc).upper() + "__"
+    return sorted(original for upper, original in env.items() if loc and upper.startswith(prefix)), False
+
+
+def _source(loc: tuple[str, ...], path: Path | None, data: dict[str, Any], overrides: dict[str, Any],
+            lines: dict[tuple[str, ...], int]) -> str:
+    """Where the value at `loc` came from, highest precedence first: a flag, a variable, the file, the default.
+    A section's check (two keys that must agree) names every source of keys inside it."""
+    if loc and _holds(overrides, loc):
+        return f"the command-line flag {_FLAGS.get(loc[0], loc[0])}"
+    sources = []
+    variables, itself = _from_environment(loc)
+    if variables:
+        sources.append(f"the environment variable{'s' if len(variables) > 1 else ''} {', '.join(variables)}")
+        if itself:
+            return sources[0]
+    if path is not None and loc and _holds(data, loc):
+        line = next((lines[loc[:d]] for d in range(len(loc), 0, -1) if loc[:d] in lines), None)
+        sources.append(f"{path}{f', line {line}' if line else ''}")
+    if sources:
+        return " and ".join(sources)
+    return "the defaults" if path is None else f"the defaults or {path}"
+
+
+MAX_PROBLEMS = 5  # a file that is no config at all would list each of its lines
+
+
+def _invalid(exc: ValidationError, path: Path | None, data: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """The problems, each with its key and source. A key that is no setting's name (a line of some other file) is
+    named by its line, never by its text."""
+    lines = _key_lines(path) if path is not None else {}
+    problems, strange = [], []
+    for e in exc.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        if all(_NAME_LIKE.match(part) or part.isdigit() for part in loc):
+            problems.append(f"{'.'.join(loc) or 'settings'}: {e['msg']} "
+                            f"(from {_source(loc, path, data, overrides, lines)})")
+        else:
+            strange.append(str(lines.get(loc, "?")))
+    if strange:
+        shown = ", ".join(strange[:MAX_PROBLEMS]) + (f", … ({len(strange)} in all)" if len(strange) > MAX_PROBLEMS
+                                                      else "")
+        problems.insert(0, f"{path or 'the settings'} holds keys that are no setting's name (line{'s' * (len(strange) > 1)}"
+                           f" {shown}): is it a mediaindex config file?")
+    more = f"; and {len(problems) - MAX_PROBLEMS} more" if len(problems) > MAX_PROBLEMS else ""
+    return f"invalid configuration: {'; '.join(problems[:MAX_PROBLEMS])}{more}"
 
 
 def resolve_config_path(config: str | Path | None) -> Path | None:
     """A path to a YAML file, or a profile name ("cpu", "gpu") shipped in mediaindex/configs/."""
+    given = " (from the environment variable MEDIAINDEX_CONFIG)" if not config and os.environ.get(
+        "MEDIAINDEX_CONFIG") else ""
     config = config or os.environ.get("MEDIAINDEX_CONFIG")
     if not config:
         default = PROFILES / "cpu.yaml"
@@ -430,7 +541,7 @@ def resolve_config_path(config: str | Path | None) -> Path | None:
     candidate = PROFILES / f"{config}.yaml"
     if candidate.exists():
         return candidate
-    raise ConfigError(f"unknown config profile {config!r}: give a YAML file or one of "
+    raise ConfigError(f"unknown config profile {config!r}{given}: give a YAML file or one of "
                       f"{sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
 
 
@@ -438,12 +549,16 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
     """Load settings from a profile or YAML file, the environment, then explicit overrides."""
     path = resolve_config_path(config)
     data = _read_yaml(path) if path else {}
+    given = {k: v for k, v in overrides.items() if v is not None}
     token = _YAML_DATA.set(data)
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        where = f" (from {path})" if path else ""
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"invalid configuration{where}: {problems}") from exc
+        raise ConfigError(_invalid(exc, path, data, given)) from exc
+    except SettingsError as exc:  # a variable that sets a whole section must hold JSON
+        field = re.search(r'field "([^"]+)"', str(exc))
+        name = f"MEDIAINDEX_{field[1].upper()}" if field else "a MEDIAINDEX_* variable"
+        raise ConfigError(f"invalid configuration: the environment variable {name} sets a whole section and must "
+                          f"hold a JSON object; to set one key, use {name}__KEY") from exc
     finally:
         _YAML_DATA.reset(token)

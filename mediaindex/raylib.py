@@ -13,3 +13,7 @@ if "RAY_ADDRESS" not in os.environ:
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray's own handler of fatal signals answers SIGTERM too: it prints a raw stack dump and ends the process at once,
+# before a server's graceful shutdown (finish the request, stop the jobs, stop Ray) can run. Crashes still get
+# Python's traceback (faulthandler, which Ray enables).
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")

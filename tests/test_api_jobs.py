@@ -82,12 +82,19 @@ def test_upload_is_ingested(fresh: TestClient) -> None:
     assert r.status_code == 202, r.text
     job = wait_for_job(fresh, r.json()["id"])
     assert job["state"] == "done", job
-    stored = Path(job["files"][0]["path"])
     upload_dir = fresh.app.state.api.upload_dir.resolve()
-    assert stored.name == "In 1813.wav" and stored.is_relative_to(upload_dir)
-    assert stored.read_bytes() == data
+    stored = next(upload_dir.rglob("*.wav"))
+    assert stored.name == "In 1813.wav" and stored.read_bytes() == data
     video = job["result"]["video_ids"][0]
     assert fresh.get(f"/media/{video}", headers={"Range": "bytes=0-3"}).content == b"RIFF"
+    # Answers show the upload by its name, never the index folder that keeps it.
+    assert job["files"][0]["path"] == "In 1813.wav"
+    hits = fresh.post("/search", json={"q": "In 1813", "filters": {"video_id": video}}).json()["hits"]
+    assert hits and {h["source"] for h in hits} == {"In 1813.wav"}
+    for answer in (fresh.get("/jobs"), fresh.get(f"/jobs/{job['id']}"), fresh.get("/videos"),
+                   fresh.get(f"/videos/{video}"), fresh.post("/search", json={"q": "1813"})):
+        assert answer.status_code == 200 and str(upload_dir) not in answer.text, answer.text
+        assert str(fresh.app.state.api.settings.index_dir) not in answer.text, answer.text
 
 
 @pytest.mark.parametrize(

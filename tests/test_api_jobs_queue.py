@@ -97,7 +97,7 @@ def test_uploads_of_failed_jobs_are_swept_after_the_retention(queued: TestClient
     failed = queued.post("/ingest/upload", params={"filename": "a.wav"}, content=data).json()
     kept = queued.post("/ingest/upload", params={"filename": "b.wav"}, content=data[:-10]).json()
     fresh_fail = queued.post("/ingest/upload", params={"filename": "c.wav"}, content=data[:-20]).json()
-    folders = {j["id"]: Path(j["files"][0]["path"]).parent for j in (failed, kept, fresh_fail)}
+    folders = {j["id"]: state.upload_dir / j["params"]["upload_folder"] for j in (failed, kept, fresh_fail)}
     db = JobStore.of(state.settings)
     db.set_state(failed["id"], "failed", error="nothing could be indexed")
     db.set_state(kept["id"], "done")

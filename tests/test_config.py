@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,106 @@ def test_stage_actors_run_as_many_threads_as_the_cpus_they_reserve(settings) -> 
     # ray.stages.<stage>.threads wins over both; the language model keeps every core unless told otherwise.
     assert sized("speech", 1.0, explicit, threads=2).speech.cpu_threads == 2
     assert sized("summary", 1.0) is settings and sized("summary", 1.0, threads=3).llm.cpu_threads == 3
+
+
+# ---- errors name their real source and never echo a file's text ------------------------------------------------
+
+SECRET_LINES = "root:$6$c2VjcmV0aGFzaA$Zk9vYmFy:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+
+
+def test_a_bad_variable_is_named_not_the_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIAINDEX_SPEECH__DEVICE", "tpu")
+    with pytest.raises(ConfigError) as info:
+        load_settings("cpu")
+    assert "environment variable MEDIAINDEX_SPEECH__DEVICE" in str(info.value) and "cpu.yaml" not in str(info.value)
+    # A check of a whole section names the variables inside it; an unknown key its own variable.
+    monkeypatch.setenv("MEDIAINDEX_SPEECH__DEVICE", "cpu")
+    monkeypatch.setenv("MEDIAINDEX_INDEX__DENSE_FLOOR", "0.99")
+    monkeypatch.setenv("MEDIAINDEX_SPEECH__MODLE", "tiny.en")
+    with pytest.raises(ConfigError) as info:
+        load_settings("cpu")
+    message = str(info.value)
+    assert "speech.modle" in message and "variable MEDIAINDEX_SPEECH__MODLE" in message
+    assert "dense_floor" in message and "variable MEDIAINDEX_INDEX__DENSE_FLOOR" in message
+    unknown_key = next(problem for problem in message.split("; ") if "speech.modle" in problem)
+    assert "cpu.yaml" not in unknown_key  # the profile holds a speech section, but not this key
+
+
+def test_a_profile_named_by_the_environment_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIAINDEX_CONFIG", "nosuchprofile")
+    with pytest.raises(ConfigError, match="'nosuchprofile' \\(from the environment variable MEDIAINDEX_CONFIG\\)"):
+        load_settings()
+
+
+def test_a_section_variable_that_is_not_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIAINDEX_SPEECH", "tiny.en")
+    with pytest.raises(ConfigError, match="MEDIAINDEX_SPEECH sets a whole section.*MEDIAINDEX_SPEECH__KEY"):
+        load_settings("cpu")
+
+
+def test_a_bad_file_value_names_file_line_and_key_and_a_flag_names_itself(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("speech:\n  model: tiny.en\n  batch_size: -3\nray:\n  object_store_memory: lots\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert f"speech.batch_size: Input should be greater than or equal to 1 (from {path}, line 3)" in message
+    assert "ray.object_store_memory" in message and f"(from {path}, line 5)" in message
+    # The variable wins over the file, and is named as the source.
+    monkeypatch.setenv("MEDIAINDEX_SPEECH__BATCH_SIZE", "0")
+    with pytest.raises(ConfigError, match=r"batch_size: .* \(from the environment variable MEDIAINDEX_SPEECH__BATCH"):
+        load_settings(path)
+    with pytest.raises(ConfigError, match=r"ray.address: .*\(from the command-line flag --address\)"):
+        load_settings("cpu", ray={"address": "nowhere"})
+    # Two keys that must agree, one from the file and one from a variable: both are named.
+    path.write_text("index:\n  dense_ceiling: 0.5\n")
+    monkeypatch.setenv("MEDIAINDEX_INDEX__DENSE_FLOOR", "0.6")
+    with pytest.raises(ConfigError, match=rf"dense_floor .*variable MEDIAINDEX_INDEX__DENSE_FLOOR and {path}, line 1"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("content", [
+    SECRET_LINES,  # a password file parses as YAML: every line a key that is no setting
+    SECRET_LINES + "secret: token: x1y2z3w4\n",  # a YAML syntax error on a line of secrets
+    "speech: *c2VjcmV0aGFzaA\n",  # an undefined alias: the parser's message would quote it
+    "password: hunter2hunter2\n",  # a key that could be a setting's name: named, its value never
+])
+def test_a_file_that_is_no_config_is_described_never_echoed(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "shadow"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert str(path) in message, message
+    told = message.replace(str(path), "FILE")
+    for secret in ("c2VjcmV0aGFzaA", "Zk9vYmFy", "20228", "x1y2z3w4", "hunter2", "root", "daemon"):
+        assert secret not in told, message
+    assert "line" in message or "password" in message, message
+
+
+def test_unreadable_and_binary_files_are_said_to_be_so(tmp_path: Path) -> None:
+    binary = tmp_path / "program"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
+    with pytest.raises(ConfigError, match="is not a YAML file: byte 8 is not UTF-8 text"):
+        load_settings(binary)
+    with pytest.raises(ConfigError, match="cannot be read: Is a directory"):
+        load_settings(tmp_path)
+
+
+def test_the_cli_reports_a_bad_config_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "shadow"
+    path.write_text(SECRET_LINES)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIAINDEX_")}
+    env["MEDIAINDEX_INDEX_DIR"] = str(tmp_path / "index")
+    done = subprocess.run([sys.executable, "-m", "mediaindex", "index", "stats", "--config", str(path)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "no setting's name" in " ".join(done.stderr.split()) and "c2VjcmV0" not in done.stderr, done.stderr
+    env["MEDIAINDEX_SPEECH__DEVICE"] = "tpu"
+    done = subprocess.run([sys.executable, "-m", "mediaindex", "index", "stats"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert "MEDIAINDEX_SPEECH__DEVICE" in " ".join(done.stderr.split()).replace(" ", ""), done.stderr

@@ -123,7 +123,6 @@ def test_three_early_kills_give_up_nothing_and_leave_no_ray_processes(tmp_path: 
     second = Run(["--resume", job_id], env)
     _until(second.stage_actors, "the second run's stage actors")
     left = second.kill()
-    assert left, "a killed driver's Ray processes outlive it: the next run must end them"
     assert set(_files(db, job_id).values()) == {("pending", 0)}
 
     # 3. Killed while a stage works on a file (none finished): only the files in a stage's hands are charged.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -115,8 +115,8 @@ SUMMARIES_DOC = (
 
 
 class IngestRequest(_Strict):
-    paths: list[str] = Field(min_length=1, max_length=1000,
-                             description="Files or folders, relative to a media root or absolute inside one")
+    paths: list[Annotated[str, Field(max_length=4096)]] = Field(
+        min_length=1, max_length=1000, description="Files or folders, relative to a media root or absolute inside one")
     # Strict: JSON true, false or null; a string or number is refused rather than guessed at ("no" -> False).
     summaries: bool | None = Field(default=None, strict=True, description=SUMMARIES_DOC)
 

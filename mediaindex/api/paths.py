@@ -1,7 +1,8 @@
 """Media roots: the only folders whose files may be served or ingested over HTTP.
 
-Every path a client gives is checked here: no `..` component, no NUL byte, and after resolving
-symlinks the real file must lie inside a root. URL-decoding happens once, in the server; a name
+Every path a client gives is checked here: no `..` component, no NUL byte, no longer than the file
+system takes (a 422, before the file system is asked), and after resolving symlinks the real file must
+lie inside a root. URL-decoding happens once, in the server; a name
 that still contains `%2e%2e` afterwards is a literal file name and cannot climb out.
 """
 
@@ -10,6 +11,30 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from mediaindex.api.errors import ApiError
+
+# Linux's limits (NAME_MAX, PATH_MAX), in bytes: a longer name is refused before the file system is asked.
+MAX_NAME_BYTES = 255
+MAX_PATH_BYTES = 4096
+_SHOWN_CHARS = 80  # a client's path quoted in a message, at most (the rest is elided)
+
+
+def quoted(raw: str) -> str:
+    """A client's path as a message quotes it: a very long one is cut, with its length said."""
+    if len(raw) <= _SHOWN_CHARS:
+        return repr(raw)
+    return f"{raw[:_SHOWN_CHARS]!r}… ({len(raw)} characters)"
+
+
+def check_length(raw: str) -> None:
+    """A 422 for a path longer than the file system takes, as a whole or in one of its parts."""
+    size = len(raw.encode("utf-8", "surrogateescape"))
+    if size > MAX_PATH_BYTES:
+        raise ApiError(422, f"the path is {size} bytes long; paths may have at most {MAX_PATH_BYTES} bytes")
+    longest = max((len(part.encode("utf-8", "surrogateescape")) for part in raw.replace("\\", "/").split("/")),
+                  default=0)
+    if longest > MAX_NAME_BYTES:
+        raise ApiError(422, f"a name in the path {quoted(raw)} is {longest} bytes long; file and folder names "
+                            f"may have at most {MAX_NAME_BYTES} bytes")
 
 
 class MediaRoots:
@@ -30,9 +55,16 @@ class MediaRoots:
             raise ApiError(403, "no media roots are configured on this server (api.media_roots)")
         if not raw or "\x00" in raw:
             raise ApiError(400, "the path is empty or contains a NUL byte")
+        check_length(raw)
         parts = PurePosixPath(raw.replace("\\", "/")).parts
         if ".." in parts:
-            raise ApiError(403, f"path {raw!r} climbs out with '..': give a path inside a media root")
+            raise ApiError(403, f"path {quoted(raw)} climbs out with '..': give a path inside a media root")
+        try:
+            return self._resolve(raw, must_be_file)
+        except OSError as exc:  # e.g. a root and the path together longer than the file system takes
+            raise ApiError(422, f"path {quoted(raw)} cannot be looked up: {exc.strerror or type(exc).__name__}") from exc
+
+    def _resolve(self, raw: str, must_be_file: bool) -> Path:
         given = Path(raw)
         candidates = [given] if given.is_absolute() else [root / given for root in self.roots]
         outside = False
@@ -44,11 +76,11 @@ class MediaRoots:
                 continue
             real = candidate.resolve(strict=True)
             if must_be_file and not real.is_file():
-                raise ApiError(400, f"{raw!r} is not a regular file")
+                raise ApiError(400, f"{quoted(raw)} is not a regular file")
             return real
         if outside:
-            raise ApiError(403, f"path {raw!r} is outside the configured media roots")
-        raise ApiError(404, f"no file {raw!r} under the configured media roots")
+            raise ApiError(403, f"path {quoted(raw)} is outside the configured media roots")
+        raise ApiError(404, f"no file {quoted(raw)} under the configured media roots")
 
 
 def _hidden_part(path: Path, base: Path | None) -> bool:
@@ -101,5 +133,5 @@ class MediaPolicy:
         real = self.roots.resolve(raw, must_be_file=True)
         given = Path(raw) if Path(raw).is_absolute() else Path(raw.replace("\\", "/"))
         if self.refusal(given, real, known=bool(known and known(real))) is not None:
-            raise ApiError(404, f"no media file {raw!r} under the configured media roots")
+            raise ApiError(404, f"no media file {quoted(raw)} under the configured media roots")
         return real

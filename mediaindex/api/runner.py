@@ -20,6 +20,7 @@ from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
 
 log = logging.getLogger("mediaindex.api.jobs")
+STOP_WAIT_S = 5.0  # how long a stopping server waits for the job in progress to end
 
 
 class JobHost(Protocol):
@@ -45,6 +46,7 @@ class JobRunner:
         self.state = host
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         if self._thread is not None:
@@ -61,11 +63,21 @@ class JobRunner:
     def submit(self, job_id: str) -> None:
         self._queue.put(job_id)
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=30)
-            self._thread = None
+    def stop(self, wait: float = STOP_WAIT_S) -> bool:
+        """Start no more jobs (those waiting stay pending); True once the worker thread has ended. A job still
+        running after `wait` seconds is left as it is, as after a kill: its record says running, and the next
+        start goes on with it. A server asked to stop (SIGTERM) thus stops in seconds, not when a long file is
+        done."""
+        if self._thread is None:
+            return True
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout=wait)
+        if self._thread.is_alive():
+            log.warning("a job is still running: it is left for the next start to go on with")
+            return False
+        self._thread = None
+        return True
 
     def sweep(self) -> None:
         with self.state.jobs_lock:
@@ -76,11 +88,16 @@ class JobRunner:
             log.warning("uploads could not be swept: %s", exc)
 
     def _loop(self) -> None:
-        while (job_id := self._queue.get()) is not None:
+        while (job_id := self._queue.get()) is not None and not self._stopping.is_set():
             try:
                 self._run(job_id)
-            except Exception as exc:  # a job's failure is recorded on the job; the runner goes on
-                log.exception("job %s failed", job_id)
+            except (Exception, SystemExit) as exc:  # Ray ends a thread waiting on it with SystemExit as it stops
+                if self._stopping.is_set():  # the server stopped under the job: it is left as after a kill
+                    log.info("job %s was interrupted by the server's stop: the next start goes on with it", job_id)
+                    return
+                if isinstance(exc, SystemExit):
+                    raise
+                log.exception("job %s failed", job_id)  # a job's failure is recorded on the job; the runner goes on
                 self._set(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
             self.sweep()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -75,6 +76,12 @@ class ApiState:
         self._hidden = sorted({(str(Path(p).expanduser().resolve()), label) for p, label in hidden if str(p) != "/"}
                               | {(str(Path(p).expanduser()), label) for p, label in hidden if str(p) != "/"},
                               key=lambda pl: -len(pl[0]))
+        # An uploaded file is shown by the name it was uploaded under, never by the folder that keeps it.
+        uploads = sorted({str(self.upload_dir.expanduser()), str(self.upload_dir.expanduser().resolve())}, key=len,
+                         reverse=True)
+        suffixes = "|".join(sorted((re.escape(s[1:]) for s in MEDIA_SUFFIXES), key=len, reverse=True))
+        self._uploaded = re.compile(rf"(?:{'|'.join(re.escape(u) for u in uploads)})/[^/\s]+/"
+                                    rf"(?P<name>[^/\n]*?\.(?:{suffixes}))(?![\w.])", re.IGNORECASE)
         self.keys = KeyStore(keys_db_path(settings))
         self.jobs = JobStore.of(settings)
         self.jobs_lock = threading.Lock()  # one JobStore connection is shared by request and job threads
@@ -114,15 +121,32 @@ class ApiState:
         self.runner.start()
 
     def close(self) -> None:
-        self.runner.stop()
+        if not self.runner.stop():
+            # The job left running still uses the index and the stage pools: closing them under it could break
+            # its writes. The process is ending; the job goes on at the next start (and Ray's processes end with
+            # this process: see mediaindex.workers.watchdog).
+            self.keys.close()
+            return
         if self._pipeline is not None and self._own_pipeline:
             self._pipeline.close()
         if self._index is not None and self._own_index:
             self._index.close()
         self.keys.close()
 
+    def shown(self, value: Any) -> Any:
+        """A path, a message, or a JSON value holding them, as an answer shows it: every uploaded file by the name
+        it was uploaded under (answers never show the index's folders)."""
+        if isinstance(value, str):
+            return self._uploaded.sub(lambda m: m["name"], value)
+        if isinstance(value, dict):
+            return {k: self.shown(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.shown(v) for v in value]
+        return value
+
     def public(self, message: str) -> str:
         """The message with this server's own folders replaced by labels (answers never show them)."""
+        message = self.shown(message)
         for path, label in self._hidden:
             message = message.replace(path, label)
         return message

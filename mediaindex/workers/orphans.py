@@ -7,6 +7,9 @@ driver's pid and start time, so a reused pid is not taken for it); a new start e
 gone. Workers rename themselves, which can overwrite the environment the kernel shows, and outlive the raylet
 that started them: they are found by the session folder they write their output to, which holds the driver's
 mark too. Only processes that are Ray's (by their command line) are ended. Linux only (it reads /proc); elsewhere nothing is done.
+
+A watchdog (`watchdog.py`) ends them as soon as their driver dies; the reaping at the next start is for a watchdog
+that was killed too.
 """
 
 from __future__ import annotations
@@ -147,6 +150,11 @@ def _marked(select: Callable[[str], bool]) -> list[int]:
 def orphans() -> list[int]:
     """The processes of local Ray instances whose driver is no longer running."""
     return _marked(lambda mark: not _alive(mark))
+
+
+def marked_by(mark: str) -> list[int]:
+    """The processes of the local Ray whose driver had this mark (running or not)."""
+    return _marked(lambda m: m == mark)
 
 
 def started_by(pid: int) -> list[int]:

@@ -10,6 +10,7 @@ import time
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError
 from mediaindex.workers.orphans import OWNER_VARIABLE, mark_as_owner, mark_session, reap_orphans, unmark
+from mediaindex.workers.watchdog import start_watchdog
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +18,17 @@ log = logging.getLogger(__name__)
 # 3 CPUs of reservations), a second one (e.g. an API server's) and the summary stage fit on a laptop.
 LOCAL_LOGICAL_CPUS = 8
 _RAY_SOCKET_SUFFIX = len("/ray/session_2026-01-01_00-00-00_000000_4194304/sockets/plasma_store")
+
+
+class _MainThreadNotice(logging.Filter):
+    """Drops Ray's notice that, started outside the main thread, it leaves SIGTERM to the process's own handler:
+    that is what a server wants (its graceful shutdown), not something to warn its log about."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+_MAIN_THREAD_NOTICE = _MainThreadNotice()  # one instance: adding it again is then a no-op
 
 
 def _check_reachable(address: str) -> None:
@@ -36,6 +48,7 @@ def ensure_ray(settings: Settings) -> None:
 
     if ray.is_initialized():
         return
+    logging.getLogger("ray._private.worker").addFilter(_MAIN_THREAD_NOTICE)
     env = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     if settings.ray.address:
         _check_reachable(settings.ray.address)
@@ -57,6 +70,7 @@ def ensure_ray(settings: Settings) -> None:
     # A killed run's Ray processes would hold cores and memory beside the new ones: they go first.
     reap_orphans()
     env[OWNER_VARIABLE] = mark_as_owner()
+    start_watchdog(env[OWNER_VARIABLE])  # and this run's go with it, however it ends
     try:
         _start_local(settings, env)
         mark_session(settings.temp_dir)

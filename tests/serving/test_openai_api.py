@@ -149,6 +149,18 @@ def _assert_openai_error(exc: Exception, status: int, words: str) -> None:
          "BadRequestError", 400, "schema"),
         (dict(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "other"}}),
          "BadRequestError", 400, "not in tools"),
+        # A choice the request cannot honour is refused, never answered with a plain completion.
+        (dict(tool_choice={"type": "function", "function": {"name": "get_weather"}}), "BadRequestError", 400,
+         "only allowed when tools are given"),
+        (dict(tool_choice="required"), "BadRequestError", 400, "only allowed when tools are given"),
+        (dict(tools=[], tool_choice="auto"), "BadRequestError", 400, "empty list"),
+        (dict(tools=[WEATHER, WEATHER], tool_choice="required"), "BadRequestError", 400, "more than once"),
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
+         "BadRequestError", 400, "type 'object'"),
+        (dict(tools=[WEATHER], tool_choice={"type": "function"}), "BadRequestError", 400, "tool_choice"),
+        (dict(tools=[WEATHER], tool_choice="sometimes"), "BadRequestError", 400, "tool_choice"),
+        (dict(tools=[{"type": "function", "function": {"name": "no spaces allowed"}}]), "BadRequestError", 400,
+         "tools"),
         (dict(temperature=7), "BadRequestError", 400, "temperature"),
     ],
 )

@@ -28,6 +28,7 @@ from mediaindex.api.models import (
     JobOut,
     SummarizeRequest,
 )
+from mediaindex.api.paths import MAX_NAME_BYTES, quoted
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
@@ -41,9 +42,12 @@ def job_out(state: ApiState, job: Job) -> JobOut:
     with state.jobs_lock:
         files = state.jobs.files(job.id)
         counts = state.jobs.counts(job.id)
-    return JobOut(id=job.id, kind=job.kind, state=job.state, params=job.params, result=job.result,
-                  error=job.error, created=job.created, updated=job.updated, counts=counts,
-                  files=[JobFileOut(path=f.path, state=f.state, reason=f.reason, video_id=f.video_id) for f in files],
+    # An upload's file is shown by its name (answers never show the index's folders), here as everywhere.
+    return JobOut(id=job.id, kind=job.kind, state=job.state, params=state.shown(job.params),
+                  result=state.shown(job.result), error=state.public(job.error) if job.error else job.error,
+                  created=job.created, updated=job.updated, counts=counts,
+                  files=[JobFileOut(path=state.shown(f.path), state=f.state, reason=state.public(f.reason),
+                                    video_id=f.video_id) for f in files],
                   url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None)
 
 
@@ -105,22 +109,31 @@ def ingest_job(state: ApiState, paths: list[str], summaries: bool | None) -> tup
             inside = [p for p in discover([real]).files
                       if state.roots.contains(p) and state.media.refusal(p, p.resolve()) is None]
             if not inside:
-                raise ApiError(400, f"no media files in folder {raw!r}")
+                raise ApiError(400, f"no media files in folder {quoted(raw)}")
             files.extend(inside)
         elif real.is_file():
             files.append(state.media.resolve(raw))
         else:
-            raise ApiError(400, f"{raw!r} is neither a regular file nor a folder")
+            raise ApiError(400, f"{quoted(raw)} is neither a regular file nor a folder")
     files = list(dict.fromkeys(files))
     return _create_ingest(state, {"paths": paths}, files, summaries)
 
 
+UPLOAD_NAME_BYTES = MAX_NAME_BYTES - 55  # room for the server's own suffixes beside it (e.g. ".partial")
+
+
 def _upload_name(filename: str) -> str:
+    """The name an upload is stored (and shown) under: its last part, safe characters only, short enough for
+    the file system (in bytes: a name of 255 characters may take 1020), its media suffix kept."""
     name = _SAFE_NAME.sub("_", Path(filename.replace("\\", "/")).name).strip(" .")
-    if not name or Path(name).suffix.lower() not in MEDIA_SUFFIXES:
-        raise ApiError(415, f"{filename!r} does not name a media file: use one of the suffixes "
+    suffix = Path(name).suffix
+    if not name or suffix.lower() not in MEDIA_SUFFIXES:
+        raise ApiError(415, f"{quoted(filename)} does not name a media file: use one of the suffixes "
                             f"{' '.join(sorted(MEDIA_SUFFIXES))}")
-    return name[-200:]
+    stem = name[:-len(suffix)]
+    while len((stem + suffix).encode()) > UPLOAD_NAME_BYTES:
+        stem = stem[1:]  # the end of a long name is kept: it tells versions and parts apart
+    return (stem.strip(" .") or "upload") + suffix
 
 
 @router.post(

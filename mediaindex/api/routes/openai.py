@@ -202,6 +202,32 @@ def _tool_call_schema(tools: list[Tool]) -> dict[str, Any]:
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
+def check_tools(body: ChatRequest) -> None:
+    """A 400 for `tools` and `tool_choice` that cannot go together (as OpenAI answers them), before any model
+    work: a choice without tools, a function that is not among the tools, tools named twice, and a function
+    whose parameters are not an object schema (its arguments could not be an object)."""
+    choice = body.tool_choice
+    if body.tools is not None and not body.tools:
+        raise OpenAIError(400, "tools is an empty list: give at least one tool, or leave tools out", param="tools")
+    names = [t.function.name for t in body.tools or []]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise OpenAIError(400, f"tools names the function {twice[0]!r} more than once", param="tools")
+    for i, tool in enumerate(body.tools or []):
+        kind = tool.function.parameters.get("type", "object")
+        if kind != "object":
+            raise OpenAIError(400, f"tools[{i}].function.parameters must be a JSON schema of type 'object', not "
+                                   f"{kind!r}", param=f"tools[{i}].function.parameters")
+    if choice in (None, "none"):
+        return
+    if not body.tools:
+        shown = choice.function.name if isinstance(choice, NamedToolChoice) else choice
+        raise OpenAIError(400, f"tool_choice {shown!r} is only allowed when tools are given", param="tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise OpenAIError(400, f"tool_choice names the function {choice.function.name!r}, which is not in tools "
+                               f"(they are: {', '.join(names)})", param="tool_choice")
+
+
 def _guide(body: ChatRequest) -> tuple[Any, bool]:
     """(grammar the output must match or None, whether the output is a forced tool call)."""
     from mediaindex.serving import Guide, InvalidRequestError
@@ -210,11 +236,8 @@ def _guide(body: ChatRequest) -> tuple[Any, bool]:
     try:
         if body.tools and choice not in (None, "none", "auto"):
             tools = body.tools
-            if isinstance(choice, NamedToolChoice):
+            if isinstance(choice, NamedToolChoice):  # check_tools made sure it is among them
                 tools = [t for t in body.tools if t.function.name == choice.function.name]
-                if not tools:
-                    raise OpenAIError(400, f"tool_choice names {choice.function.name!r}, which is not in tools",
-                                      param="tool_choice")
             return Guide.json_schema(_tool_call_schema(tools)), True
         fmt = body.response_format
         if fmt is not None and fmt.type == "json_schema":
@@ -335,6 +358,7 @@ async def chat_completions(request: Request, _: Annotated[str, Security(openai_a
     if body.model != backend.name:
         raise OpenAIError(404, f"the model {body.model!r} does not exist; this server has {backend.name!r}",
                           param="model", code="model_not_found")
+    check_tools(body)
     engine = await run_in_threadpool(backend.engine)
     guide, forced = await run_in_threadpool(_guide, body)
     prompt = await run_in_threadpool(_prompt_ids, engine, body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -27,10 +28,11 @@ router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
 _IMAGE_TYPES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
 
 
-def hit_out(hit: Hit, query: str, words: SparseEncoder) -> HitOut:
+def hit_out(hit: Hit, query: str, words: SparseEncoder, shown: Callable[[str], str]) -> HitOut:
+    """The hit as the API answers it; `shown` maps its file's path to what answers show (an upload by its name)."""
     vid = quote(hit.video_id, safe="")
     return HitOut(
-        **hit.to_dict(),
+        **{**hit.to_dict(), "source": shown(hit.source)},
         title=Path(hit.source).name,
         thumbnail_url=f"/thumbs/{quote(hit.thumbnail)}" if hit.thumbnail else None,
         media_url=f"/media/{vid}",
@@ -67,7 +69,7 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(query=body.q, searched_for=sought(body.q), took_ms=round(took, 2),
-                          hits=[hit_out(h, body.q, state.index.sparse) for h in hits])
+                          hits=[hit_out(h, body.q, state.index.sparse, state.shown) for h in hits])
 
 
 @router.get("/search", response_model=SearchResponse)
@@ -134,4 +136,5 @@ async def search_image(
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("image").inc()
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query="", took_ms=round(took, 2), hits=[hit_out(h, "", state.index.sparse) for h in hits])
+    return SearchResponse(query="", took_ms=round(took, 2),
+                          hits=[hit_out(h, "", state.index.sparse, state.shown) for h in hits])

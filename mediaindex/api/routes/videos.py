@@ -35,7 +35,7 @@ def _thumb_url(state: ApiState, video_id: str) -> str | None:
 
 
 def _video_out(state: ApiState, r: VideoRecord) -> dict:
-    return dict(video_id=r.video_id, title=Path(r.source).name, source=r.source, duration=r.duration,
+    return dict(video_id=r.video_id, title=Path(r.source).name, source=state.shown(r.source), duration=r.duration,
                 language=r.language, segments=r.segments, indexed_at=r.indexed_at,
                 has_video=bool(r.probe.get("has_video")), media_url=f"/media/{quote(r.video_id)}",
                 thumbnail_url=_thumb_url(state, r.video_id))
@@ -82,7 +82,7 @@ def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
     """One file: probe data, duration, language and its transcript."""
     state = get_state(request)
     record = _record(state, video_id)
-    return VideoDetail(**_video_out(state, record), probe=record.probe, transcript=transcript(state, record))
+    return VideoDetail(**_video_out(state, record), probe=state.shown(record.probe), transcript=transcript(state, record))
 
 
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
