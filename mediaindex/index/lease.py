@@ -1,0 +1,48 @@
+"""The right to open an embedded index's vector files: one process at a time, decided before any is opened.
+
+qdrant-edge's own lock is taken inside its files, and a second process that merely tries it (and is
+refused) can break the process that writes. So every process first takes this lease, an exclusive
+`flock` on a small file beside the vector store; only its holder opens the store, and every other
+process reads through the holder (`index/read_service.py`) or waits. The kernel drops the lease when
+its process ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+LEASE_FILE = "holder.lock"
+
+
+class IndexLease:
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @classmethod
+    def try_take(cls, index_dir: Path) -> IndexLease | None:
+        """The lease if no other process (or other open index in this one) holds it, else None."""
+        index_dir.mkdir(parents=True, exist_ok=True)
+        path = index_dir / LEASE_FILE
+        # Not inherited by child processes (O_CLOEXEC): a lease must end with the process that took it.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, path)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor drops the flock

@@ -1,0 +1,99 @@
+"""One index, several openers: the first holds the vector store and serves reads, the others read through it
+(over its Unix socket, exactly as another process does), a writer waits or is refused, and when the holder
+closes, a reader takes the store over and keeps answering. A second process is tested in
+tests/test_concurrent_cli.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mediaindex.errors import IndexBusyError
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.holder import read_holder
+from mediaindex.index.index import IndexHeldError, MediaIndex, open_index
+from mediaindex.index.read_service import HolderGone, ReadClient
+from mediaindex.index.shared_store import Access, SharedStore
+from mediaindex.segments import Segment
+from tests.conftest import make_settings
+from tests.corpus import references
+from tests.test_index_store import DIM, _fill
+
+
+@pytest.fixture(scope="module")
+def corpus(embedder) -> tuple[list[Segment], np.ndarray]:
+    segs = references()
+    return segs, embedder.embed_passages([s.text for s in segs])
+
+
+def test_a_second_opener_reads_through_the_holder_and_takes_over_when_it_closes(
+        tmp_path: Path, cache_dir: Path, embedder, corpus) -> None:
+    segs, vectors = corpus
+    settings = make_settings(tmp_path / "index", cache_dir)
+    holder = MediaIndex(settings, DIM, embedder.name)
+    _fill(holder, segs, vectors)
+    record = json.loads((settings.index_dir / "holder.json").read_text())
+    assert record["pid"] == os.getpid() and record["socket"] and len(bytes.fromhex(record["key"])) == 32
+    assert stat.S_IMODE(os.stat(settings.index_dir / "holder.json").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(record["socket"]).st_mode) == 0o600
+
+    reader = MediaIndex(settings, DIM, embedder.name)
+    try:
+        assert isinstance(reader.store, SharedStore) and not reader.store.holds
+        query = embedder.embed_query("ask not what your country can do for you")
+        assert reader.store.count() == holder.store.count() == len(segs)
+        assert [h.text for h in reader.store.search(query, 5)] == [h.text for h in holder.store.search(query, 5)]
+        jfk = SearchFilters(source_prefix=next(s.source for s in segs if s.source.endswith("jfk.flac")))
+        assert reader.store.count(jfk) == 2 and reader.store.stats()["points"] == len(segs)
+        with pytest.raises(ValueError, match="no 'image' vectors"):  # the holder's error arrives as itself
+            reader.store.search(query, 5, using="image")
+        with pytest.raises(IndexBusyError, match="can only be read here"):
+            reader.store.delete_video(segs[0].video_id)
+        assert reader.store.count() == len(segs)  # nothing was deleted
+        with pytest.raises(IndexHeldError, match=rf"held by `.*` \(pid {os.getpid()}\)"):
+            open_index(settings, DIM, embedder.name, access=Access(write=True, wait=False))
+
+        holder.close()  # the holder ends: the reader's next read takes the store over
+        assert reader.store.count() == len(segs) and reader.store.holds
+        assert read_holder(settings.index_dir) is not None
+        reader.store.delete_video(segs[0].video_id)  # and now it may write
+        assert reader.store.count() < len(segs)
+    finally:
+        holder.close()
+        reader.close()
+    assert read_holder(settings.index_dir) is None and not (settings.index_dir / "holder.sock").exists()
+
+
+def test_a_writer_waits_for_the_holder_and_says_for_whom(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir)
+    holder = MediaIndex(settings, DIM, embedder.name)
+    waited_for: list[int | None] = []
+    release = threading.Timer(1.0, holder.store.close)  # the store's end frees the index (the catalog is per thread)
+    release.start()
+    began = time.monotonic()
+    writer = MediaIndex(settings, DIM, embedder.name,
+                        access=Access(write=True, on_wait=lambda h: waited_for.append(h and h.pid)))
+    try:
+        assert time.monotonic() - began >= 0.9 and waited_for == [os.getpid()]
+        assert isinstance(writer.store, SharedStore) and writer.store.holds
+    finally:
+        release.join()
+        holder.close()
+        writer.close()
+
+
+def test_a_reader_with_the_wrong_key_gets_nothing(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir)
+    with MediaIndex(settings, DIM, embedder.name):
+        record = read_holder(settings.index_dir)
+        assert record is not None and record.socket
+        with pytest.raises(HolderGone, match="digest"):
+            ReadClient(record.socket, b"x" * 32)
+        assert record.key and ReadClient(record.socket, bytes.fromhex(record.key)).call("count") == 0
