@@ -19,6 +19,7 @@ from mediaindex.errors import IndexBusyError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import read_holder
 from mediaindex.index.index import IndexHeldError, MediaIndex, open_index
+from mediaindex.index.lease import writer_waiting
 from mediaindex.index.read_service import HolderGone, ReadClient
 from mediaindex.index.shared_store import Access, SharedStore
 from mediaindex.segments import Segment
@@ -71,22 +72,35 @@ def test_a_second_opener_reads_through_the_holder_and_takes_over_when_it_closes(
     assert read_holder(settings.index_dir) is None and not (settings.index_dir / "holder.sock").exists()
 
 
-def test_a_writer_waits_for_the_holder_and_says_for_whom(tmp_path: Path, cache_dir: Path, embedder) -> None:
+def test_a_writer_waits_for_the_holder_says_for_whom_and_goes_before_readers(
+        tmp_path: Path, cache_dir: Path, embedder) -> None:
     settings = make_settings(tmp_path / "index", cache_dir)
     holder = MediaIndex(settings, DIM, embedder.name)
     waited_for: list[int | None] = []
-    release = threading.Timer(1.0, holder.store.close)  # the store's end frees the index (the catalog is per thread)
-    release.start()
-    began = time.monotonic()
-    writer = MediaIndex(settings, DIM, embedder.name,
-                        access=Access(write=True, on_wait=lambda h: waited_for.append(h and h.pid)))
+    opened: list[MediaIndex] = []
+    access = Access(write=True, on_wait=lambda h: waited_for.append(h and h.pid))
+    writer = threading.Thread(target=lambda: opened.append(
+        MediaIndex(settings, DIM, embedder.name, thread_safe=True, access=access)))
+    writer.start()
+    reader = None
     try:
-        assert time.monotonic() - began >= 0.9 and waited_for == [os.getpid()]
-        assert isinstance(writer.store, SharedStore) and writer.store.holds
+        deadline = time.monotonic() + 30
+        while not writer_waiting(settings.index_dir):
+            assert time.monotonic() < deadline and writer.is_alive()
+            time.sleep(0.05)
+        assert waited_for == [os.getpid()]
+        holder.close()  # the holder ends: the waiting writer, not a reader, takes the index
+        reader = MediaIndex(settings, DIM, embedder.name)
+        writer.join(timeout=30)
+        assert opened and opened[0].store.holds and not reader.store.holds
+        assert reader.store.count() == 0 and not writer_waiting(settings.index_dir)
     finally:
-        release.join()
         holder.close()
-        writer.close()
+        if reader is not None:
+            reader.close()
+        writer.join(timeout=30)
+        for index in opened:
+            index.close()
 
 
 def test_a_reader_with_the_wrong_key_gets_nothing(tmp_path: Path, cache_dir: Path, embedder) -> None:

@@ -46,3 +46,37 @@ class IndexLease:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the only descriptor drops the flock
+
+
+WAITING_FILE = "holder.waiting"
+
+
+class WaitingWriter:
+    """Said by a writer while it waits for the lease (a shared `flock` on a second file), so that readers let
+    it go first instead of taking the lease themselves when the holder ends: a long-lived reader (`serve`)
+    would otherwise keep a waiting ingest out for as long as it runs."""
+
+    def __init__(self, index_dir: Path) -> None:
+        index_dir.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(index_dir / WAITING_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_SH)  # readers only look (briefly): this never waits long
+
+    def done(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def writer_waiting(index_dir: Path) -> bool:
+    """Whether some process waits to write this index."""
+    try:
+        fd = os.open(index_dir / WAITING_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

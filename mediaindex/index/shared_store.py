@@ -24,7 +24,7 @@ import numpy as np
 from mediaindex.errors import IndexBusyError, MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, clear_holder, read_holder, record_holder
-from mediaindex.index.lease import IndexLease
+from mediaindex.index.lease import IndexLease, WaitingWriter, writer_waiting
 from mediaindex.index.read_service import HolderGone, ReadClient, ReadServer
 from mediaindex.index.store import Retriever, ScoredHit, VectorStore
 from mediaindex.segments import Segment
@@ -78,24 +78,32 @@ class SharedStore(VectorStore):
         return self._owned is not None
 
     def _wait_for_lease(self, access: Access) -> IndexLease:
-        told: int | None = -1
-        while (lease := IndexLease.try_take(self.dir)) is None:
-            holder = read_holder(self.dir)
-            if not access.wait:
-                raise IndexBusyError(f"the index at {self.dir} is held by {_who(holder)}; try again when it has "
-                                     "finished")
-            pid = holder.pid if holder else None
-            if pid != told and (holder is not None or told == -1) and access.on_wait is not None:
-                access.on_wait(holder)  # a holder's record goes a moment before its lease: not a new holder
-            told = pid
-            time.sleep(POLL)
-        return lease
+        lease = IndexLease.try_take(self.dir)
+        if lease is not None:
+            return lease
+        if not access.wait:
+            raise IndexBusyError(f"the index at {self.dir} is held by {_who(read_holder(self.dir))}; try again "
+                                 "when it has finished")
+        waiting = WaitingWriter(self.dir)
+        try:
+            told: int | None = -1
+            while (lease := IndexLease.try_take(self.dir)) is None:
+                holder = read_holder(self.dir)
+                pid = holder.pid if holder else None
+                if pid != told and (holder is not None or told == -1) and access.on_wait is not None:
+                    access.on_wait(holder)  # a holder's record goes a moment before its lease: not a new holder
+                told = pid
+                time.sleep(POLL)
+            return lease
+        finally:
+            waiting.done()
 
     def _attach(self) -> None:
         """Hold the store if no process does, else read through the one that does."""
         deadline = time.monotonic() + READER_PATIENCE
         while True:
-            lease = IndexLease.try_take(self.dir)
+            # A writer that waits goes first: this reader then reads through it.
+            lease = None if writer_waiting(self.dir) else IndexLease.try_take(self.dir)
             if lease is not None:
                 self._own(lease)
                 return
