@@ -111,3 +111,17 @@ def test_a_reader_with_the_wrong_key_gets_nothing(tmp_path: Path, cache_dir: Pat
         with pytest.raises(HolderGone, match="digest"):
             ReadClient(record.socket, b"x" * 32)
         assert record.key and ReadClient(record.socket, bytes.fromhex(record.key)).call("count") == 0
+
+
+def test_reset_refuses_an_index_in_use(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    from typer.testing import CliRunner
+
+    from mediaindex.cli.app import app
+
+    settings = make_settings(tmp_path / "index", cache_dir)
+    with MediaIndex(settings, DIM, embedder.name):
+        result = CliRunner().invoke(app, ["index", "reset", "--yes", "--index", str(settings.index_dir)])
+        assert result.exit_code == 2 and "is in use by `" in " ".join(result.output.split())
+        assert (settings.index_dir / "qdrant").is_dir() and (settings.index_dir / "schema.json").exists()
+    result = CliRunner().invoke(app, ["index", "reset", "--yes", "--index", str(settings.index_dir)])
+    assert result.exit_code == 0 and not (settings.index_dir / "qdrant").exists()

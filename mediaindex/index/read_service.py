@@ -31,6 +31,7 @@ READS = frozenset({"query", "count", "segments_of", "stats", "dims"})
 # Linux limits a Unix socket's path to 107 bytes; a longer index path gets a private temporary folder.
 MAX_SOCKET_PATH = 100
 ANSWER_WAIT = 300.0  # seconds a reader waits for one answer (a holder busy with a large write is slow)
+GREETING_WAIT = 30.0  # seconds a reader waits for a holder to greet it
 
 
 class HolderGone(MediaIndexError):
@@ -133,9 +134,20 @@ class ReadClient:
 
     def __init__(self, address: str, key: bytes) -> None:
         try:
-            self._conn = Client(address, family="AF_UNIX", authkey=key)
-        except Exception as exc:  # gone, not yet listening, or a new holder with another key
+            self._conn = Client(address, family="AF_UNIX")
+        except OSError as exc:  # gone, or not yet listening
             raise HolderGone(str(exc)) from exc
+        try:  # as Client(authkey=...) does, but never waiting for ever on a holder that does not answer
+            if not self._conn.poll(GREETING_WAIT):
+                raise HolderGone(f"no answer within {GREETING_WAIT:.0f} s")
+            answer_challenge(self._conn, key)
+            deliver_challenge(self._conn, key)
+        except HolderGone:
+            self._conn.close()
+            raise
+        except Exception as exc:  # it went away, or a new holder with another key answers there
+            self._conn.close()
+            raise HolderGone(str(exc) or type(exc).__name__) from exc
         self._lock = threading.Lock()  # one request at a time on this connection
         self.dims: dict[str, int] = self.call("dims")
 
