@@ -125,3 +125,15 @@ def test_reset_refuses_an_index_in_use(tmp_path: Path, cache_dir: Path, embedder
         assert (settings.index_dir / "qdrant").is_dir() and (settings.index_dir / "schema.json").exists()
     result = CliRunner().invoke(app, ["index", "reset", "--yes", "--index", str(settings.index_dir)])
     assert result.exit_code == 0 and not (settings.index_dir / "qdrant").exists()
+
+
+def test_an_index_path_too_long_for_a_socket_is_served_from_a_private_folder(
+        tmp_path: Path, cache_dir: Path, embedder) -> None:
+    settings = make_settings(tmp_path / ("long-folder-name-" * 6) / "index", cache_dir)
+    with MediaIndex(settings, DIM, embedder.name) as holder:
+        record = read_holder(settings.index_dir)
+        assert record is not None and record.socket and not record.socket.startswith(str(settings.index_dir))
+        assert stat.S_IMODE(os.stat(Path(record.socket).parent).st_mode) == 0o700
+        with MediaIndex(settings, DIM, embedder.name) as reader:
+            assert not reader.store.holds and reader.store.count() == holder.store.count() == 0
+    assert not Path(record.socket).parent.exists()
