@@ -1,10 +1,13 @@
 """Searches, stats and other ingests beside a running `mediaindex ingest`, each its own process, as users run
 them in several terminals: the reads answer through the ingest, a second ingest waits for it (or, with
---no-wait, is refused plainly), the ingest finishes, and every file is in the index exactly once."""
+--no-wait, is refused plainly), the ingest finishes, and every file is in the index exactly once. A reader
+whose holder is killed reads again, holding the index itself."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,8 +17,9 @@ import pytest
 
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import read_holder
-from mediaindex.index.index import open_index
+from mediaindex.index.index import MediaIndex, open_index
 from tests.conftest import REPO, cli_environment, make_settings, media
+from tests.corpus import references
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +87,32 @@ def test_reads_and_a_second_ingest_beside_a_running_ingest(tmp_path: Path, cache
             assert index.store.count(SearchFilters(video_id=r.video_id)) == r.segments > 0, r.source
         assert index.store.count() == sum(r.segments for r in records)  # no point outside the catalog
     assert read_holder(index_dir) is None
+
+
+def test_a_reader_takes_the_index_over_when_its_holder_is_killed(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir)
+    segs = references()
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        index.store.upsert(segs, embedder.embed_passages([s.text for s in segs]))
+    env = cli_environment(settings.index_dir, cache_dir, tmp_path / "t")
+    holding = subprocess.Popen(
+        [sys.executable, "-c", "import time\n"
+         "from mediaindex.config import load_settings\n"
+         "from mediaindex.index.index import open_index\n"
+         "from mediaindex.models.text_embed import load_text_embedder\n"
+         "s = load_settings('cpu'); e = load_text_embedder(s.embed)\n"
+         "index = open_index(s, e.dim, e.name); print('open', flush=True); time.sleep(600)"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holding.stdout is not None and holding.stdout.readline().strip() == "open"
+        with MediaIndex(settings, embedder.dim, embedder.name) as reader:
+            assert reader.store.count() == len(segs) and not reader.store.holds
+            os.kill(holding.pid, signal.SIGKILL)
+            holding.wait(timeout=30)
+            query = embedder.embed_query("ask not what your country can do for you")
+            assert reader.store.search(query, 1)[0].source.endswith("jfk.flac")  # read again, here
+            assert reader.store.holds
+    finally:
+        if holding.poll() is None:
+            holding.kill()
+            holding.wait(timeout=30)
