@@ -71,8 +71,13 @@ def _open_index(settings: Settings, must_exist: bool = False, write: bool = Fals
         _require_index(settings)
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
     access = Access(write=True, wait=wait, on_wait=_say_waiting) if write else READ
-    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
-                      access=access), embedder
+    media_index = open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
+                             access=access)
+    if (through := getattr(media_index.store, "through", None)) is not None:
+        # Said because the answer may change as soon as that process writes (a running ingest).
+        err.print(f"reading through {through.describe()}, which holds the index", highlight=False,
+                  markup=False, soft_wrap=True)
+    return media_index, embedder
 
 
 def _say_waiting(holder: Holder | None) -> None:

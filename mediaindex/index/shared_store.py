@@ -62,6 +62,7 @@ class SharedStore(VectorStore):
         self._owned: VectorStore | None = None
         self._server: ReadServer | None = None
         self._client: ReadClient | None = None
+        self.through: Holder | None = None  # the process this one reads through, while it does
         self._closed = False
         self._switch = threading.Lock()  # one change of role at a time (a server's threads share this store)
         self.dims: dict[str, int] = {}
@@ -111,7 +112,7 @@ class SharedStore(VectorStore):
             if holder is not None and holder.socket and holder.key:
                 try:
                     self._client = ReadClient(holder.socket, bytes.fromhex(holder.key))
-                    self.dims = dict(self._client.dims)
+                    self.dims, self.through = dict(self._client.dims), holder
                     return
                 except (HolderGone, ValueError):
                     pass  # it is ending, or a new holder has not recorded itself yet
@@ -130,7 +131,7 @@ class SharedStore(VectorStore):
             self._server = ReadServer(store, self.dir)
         except OSError as exc:  # this process still works; others are told the holder does not answer
             log.warning("reads from other processes cannot be served: %s", exc)
-        self._lease, self._owned, self.dims = lease, store, dict(store.dims)
+        self._lease, self._owned, self.dims, self.through = lease, store, dict(store.dims), None
         self._record()
 
     def _record(self) -> None:
