@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +25,7 @@ from mediaindex.index.lease import writer_waiting
 from mediaindex.index.read_service import HolderGone, ReadClient
 from mediaindex.index.shared_store import Access, SharedStore
 from mediaindex.segments import Segment
-from tests.conftest import make_settings
+from tests.conftest import REPO, make_settings
 from tests.corpus import references
 from tests.test_index_store import DIM, _fill
 
@@ -58,8 +60,9 @@ def test_a_second_opener_reads_through_the_holder_and_takes_over_when_it_closes(
         with pytest.raises(IndexBusyError, match="can only be read here"):
             reader.store.delete_video(segs[0].video_id)
         assert reader.store.count() == len(segs)  # nothing was deleted
-        with pytest.raises(IndexHeldError, match=rf"held by `.*` \(pid {os.getpid()}\)"):
-            open_index(settings, DIM, embedder.name, access=Access(write=True, wait=False))
+        for wait in (False, True):  # a process never waits for itself
+            with pytest.raises(IndexHeldError, match=rf"held by `.*` \(pid {os.getpid()}\)"):
+                open_index(settings, DIM, embedder.name, access=Access(write=True, wait=wait))
 
         holder.close()  # the holder ends: the reader's next read takes the store over
         assert reader.store.count() == len(segs) and reader.store.holds
@@ -72,33 +75,53 @@ def test_a_second_opener_reads_through_the_holder_and_takes_over_when_it_closes(
     assert read_holder(settings.index_dir) is None and not (settings.index_dir / "holder.sock").exists()
 
 
+HOLD_UNTIL_A_LINE = """
+import sys
+from mediaindex.config import load_settings
+from mediaindex.index.index import MediaIndex
+index = MediaIndex(load_settings("cpu", index_dir=sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+print("open", flush=True)
+sys.stdin.readline()
+index.close()
+print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
 def test_a_writer_waits_for_the_holder_says_for_whom_and_goes_before_readers(
         tmp_path: Path, cache_dir: Path, embedder) -> None:
     settings = make_settings(tmp_path / "index", cache_dir)
-    holder = MediaIndex(settings, DIM, embedder.name)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_UNTIL_A_LINE, str(settings.index_dir), str(DIM),
+                               embedder.name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert holder.stdin is not None and holder.stdout is not None
     waited_for: list[int | None] = []
     opened: list[MediaIndex] = []
     access = Access(write=True, on_wait=lambda h: waited_for.append(h and h.pid))
     writer = threading.Thread(target=lambda: opened.append(
         MediaIndex(settings, DIM, embedder.name, thread_safe=True, access=access)))
-    writer.start()
     reader = None
     try:
+        assert holder.stdout.readline().strip() == "open"
+        writer.start()
         deadline = time.monotonic() + 30
         while not writer_waiting(settings.index_dir):
             assert time.monotonic() < deadline and writer.is_alive()
             time.sleep(0.05)
-        assert waited_for == [os.getpid()]
-        holder.close()  # the holder ends: the waiting writer, not a reader, takes the index
+        assert waited_for == [holder.pid]
+        holder.stdin.write("close\n")  # the holder ends: the waiting writer, not a reader, takes the index
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "closed"
         reader = MediaIndex(settings, DIM, embedder.name)
         writer.join(timeout=30)
         assert opened and opened[0].store.holds and not reader.store.holds
         assert reader.store.count() == 0 and not writer_waiting(settings.index_dir)
     finally:
-        holder.close()
+        holder.kill()
+        holder.wait(timeout=30)
         if reader is not None:
             reader.close()
-        writer.join(timeout=30)
+        if writer.ident is not None:  # started
+            writer.join(timeout=30)
         for index in opened:
             index.close()
 

@@ -12,6 +12,7 @@ A reader that is asked to write takes the lease if it is free, else it is refuse
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -82,9 +83,10 @@ class SharedStore(VectorStore):
         lease = IndexLease.try_take(self.dir)
         if lease is not None:
             return lease
-        if not access.wait:
-            raise IndexBusyError(f"the index at {self.dir} is held by {_who(read_holder(self.dir))}; try again "
-                                 "when it has finished")
+        holder = read_holder(self.dir)
+        if not access.wait or (holder is not None and holder.pid == os.getpid()):  # never wait for itself
+            raise IndexBusyError(f"the index at {self.dir} is held by {_who(holder)}; try again when it has "
+                                 "finished")
         waiting = WaitingWriter(self.dir)
         try:
             told: int | None = -1
