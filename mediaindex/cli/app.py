@@ -140,7 +140,11 @@ def ingest(
 
             raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
         began = time.monotonic()
-        media_index, _ = _open_index(settings, write=True, wait=wait)
+        try:
+            media_index, _ = _open_index(settings, write=True, wait=wait)
+        except KeyboardInterrupt:  # Ctrl-C while waiting for another process to finish
+            err.print("stopped waiting for the index: nothing was indexed", highlight=False)
+            raise typer.Exit(130) from None
         log.info("index %s opened in %.1f s", settings.index_dir, time.monotonic() - began)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc

@@ -198,8 +198,9 @@ class SharedStore(VectorStore):
             if self._owned is None:
                 lease = IndexLease.try_take(self.dir)
                 if lease is None:
-                    raise IndexBusyError(f"the index at {self.dir} is being written by {_who(read_holder(self.dir))}: "
-                                         "it can only be read here until that has finished; try again then")
+                    # No path: a server shows this message to its clients.
+                    raise IndexBusyError(f"the index is being written by {_who(read_holder(self.dir))}: it can "
+                                         "only be read here until that has finished; try again then")
                 if self._client is not None:
                     self._client.close()
                     self._client = None
