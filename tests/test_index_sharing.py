@@ -160,3 +160,11 @@ def test_an_index_path_too_long_for_a_socket_is_served_from_a_private_folder(
         with MediaIndex(settings, DIM, embedder.name) as reader:
             assert not reader.store.holds and reader.store.count() == holder.store.count() == 0
     assert not Path(record.socket).parent.exists()
+
+
+def test_closing_ends_the_threads_that_serve_reads(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    settings = make_settings(tmp_path / "index", cache_dir)
+    before = {t.ident for t in threading.enumerate() if t.name == "index-reads"}
+    for _ in range(3):
+        MediaIndex(settings, DIM, embedder.name).close()
+    assert {t.ident for t in threading.enumerate() if t.name == "index-reads"} == before

@@ -15,6 +15,7 @@ import os
 import pickle
 import secrets
 import shutil
+import socket
 import tempfile
 import threading
 from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge
@@ -53,7 +54,7 @@ class ReadServer:
         address.unlink(missing_ok=True)
         self.address = str(address)
         # The key is checked in each connection's own thread: a client that stalls there holds up no other.
-        self._listener = Listener(self.address, family="AF_UNIX")
+        self._listener = Listener(self.address, family="AF_UNIX", backlog=64)  # many readers may arrive at once
         os.chmod(self.address, 0o600)
         self._closed = threading.Event()
         self._idle = threading.Condition()  # `close` waits on it until no answer is being computed
@@ -69,6 +70,9 @@ class ReadServer:
                 if self._closed.is_set():
                     return
                 continue
+            if self._closed.is_set():  # the knock of `close`, or a reader too late
+                conn.close()
+                return
             threading.Thread(target=self._serve, args=(conn,), name="index-reader", daemon=True).start()
 
     def _serve(self, conn: Connection) -> None:
@@ -123,6 +127,11 @@ class ReadServer:
         with self._idle:
             self._closed.set()
             self._idle.wait_for(lambda: self._busy == 0, timeout=patience)
+        # Closing a socket does not wake a thread blocked in accept() on it: a connection does.
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as knock:
+            knock.settimeout(1.0)
+            knock.connect(self.address)
+        self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self._listener.close()  # also removes the socket file
         if self._private_dir:
