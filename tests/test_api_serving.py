@@ -58,7 +58,7 @@ def test_media_under_the_root_is_served(home: TestClient) -> None:
 @pytest.mark.parametrize("name", [
     ".env", ".ssh/id_rsa", ".ssh/looks-like.wav", "media/.private/hidden.wav", "notes.txt", "link-to-catalog.wav",
     "{index}/catalog.db", "{index}/jobs.db", "{index}/api_keys.db", "{index}/schema.json", "{index}/holder.json",
-    "{index}/qdrant",
+    "{index}/qdrant", "{index}/holder.lock", "{index}/holder.sock",
 ])
 def test_hidden_private_and_non_media_files_are_never_served(home: TestClient, name: str) -> None:
     name = name.format(index=home.index_name)  # type: ignore[attr-defined]

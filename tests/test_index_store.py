@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from mediaindex.config import Settings
-from mediaindex.errors import ConfigError, IndexBusyError, IndexCorruptError, IndexSchemaError
-from mediaindex.index import edge_store
+from mediaindex.errors import ConfigError, IndexCorruptError, IndexSchemaError
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
@@ -219,14 +218,6 @@ def test_corrupt_index_files_give_a_clear_error_and_stay_untouched(tmp_path: Pat
     (other.index_dir / "qdrant").write_text("not a folder")
     with pytest.raises(IndexCorruptError, match="is a file"):
         MediaIndex(other, DIM, embedder.name)
-
-
-def test_an_index_open_elsewhere_is_reported_busy(tmp_path: Path, cache_dir: Path, embedder,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(edge_store, "LOCK_WAIT", 0.3)
-    settings = _settings(tmp_path, cache_dir, "edge")
-    with MediaIndex(settings, DIM, embedder.name), pytest.raises(IndexBusyError, match="open in another process"):
-        MediaIndex(settings, DIM, embedder.name)
 
 
 def test_server_backend_needs_a_reachable_url(tmp_path: Path, cache_dir: Path, embedder) -> None:

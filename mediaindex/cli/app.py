@@ -21,6 +21,7 @@ from mediaindex.errors import MediaIndexError
 if TYPE_CHECKING:
     from mediaindex.api.keys import KeyStore
     from mediaindex.cli.remote import Remote
+    from mediaindex.index.holder import Holder
     from mediaindex.index.index import MediaIndex
     from mediaindex.models.text_embed import TextEmbedder
 
@@ -44,10 +45,10 @@ def _settings(config: str | None, index: Path | None) -> Settings:
     return load_settings(config, index_dir=index)
 
 
-def _open_existing(settings: Settings) -> tuple[MediaIndex, TextEmbedder]:
+def _open_existing(settings: Settings, write: bool = False) -> tuple[MediaIndex, TextEmbedder]:
     """The index at settings.index_dir, which must exist (reading commands never create one)."""
     try:
-        return _open_index(settings, must_exist=True)
+        return _open_index(settings, must_exist=True, write=write)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
 
@@ -57,15 +58,31 @@ def _require_index(settings: Settings) -> None:
         raise _fail(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
 
 
-def _open_index(settings: Settings, must_exist: bool = False) -> tuple[MediaIndex, TextEmbedder]:
+def _open_index(settings: Settings, must_exist: bool = False, write: bool = False,
+                wait: bool = True) -> tuple[MediaIndex, TextEmbedder]:
+    """Readers read through a process that holds the index; a writer waits for it (or, `wait=False`, is
+    refused at once), saying for whom it waits."""
     from mediaindex.index.index import open_index
+    from mediaindex.index.shared_store import READ, Access
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.models.vision import vector_dims
 
     if must_exist:
         _require_index(settings)
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
-    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
+    access = Access(write=True, wait=wait, on_wait=_say_waiting) if write else READ
+    media_index = open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
+                             access=access)
+    if (through := getattr(media_index.store, "through", None)) is not None:
+        # Said because the answer may change as soon as that process writes (a running ingest).
+        err.print(f"reading through {through.describe()}, which holds the index", highlight=False,
+                  markup=False, soft_wrap=True)
+    return media_index, embedder
+
+
+def _say_waiting(holder: Holder | None) -> None:
+    who = holder.describe() if holder else "another process that holds the index"
+    err.print(f"waiting for {who} to finish …", highlight=False, markup=False, soft_wrap=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -94,8 +111,13 @@ def ingest(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
         "media (pictures, subtitles, notes).")] = False,
+    wait: Annotated[bool, typer.Option(
+        "--wait/--no-wait", help="When another process holds the index (an ingest, a search), wait for it to "
+        "finish (default), or stop at once.")] = True,
 ) -> None:
-    """Index media files: transcribe, read and embed them so they can be searched. Each run is a job."""
+    """Index media files: transcribe, read and embed them so they can be searched. Each run is a job.
+
+    Searches, stats and questions from other processes keep working while it runs (they read through it)."""
     from mediaindex.cli.progress import IngestDisplay, not_media, summary_line
     from mediaindex.pipeline.inprocess import limit_malloc_arenas
     from mediaindex.service import IngestHooks, IngestRequest
@@ -118,7 +140,11 @@ def ingest(
 
             raise typer.Exit(remote_ingest(server, list(paths or []), summaries, err, verbose))
         began = time.monotonic()
-        media_index, _ = _open_index(settings)
+        try:
+            media_index, _ = _open_index(settings, write=True, wait=wait)
+        except KeyboardInterrupt:  # Ctrl-C while waiting for another process to finish
+            err.print("stopped waiting for the index: nothing was indexed", highlight=False)
+            raise typer.Exit(130) from None
         log.info("index %s opened in %.1f s", settings.index_dir, time.monotonic() - began)
     except MediaIndexError as exc:
         raise _fail(str(exc)) from exc
@@ -658,7 +684,7 @@ def index_optimize(index: IndexOpt = None, config: ConfigOpt = None) -> None:
     import time
 
     settings = _settings(config, index)
-    media_index, _ = _open_existing(settings)
+    media_index, _ = _open_existing(settings, write=True)
     try:
         began = time.monotonic()
         changed = media_index.store.optimize()
@@ -685,6 +711,7 @@ def index_reset(
         return
     if not yes and not typer.confirm(f"delete the index at {settings.index_dir}?"):
         raise typer.Exit(1)
+    _refuse_if_held(settings)
     if settings.index.backend == "server" and settings.index.url:
         from mediaindex.index.server_store import make_client
 
@@ -702,6 +729,19 @@ def index_reset(
         elif target.exists():
             target.unlink()
     out.print(f"index at {settings.index_dir} reset")
+
+
+def _refuse_if_held(settings: Settings) -> None:
+    """An index another process has open is never deleted under it."""
+    from mediaindex.index.holder import read_holder
+    from mediaindex.index.lease import IndexLease
+
+    lease = IndexLease.try_take(settings.index_dir)
+    if lease is None:
+        holder = read_holder(settings.index_dir)
+        who = holder.describe() if holder else "another process"
+        raise _fail(f"the index at {settings.index_dir} is in use by {who}: reset it when that has finished")
+    lease.release()
 
 
 @app.command()

@@ -11,16 +11,18 @@ from mediaindex.config import IndexSettings, Settings
 from mediaindex.errors import ConfigError, IndexBusyError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.filters import SearchFilters
-from mediaindex.index.holder import Holder, clear_holder, read_holder, record_holder
+from mediaindex.index.holder import Holder, read_holder
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.index.schema import check_or_write
+from mediaindex.index.shared_store import READ, Access, SharedStore
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
 from mediaindex.index.vocabulary import WORDED, words_of
 from mediaindex.segments import Segment
 
 
-def open_store(settings: IndexSettings, index_dir, dims: dict[str, int], encoder: SparseEncoder) -> VectorStore:
+def open_store(settings: IndexSettings, index_dir, dims: dict[str, int], encoder: SparseEncoder,
+               access: Access = READ) -> VectorStore:
     tuning = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
               "hnsw_ef_construct": settings.hnsw_ef_construct}
     if settings.backend == "server":
@@ -32,7 +34,8 @@ def open_store(settings: IndexSettings, index_dir, dims: dict[str, int], encoder
                            timeout=settings.timeout, **tuning)
     from mediaindex.index.edge_store import EdgeStore
 
-    return EdgeStore(index_dir / "qdrant", dims, encoder, **tuning)
+    # One process opens the embedded store's files; the others read through it (index/shared_store.py).
+    return SharedStore(index_dir, lambda: EdgeStore(index_dir / "qdrant", dims, encoder, **tuning), access)
 
 
 def store_location(settings: IndexSettings) -> str | None:
@@ -54,10 +57,11 @@ class IndexHeldError(IndexBusyError):
 
 
 def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-               *, must_exist: bool = False, thread_safe: bool = False) -> MediaIndex:
+               *, must_exist: bool = False, thread_safe: bool = False, access: Access = READ) -> MediaIndex:
     """The one way into an index: typed errors for a missing index, one held by another process (naming
     it), or one built with other image vectors; `thread_safe` gives each thread its own catalog
-    connection (a server's request and job threads)."""
+    connection (a server's request and job threads); `access` says whether to read through another
+    process that holds the index, or wait for it to finish (a writer)."""
     index_dir = Path(settings.index_dir)
     if must_exist and not (index_dir / "schema.json").exists():
         raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
@@ -65,7 +69,8 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
     if holder is not None and holder.url and settings.index.backend != "server":
         raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
     try:
-        return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe)
+        return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe,
+                          access=access)
     except IndexBusyError as exc:
         raise IndexHeldError(index_dir, read_holder(index_dir)) from exc
     # Every other refusal arrives typed: the stores turn the vector engines' errors into MediaIndexErrors
@@ -75,7 +80,7 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
 class MediaIndex:
     def __init__(
         self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-        thread_safe: bool = False,
+        thread_safe: bool = False, access: Access = READ,
     ) -> None:
         self.dir = settings.index_dir
         self.thumbs_dir = settings.thumbs_dir
@@ -93,20 +98,17 @@ class MediaIndex:
         self.catalog: Catalog | PerThreadCatalog = (PerThreadCatalog if thread_safe else Catalog)(self.dir / "catalog.db")
         try:
             self.store: VectorStore = open_store(settings.index, self.dir, {TEXT_VECTOR: text_dim, **extra},
-                                                 self.sparse)
+                                                 self.sparse, access)
         except BaseException:
             self.catalog.close()
             raise
         self._vocabulary: frozenset[str] | None = None
         self._vocabulary_version = -1
-        self._holds = settings.index.backend != "server"  # an embedded store admits one process: say which
-        if self._holds:
-            record_holder(self.dir)
 
     def advertise(self, url: str) -> None:
         """Record where the server holding this index answers (commands run beside it go through it)."""
-        if self._holds:
-            record_holder(self.dir, url=url)
+        if isinstance(self.store, SharedStore):
+            self.store.advertise(url)
 
     def replace_video(self, record: VideoRecord, segments: list[Segment], vectors: np.ndarray) -> None:
         """Swap in a file's new segments.
@@ -158,8 +160,6 @@ class MediaIndex:
             self.store.close()
         finally:
             self.catalog.close()
-            if getattr(self, "_holds", False):
-                clear_holder(self.dir)
 
     def __enter__(self) -> MediaIndex:
         return self
