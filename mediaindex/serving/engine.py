@@ -40,6 +40,7 @@ from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
 from mediaindex.serving.sequence import Sequence, Status
+from mediaindex.serving.stats import GUIDE, INTEGRITY_CHECK, STEP, EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,9 @@ class LLMEngine:
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
         self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker)
+        self.stats = EngineStats()
+        self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker,
+                                  self.stats)
         self.sampler = Sampler()
         model_cfg = prefill_model.config
         text_cfg = model_cfg.get_text_config() if hasattr(model_cfg, "get_text_config") else model_cfg
@@ -146,18 +149,8 @@ class LLMEngine:
         self._lock = threading.RLock()
         self._streams: dict[str, asyncio.Queue[RequestOutput]] = {}
         self._driver: asyncio.Task[None] | None = None
-        self._prefill_tokens = 0
-        self._decode_tokens = 0
-        self._prefill_time = 0.0
-        self._decode_time = 0.0
-        self._steps = 0
-        self._integrity_aborts = 0
-        self._check_time = 0.0
-        self._guide_time = 0.0  # masking logits and advancing grammars (guided requests only)
-        self._step_time = 0.0
         # Requests whose prompt was computed elsewhere (a prefill worker), waiting for pages to store their KV.
         self._imports: deque[tuple[Sequence, PrefilledRequest]] = deque()
-        self._imported_tokens = 0
         # Called with a request that finished normally while it still holds its KV pages (the prefill worker
         # exports them here).
         self.on_finish: Callable[[Sequence], None] | None = None
@@ -302,7 +295,7 @@ class LLMEngine:
             seq.num_computed = len(seq.prompt_ids)
             self.scheduler.admit_running(seq)
             self.block_manager.register_full_pages(seq)
-            self._imported_tokens += len(seq.prompt_ids)
+            self.stats.imported_tokens += len(seq.prompt_ids)
             self._pending.append(self._output(seq))
 
     def abort(self, request_id: str) -> None:
@@ -351,12 +344,8 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run the model once (page ids checked on the way in when checks are on), sample. Returns outputs of requests that produced
         tokens, finished, were aborted or failed since the previous step."""
-        with self._lock:
-            t0 = time.perf_counter()
-            try:
-                return self._step()
-            finally:
-                self._step_time += time.perf_counter() - t0
+        with self._lock, self.stats.timed(STEP):
+            return self._step()
 
     def _step(self) -> list[RequestOutput]:
         self._admit_imports()
@@ -377,24 +366,19 @@ class LLMEngine:
                 )
             return self._flush()
 
-        t0 = time.perf_counter()
-        logits, row_map, checks = self.runner.run(batch)
-        # Decode = feeding back a generated token; everything else (prompts, recompute after preemption) is prefill.
-        n_decode = sum(1 for s, n in batch if n == 1 and s.num_computed >= len(s.prompt_ids))
-        n_prefill = sum(n for _, n in batch) - n_decode
-        for rows in row_map:
-            if rows.seq.params.prompt_logprobs:
-                self._record_prompt_logprobs(rows, logits)
-        sampled = [r for r in row_map if r.samples]
-        logit_seqs = [r.seq for r in sampled]
-        t_guide = time.perf_counter()
-        sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
-        self._guide_time += time.perf_counter() - t_guide
-        tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
-        # The sampled tokens are on the host now, so reading the checks' verdicts waits for nothing more.
-        t_check = time.perf_counter()
-        failed = {k: e for c in checks for k, e in c.failures().items()}
-        self._check_time += time.perf_counter() - t_check
+        with self.stats.forward(batch):
+            logits, row_map, checks = self.runner.run(batch)
+            for rows in row_map:
+                if rows.seq.params.prompt_logprobs:
+                    self._record_prompt_logprobs(rows, logits)
+            sampled = [r for r in row_map if r.samples]
+            logit_seqs = [r.seq for r in sampled]
+            with self.stats.timed(GUIDE):
+                sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
+            tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
+            # The sampled tokens are on the host now, so reading the checks' verdicts waits for nothing more.
+            with self.stats.timed(INTEGRITY_CHECK):
+                failed = {k: e for c in checks for k, e in c.failures().items()}
         for seq, n in batch:
             if id(seq) in failed:
                 continue  # its pages may hold foreign data: never advanced, never published for sharing
@@ -404,7 +388,7 @@ class LLMEngine:
             err = failed.get(id(seq))
             if err is not None:
                 log.error("%s", err)
-                self._integrity_aborts += 1
+                self.stats.integrity_aborts += 1
                 for page in (err.page, err.found_page):
                     if 0 <= page < self.block_manager.num_pages:
                         self.block_manager.invalidate(page)
@@ -416,23 +400,14 @@ class LLMEngine:
             seq.output_ids.append(tok)
             seq.token_times.append(now)
             reason = self._stop_reason(seq, tok)
-            t_guide = time.perf_counter()
-            mismatch = advance(seq, tok)
-            self._guide_time += time.perf_counter() - t_guide
+            with self.stats.timed(GUIDE):
+                mismatch = advance(seq, tok)
             if mismatch is not None:  # cannot happen with a masked sample; never hand out off-grammar text silently
                 self._finish(seq, "error", ServingError(mismatch))
             elif reason:
                 self._finish(seq, reason)
             else:
                 self._pending.append(self._output(seq))
-        # Time of mixed steps is split by token share so both rates stay meaningful.
-        elapsed = now - t0
-        total = n_prefill + n_decode
-        self._prefill_time += elapsed * n_prefill / total
-        self._decode_time += elapsed * n_decode / total
-        self._prefill_tokens += n_prefill
-        self._decode_tokens += n_decode
-        self._steps += 1
         return self._flush()
 
     @staticmethod
@@ -531,25 +506,24 @@ class LLMEngine:
     # -- metrics ------------------------------------------------------------------------------------------------
     def metrics(self) -> EngineMetrics:
         bm = self.block_manager
+        stats = self.stats
         return EngineMetrics(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             pages_used=bm.num_used,
             pages_free=bm.num_free,
             pages_total=bm.num_pages,
-            prefill_tokens=self._prefill_tokens,
-            decode_tokens=self._decode_tokens,
-            prefill_tokens_per_s=self._prefill_tokens / self._prefill_time if self._prefill_time else 0.0,
-            decode_tokens_per_s=self._decode_tokens / self._decode_time if self._decode_time else 0.0,
+            prefill_tokens=stats.prefill_tokens,
+            decode_tokens=stats.decode_tokens,
+            prefill_tokens_per_s=stats.prefill_tokens_per_s,
+            decode_tokens_per_s=stats.decode_tokens_per_s,
             num_preemptions=self.scheduler.num_preemptions,
-            num_steps=self._steps,
+            num_steps=stats.steps,
             prefix_hit_tokens=bm.prefix_hit_tokens,
-            integrity_aborts=self._integrity_aborts,
+            integrity_aborts=stats.integrity_aborts,
             kv_cache_dtype=self.kv_cache.kind,
             extra={
-                "step_seconds": self._step_time,
-                "integrity_check_seconds": self._check_time + self.runner.guard_seconds,
-                "guide_seconds": self._guide_time,
-                "imported_prompt_tokens": float(self._imported_tokens),
+                **{f"{phase}_seconds": stats.phase_seconds[phase] for phase in (STEP, INTEGRITY_CHECK, GUIDE)},
+                "imported_prompt_tokens": float(stats.imported_tokens),
             },
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -43,7 +42,8 @@ from mediaindex.serving.quant import (
     build_split_precision,
     quantize_model,
 )
-from mediaindex.serving.sequence import Sequence
+from mediaindex.serving.sequence import Sequence, is_decode
+from mediaindex.serving.stats import INTEGRITY_CHECK, EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +164,6 @@ class LogitRows:
     samples: bool
 
 
-def _is_decode(seq: Sequence, n: int) -> bool:
-    return n == 1 and seq.num_computed >= len(seq.prompt_ids)
-
-
 @dataclass
 class StepInputs:
     """One forward's flat batch, as handed to the model and the kernels. `spans` is (seq, first token, tokens)
@@ -199,6 +195,7 @@ class ModelRunner:
         decode_model: PreTrainedModel | None = None,
         attention_backend: AttentionBackend = "auto",
         tracker: IntegrityTracker | None = None,
+        stats: EngineStats | None = None,
     ) -> None:
         self.model = model.eval()
         self.decode_model = model if decode_model is None else decode_model.eval()
@@ -216,7 +213,7 @@ class ModelRunner:
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
         self.tracker = tracker or NoOpTracker()
-        self.guard_seconds = 0.0  # host time spent preparing and launching the integrity checks
+        self.stats = stats or EngineStats()
         use_paged_attention(model)
         if self.decode_model is not model:
             use_paged_attention(self.decode_model)
@@ -240,10 +237,8 @@ class ModelRunner:
         row is sampled); sequences asking for prompt log-probabilities get a row for every token of the chunk."""
         if not self.split:
             return self._forward(self.model, batch)
-        # Decode phase: one generated token whose prompt is fully in the cache. Everything else (prompt chunks,
-        # recomputation after preemption) is prefill.
-        decodes = [(s, n) for s, n in batch if _is_decode(s, n)]
-        prefills = [(s, n) for s, n in batch if not _is_decode(s, n)]
+        decodes = [(s, n) for s, n in batch if is_decode(s, n)]
+        prefills = [(s, n) for s, n in batch if not is_decode(s, n)]
         if not decodes or not prefills:
             return self._forward(self.decode_model if decodes else self.model, batch)
         logits_d, rows_d, checks_d = self._forward(self.decode_model, decodes)
@@ -354,9 +349,8 @@ class ModelRunner:
         inputs = self._layout(batch)
         checks: list[StepCheck] = []
         if self.tracker.enabled:
-            t0 = time.perf_counter()
-            checks.append(self._guard(inputs))
-            self.guard_seconds += time.perf_counter() - t0
+            with self.stats.timed(INTEGRITY_CHECK):
+                checks.append(self._guard(inputs))
         dev = self.device
         input_ids = torch.tensor([inputs.input_ids], dtype=torch.int64, device=dev)
         position_ids = torch.tensor([inputs.positions], dtype=torch.int64, device=dev)

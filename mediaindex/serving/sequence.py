@@ -85,3 +85,9 @@ class Sequence:
         self.recorded_tags = []
         self.page_hashes = []
         self.num_preemptions += 1
+
+
+def is_decode(seq: Sequence, num_tokens: int) -> bool:
+    """Whether scheduling `num_tokens` of seq is a decode: feeding back one generated token whose prompt is in the
+    cache. Everything else (prompt chunks, recomputation after preemption) is prefill."""
+    return num_tokens == 1 and seq.num_computed >= len(seq.prompt_ids)
