@@ -16,26 +16,19 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mediaindex.serving.attention import unsupported_features
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
 from mediaindex.serving.errors import (
     InvalidRequestError,
     ServingError,
     UnknownRequestError,
-    UnsupportedModelError,
 )
 from mediaindex.serving.guided import GuideCompiler, advance, mask_disallowed
 from mediaindex.serving.handoff import PrefilledRequest
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
-from mediaindex.serving.model_runner import (
-    LogitRows,
-    ModelRunner,
-    load_pretrained,
-    load_smollm2,
-    prepare_weights,
-)
+from mediaindex.serving.loader import load_pretrained, load_smollm2, place_model
+from mediaindex.serving.model_runner import LogitRows, ModelRunner
 from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
@@ -45,16 +38,6 @@ from mediaindex.serving.stats import GUIDE, INTEGRITY_CHECK, STEP, EngineStats
 log = logging.getLogger(__name__)
 
 Prompt = str | list[int] | list[dict[str, Any]]
-
-
-def _refuse_unsupported(model: PreTrainedModel) -> None:
-    missing = unsupported_features(model)
-    if missing:
-        name = getattr(model.config, "model_type", type(model).__name__)
-        raise UnsupportedModelError(
-            f"model {name!r} uses {', '.join(missing)}, which the paged attention does not implement; "
-            "serving it would silently give output different from the model's own, so it is refused"
-        )
 
 
 @dataclass
@@ -109,14 +92,7 @@ class LLMEngine:
         cfg = self.config
         self.tokenizer = tokenizer
         device = torch.device(cfg.device)
-        _refuse_unsupported(cast(PreTrainedModel, model.prefill_model) if isinstance(model, SplitPrecisionModel)
-                            else model)
-        if not isinstance(model, SplitPrecisionModel):
-            # Quantize on the device, so the matching backend is picked.
-            model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() as a wrapper
-        prefill_model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)
-        prefill_model = prefill_model.to(device)  # type: ignore[arg-type]  # as above
-        decode_model = prefill_model if decode_model is prefill_model else decode_model.to(device)  # type: ignore[arg-type]
+        prefill_model, decode_model = place_model(model, cfg)
         self.model_config = prefill_model.config
         layout = KVLayout.from_config(prefill_model.config)
         kind = cfg.resolved_kv_dtype()
