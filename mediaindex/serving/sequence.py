@@ -6,11 +6,12 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mediaindex.serving.sampling import SamplingParams
+if TYPE_CHECKING:  # at run time a sequence only reads its params, so the modules below it may import this one
+    from mediaindex.serving.sampling import SamplingParams
 
 
 class Status(enum.Enum):
