@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -18,27 +16,21 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
-from mediaindex.serving.errors import (
-    InvalidRequestError,
-    ServingError,
-    UnknownRequestError,
-)
+from mediaindex.serving.errors import InvalidRequestError, UnknownRequestError
 from mediaindex.serving.guided import GuideCompiler, GuideHook
 from mediaindex.serving.handoff import PrefilledRequest
-from mediaindex.serving.hooks import TokenHook, first_verdict
 from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker, read_verdicts
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
 from mediaindex.serving.loader import load_pretrained, load_smollm2, place_model
-from mediaindex.serving.model_runner import ModelRunner
+from mediaindex.serving.model_runner import LogitRows, ModelRunner
+from mediaindex.serving.prefilled import PrefilledAdmission, continued_sequence
 from mediaindex.serving.prompt_logprobs import record_prompt_logprobs
 from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
-from mediaindex.serving.sequence import Sequence, Status
+from mediaindex.serving.sequence import Sequence
 from mediaindex.serving.stats import GUIDE, INTEGRITY_CHECK, STEP, EngineStats
 from mediaindex.serving.stopping import StopConditions
-
-log = logging.getLogger(__name__)
 
 Prompt = str | list[int] | list[dict[str, Any]]
 
@@ -112,7 +104,6 @@ class LLMEngine:
         self.kv_cache = PagedKVCache(layout, physical, cfg.page_size, kind, device)
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
-        self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.stats = EngineStats()
         self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker,
                                   self.stats)
@@ -126,14 +117,17 @@ class LLMEngine:
         )
         self.guides = GuideCompiler(tokenizer, self.vocab_size, eos_ids)
         self.guide_hook = GuideHook(self.stats)
-        self.token_hooks: list[TokenHook] = [self.stop_conditions, self.guide_hook.after_token]
+        self.scheduler = Scheduler(
+            self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+            token_hooks=[self.stop_conditions, self.guide_hook.after_token], release_hooks=[self._release],
+        )
+        self.prefilled = PrefilledAdmission(self.scheduler, self.block_manager, self.kv_cache, self.runner.slots,
+                                            self.stats)
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._lock = threading.RLock()
         self._streams: dict[str, asyncio.Queue[RequestOutput]] = {}
         self._driver: asyncio.Task[None] | None = None
-        # Requests whose prompt was computed elsewhere (a prefill worker), waiting for pages to store their KV.
-        self._imports: deque[tuple[Sequence, PrefilledRequest]] = deque()
         # Called with a request that finished normally while it still holds its KV pages (the prefill worker
         # exports them here).
         self.on_finish: Callable[[Sequence], None] | None = None
@@ -246,47 +240,17 @@ class LLMEngine:
             for req in requests:
                 if req.request_id in self._requests:
                     raise InvalidRequestError(f"request id {req.request_id!r} is already in use")
-                seq = Sequence(req.request_id, list(req.prompt_ids), req.params)
-                if seq.generator is not None and req.generator_state is not None:
-                    seq.generator.set_state(req.generator_state)  # continue the sampling stream, not restart it
-                if req.prompt_logprobs is not None:
-                    seq.prompt_logprobs = list(req.prompt_logprobs)
-                    seq.prompt_argmax = list(req.prompt_argmax or [])
+                seq = continued_sequence(req)
                 if req.params.guide is not None:
                     seq.matcher = self.guides.matcher(req.params.guide)
                 self._requests[seq.request_id] = seq
                 # Sampled on the prefill side (under the same grammar); it may already end the request.
-                if not self._append(seq, req.first_token, time.perf_counter()):
-                    self._imports.append((seq, req))
-            self._admit_imports()
-
-    def _admit_imports(self) -> None:
-        """Give queued prefilled requests pages and store their K/V; stops at the first that does not fit."""
-        admitted: list[tuple[Sequence, PrefilledRequest]] = []
-        while self._imports and len(self.scheduler.running) + len(admitted) < self.scheduler.max_num_seqs:
-            seq, req = self._imports[0]
-            if not self.block_manager.ensure_capacity(seq, len(seq.prompt_ids)):
-                break
-            self._imports.popleft()
-            admitted.append((seq, req))
-        if not admitted:
-            return
-        slots = torch.tensor(
-            [slot for seq, _ in admitted for slot in self.runner.slots(seq, 0, len(seq.prompt_ids))],
-            dtype=torch.int64,
-            device=self.kv_cache.device,
-        )
-        # One write per layer for the whole group.
-        for layer in range(self.kv_cache.layout.num_layers):
-            k = torch.cat([req.k[layer] for _, req in admitted]).to(self.kv_cache.device)
-            v = torch.cat([req.v[layer] for _, req in admitted]).to(self.kv_cache.device)
-            self.kv_cache.write(layer, slots, k, v)
-        for seq, _ in admitted:
-            seq.num_computed = len(seq.prompt_ids)
-            self.scheduler.admit_running(seq)
-            self.block_manager.register_full_pages(seq)
-            self.stats.imported_tokens += len(seq.prompt_ids)
-            self._pending.append(self._output(seq))
+                self.scheduler.append(seq, req.first_token, time.perf_counter())
+                if seq.finished:
+                    self._report([seq])
+                else:
+                    self.prefilled.queue(seq, req)
+            self._report(self.prefilled.admit())
 
     def abort(self, request_id: str) -> None:
         """Cancel a request; its pages return to the pool and it reports finish_reason 'abort'."""
@@ -296,20 +260,21 @@ class LLMEngine:
                 raise UnknownRequestError(request_id)
             if seq.finished:
                 return
-            self._finish(seq, "abort")
+            self.scheduler.finish(seq, "abort")
+            self._report([seq])
 
-    def _finish(self, seq: Sequence, reason: str, error: Exception | None = None) -> None:
-        seq.status = Status.FINISHED
-        seq.finish_reason = reason
-        seq.error = error
-        if self.on_finish is not None and reason in ("stop", "length"):
+    def _release(self, seq: Sequence) -> None:
+        """Release hook: seq just finished and still holds its pages."""
+        if self.on_finish is not None and seq.finish_reason in ("stop", "length"):
             self.on_finish(seq)
-        if any(s is seq for s, _ in self._imports):
-            self._imports = deque((s, r) for s, r in self._imports if s is not seq)
-        self.scheduler.remove(seq)
-        if self.record_token_times:
-            self.last_token_times[seq.request_id] = seq.token_times
-        self._pending.append(self._output(seq))
+        self.prefilled.discard(seq)
+
+    def _report(self, seqs: list[Sequence]) -> None:
+        """Queue an output for each request that changed, for the caller of the next step."""
+        for seq in seqs:
+            if seq.finished and self.record_token_times:
+                self.last_token_times[seq.request_id] = seq.token_times
+            self._pending.append(self._output(seq))
 
     def _output(self, seq: Sequence) -> RequestOutput:
         new = seq.output_ids[seq.num_emitted :]
@@ -328,63 +293,36 @@ class LLMEngine:
         )
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._pending) or bool(self._imports)
+        return self.scheduler.has_unfinished() or bool(self._pending) or bool(self.prefilled)
 
     # -- the step -----------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once (page ids checked on the way in when checks are on), sample. Returns outputs of requests that produced
-        tokens, finished, were aborted or failed since the previous step."""
+        """One iteration: admit prefilled requests, schedule, run the model, sample, update the requests. Returns
+        the outputs of requests that produced tokens, finished, were aborted or failed since the previous step."""
         with self._lock, self.stats.timed(STEP):
-            return self._step()
-
-    def _step(self) -> list[RequestOutput]:
-        self._admit_imports()
-        if not self.scheduler.has_unfinished():
-            return self._flush()
-        batch = self.scheduler.schedule()
-        if not batch:
-            if self.scheduler.waiting and not self.scheduler.running:
-                # Nothing runs and the head of the queue still does not fit: pages are held by no one we know.
-                seq = self.scheduler.waiting[0]
-                self._finish(
-                    seq,
-                    "error",
-                    ServingError(
-                        f"request {seq.request_id!r} cannot get KV pages: {self.block_manager.num_free} of "
-                        f"{self.block_manager.num_pages} pages are free"
-                    ),
-                )
+            self._report(self.prefilled.admit())
+            batch = self.scheduler.schedule()
+            if not batch:
+                self._report(self.scheduler.fail_stalled())
+                return self._flush()
+            with self.stats.forward(batch):
+                logits, rows, checks = self.runner.run(batch)  # page ids checked on the way in when checks are on
+                sampled = self._sample(logits, rows)
+                failed = read_verdicts(checks, self.stats)
+            self._report(self.scheduler.update(batch, sampled, failed))
             return self._flush()
 
-        with self.stats.forward(batch):
-            logits, row_map, checks = self.runner.run(batch)
-            for rows in row_map:
-                if rows.seq.params.prompt_logprobs:
-                    record_prompt_logprobs(rows, logits)
-            sampled = [r for r in row_map if r.samples]
-            logit_seqs = [r.seq for r in sampled]
-            sample_logits = self.guide_hook.mask(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
-            tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
-            failed = read_verdicts(checks, self.stats)
-        for seq, n in batch:
-            if id(seq) in failed:
-                continue  # its pages may hold foreign data: never advanced, never published for sharing
-            seq.num_computed += n
-            self.block_manager.register_full_pages(seq)
-        for seq, _ in batch:
-            err = failed.get(id(seq))
-            if err is not None:
-                for page in (err.page, err.found_page):
-                    if 0 <= page < self.block_manager.num_pages:
-                        self.block_manager.invalidate(page)
-                self._finish(seq, "error", err)
-        now = time.perf_counter()
-        for seq, tok in zip(logit_seqs, tokens, strict=True):
-            if seq.finished:  # failed its integrity check in this step
-                continue
-            if not self._append(seq, tok, now):
-                self._pending.append(self._output(seq))
-        return self._flush()
+    def _sample(self, logits: torch.Tensor, rows: list[LogitRows]) -> list[tuple[Sequence, int]]:
+        """Score the prompt of requests that ask, then sample a token for each request that reached the end of
+        what it had to compute (guided requests only among the tokens their grammar allows)."""
+        for r in rows:
+            if r.seq.params.prompt_logprobs:
+                record_prompt_logprobs(r, logits)
+        last = [r for r in rows if r.samples]
+        seqs = [r.seq for r in last]
+        allowed = self.guide_hook.mask(logits[[r.first_row + r.count - 1 for r in last]], seqs)
+        tokens = self.sampler(allowed, [s.params for s in seqs], [s.generator for s in seqs])
+        return list(zip(seqs, tokens, strict=True))
 
     def _flush(self) -> list[RequestOutput]:
         """Hand out pending outputs; a finished request is forgotten once its final output is handed out."""
@@ -397,16 +335,6 @@ class LLMEngine:
     def _decode(self, ids: list[int]) -> str:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return text if isinstance(text, str) else "".join(text)  # one sequence in, one string out
-
-    def _append(self, seq: Sequence, token: int, now: float) -> bool:
-        """Give seq its next token (generated at `now`); the token hooks may finish it. Returns whether it did."""
-        seq.output_ids.append(token)
-        seq.token_times.append(now)
-        # Every hook sees every token (each keeps its own state: stop text, grammar position).
-        verdict = first_verdict([v for hook in self.token_hooks if (v := hook(seq, token)) is not None])
-        if verdict is not None:
-            self._finish(seq, verdict.reason, verdict.error)
-        return verdict is not None
 
     # -- convenience drivers --------------------------------------------------------------------------------------
     def generate(
