@@ -2,7 +2,7 @@
 (schedule, run, update) and each concern lives beside its own data:
 
 - after the forward: prompt scoring (`prompt_logprobs`) for requests that asked for it;
-- before sampling: logits hooks may narrow what can be sampled (`guided.GuideHook.mask`);
+- before sampling: the logits may be narrowed to what each request may say (`guided.GuideHook.mask`);
 - after sampling: the integrity verdicts name requests whose page ids failed their check
   (`integrity.read_verdicts`);
 - after each token a request gets: token hooks may end it (`stopping.StopConditions`,
@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import torch
 
 from mediaindex.serving.sequence import Sequence
 
@@ -30,8 +28,6 @@ class Finish:
 
 # Called with the request that just got `token` (already appended to its output).
 TokenHook = Callable[[Sequence, int], Finish | None]
-# Called with the logits to sample from (one row per request) and the requests; returns the logits to use.
-LogitsHook = Callable[[torch.Tensor, list[Sequence]], torch.Tensor]
 # Called with a request that has just finished (`finish_reason` set) and still holds its pages.
 ReleaseHook = Callable[[Sequence], None]
 
