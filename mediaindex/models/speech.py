@@ -9,7 +9,10 @@ language is unsure (speech in two languages may meet in it) is looked at again s
 seconds each) and, where the language changes, ends there. Segments that look like hallucinations (no
 speech and low confidence, repetitive text, only music symbols) are dropped, and so is a phrase the
 decoder says over and over (`without_loops`); the words are regrouped
-into sentences (`mediaindex.models.sentences`), each tagged with its language."""
+into sentences (`mediaindex.models.sentences`), each tagged with its language.
+
+The seek loop uses parts of faster-whisper outside its public API; they are reached only through
+`mediaindex.models.whisper_adapter`, whose contract test fails when an upgrade changes them."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from mediaindex.config import SpeechSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
 from mediaindex.models.sentences import TimedWord, sentence_text, sentences
+from mediaindex.models.whisper_adapter import WhisperInternals, vad_regions
 from mediaindex.segments import join_words
 
 SAMPLE_RATE = 16_000
@@ -189,18 +193,17 @@ def is_narrowband(sample_rate: int | None, settings: SpeechSettings) -> bool:
 def pause_cut(audio: np.ndarray, tail_seconds: float = 30.0) -> int:
     """A sample index near the end of `audio` that falls in a pause (the middle of the widest gap
     between speech regions in the tail), so a chunk boundary never splits a word."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
     tail_start = max(0, len(audio) - int(tail_seconds * SAMPLE_RATE))
     tail = audio[tail_start:]
-    regions = get_speech_timestamps(tail, VadOptions(min_silence_duration_ms=160, speech_pad_ms=100))
+    regions = vad_regions(tail, min_silence_duration_ms=160, speech_pad_ms=100)
     if not regions:
         return len(audio)
-    edges = [0] + [x for r in regions for x in (r["start"], r["end"])] + [len(tail)]
+    edges = [0] + [x for region in regions for x in region] + [len(tail)]
     gaps = [(edges[i + 1] - edges[i], edges[i]) for i in range(0, len(edges), 2)]
     width, at = max(gaps)
+    last_end = regions[-1][1]
     if width < SAMPLE_RATE // 10:  # continuous speech: cut at the end of the last region
-        return tail_start + regions[-1]["end"] if regions[-1]["end"] < len(tail) else len(audio)
+        return tail_start + last_end if last_end < len(tail) else len(audio)
     return tail_start + at + width // 2
 
 
@@ -217,11 +220,9 @@ PartHook = Callable[[np.ndarray, float, list[Region]], None]
 def speech_regions(audio: np.ndarray, threshold: float = 0.5) -> list[Region]:
     """The VAD's speech regions (fine-grained: a pause of 160 ms separates two), each at most 30 s;
     `threshold` is the speech probability a frame needs (SpeechSettings.vad_threshold)."""
-    from faster_whisper.vad import VadOptions, get_speech_timestamps
-
-    found = get_speech_timestamps(audio, VadOptions(threshold=threshold, max_speech_duration_s=30,
-                                                    min_silence_duration_ms=160, speech_pad_ms=100))
-    return [(int(r["start"]), int(r["end"])) for r in found if r["end"] > r["start"]]
+    found = vad_regions(audio, threshold=threshold, max_speech_duration_s=30, min_silence_duration_ms=160,
+                        speech_pad_ms=100)
+    return [(start, end) for start, end in found if end > start]
 
 
 @dataclass(frozen=True)
@@ -328,8 +329,9 @@ class SpeechModel:
         except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError/OSError variants
             raise ModelLoadError(f"cannot load speech model {settings.model!r}: {exc}") from exc
         self.batched = BatchedInferencePipeline(self.model)
+        self.whisper = WhisperInternals(self.model)  # the seek loop's pieces
         self.name = settings.model
-        self.multilingual = bool(self.model.model.is_multilingual)
+        self.multilingual = self.whisper.multilingual
         self._options_built: dict[bool, tuple[SpeechSettings, object]] = {}
 
     def transcribe(self, audio: np.ndarray, narrowband: bool = False) -> Transcript:
@@ -414,26 +416,24 @@ class SpeechModel:
         built = self._options_built.get(narrowband)
         if built is not None and built[0] is self.settings:
             return built[1]
-        _, info = self.model.transcribe(
-            np.zeros(SAMPLE_RATE // 10, dtype=np.float32), language="en", vad_filter=False,
+        options = self.whisper.decoding_options(
+            language="en", vad_filter=False,
             beam_size=self.settings.beam_size, word_timestamps=True, condition_on_previous_text=False,
             no_speech_threshold=self.settings.no_speech_threshold,
             log_prob_threshold=self.settings.log_prob_threshold,
             compression_ratio_threshold=self.settings.compression_ratio_threshold,
             temperature=[0.0] if narrowband else FALLBACK_TEMPERATURES,
         )
-        self._options_built[narrowband] = (self.settings, info.transcription_options)
-        return info.transcription_options
+        self._options_built[narrowband] = (self.settings, options)
+        return options
 
     def _encode(self, features: np.ndarray, start: int, frames: int, out: Transcript):
         """The encoder output of `frames` feature frames from `start` (at most 30 s, padded to 30 s)."""
-        from faster_whisper.audio import pad_or_trim
-
         out.encoder_passes += 1
-        return self.model.encode(pad_or_trim(features[:, start:start + frames]))
+        return self.whisper.encode(features, start, frames)
 
     def _languages(self, encoder_output) -> list[tuple[str, float]]:
-        return [(token[2:-2], float(p)) for token, p in self.model.model.detect_language(encoder_output)[0]]
+        return self.whisper.languages(encoder_output)
 
     def _choose(self, probs: list[tuple[str, float]], previous: str | None) -> tuple[str, float]:
         """The detected language; when unsure, the language spoken just before if it is a close candidate
@@ -454,8 +454,8 @@ class SpeechModel:
         language = self._fixed_language()
         if language is None:
             audio = window.audio(part)
-            features = self.model.feature_extractor(audio)
-            encoded = self._encode(features, 0, self.model.feature_extractor.nb_max_frames, out)
+            features = self.whisper.features(audio)
+            encoded = self._encode(features, 0, self.whisper.max_frames, out)
             language, p = self._choose(self._languages(encoded), previous)
             out.count_language(language, len(audio) / SAMPLE_RATE, p)
         return language
@@ -471,15 +471,15 @@ class SpeechModel:
         (encoded again without it) and the next one starts there.
         """
         s = self.settings
-        extractor = self.model.feature_extractor
+        whisper = self.whisper
         fixed = self._fixed_language()
         audio = speech.audio(part)
-        features = extractor(audio)
+        features = whisper.features(audio)
         content = features.shape[-1] - 1
         regions = speech.local_regions
         seek, last_word_end, following = 0, 0.0, None
         while seek < content:
-            frames = min(extractor.nb_max_frames, content - seek)
+            frames = min(whisper.max_frames, content - seek)
             encoded = self._encode(features, seek, frames, out)
             if fixed is not None:
                 language, p = fixed, 1.0
@@ -497,10 +497,10 @@ class SpeechModel:
             # A window that ends where the speech or its language does is not decoded again from its
             # unfinished last sentence: no more audio would follow it there, only another pass.
             last = seek + frames >= content or following is not None
-            segments, next_seek, last_word_end = self._decode_frames(
-                features, encoded, seek, frames, language, options, last_word_end, last)
+            segments, next_seek, last_word_end = whisper.decode_window(
+                encoded, seek, frames, language, options, last_word_end, last)
             next_seek = min(content, max(next_seek, seek + 1))  # always forward
-            out.count_language(language, (next_seek - seek) * extractor.time_per_frame, p)
+            out.count_language(language, (next_seek - seek) * whisper.seconds_per_frame, p)
             # After a cut the next window begins in the language found there (already named: no re-check).
             seek, previous, following = next_seek, following or language, None
             if segments:
@@ -518,7 +518,7 @@ class SpeechModel:
         in it too begins in that language and costs one (the change came with the window). The cut is at
         the widest pause before the stretch in the new language (within the stretch before it): people
         change language at a pause, and a stretch is seconds long."""
-        hop = self.model.feature_extractor.hop_length
+        hop = self.whisper.hop_length
         starts = [max(seek, x // hop) for x in detection_groups(regions, seek * hop, (seek + frames) * hop)]
         if len(starts) < 2:
             return None
@@ -539,54 +539,6 @@ class SpeechModel:
                 return first[0], first[1], (cut - seek, cut_encoded, language)
         assert first is not None
         return first[0], first[1], None
-
-    def _decode_frames(self, features: np.ndarray, encoded, seek: int, frames: int, language: str, options,
-                       last_word_end: float, last: bool = False) -> tuple[list, int, float]:
-        """One pass of faster-whisper's seek loop (`generate_segments`, without a prompt: text is not
-        conditioned on the previous window): the segments, the frame the next window starts at, the end
-        of the last word. A `last` window keeps the unfinished segment whisper would decode again."""
-        from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import Segment
-        from faster_whisper.transcribe import Word as WhisperWord
-
-        model, extractor = self.model, self.model.feature_extractor
-        tokenizer = Tokenizer(model.hf_tokenizer, self.multilingual, task="transcribe", language=language)
-        prompt = model.get_prompt(tokenizer, [], without_timestamps=options.without_timestamps)
-        result, avg_logprob, temperature, ratio = model.generate_with_fallback(encoded, prompt, tokenizer,
-                                                                               options)
-        confident = options.log_prob_threshold is not None and avg_logprob > options.log_prob_threshold
-        if (options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold
-                and not confident):
-            return [], seek + frames, last_word_end  # no speech in this window
-        time_offset = seek * extractor.time_per_frame
-        current, next_seek, single_ending = model._split_segments_by_timestamps(
-            tokenizer=tokenizer, tokens=result.sequences_ids[0], time_offset=time_offset, segment_size=frames,
-            segment_duration=frames * extractor.time_per_frame, seek=seek)
-        tokens = result.sequences_ids[0]
-        unfinished = tokens[sum(len(seg["tokens"]) for seg in current):]
-        if last and not single_ending and len(unfinished) > 1 and unfinished[0] >= tokenizer.timestamp_begin:
-            start = time_offset + (unfinished[0] - tokenizer.timestamp_begin) * model.time_precision
-            end = time_offset + frames * extractor.time_per_frame
-            current.append({"seek": seek, "start": start, "end": end, "tokens": unfinished})
-            next_seek = seek + frames
-        model.add_word_timestamps([current], tokenizer, encoded, frames, options.prepend_punctuations,
-                                  options.append_punctuations, last_speech_timestamp=last_word_end)
-        ends = [w["end"] for seg in current for w in seg["words"]]
-        if ends:
-            last_word_end = ends[-1]
-            if not single_ending and not last and last_word_end > time_offset:
-                next_seek = round(last_word_end * model.frames_per_second)
-        segments: list[Segment] = []
-        for seg in current:
-            text = tokenizer.decode(seg["tokens"])
-            if seg["start"] == seg["end"] or not text.strip():
-                continue
-            segments.append(Segment(
-                id=len(segments) + 1, seek=seek, start=seg["start"], end=seg["end"], text=text,
-                tokens=seg["tokens"], avg_logprob=avg_logprob, compression_ratio=ratio,
-                no_speech_prob=result.no_speech_prob, temperature=temperature,
-                words=[WhisperWord(**w) for w in seg["words"]]))
-        return segments, next_seek, last_word_end
 
     def _decode_batched(self, part: np.ndarray, window: Window, language: str, narrowband: bool = False) -> list:
         """The window's pieces as clips of the batched pipeline, times mapped back to the window's audio."""

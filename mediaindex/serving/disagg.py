@@ -23,7 +23,7 @@ from mediaindex.serving.config import DisaggConfig, WorkerResources
 from mediaindex.serving.decode_worker import DecodeWorker
 from mediaindex.serving.engine import Prompt, RequestOutput
 from mediaindex.serving.errors import InvalidRequestError, ServingError
-from mediaindex.serving.model_runner import load_pretrained, load_smollm2
+from mediaindex.serving.loader import load_pretrained, load_smollm2
 from mediaindex.serving.prefill_worker import PrefillWorker
 from mediaindex.serving.sampling import SamplingParams
 

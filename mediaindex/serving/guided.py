@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mediaindex.serving.errors import InvalidRequestError
+from mediaindex.serving.errors import InvalidRequestError, ServingError
+from mediaindex.serving.hooks import Finish
+from mediaindex.serving.stats import GUIDE, EngineStats
 
 if TYPE_CHECKING:
     import xgrammar
@@ -114,3 +116,22 @@ def advance(seq: Sequence, token: int) -> str | None:
     if not seq.matcher.accept_token(token):
         return f"token {token} does not match the request's grammar"
     return None
+
+
+class GuideHook:
+    """Guided decoding at the step's two named points: before sampling it masks what each guided request's grammar
+    forbids; after a token it advances that request's grammar. Both are timed as the "guide" phase."""
+
+    def __init__(self, stats: EngineStats) -> None:
+        self.stats = stats
+
+    def mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        with self.stats.timed(GUIDE):
+            return mask_disallowed(logits, seqs)
+
+    def after_token(self, seq: Sequence, token: int) -> Finish | None:
+        with self.stats.timed(GUIDE):
+            mismatch = advance(seq, token)
+        # Cannot happen with a masked sample (only with a token sampled elsewhere); off-grammar text is never
+        # handed out silently.
+        return None if mismatch is None else Finish("error", ServingError(mismatch))

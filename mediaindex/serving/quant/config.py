@@ -45,8 +45,8 @@ class QuantConfig(BaseModel):
     PyTorch path. ``compute_dtype``: the dtype matmuls run in; ``auto`` keeps each weight's own dtype.
     ``optimize``: HQQ's calibration-free proximal solver for the zero points (off = plain min/max
     rounding, much faster to quantize). ``None`` (default) runs it for 4-bit only: at 8 bits plain
-    rounding is already within noise of the original, and on SmolLM2 in bfloat16 the solver made
-    perplexity worse (+1.4% against -0.02% for plain rounding, see benchmarks/README.md).
+    rounding is already within noise of the original, where the solver can only add error (see
+    benchmarks/README.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

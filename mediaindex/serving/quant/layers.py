@@ -82,7 +82,7 @@ class PackSpec:
 @contextmanager
 def _threads_for(numel: int) -> Iterator[None]:
     # HQQ's solver runs ~20 elementwise passes; on small weights the thread pool's start-up cost
-    # dominates (over 50x slower with 2 threads on a busy machine), so those run single-threaded.
+    # dominates them, so those run single-threaded.
     previous = torch.get_num_threads()
     if numel < _SMALL_WEIGHT and previous > 1:
         torch.set_num_threads(1)
