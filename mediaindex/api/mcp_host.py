@@ -59,7 +59,7 @@ class ApiHost:
         return self.state.public(message)
 
     def play_path(self, hit: Hit, query: str) -> str:
-        return hit_out(hit, query, self.state.index.sparse).play_url
+        return hit_out(hit, query, self.state.index.sparse, self.state.shown).play_url
 
     def ingest(self, paths: list[str], summaries: bool | None) -> dict[str, Any]:
         job, joined = ingest_job(self.state, paths, summaries)

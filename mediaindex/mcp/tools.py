@@ -82,15 +82,17 @@ def base_url(ctx: Context | None) -> str | None:
 
 
 def moment(host: ArchiveHost, hit: Hit, query: str, base: str | None) -> models.Moment:
+    source = host.public(hit.source)  # an upload by its own name, never the index's folder
     return models.Moment(
-        file=Path(hit.source).name, source=hit.source, video_id=hit.video_id, start=hit.start,
+        file=Path(source).name, source=source, video_id=hit.video_id, start=hit.start,
         end=hit.end, confidence=hit.band, score=hit.score, modality=hit.modality, text=hit.text,
         speaker=hit.speaker, language=hit.language,
         play_url=urljoin(base, host.play_path(hit, query).lstrip("/")) if base else None)
 
 
 def entry(host: ArchiveHost, record: VideoRecord) -> dict:
-    return dict(file=Path(record.source).name, source=record.source, video_id=record.video_id,
+    source = host.public(record.source)
+    return dict(file=Path(source).name, source=source, video_id=record.video_id,
                 duration=record.duration, language=record.language, segments=record.segments,
                 indexed_at=record.indexed_at)
 
