@@ -85,7 +85,7 @@ def test_a_model_caught_in_a_loop_is_not_a_summary() -> None:
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import mediaindex.pipeline.run as ingest_module
+    import mediaindex.service as ingest_module
     from mediaindex.cli import app
     from mediaindex.pipeline.run import FileOutcome, IngestReport
 
