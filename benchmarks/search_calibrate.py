@@ -1,4 +1,4 @@
-"""Derive what counts as a match (mediaindex/index/calibration.py) from the labelled queries.
+"""Derive what counts as a match (mediaindex/search/calibration.py) from the labelled queries.
 
 For every kind of evidence (text similarity per modality, share of the query's words, on-screen text
 match) it collects the raw values of the right segments of the labelled queries (positives) and the
@@ -37,10 +37,10 @@ from pathlib import Path
 import yaml
 
 from mediaindex.config import load_settings
-from mediaindex.index import calibration
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import CROSS_LANGUAGE, judged
 from mediaindex.models.text_embed import load_text_embedder
+from mediaindex.search import calibration
+from mediaindex.search.searcher import CROSS_LANGUAGE, judged
 
 HERE = Path(__file__).resolve().parent
 MEDIA = HERE.parent.parent / "shared" / "media"

@@ -2,7 +2,7 @@
 
 Ingests the sample media into an index first when --index holds none (the real pipeline: whisper,
 vision stages as configured, the default embedder), then runs every labelled query of
-search_queries.yaml in each mode through the one searcher (mediaindex.index.search.Searcher, what the
+search_queries.yaml in each mode through the one searcher (mediaindex.search.searcher.Searcher, what the
 CLI, the API and the agents call). A hit is relevant when its file is one of the query's files and
 its time range overlaps the labelled one. Off-archive queries (kind off_archive) count as right when
 they return no moment at all; they are left out of the recall table. For the first right speech
@@ -35,8 +35,8 @@ import yaml
 
 from mediaindex.config import load_settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import MODES, Searcher
 from mediaindex.models.text_embed import load_text_embedder
+from mediaindex.search.searcher import MODES, Searcher
 
 HERE = Path(__file__).resolve().parent
 MEDIA = HERE.parent.parent / "shared" / "media"

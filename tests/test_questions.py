@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mediaindex.index.questions import sought
+from mediaindex.search.questions import sought
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

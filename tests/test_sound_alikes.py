@@ -9,11 +9,11 @@ import pytest
 
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import ocr_text_match, search
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.vocabulary import fold, names_in, sound_alikes, words_of
 from mediaindex.media.decode import AudioStream
 from mediaindex.pipeline.stages.speech import SpeechStage
+from mediaindex.search.searcher import ocr_text_match, search
 from tests.conftest import assert_ranked, make_settings, media
 from tests.corpus import manifesto
 

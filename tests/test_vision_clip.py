@@ -13,13 +13,13 @@ import pytest
 from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import Searcher, judged
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
 from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
+from mediaindex.search.searcher import Searcher, judged
 from tests.conftest import make_settings, media
 
 PROJECTION = 24

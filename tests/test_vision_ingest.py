@@ -15,12 +15,12 @@ from PIL import Image
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import Searcher, search
 from mediaindex.index.store import SearchFilters
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
 from mediaindex.pipeline.stages.vision import VisionStage
+from mediaindex.search.searcher import Searcher, search
 from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import REPO, make_settings, media
 

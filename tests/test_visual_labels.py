@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.index import calibration
-from mediaindex.index.calibration import LABEL_MIN
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import Searcher, judged
+from mediaindex.models.classifier import LABEL_MIN
 from mediaindex.models.vision import vector_dims
 from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
+from mediaindex.search import calibration
+from mediaindex.search.searcher import Searcher, judged
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow

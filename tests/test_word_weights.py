@@ -9,9 +9,9 @@ import pytest
 
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import judged, search
 from mediaindex.index.sparse import SparseEncoder
-from mediaindex.index.wordweights import MIN_WEIGHT, ZIPF_TOP, WordWeights, information, names
+from mediaindex.search.searcher import judged, search
+from mediaindex.search.wordweights import MIN_WEIGHT, ZIPF_TOP, WordWeights, information, names
 from tests.conftest import make_settings
 from tests.corpus import corpus
 

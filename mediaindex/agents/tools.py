@@ -171,7 +171,7 @@ class Archive:
                limit: int = 5) -> list[Hit]:
         """Moments of the media; generated summaries and chapters only when asked for by modality, so that an
         answer cites what was said or shown, not what a model wrote about it."""
-        from mediaindex.index.search import Searcher
+        from mediaindex.search.searcher import Searcher
 
         filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
         with self._lock:

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from mediaindex.index.questions import sought
-from mediaindex.index.search import address_part_ids
 from mediaindex.index.vocabulary import fold, sound_alikes, words_of
+from mediaindex.search.questions import sought
+from mediaindex.search.searcher import address_part_ids
 from mediaindex.segments import is_web_address
 
 if TYPE_CHECKING:

@@ -266,9 +266,9 @@ def search(
 ) -> None:
     """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
     from mediaindex.index.filters import SearchFilters
-    from mediaindex.index.questions import sought
-    from mediaindex.index.search import Searcher, check_query
     from mediaindex.models.images import load_image
+    from mediaindex.search.questions import sought
+    from mediaindex.search.searcher import Searcher, check_query
 
     if image is not None and query is not None:
         raise _fail("give a text query or --image FILE, not both")

@@ -14,13 +14,13 @@ from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.highlight import highlights
 from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
-from mediaindex.index.questions import sought
 from mediaindex.index.store import SearchFilters
+from mediaindex.search.questions import sought
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
-    from mediaindex.index.search import Searcher
     from mediaindex.index.sparse import SparseEncoder
+    from mediaindex.search.searcher import Searcher
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -49,7 +49,7 @@ def _filters(**values: Any) -> SearchFilters:
 
 
 def _searcher(request: Request) -> Searcher:
-    from mediaindex.index.search import Searcher
+    from mediaindex.search.searcher import Searcher
 
     state = get_state(request)
     return Searcher(state.index, state.embedder, state.settings.vision)

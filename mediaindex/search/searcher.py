@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from mediaindex.index import calibration
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.moments import diversify, merge_moments
-from mediaindex.index.querylang import query_language
-from mediaindex.index.questions import sought
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.index.vocabulary import WORDED, credit, is_name, names_in, sound_alikes, words_of
-from mediaindex.index.wordweights import WordWeights
+from mediaindex.search import calibration
+from mediaindex.search.moments import diversify, merge_moments
+from mediaindex.search.querylang import query_language
+from mediaindex.search.questions import sought
+from mediaindex.search.wordweights import WordWeights
 from mediaindex.segments import WEB_ADDRESS_PARTS, Hit, is_web_address
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def judge(s: ScoredHit, q: Query) -> Judged:
     spelt = raw.get("words", 0.0) > 0.0 or bool(on_screen)
     unnamed = q.name and bool(q.word_ids) and not spelt and (modality in ("speech", "visual") or q.address)
     if q.dense is not None and text_vec is not None and s.hit.text and not unnamed:
-        # A translation scores lower than same-language text: judged by its own line (index/querylang.py).
+        # A translation scores lower than same-language text: judged by its own line (search/querylang.py).
         crossed = q.language is not None and s.hit.language is not None and q.language != s.hit.language
         kind = CROSS_LANGUAGE if crossed else f"dense:{modality}"  # on-screen text has no language
         raw[kind] = _cos(q.dense, text_vec)

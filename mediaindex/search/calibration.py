@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mediaindex.models.classifier import LABEL_MIN
+
 # Confidence of a hit at a scale's `match`, `high` and the band in between.
 MATCH = 0.5
 MEDIUM = 0.65
@@ -90,10 +92,8 @@ TABLE: dict[str, dict[str, tuple[float, float, float, float]]] = {
         "dense:cross-language": (0.1088, 0.2387, 0.524, 0.7167),
     },
 }
-# Visual labels: the class probability the classifier must give a part's best label for the part to
-# be indexed as a visual segment, and further labels to be named; a visual hit's confidence is its
-# text match times LABEL_WEIGHT(probability of its best label).
-LABEL_MIN = 0.23
+# Visual labels: a visual hit's confidence is its text match times LABEL_WEIGHT(probability of its best
+# label).
 LABEL_SURE = 0.6
 # --- end of calibration table ---
 
