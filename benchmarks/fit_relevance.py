@@ -42,7 +42,7 @@ def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled]) -> tupl
     for i, q in enumerate(queries):
         prepared = prepare(index, embedder, q.query, "hybrid")
         found = candidates(index, prepared, None, "hybrid", pool)
-        rows.append(features(prepared, found))
+        rows.append(features(prepared, found, pool))
         labels += [relevant(s.hit, q) for s in found]
         owner += [i] * len(found)
     return np.vstack(rows), np.asarray(labels, dtype=int), owner

@@ -2,8 +2,11 @@
 query and segment.
 
 - `dense`: cosine of the query's and the segment's text embeddings.
-- `standing`: that cosine's z-score among the query's own candidates: how far this segment stands out from
-  what the query resembles anyway (multilingual-e5 gives unrelated text 0.80 and related 0.85).
+- `standing`: that cosine's z-score among the query's similarities to its candidates: how far this segment
+  stands out from what the query resembles anyway (multilingual-e5 gives unrelated text 0.80 and related
+  0.85). Where the archive yields fewer candidates than the pool asks for (a file or two), passages about
+  nothing in particular (`ranking.background_vectors`) fill the pool, so that a handful of segments do not
+  stand out from each other alone.
 - `lead`: how far it lies below the query's best candidate (0 for the best).
 - `words`: the rarity-weighted share of the query's words the segment holds (`wordweights`); for on-screen
   text, or the share of the query's letters found as one run in it, whichever is higher (OCR merges words).
@@ -50,16 +53,18 @@ def word_share(q: Query, s: ScoredHit) -> float:
     return q.weights.share(q.word_ids, dict.fromkeys(q.word_ids & held, 1.0))
 
 
-def features(q: Query, found: list[ScoredHit]) -> np.ndarray:
-    """One row of NAMES per candidate, in the candidates' order."""
+def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
+    """One row of NAMES per candidate, in the candidates' order; `pool` is how many candidates were asked for."""
     rows = np.zeros((len(found), len(NAMES)), dtype=np.float64)
     if not found:
         return rows
     dense = np.array([_cos(q.dense, v) if q.dense is not None and (v := s.dense.get(TEXT_VECTOR)) is not None
                       and s.hit.text else 0.0 for s in found])
-    spread = float(dense.std())
+    missing = max(0, pool - len(found))
+    usual = dense if q.background is None or not missing else np.concatenate([dense, q.background[:missing]])
+    spread = float(usual.std())
     rows[:, 0] = dense
-    rows[:, 1] = (dense - dense.mean()) / spread if spread > 0 else 0.0
+    rows[:, 1] = (dense - usual.mean()) / spread if spread > 0 else 0.0
     rows[:, 2] = dense.max() - dense
     query_letters = letters(q.text)
     for i, s in enumerate(found):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,6 +63,7 @@ class Query:
     images: dict[str, np.ndarray] = field(default_factory=dict)
     clip_text: np.ndarray | None = None
     language: str | None = None  # the query's language where its letters or words say it plainly
+    background: np.ndarray | None = None  # its dense similarity to each passage of `background.txt`
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
 
 
@@ -90,9 +92,24 @@ def prepare(
         if embedder is None:
             raise QueryError("a text query needs the text embedder")
         q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+        q.background = background_vectors(embedder) @ (q.dense / max(float(np.linalg.norm(q.dense)), 1e-12))
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
+
+
+BACKGROUND_FILE = Path(__file__).with_name("background.txt")
+_BACKGROUND: dict[str, np.ndarray] = {}
+
+
+def background_vectors(embedder: TextEmbedder) -> np.ndarray:
+    """The background passages embedded by this embedder (once per process), normalised."""
+    if embedder.name not in _BACKGROUND:
+        lines = BACKGROUND_FILE.read_text(encoding="utf-8").splitlines()
+        texts = [line for line in lines if line.strip() and not line.startswith("#")]
+        vectors = np.asarray(embedder.embed_passages(texts), dtype=np.float32)
+        _BACKGROUND[embedder.name] = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return _BACKGROUND[embedder.name]
 
 
 def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int) -> list[ScoredHit]:

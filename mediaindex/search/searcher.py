@@ -90,7 +90,7 @@ def judged(
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
     pool = max(index.settings.candidates, limit * 5)
     found = candidates(index, q, filters, mode, pool)
-    rows = features(q, found)
+    rows = features(q, found, pool)
     if query:
         probabilities = relevance.load_model().probability(rows)
     else:  # a picture alone: no fitted model, the picture similarity
