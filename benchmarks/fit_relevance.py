@@ -25,11 +25,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, log_loss
 from sklearn.model_selection import GroupKFold
 
-from mediaindex.config import load_settings
+from mediaindex.config import default_cache_dir, load_settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.models.text_embed import load_text_embedder
 from mediaindex.search.features import NAMES, features
-from mediaindex.search.ranking import candidates, prepare
+from mediaindex.search.ranking import candidates, measure_background, prepare
 from mediaindex.search.relevance import LEVELS, MODEL_FILE, RelevanceModel
 
 BINS = 10
@@ -42,6 +42,8 @@ def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled]) -> tupl
     for i, q in enumerate(queries):
         prepared = prepare(index, embedder, q.query, "hybrid")
         found = candidates(index, prepared, None, "hybrid", pool)
+        if len(found) < pool:
+            measure_background(prepared, embedder, default_cache_dir())
         rows.append(features(prepared, found, pool))
         labels += [relevant(s.hit, q) for s in found]
         owner += [i] * len(found)

@@ -8,6 +8,9 @@ candidates match is decided afterwards, by one model (`relevance`).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -92,7 +95,6 @@ def prepare(
         if embedder is None:
             raise QueryError("a text query needs the text embedder")
         q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
-        q.background = background_vectors(embedder) @ (q.dense / max(float(np.linalg.norm(q.dense)), 1e-12))
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
@@ -102,14 +104,38 @@ BACKGROUND_FILE = Path(__file__).with_name("background.txt")
 _BACKGROUND: dict[str, np.ndarray] = {}
 
 
-def background_vectors(embedder: TextEmbedder) -> np.ndarray:
-    """The background passages embedded by this embedder (once per process), normalised."""
-    if embedder.name not in _BACKGROUND:
-        lines = BACKGROUND_FILE.read_text(encoding="utf-8").splitlines()
-        texts = [line for line in lines if line.strip() and not line.startswith("#")]
+def background_vectors(embedder: TextEmbedder, cache_dir: Path | None = None) -> np.ndarray:
+    """The background passages embedded by this embedder, normalised: once per process, and kept under
+    `cache_dir` (embedding them takes a second or two, a one-shot search should not pay it each time)."""
+    if embedder.name in _BACKGROUND:
+        return _BACKGROUND[embedder.name]
+    lines = BACKGROUND_FILE.read_text(encoding="utf-8").splitlines()
+    texts = [line for line in lines if line.strip() and not line.startswith("#")]
+    digest = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
+    cached = cache_dir / "search" / f"background-{digest}.npy" if cache_dir is not None else None
+    vectors: np.ndarray | None = None
+    if cached is not None and cached.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            vectors = np.load(cached, allow_pickle=False)
+    if vectors is None or vectors.shape[0] != len(texts):
         vectors = np.asarray(embedder.embed_passages(texts), dtype=np.float32)
-        _BACKGROUND[embedder.name] = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-    return _BACKGROUND[embedder.name]
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        if cached is not None:
+            with contextlib.suppress(OSError):  # an unwritable cache only costs the time again
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                partial = cached.with_suffix(f".{os.getpid()}.partial")
+                with partial.open("wb") as out:
+                    np.save(out, vectors, allow_pickle=False)
+                os.replace(partial, cached)
+    _BACKGROUND[embedder.name] = vectors
+    return vectors
+
+
+def measure_background(q: Query, embedder: TextEmbedder | None, cache_dir: Path | None = None) -> None:
+    """Note the query's similarity to each background passage (only needed where candidates are few)."""
+    if q.dense is not None and embedder is not None and q.background is None:
+        unit = q.dense / max(float(np.linalg.norm(q.dense)), 1e-12)
+        q.background = background_vectors(embedder, cache_dir) @ unit
 
 
 def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int) -> list[ScoredHit]:

@@ -19,13 +19,22 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from mediaindex.config import default_cache_dir
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import ScoredHit
 from mediaindex.search import relevance
 from mediaindex.search.features import features
 from mediaindex.search.moments import diversify, merge_moments
-from mediaindex.search.ranking import MAX_QUERY_CHARS, Query, QueryError, candidates, check_query, prepare
+from mediaindex.search.ranking import (
+    MAX_QUERY_CHARS,
+    Query,
+    QueryError,
+    candidates,
+    check_query,
+    measure_background,
+    prepare,
+)
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
@@ -90,6 +99,8 @@ def judged(
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
     pool = max(index.settings.candidates, limit * 5)
     found = candidates(index, q, filters, mode, pool)
+    if len(found) < pool:
+        measure_background(q, embedder, default_cache_dir())
     rows = features(q, found, pool)
     if query:
         probabilities = relevance.load_model().probability(rows)
