@@ -94,6 +94,9 @@ def main() -> None:
     parser.add_argument("--index", type=Path, required=True, help="the set's media, ingested (search_quality.py)")
     parser.add_argument("--out", type=Path, default=MODEL_FILE)
     parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--check-set", choices=sorted(SETS), default=None,
+                        help="also print the fitted model's reliability on another set (nothing is fitted there)")
+    parser.add_argument("--check-index", type=Path, default=None, help="that set's index")
     args = parser.parse_args()
 
     queries = load_set(args.set)
@@ -133,6 +136,24 @@ def main() -> None:
         "command": command, "fitted_on": args.set, "embedder": embedder.name, "cv": cv, "model": model.to_dict(),
     }, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
+    if args.check_set is not None and args.check_index is not None:
+        check(model, args.check_set, args.check_index)
+
+
+def check(model: RelevanceModel, name: str, index_dir: Path) -> None:
+    """The model's reliability on a set it was not fitted on."""
+    queries = load_set(name)
+    settings = load_settings(index_dir=index_dir)
+    embedder = load_text_embedder(settings.embed)
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        x, y, _ = candidate_rows(index, embedder, queries)
+    p = model.probability(x)
+    print(f"on {name} (not fitted there): {len(y)} candidates, {int(y.sum())} relevant, log loss "
+          f"{log_loss(y, p):.3f}, Brier {brier_score_loss(y, p):.4f}")
+    print("| predicted bin | candidates | mean predicted | observed relevant |")
+    print("|---|---|---|---|")
+    for b in reliability(p, y):
+        print(f"| {b['bin']} | {b['n']} | {b['predicted']:.3f} | {b['observed']:.3f} |")
 
 
 if __name__ == "__main__":
