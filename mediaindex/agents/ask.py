@@ -158,7 +158,7 @@ class _Run:
 
     def is_relevant(self, hit: Hit) -> bool:
         """Related to the question: the searcher's own confidence band for the question's search when it gives
-        one ("low" is a guess: it needs the question's words too), else the calibrated score."""
+        one ("low" is a guess: it needs the question's words too), else the score."""
         if hit.band is not None:
             return hit.band in ("high", "medium") or relevant(self.question, hit.text, 0.0, 1.1)
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
