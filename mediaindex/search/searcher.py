@@ -4,7 +4,9 @@ Ranking (`ranking`): the engine's hybrid candidates (dense meaning, exact words,
 Deciding (`relevance`): one fitted model gives each candidate P(relevant) from a handful of features
 (`features`); that probability is the hit's score and its band. The reader chooses how sure a hit must be
 (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
-nothing because no candidate is likely enough, not because of a rule about that query.
+nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
+band by band, and within a band in the engine's fused order (over the sample media's queries, held out
+by file, this kept the fused order's top 5 and raised its rank 1).
 
 A search by picture alone has no fitted model: its shots carry their picture similarity (cosine of the
 query's and the shot's "frame" vectors) as score, without a band, and below PICTURE_MATCH a shot is returned
@@ -74,6 +76,7 @@ class Judged:
     features: np.ndarray
     probability: float
     fused_rank: int  # its place in the engine's fused list, from 0
+    fused_score: float = 0.0  # the engine's fused (reciprocal-rank) score
     seek: float | None = None
 
 
@@ -107,9 +110,16 @@ def judged(
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
-    out = [Judged(s.hit, rows[i], float(probabilities[i]), i, _first_matched_word(s, q)) for i, s in enumerate(found)]
-    # Stable: equally probable candidates keep the engine's fused order.
-    return sorted(out, key=lambda j: -j.probability)
+    out = [Judged(s.hit, rows[i], float(probabilities[i]), i, float(s.hit.score), _first_matched_word(s, q))
+           for i, s in enumerate(found)]
+    if not query:
+        return sorted(out, key=lambda j: -j.probability)
+    # Band by band (the decision), and within a band the engine's fused order (the ranking); the engine breaks
+    # ties of its fused score as it likes, the probability breaks them here, so an answer is the same each time.
+    return sorted(out, key=lambda j: (_BAND_ORDER[relevance.band(j.probability)], -j.fused_score, -j.probability))
+
+
+_BAND_ORDER = {"high": 0, "medium": 1, "low": 2, None: 3}
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -141,14 +151,24 @@ def search(
     found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
                    clip_query=clip_query)
     text = bool((query or "").strip())
-    hits = [replace(j.hit, score=round(j.probability, 6), band=relevance.band(j.probability) if text else None,
-                    seek=j.seek)
-            for j in found if relevance.passes(j.probability, level) if text or level == "none"
+    kept = [j for j in found if relevance.passes(j.probability, level) if text or level == "none"
             or j.probability >= PICTURE_MATCH]
-    if moments:
-        cfg = index.settings
-        hits = diversify(merge_moments(hits, cfg.merge_gap, cfg.max_moment), cfg.per_video_decay)
-    return hits[:limit]
+    hits = [replace(j.hit, score=round(j.probability, 6), band=relevance.band(j.probability) if text else None,
+                    seek=j.seek) for j in kept]
+    if not moments:
+        return hits[:limit]
+    cfg = index.settings
+    merged = merge_moments(hits, cfg.merge_gap, cfg.max_moment)
+    if not text:
+        return diversify(merged, cfg.per_video_decay)[:limit]
+
+    def fused(m: Hit) -> float:  # the best fused score of a hit inside the moment (its probability breaks ties)
+        inside = [(j.fused_score, j.probability) for j, h in zip(kept, hits, strict=True)
+                  if h.video_id == m.video_id and h.start < m.end and h.end > m.start]
+        best = max(inside, default=(0.0, 0.0))
+        return best[0] + 1e-9 * best[1]
+
+    return diversify(merged, cfg.per_video_decay, fused)[:limit]
 
 
 class Searcher:
