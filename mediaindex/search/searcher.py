@@ -96,7 +96,8 @@ def judged(
     filters: SearchFilters | None = None, *, mode: Mode = "hybrid",
     image_vectors: dict[str, np.ndarray] | None = None, clip_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[Judged]:
-    """Every candidate with its features and probability, most probable first; nothing dropped."""
+    """Every candidate with its features and probability, band by band and within a band in the engine's fused
+    order (a picture alone: most similar first); nothing dropped."""
     query = _check(query, limit, filters, mode)
     clip_text = clip_query(query) if clip_query is not None and query else None
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
@@ -151,8 +152,7 @@ def search(
     found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
                    clip_query=clip_query)
     text = bool((query or "").strip())
-    kept = [j for j in found if relevance.passes(j.probability, level) if text or level == "none"
-            or j.probability >= PICTURE_MATCH]
+    kept = [j for j in found if _passes(j, text, level)]
     hits = [replace(j.hit, score=round(j.probability, 6), band=relevance.band(j.probability) if text else None,
                     seek=j.seek) for j in kept]
     if not moments:
@@ -169,6 +169,12 @@ def search(
         return best[0] + 1e-9 * best[1]
 
     return diversify(merged, cfg.per_video_decay, fused)[:limit]
+
+
+def _passes(j: Judged, text: bool, level: str) -> bool:
+    if text:
+        return relevance.passes(j.probability, level)
+    return level == "none" or j.probability >= PICTURE_MATCH  # a picture alone: its similarity line
 
 
 class Searcher:
