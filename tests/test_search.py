@@ -202,17 +202,17 @@ def test_the_relevance_model_says_how_it_was_fitted() -> None:
     assert relevance.band(0.2) == "low" and relevance.band(0.1) is None
 
 
-@pytest.mark.parametrize("query", ["quantum chromodynamics on a lattice", "xqzv plorth wimble"])
+@pytest.mark.parametrize("query", ["quantum chromodynamics on a lattice", "xqzv plorth wimble",
+                                   "how to bake sourdough bread", "Taylor Swift concert tickets"])
 def test_what_the_archive_does_not_hold_finds_nothing(index: MediaIndex, embedder, query: str) -> None:
     assert search(index, embedder, query, limit=10) == []
     assert search(index, embedder, query, limit=10, moments=False) == []
 
 
-@pytest.mark.parametrize("query", ["how to bake sourdough bread", "Wie backe ich einen Schokoladenkuchen",
-                                   "김치볶음밥 만드는 법", "Taylor Swift concert tickets"])
+@pytest.mark.parametrize("query", ["Wie backe ich einen Schokoladenkuchen", "김치볶음밥 만드는 법"])
 def test_what_the_archive_does_not_hold_is_never_a_sure_match(index: MediaIndex, embedder, query: str) -> None:
-    # In an archive of a few dozen sentences the best of them stands out from the rest by chance and may be
-    # returned as a possible (low) match; the reader who asks for sure matches gets none.
+    # A German or Korean query over English speech: the best translation-like sentence of a small archive may
+    # be returned as a possible (low) match; the reader who asks for sure matches gets none.
     assert search(index, embedder, query, limit=10, min_confidence="high") == []
 
 
