@@ -41,9 +41,9 @@ import yaml
 
 from mediaindex.config import EmbedSettings, load_settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import search
 from mediaindex.index.store import TEXT_VECTOR
 from mediaindex.models.text_embed import load_text_embedder
+from mediaindex.search.searcher import search
 from mediaindex.segments import Hit, Segment
 
 HERE = Path(__file__).resolve().parent

@@ -1,13 +1,15 @@
-"""Search quality over ../shared/media: recall@1, recall@5 and MRR@10 for dense, sparse and hybrid search.
+"""Search quality over a labelled set: the product at each min_confidence beside a plain baseline.
 
-Ingests the sample media into an index first when --index holds none (the real pipeline: whisper,
-vision stages as configured, the default embedder), then runs every labelled query of
-search_queries.yaml in each mode through the one searcher (mediaindex.index.search.Searcher, what the
-CLI, the API and the agents call). A hit is relevant when its file is one of the query's files and
-its time range overlaps the labelled one. Off-archive queries (kind off_archive) count as right when
-they return no moment at all; they are left out of the recall table. For the first right speech
-moment of the spoken queries whose label is at most 15 s long, the moment's length and how far its
-start (and where it plays from) lies from the label's start; and search latency, p50 / p95.
+--set media: ../shared/media with every benchmarks/search_queries*.yaml; --set media-val:
+../shared/media-val with its queries.yaml and offarchive.yaml (never used to fit or choose anything).
+Ingests the set's media into an index first when --index holds none (the real pipeline: whisper,
+vision stages as configured, the default embedder), then runs every query through the one searcher
+(mediaindex.search.searcher, what the CLI, the API and the agents call) at each min_confidence, and
+through a plain baseline: the same dense + sparse candidates fused by the engine, merged into moments,
+no threshold and no relevance model. A hit is right when its file answers the query and its time range
+overlaps the labelled one. Reported: the right moment in the top 5 and at rank 1, by kind; the share
+of off-archive queries (and of the near misses among them) that return nothing; search latency.
+--relevance-model reads another fitted model file (e.g. one fitted on the other set).
 
 With --reference the index is built instead from the reference transcripts that ship with the media
 (captions, MANIFEST.md): search is measured without speech recognition errors, over the queries
@@ -17,7 +19,7 @@ With --from-index the index is built from another index's segments (the same spe
 and labels) re-embedded by the configured embedder, so an embedder is measured without running speech
 and vision again (e.g. MEDIAINDEX_EMBED__MODEL=embeddinggemma; shots keep no picture vectors there).
 
-    python benchmarks/search_quality.py --index /path/to/bench-index --json quality.json
+    python benchmarks/search_quality.py --set media-val --index /path/to/val-index --json quality.json
     python benchmarks/search_quality.py --index /path/to/ref-index --reference
     MEDIAINDEX_EMBED__MODEL=embeddinggemma python benchmarks/search_quality.py --index gemma-index --from-index bench-index
 """
@@ -26,34 +28,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
+from search_sets import SETS, Labelled, load_set, rank_of, relevant
 
 from mediaindex.config import load_settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import MODES, Searcher
 from mediaindex.models.text_embed import load_text_embedder
+from mediaindex.search import relevance
+from mediaindex.search.moments import merge_moments
+from mediaindex.search.ranking import candidates, prepare
+from mediaindex.search.searcher import search
+from mediaindex.segments import Hit
 
 HERE = Path(__file__).resolve().parent
-MEDIA = HERE.parent.parent / "shared" / "media"
-
-
-def relevant(hit, q: dict) -> bool:
-    return Path(hit.source).name in q["files"] and hit.start < q["end"] and hit.end > q["start"]
-
-
-def rank_of(hits, q: dict) -> int | None:
-    return next((i + 1 for i, h in enumerate(hits) if relevant(h, q)), None)
-
-
-def summarise(ranks: list[int | None]) -> dict[str, float]:
-    n = len(ranks) or 1
-    return {"recall@1": sum(r == 1 for r in ranks) / n, "recall@5": sum(r is not None and r <= 5 for r in ranks) / n,
-            "mrr@10": sum(1 / r for r in ranks if r is not None and r <= 10) / n, "queries": len(ranks)}
+LEVELS = tuple(relevance.LEVELS)
 
 
 def ensure_index(index_dir: Path, media: Path) -> None:
@@ -106,102 +97,102 @@ def build_reference_index(index_dir: Path) -> set[str]:
     return covered
 
 
+def baseline(index: MediaIndex, embedder, query: str, limit: int) -> list[Hit]:
+    """The plain search: dense + sparse candidates fused by the engine, merged into moments, no threshold."""
+    q = prepare(index, embedder, query, "hybrid")
+    found = [s.hit for s in candidates(index, q, None, "hybrid", index.settings.candidates)]
+    cfg = index.settings
+    return merge_moments(found, cfg.merge_gap, cfg.max_moment)[:limit]
+
+
+def recall(ranks: list[int | None]) -> dict[str, float]:
+    n = len(ranks) or 1
+    return {"queries": len(ranks), "top5": sum(r is not None and r <= 5 for r in ranks) / n,
+            "rank1": sum(r == 1 for r in ranks) / n}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", choices=sorted(SETS), default="media")
     parser.add_argument("--index", type=Path, required=True, help="index directory (ingested first if empty)")
-    parser.add_argument("--media", type=Path, default=MEDIA)
-    parser.add_argument("--queries", type=Path, default=HERE / "search_queries.yaml")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--show-misses", action="store_true")
+    parser.add_argument("--relevance-model", type=Path, default=None, help="another fitted relevance model file")
     parser.add_argument("--reference", action="store_true", help="index the reference transcripts, not the media")
     parser.add_argument("--from-index", type=Path, default=None,
                         help="build --index from this index's segments, re-embedded by the configured embedder")
     args = parser.parse_args()
 
-    queries = yaml.safe_load(args.queries.read_text(encoding="utf-8"))
+    if args.relevance_model is not None:
+        relevance.MODEL_FILE = args.relevance_model
+    queries: list[Labelled] = load_set(args.set)
     if args.reference:
         covered = build_reference_index(args.index)
-        queries = [q for q in queries if set(q["files"]) & covered and q["kind"] not in {"ocr", "visual"}]
+        queries = [q for q in queries if set(q.files) & covered and q.family() not in {"ocr", "visual"}]
     elif args.from_index is not None:
         if not (args.index / "schema.json").exists():
             build_from_index(args.index, args.from_index)
     else:
-        ensure_index(args.index, args.media)
+        ensure_index(args.index, SETS[args.set])
     settings = load_settings(index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
-    ranks: dict[str, dict[str, list]] = {m: defaultdict(list) for m in MODES}
-    off: dict[str, list[bool]] = defaultdict(list)  # per mode: did an off-archive query return nothing?
-    lengths, offsets, seeks, took = [], [], [], []
-    bands: dict[str, int] = defaultdict(int)
-    returned: list[bool] = []  # each moment hybrid search returned for a labelled query: is it a right one?
+    systems = ["baseline", *LEVELS]
+    ranks: dict[str, dict[str, list]] = {m: defaultdict(list) for m in systems}
+    empty: dict[str, dict[str, list[bool]]] = {m: defaultdict(list) for m in systems}
+    took: list[float] = []
+    returned: list[bool] = []
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        searcher = Searcher(index, embedder, settings.vision)
-        searcher.text("warm-up")
+        search(index, embedder, "warm-up")
         for q in queries:
-            for mode in MODES:
+            for system in systems:
                 began = time.perf_counter()
-                hits = searcher.text(q["query"], limit=10, mode=mode)
-                if mode == "hybrid":
+                hits = (baseline(index, embedder, q.query, 10) if system == "baseline"
+                        else search(index, embedder, q.query, 10, min_confidence=system))
+                if system == relevance.DEFAULT_LEVEL:
                     took.append(time.perf_counter() - began)
-                    for h in hits:
-                        bands[f"{q['kind'] == 'off_archive' and 'off' or 'labelled'}:{h.band}"] += 1
-                if q["kind"] == "off_archive":
-                    off[mode].append(not hits)
-                    if args.show_misses and mode == "hybrid" and hits:
-                        print(f"  off-archive {q['query']!r} -> {len(hits)} hits, first "
-                              f"{(Path(hits[0].source).name, hits[0].modality, hits[0].band, hits[0].text[:50])}")
+                if q.off_archive:
+                    empty[system]["all"].append(not hits)
+                    if q.near_miss:
+                        empty[system]["near miss"].append(not hits)
+                    if args.show_misses and system == relevance.DEFAULT_LEVEL and hits:
+                        print(f"  off-archive {q.query!r} -> {len(hits)}, first {Path(hits[0].source).name} "
+                              f"{hits[0].modality} p={hits[0].score:.2f} {hits[0].text[:50]!r}")
                     continue
                 r = rank_of(hits, q)
-                if mode == "hybrid":
+                if system == relevance.DEFAULT_LEVEL:
                     returned += [relevant(h, q) for h in hits]
-                ranks[mode][q["kind"]].append(r)
-                ranks[mode]["all"].append(r)
-                if mode == "hybrid" and q["kind"] not in ("ocr", "visual") and r is not None:
-                    right = hits[r - 1]
-                    if right.modality == "speech" and q["end"] - q["start"] <= 15:
-                        lengths.append(right.end - right.start)
-                        offsets.append(abs(right.start - q["start"]))
-                        seeks.append(abs((right.seek if right.seek is not None else right.start) - q["start"]))
-                if args.show_misses and mode == "hybrid" and r != 1:
-                    top = hits[0] if hits else None
-                    print(f"  hybrid rank {r}: {q['query']!r} -> "
-                          f"{(Path(top.source).name, round(top.start, 1), top.modality, top.text[:50]) if top else None}")
-    queries = [q for q in queries if q["kind"] != "off_archive"]
-    kinds = ["all", *dict.fromkeys(q["kind"] for q in queries)]
-    table = {m: {k: summarise(ranks[m][k]) for k in kinds} for m in MODES}
-    print("| mode | kind | queries | recall@1 | recall@5 | MRR@10 |")
-    print("|---|---|---|---|---|---|")
-    for kind in kinds:
-        for m in MODES:
-            s = table[m][kind]
-            print(f"| {m} | {kind} | {s['queries']} | {s['recall@1']:.2f} | {s['recall@5']:.2f} | {s['mrr@10']:.2f} |")
-    print()
-    for mode in MODES:
-        if off[mode]:
-            print(f"off-archive queries returning no moment, {mode}: {sum(off[mode])}/{len(off[mode])} "
-                  f"= {sum(off[mode]) / len(off[mode]):.2f}")
-    moments = {}
-    if lengths:
-        moments = {"queries": len(lengths), "median_length_s": statistics.median(lengths),
-                   "median_start_offset_s": statistics.median(offsets), "max_start_offset_s": max(offsets),
-                   "within_2s": sum(o <= 2 for o in offsets) / len(offsets),
-                   "median_seek_offset_s": statistics.median(seeks)}
-        print("first right speech moment (labels <= 15 s): " + ", ".join(
-            f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in moments.items()))
+                    if args.show_misses and r != 1:
+                        top = hits[0] if hits else None
+                        print(f"  rank {r}: {q.kind} {q.query!r} -> " + (
+                            f"{Path(top.source).name} {top.start:.1f} {top.modality} p={top.score:.2f} "
+                            f"{top.text[:50]!r}" if top else "nothing"))
+                for key in ("all", q.family(), f"kind:{q.kind}"):
+                    ranks[system][key].append(r)
+    keys = ["all", *sorted(k for k in ranks["baseline"] if k != "all" and not k.startswith("kind:")),
+            *sorted(k for k in ranks["baseline"] if k.startswith("kind:"))]
+    table = {m: {k: recall(ranks[m][k]) for k in keys} for m in systems}
+    print(f"set {args.set}, relevance model {relevance.MODEL_FILE.name}")
+    print("| queries | n | " + " | ".join(f"{m} top5 / rank1" for m in systems) + " |")
+    print("|---|---|" + "---|" * len(systems))
+    for k in keys:
+        print(f"| {k} | {table['baseline'][k]['queries']} | " + " | ".join(
+            f"{table[m][k]['top5']:.2f} / {table[m][k]['rank1']:.2f}" for m in systems) + " |")
+    offs = {m: {k: sum(v) / len(v) for k, v in empty[m].items() if v} for m in systems}
+    for k in ("all", "near miss"):
+        n = len(empty["baseline"][k])
+        if n:
+            print(f"| off-archive returning nothing: {k} | {n} | " + " | ".join(
+                f"{sum(empty[m][k])}/{n}" for m in systems) + " |")
     took_ms = sorted(t * 1000 for t in took)
     latency = {"p50_ms": took_ms[len(took_ms) // 2], "p95_ms": took_ms[int(0.95 * (len(took_ms) - 1))]}
-    print(f"hybrid search latency over {len(took_ms)} queries: p50 {latency['p50_ms']:.1f} ms, "
+    print(f"search latency ({relevance.DEFAULT_LEVEL}) over {len(took_ms)} queries: p50 {latency['p50_ms']:.1f} ms, "
           f"p95 {latency['p95_ms']:.1f} ms")
-    print("bands of returned hits: " + ", ".join(f"{k} {v}" for k, v in sorted(bands.items())))
-    # Labels name one place per query, so a right moment elsewhere counts as wrong: a lower bound.
     precision = sum(returned) / len(returned) if returned else 0.0
-    print(f"moments returned for labelled queries (hybrid): {len(returned)}, at a labelled place: "
-          f"{sum(returned)} = {precision:.2f}")
+    print(f"moments returned at {relevance.DEFAULT_LEVEL} for labelled queries: {len(returned)}, at a labelled "
+          f"place: {sum(returned)} = {precision:.2f}")
     if args.json:
-        out = {"recall": table, "off_archive_empty": {m: sum(v) / len(v) for m, v in off.items() if v},
-               "moments": moments, "latency": latency, "bands": bands,
-               "precision": {"returned": len(returned), "right": sum(returned)}}
-        args.json.write_text(json.dumps(out, indent=2))
+        args.json.write_text(json.dumps({"set": args.set, "recall": table, "off_archive_empty": offs,
+                                         "latency": latency, "precision": precision}, indent=2))
 
 
 if __name__ == "__main__":

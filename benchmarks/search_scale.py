@@ -1,7 +1,7 @@
 """Scale benchmark of the embedded store: synthetic segments (384-d text + sparse words + payload).
 
 Measures upsert throughput, HNSW build time (`optimize`), p50/p95 search latency with and without
-filters before and after the build, the whole searcher's (mediaindex.index.search.search: candidates
+filters before and after the build, the whole searcher's (mediaindex.search.searcher.search: candidates
 fused in the engine, judged, merged into moments), recall@10 of the built index against exact search,
 disk size and peak RSS. Vectors are clustered (like real embeddings, unlike uniform noise) so recall means something.
 
@@ -130,7 +130,7 @@ def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0,
     from types import SimpleNamespace
 
     from mediaindex.config import IndexSettings
-    from mediaindex.index.search import search
+    from mediaindex.search.searcher import search
 
     vector_of = {t: qs[i] for i, t in enumerate(texts)}
     # No catalog here: an empty vocabulary (the synthetic words are lower case, so no query is respelt); no

@@ -72,8 +72,8 @@ class Hit:
     language: str | None = None
     thumbnail: str | None = None
     speaker: str | None = None
-    # How sure the search is that this moment matches the query: "high", "medium" or "low" (calibrated
-    # per modality by the searcher; hits below "low" are not returned at all).
+    # How sure the search is that this moment matches the query: "high", "medium" or "low", from the
+    # relevance model's probability (search.relevance); None below "low" or where no model decides.
     band: str | None = None
     # Where playing this moment should begin: its first spoken word that is one of the query's words
     # (None: at start).

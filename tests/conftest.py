@@ -64,9 +64,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def assert_ranked(hits: list[tuple[float, str | None]]) -> None:
     """Search results as users see them: each (score, band) pair agrees (the band is the score's), and
     the bands never rise down the list (within a band, other files may come before a file's next moment)."""
-    from mediaindex.index import calibration
+    from mediaindex.search import relevance
 
-    assert all(0.0 <= score <= 1.0 and band == calibration.band(score) for score, band in hits), hits
+    assert all(0.0 <= score <= 1.0 and band == relevance.band(score) for score, band in hits), hits
     ranks = [("high", "medium", "low").index(band) for _, band in hits]
     assert ranks == sorted(ranks), hits
 

@@ -299,11 +299,15 @@ def test_citing_a_real_moment_it_was_never_shown_is_rejected(archive: Archive) -
 
 def test_questions_about_absent_things_are_not_found(archive: Archive) -> None:
     q = "What is the recipe for chocolate cake with raspberries?"
-    # Nothing in the archive matches: the search returns no moment and tells the model so.
+    # The agent's search goes deep (every ranked moment): the model sees the closest moments and judges them.
     model = ScriptedModel([search_call("chocolate cake recipe"), "NOT FOUND"])
     ans = ask(q, archive, model, FAST)
+    assert any(t.kind == "tool_result" and MOMENT.search(t.content) for t in ans.trace), ans.trace
+    # Asked to be sure, the search returns no moment and tells the model so.
+    sure = ask(q, archive, ScriptedModel([search_call("chocolate cake recipe", min_confidence="low"), "NOT FOUND"]),
+               FAST)
     assert any(t.kind == "tool_result" and "no results" in t.content and not MOMENT.search(t.content)
-               for t in ans.trace), ans.trace
+               for t in sure.trace), sure.trace
     assert ans.status == "not_found" and ans.citations == []
     assert ans.searches[0] == "chocolate cake recipe" and q in ans.searches
     assert "Not found" in ans.answer and "chocolate cake recipe" in ans.answer
@@ -363,13 +367,13 @@ def test_moments_are_numbered_and_cited_by_number(archive: Archive) -> None:
     def answer(conv: list[Message]) -> str:
         lines = MOMENT.findall(conv[-1]["content"])
         n = next(n for n, text, *_ in lines if "40 seconds" in text)
-        return f"He will say it when the time reaches 40 seconds. [{n}] [9]"
+        return f"He will say it when the time reaches 40 seconds. [{n}] [99]"
 
     ans = ask("When does the speaker say banana?", archive, ScriptedModel([search_call("banana"), answer]), FAST)
     assert (ans.status, ans.path) == ("answered", "agent")
     assert [c.video_id for c in ans.citations] == [auto] and overlaps(ans.citations[0], 13.6, 17.0)
     assert re.search(rf"\[{auto}@\d+\.\d-\d+\.\d\]$", ans.answer)  # the number became the moment
-    assert "no moment [9] was shown in this job" in {r.reason for r in ans.rejected_citations}
+    assert "no moment [99] was shown in this job" in {r.reason for r in ans.rejected_citations}
     result = next(t.content for t in ans.trace if t.kind == "tool_result")
     assert all(line.startswith("[") for line in result.splitlines()) and "auto-editor_example.mp4" in result
 
@@ -455,7 +459,8 @@ def test_a_query_that_misses_the_question_shows_the_questions_own_results(archiv
     """The 0.5B model searched "search for videos in the archive, limit to 10 videos, speech" for a question the
     archive answers: what the question's own search found is the tool result it sees, and it can cite it."""
     query = "search for videos in the archive, limit to 10 videos, speech"
-    model = ScriptedModel([search_call(query), cite_first_result])
+    # Asked to be sure, its query finds nothing related to the question.
+    model = ScriptedModel([search_call(query, min_confidence="low"), cite_first_result])
     ans = ask(QUESTION, archive, model, FAST)
     assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
     assert [c.video_id for c in ans.citations] == [vid(archive, "jfk.flac")] and overlaps(ans.citations[0], 0, 11)
@@ -468,7 +473,7 @@ def test_a_query_that_misses_the_question_shows_the_questions_own_results(archiv
     # Off the archive the question's own search finds nothing related either: the model's results stand, and the
     # loop ends in not found.
     off = ask("Which team won the football world cup final?", archive,
-              ScriptedModel([search_call(query), "NOT FOUND"]), FAST)
+              ScriptedModel([search_call(query, min_confidence="low"), "NOT FOUND"]), FAST)
     assert off.status == "not_found" and off.citations == []
     assert "Moments found for the question" not in next(t.content for t in off.trace if t.kind == "tool_result")
 

@@ -43,19 +43,19 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     assert best["modality"] == "speech" and "country" in best["text"]
     assert_ranked([(h["score"], h["band"]) for h in hits])
 
-    # Something the archive does not hold: no moment, said plainly (exit 0); an empty JSON list.
+    # Nothing confident: said plainly (exit 0) with the closest moments marked as such; an empty JSON list.
     result = run("search", "quantum chromodynamics on a lattice", env=cli_env)
     assert result.returncode == 0, result.stderr
-    assert "no moments match" in result.stdout and "Traceback" not in result.stderr
+    assert "no confident match" in result.stdout and "closest" in result.stdout and "Traceback" not in result.stderr
     result = run("search", "xqzv plorth wimble", "--json", env=cli_env)
     assert result.returncode == 0 and json.loads(result.stdout) == [], result.stdout + result.stderr
-    result = run("search", "ask not what your country can do", env=cli_env)
+    result = run("search", "xqzv plorth wimble", "--json", "--min-confidence", "none", "--limit", "1", env=cli_env)
+    assert result.returncode == 0 and len(json.loads(result.stdout)) == 1, result.stdout + result.stderr
+    result = run("search", "ask not what your country can do", "--min-confidence", "high", env=cli_env)
     assert result.returncode == 0 and "high" in result.stdout  # the band column
-    assert "searching for" not in result.stderr
-    # A question is searched for what it asks about, and the CLI says what that was.
+    # A question is searched as written.
     result = run("search", "Who says ask not what your country can do?", env=cli_env)
-    assert result.returncode == 0 and "jfk.flac" in result.stdout and "high" in result.stdout, result.stderr
-    assert "searching for “ask not what your country can do”" in result.stderr
+    assert result.returncode == 0 and "jfk.flac" in result.stdout, result.stderr
 
     # the --index flag wins over the environment
     other = tmp_path / "empty-index"
@@ -81,6 +81,7 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["search", "--image", str(REPO / "pyproject.toml")], "not a readable image"),
         (["search", "--image", "no-such-picture.png"], "image file not found"),
         (["search", "x", "--limit", "0"], "--limit"),
+        (["search", "x", "--min-confidence", "sure"], "unknown min_confidence"),
         (["search", "x", "--config", "nosuch"], "unknown config profile"),
         (["frobnicate"], "No such command"),
     ],

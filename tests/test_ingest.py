@@ -11,7 +11,7 @@ import pytest
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import search
+from mediaindex.search.searcher import search
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 

@@ -194,7 +194,7 @@ def test_a_topic_search_finds_the_chapter(archive: Archive) -> None:
     summary = _of(archive, SPEECH, SUMMARY)[0]
     assert archive.search(summary["text"][:200], modality=SUMMARY)[0].text == summary["text"]
     # Unfiltered, the topic leads to the right video.
-    from mediaindex.index.search import search
+    from mediaindex.search.searcher import search
 
     assert search(archive.index, archive.embedder, summary["text"][:200], limit=5)[0].video_id == summary["video_id"]
     # The agents search (and cite) the media itself unless they ask for summaries or chapters.

@@ -17,13 +17,14 @@ ALLOWED = {
     "media": set(),
     "models": {"serving"},  # models that quantize through the engine's quantizer
     "index": {"models"},
-    "agents": {"serving", "models", "index", "workers"},  # the language model's actor runs on Ray
+    "search": {"models", "index"},  # ranking and the relevance decision over the index
+    "agents": {"serving", "models", "index", "search", "workers"},  # the language model's actor runs on Ray
     "pipeline": {"media", "models", "index", "agents"},  # the summary stage runs the summariser
     "workers": {"pipeline", "media", "models", "index"},  # Ray actors around the pipeline's stages
-    "service": {"pipeline", "workers", "agents", "media", "models", "index"},  # picks the executor
-    "api": {"mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},  # mounts /mcp
-    "mcp": {"service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
-    "cli": {"api", "mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "serving"},
+    "service": {"pipeline", "workers", "agents", "media", "models", "index", "search"},  # picks the executor
+    "api": {"mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},  # mounts /mcp
+    "mcp": {"service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},
+    "cli": {"api", "mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},
     "web": set(),
 }
 

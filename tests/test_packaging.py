@@ -56,11 +56,14 @@ def test_wheel_installed_outside_the_repository_loads_both_profiles_and_serves_t
                MEDIAINDEX_INDEX_DIR=str(tmp_path / "index"), MEDIAINDEX_TEMP_DIR=str(tmp_path / "tmp"))
     probe = ("import mediaindex, mediaindex.config as c; print(mediaindex.__file__); "
              "cpu, gpu = c.load_settings('cpu'), c.load_settings('gpu'); "
-             "print(cpu.profile, cpu.speech.device, gpu.profile, gpu.speech.device)")
+             "print(cpu.profile, cpu.speech.device, gpu.profile, gpu.speech.device); "
+             "import mediaindex.search.relevance as r, mediaindex.search.ranking as k; "
+             "print(len(r.load_model().names), bool(k.BACKGROUND_FILE.read_text(encoding='utf-8')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=work, env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.split("\n")
     assert out[0].startswith(str(target))
     assert out[1] == "cpu cpu gpu cuda"
+    assert out[2] == "8 True"  # the fitted relevance model and its background passages ship with the package
 
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "mediaindex", "serve", "--port", str(port)], cwd=work, env=env,

@@ -1,10 +1,10 @@
-"""The query's language, where its letters or words say it plainly (index/querylang.py)."""
+"""The query's language, where its letters or words say it plainly (search/querylang.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mediaindex.index.querylang import query_language
+from mediaindex.search.querylang import query_language
 
 
 @pytest.mark.parametrize(("query", "language"), [

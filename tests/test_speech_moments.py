@@ -10,10 +10,10 @@ import pytest
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters, conditions
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import search
 from mediaindex.media.decode import AudioStream, decode_audio
 from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack
 from mediaindex.pipeline.stages.speech import SpeechStage
+from mediaindex.search.searcher import search
 from tests.conftest import make_settings, media
 
 

@@ -13,13 +13,13 @@ import pytest
 from mediaindex.config import Settings, VisionSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import Searcher, judged
 from mediaindex.models.images import load_image
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_clip, vector_dims
 from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
+from mediaindex.search.searcher import PICTURE_MATCH, Searcher, judged
 from tests.conftest import make_settings, media
 
 PROJECTION = 24
@@ -148,15 +148,15 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
         searcher = Searcher(index, embed.embedder, clip_settings.vision)
         fused = searcher.image(picture, limit=3)
         assert fused[0].start <= t < fused[0].end and fused[0].modality == "visual"
-        assert fused[0].band == "high" and "picture:frame" in judged(
-            index, None, None, 1, image_vectors={"frame": stage.classifier.features([picture])[0]})[0].evidence
-        # Text through the CLIP text tower meets the image vectors; a random model's cosines are
-        # noise, below the CLIP text scale's match line, so they add candidates but no matches.
+        # A picture alone has no fitted model: its score is its picture similarity.
+        alone = judged(index, None, None, 1, image_vectors={"frame": stage.classifier.features([picture])[0]})[0]
+        assert fused[0].band is None and fused[0].score >= PICTURE_MATCH and alone.probability >= PICTURE_MATCH
+        # Text through the CLIP text tower meets the image vectors: a random model's shots join the candidates,
+        # and the relevance model decides on them as on any candidate.
         clip = load_clip(clip_settings.vision)
         found = judged(index, embed.embedder, "a cat", 20, clip_query=clip.embed_query)
-        weighed = [j for j in found if "clip_text" in j.evidence]
-        assert weighed and all(j.hit.modality == "visual" and -1.0 <= j.evidence["clip_text"] <= 1.0 for j in weighed)
-        assert all(h.modality != "visual" or h.band is not None for h in searcher.text("a cat", limit=5))
+        assert any(j.hit.modality == "visual" for j in found) and all(0.0 <= j.probability <= 1.0 for j in found)
+        assert all(h.band is not None for h in searcher.text("a cat", limit=5))
 
 
 def test_bad_clip_models_are_refused(tmp_path: Path) -> None:

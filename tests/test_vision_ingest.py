@@ -15,12 +15,12 @@ from PIL import Image
 
 from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.search import Searcher, search
 from mediaindex.index.store import SearchFilters
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
 from mediaindex.pipeline.stages.vision import VisionStage
+from mediaindex.search.searcher import PICTURE_MATCH, Searcher, search
 from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import REPO, make_settings, media
 
@@ -83,9 +83,10 @@ def test_shots_are_described_by_what_they_mostly_show(vision_index) -> None:
 @pytest.mark.parametrize("query", ["ein Vogel", "un oiseau", "un pájaro"])
 def test_other_languages_find_the_bird_near_the_top(vision_index, embedder, query: str) -> None:
     # The 4-bit multilingual-e5-small separates short non-English queries from English labels by
-    # little (see benchmarks/README.md): the bird shot must be among the first two.
+    # little (see benchmarks/README.md): the bird shot must be among the first two ranked; how sure the
+    # relevance model is of it varies (French and Spanish fall below "low").
     _, index = vision_index
-    hits = search(index, embedder, query, limit=2, filters=SearchFilters(modality="visual"))
+    hits = search(index, embedder, query, limit=2, filters=SearchFilters(modality="visual"), min_confidence="none")
     assert any(Path(h.source).name == "cockatoo.mp4" and "parrot" in h.text for h in hits), hits
 
 
@@ -126,7 +127,7 @@ def test_a_frame_finds_its_own_shot(vision_index) -> None:
         assert hits[0].modality == "visual"
         own = [t] + (blank if t in blank else [])
         assert any(hits[0].start <= u < hits[0].end for u in own), (t, hits[0])
-        assert hits[0].band == "high"
+        assert hits[0].band is None and hits[0].score >= PICTURE_MATCH  # a picture alone: its similarity
 
 
 def test_search_image_from_the_command_line(vision_index, tmp_path: Path, cache_dir: Path) -> None:

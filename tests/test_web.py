@@ -184,7 +184,7 @@ def test_empty_state_suggests_what_to_change(page: Page, server: LiveServer, sam
     page.p.goto(f"{server.url}/#/search?q=ask+what+you+can+do+for+your+country&video_id={jfk}&modality=ocr")
     page.p.locator("#empty").wait_for()
     assert page.p.locator("#results .hit").count() == 0
-    assert "No moments match “ask what you can do for your country”" in page.p.locator("#empty-title").inner_text()
+    assert "No confident match for “ask what you can do for your country”" in page.p.locator("#empty-title").inner_text()
     tips = page.p.locator("#suggestions").inner_text()
     assert "fewer words: ask country" in tips and "another language: the files here are in English" in tips
     assert "search every kind" in tips and "search all files" in tips
@@ -195,17 +195,24 @@ def test_empty_state_suggests_what_to_change(page: Page, server: LiveServer, sam
     assert page.p.locator("#empty").is_hidden()
 
 
-def test_a_question_says_what_it_looked_for(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
-    page.p.goto(f"{server.url}/#/search?q=When+does+someone+say+banana%3F")
-    first = page.p.locator("#results .hit").first
-    first.wait_for()
-    assert "for “banana”" in page.p.locator("#notice").inner_text()
-    assert first.locator(".snippet mark").all_inner_texts() == ["banana"]  # the phrase's word, not "say"
-    # A question about something absent: the empty state names what was looked for.
-    page.p.goto(f"{server.url}/#/search?q=Is+there+a+recording+about+baking+sourdough+bread%3F")
+def test_the_reader_chooses_how_sure_a_match_must_be(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
+    # Nothing confident: the page says so and offers the closest moments, each marked as such.
+    page.p.goto(f"{server.url}/#/search?q=xqzv+plorth+wimble")
     page.p.locator("#empty").wait_for()
-    assert page.p.locator("#empty-title").inner_text() == "No moments match “baking sourdough bread”"
+    assert page.p.locator("#empty-title").inner_text() == "No confident match for “xqzv plorth wimble”"
+    page.p.locator("#results .hit.closest").first.wait_for()
+    closest = page.p.locator("#results .hit")
+    assert 1 <= closest.count() <= 3
+    assert all(closest.nth(i).locator(".band.closest").inner_text() == "closest" for i in range(closest.count()))
     page.fits()
+    page.shot("closest")
+    # Asking for every ranked moment (the select in the header) lists them, with no empty state.
+    page.p.select_option("#confidence-filter", "none")
+    page.p.press("#q", "Enter")
+    page.p.wait_for_function("() => location.hash.includes('min_confidence=none')")
+    page.p.locator("#results .hit").first.wait_for()
+    assert page.p.locator("#empty").is_hidden() and page.p.locator("#results .hit.closest").count() == 0
+    assert page.p.locator("#confidence-filter").input_value() == "none"
 
 
 def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811

@@ -37,7 +37,7 @@ from mediaindex.agents.toolcall import (
     tool_response_message,
     tools_system_prompt,
 )
-from mediaindex.agents.tools import SHOWN_AS, Archive, ToolError, ToolResult
+from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
 from mediaindex.errors import MediaIndexError
 from mediaindex.segments import Hit
@@ -135,8 +135,9 @@ class _Run:
             raise _Fallback("the model request failed")
         return out
 
-    def search(self, query: str, video_id: str | None, modality: str | None = None, limit: int = 5) -> list[Hit]:
-        hits = self.archive.search(query, video_id or self.video_id, modality, limit)
+    def search(self, query: str, video_id: str | None, modality: str | None = None, limit: int = ANSWER_LIMIT,
+               min_confidence: str = ANSWER_CONFIDENCE) -> list[Hit]:
+        hits = self.archive.search(query, video_id or self.video_id, modality, limit, min_confidence)
         self.searches.append(query)
         # A score measures a hit against the query that found it: only the question's own search measures it
         # against the question. Hits of the model's other queries must show relevance by shared words.
@@ -157,7 +158,7 @@ class _Run:
 
     def is_relevant(self, hit: Hit) -> bool:
         """Related to the question: the searcher's own confidence band for the question's search when it gives
-        one ("low" is a guess: it needs the question's words too), else the calibrated score."""
+        one ("low" is a guess: it needs the question's words too), else the score."""
         if hit.band is not None:
             return hit.band in ("high", "medium") or relevant(self.question, hit.text, 0.0, 1.1)
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
@@ -336,7 +337,7 @@ def _run_tool(run: _Run, name: str, arguments: dict) -> str:
             raise ToolError(f"no video with id {vid!r} in the index")
         # Through the run, so the query and its scored hits count for relevance and "searches tried".
         hits = run.search(arguments["query"], arguments.get("video_id"), arguments.get("modality"),
-                          arguments.get("limit", 5))
+                          arguments.get("limit", ANSWER_LIMIT), arguments.get("min_confidence", ANSWER_CONFIDENCE))
         # Each spoken sentence with the ones around it: the answer is often the sentence after the match.
         hits = run.archive.in_context(hits)
         # The question's own search scores moments against the question, so the next turn's grammar can offer

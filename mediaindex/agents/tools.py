@@ -23,6 +23,9 @@ from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
 CONTEXT_CHARS = 450  # at most this much text per widened moment
+# Answers search deeper than a person's search: the best moments with no threshold, for the model to judge.
+ANSWER_LIMIT = 10
+ANSWER_CONFIDENCE = "none"
 SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "summary": "summary", "chapter": "chapter"}
 
 _RANGE = {
@@ -41,6 +44,9 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
                 "video_id": {"type": "string", "minLength": 1, "maxLength": 64},
                 "modality": {"type": "string", "enum": list(MODALITIES)},
                 "limit": {"type": "integer", "minimum": 1, "maximum": 10},
+                "min_confidence": {"type": "string", "enum": ["high", "medium", "low", "none"],
+                                   "description": "how sure a moment must be to be returned (default none: the "
+                                                  "best moments, for you to judge)"},
             },
             "required": ["query"],
             "additionalProperties": False,
@@ -168,14 +174,16 @@ class Archive:
         return self._segments[video_id]
 
     def search(self, query: str, video_id: str | None = None, modality: str | None = None,
-               limit: int = 5) -> list[Hit]:
+               limit: int = 5, min_confidence: str = ANSWER_CONFIDENCE) -> list[Hit]:
         """Moments of the media; generated summaries and chapters only when asked for by modality, so that an
-        answer cites what was said or shown, not what a model wrote about it."""
-        from mediaindex.index.search import Searcher
+        answer cites what was said or shown, not what a model wrote about it. By default every ranked moment
+        (min_confidence "none"): the language model judges what answers the question."""
+        from mediaindex.search.searcher import Searcher
 
         filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
         with self._lock:
-            hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters)
+            hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters,
+                                                                         min_confidence=min_confidence)
             return self._clamp(hits)
 
     def in_context(self, hits: list[Hit], gap: float = CONTEXT_GAP, max_chars: int = CONTEXT_CHARS) -> list[Hit]:
@@ -221,7 +229,8 @@ class Archive:
             if vid is not None and self.video(vid) is None:
                 raise ToolError(f"no video with id {vid!r} in the index")
             try:
-                hits = self.search(args["query"], vid, args.get("modality"), args.get("limit", 5))
+                hits = self.search(args["query"], vid, args.get("modality"), args.get("limit", ANSWER_LIMIT),
+                                   args.get("min_confidence", ANSWER_CONFIDENCE))
             except ValueError as exc:  # e.g. a query of punctuation only
                 raise ToolError(str(exc)) from exc
             return ToolResult(name, args, hits, "" if hits else "no results")

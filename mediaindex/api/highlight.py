@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from mediaindex.index.questions import sought
-from mediaindex.index.search import address_part_ids
 from mediaindex.index.vocabulary import fold, sound_alikes, words_of
+from mediaindex.search.ranking import address_part_ids
 from mediaindex.segments import is_web_address
 
 if TYPE_CHECKING:
@@ -26,11 +25,9 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def highlights(query: str, text: str, encoder: SparseEncoder) -> list[tuple[int, int]]:
-    """Spans of the words of `text` that are words of `query` (of the phrase a question asks about, as the
-    search looked for it: "When does someone say banana?" marks "banana", not "say")."""
+    """Spans of the words of `text` that are words of `query`."""
     if not query or not text:
         return []
-    query = sought(query) or query
     wanted = set(encoder.query(query).indices)
     if is_web_address(query):
         wanted -= address_part_ids(encoder)

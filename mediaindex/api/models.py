@@ -30,6 +30,8 @@ class SearchRequest(_Strict):
     q: str = Field(min_length=1, max_length=1000, description="What to look for, in any language")
     limit: int = Field(default=10, ge=1, le=100)
     filters: Filters = Field(default_factory=Filters)
+    min_confidence: str = Field(default="low", max_length=16,
+                                description="How sure a hit must be: high, medium, low or none (every ranked moment)")
 
 
 class HitOut(BaseModel):
@@ -61,7 +63,6 @@ class SearchResponse(BaseModel):
     query: str
     # What the search looked for when the query is a question or a request ("Where does someone say X?": X);
     # None when it searched the query as typed.
-    searched_for: str | None = None
     took_ms: float
     hits: list[HitOut]
 

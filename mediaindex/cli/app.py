@@ -288,24 +288,26 @@ def search(
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
     segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
+    min_confidence: Annotated[str, typer.Option(
+        "--min-confidence", help="How sure a hit must be: high, medium, low (default) or none (every ranked "
+        "moment).")] = "low",
     config: ConfigOpt = None,
 ) -> None:
     """Search the index in plain language (or by picture with --image); hits are moments (file + time range)."""
     from mediaindex.index.filters import SearchFilters
-    from mediaindex.index.questions import sought
-    from mediaindex.index.search import Searcher, check_query
     from mediaindex.models.images import load_image
+    from mediaindex.search.relevance import check_level
+    from mediaindex.search.searcher import Searcher, check_query
 
     if image is not None and query is not None:
         raise _fail("give a text query or --image FILE, not both")
+    closest: list = []
     try:
+        min_confidence = check_level(min_confidence)
         if image is None:
             query = check_query(query)
             if not query:
                 raise ValueError("the search query is empty")
-            if (phrase := sought(query)) is not None and not as_json:
-                # The search looks for what the question asks about alone: say so, as the page marks it.
-                err.print(f"searching for “{phrase}”", highlight=False, markup=False)
         under_path = _path_prefix(under) if under else None
         filters = SearchFilters(video_id=video, source_prefix=under_path, modality=modality, language=language,
                                 speaker=speaker, start=after, end=before)
@@ -315,9 +317,11 @@ def search(
 
             if image is not None or under or after is not None or before is not None or mode != "hybrid" or segments:
                 raise _fail(f"the index is held by {server.holder.describe()}: through it, search takes a text "
-                            "query, --limit, --video, --modality, --language and --speaker only")
-            _print_hits(remote_search(server, query or "", limit, video, modality, language, speaker), as_json,
-                        settings.thumbs_dir)
+                            "query, --limit, --video, --modality, --language, --speaker and --min-confidence only")
+            found = remote_search(server, query or "", limit, video, modality, language, speaker, min_confidence)
+            if not found and not as_json and min_confidence != "none":
+                closest = remote_search(server, query or "", CLOSEST, video, modality, language, speaker, "none")
+            _print_hits(found, as_json, settings.thumbs_dir, closest)
             return
         picture = load_image(image) if image is not None else None
         media_index, embedder = _open_existing(settings)
@@ -327,15 +331,22 @@ def search(
                 hits = searcher.image(picture, limit=limit, filters=filters)
             else:
                 hits = searcher.text(query, limit=limit, filters=filters, mode=mode,  # type: ignore[arg-type]
-                                     moments=not segments)
+                                     moments=not segments, min_confidence=min_confidence)
+                if not hits and not as_json and min_confidence != "none":
+                    closest = [h.to_dict() for h in searcher.text(query, limit=CLOSEST, filters=filters, mode=mode,  # type: ignore[arg-type]
+                                                                  moments=not segments, min_confidence="none")]
         finally:
             media_index.close()
     except (MediaIndexError, ValueError) as exc:
         raise _fail(str(exc)) from exc
-    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir)
+    _print_hits([h.to_dict() for h in hits], as_json, settings.thumbs_dir, closest)
 
 
-def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
+# Moments offered, marked as such, when nothing is as sure as --min-confidence asks.
+CLOSEST = 3
+
+
+def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
     if as_json:
         for h in hits:  # absolute paths, as the source is
             if h.get("thumbnail"):
@@ -343,8 +354,11 @@ def _print_hits(hits: list[dict], as_json: bool, thumbs_dir: Path) -> None:
         print(json.dumps(hits, ensure_ascii=False, indent=2))
         return
     if not hits:
-        out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
-        return
+        if not closest:
+            out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
+            return
+        out.print("no confident match; the closest moments (not confident matches):", highlight=False)
+        hits = [{**h, "band": f"closest ({h['band']})" if h.get("band") else "closest"} for h in closest]
     bands = any(h.get("band") for h in hits)  # the search's confidence, where it gives one
     table = Table(show_lines=False)
     for col in ("match" if bands else "score", "file", "time", "kind", "text"):

@@ -14,9 +14,9 @@ API_MAX_LIMIT = 100  # the server's own cap on hits per search
 
 
 def remote_search(server: Remote, query: str, limit: int, video: str | None, modality: str | None,
-                  language: str | None, speaker: str | None = None) -> list[dict]:
+                  language: str | None, speaker: str | None = None, min_confidence: str = "low") -> list[dict]:
     params = {"q": query, "limit": min(limit, API_MAX_LIMIT), "video_id": video, "modality": modality,
-              "language": language, "speaker": speaker}
+              "language": language, "speaker": speaker, "min_confidence": min_confidence}
     return server.request("GET", "/search", params=params)["hits"]
 
 

@@ -1,14 +1,12 @@
 """Sound-alike names: the words the archive's speech and on-screen text hold, and the closest spellings
-of a query's names that are not among them.
+of a query's names that are not among them (the page marks those spellings in a hit's text).
 
 Speech recognition writes names it does not know as the nearest words it does ("Guizot" as "Guizhou",
-"ComfyUI" as "Confu i"), and OCR misreads letters; a search for the name as spelt then finds nothing.
-A query word that looks like a name (capitalised, mixed case or with digits; or a web address's own
-word), is long enough to compare and occurs nowhere in the archive also matches the archive's words
-spelt most like it: same first letter, an edit similarity of at least ALIKE_MIN. Other lower-case words
-(and a query's sentence-cased first word) are never respelt, so "weather report" does not turn into
-"whether"; a respelt name counts as evidence only the square of its similarity (`credit`): a guess, a
-weak match on its own.
+"ComfyUI" as "Confu i"), and OCR misreads letters. A query word that looks like a name (capitalised, mixed
+case or with digits; or a web address's own word), is long enough to compare and occurs nowhere in the
+archive is spelt like the archive's words with the same first letter and an edit similarity of at least
+ALIKE_MIN. Other lower-case words (and a query's sentence-cased first word) are never respelt, so "weather
+report" does not turn into "whether".
 """
 
 from __future__ import annotations
@@ -30,11 +28,6 @@ MAX_ALIKES = 3
 _FRAGMENT = 2
 _TOKEN = re.compile(r"[^\W_]+")
 _NAMELIKE = re.compile(r"[A-Z]|\d")
-
-
-def credit(similarity: float) -> float:
-    """How much finding a sound-alike spelling counts, against 1 for the name itself."""
-    return similarity * similarity
 
 
 def fold(word: str) -> str:
@@ -71,14 +64,6 @@ def names_in(query: str) -> list[str]:
         if _NAMELIKE.search(token) and len(word) >= MIN_NAME_LETTERS and not word.isdigit() and token not in out:
             out.append(token)
     return out
-
-
-def is_name(query: str) -> bool:
-    """Every word of the query is capitalised or holds a digit, not all digits ("Manchester United",
-    "Houston", "iPhone", "Apollo 11"; not "1813" or "Weather report")."""
-    tokens = _TOKEN.findall(query)
-    return (bool(tokens) and all(_NAMELIKE.search(t) for t in tokens)
-            and not all(t.isdigit() for t in tokens))
 
 
 def sound_alikes(query: str, vocabulary: set[str] | frozenset[str]) -> dict[str, list[tuple[str, float]]]:

@@ -27,8 +27,9 @@ class Moment(BaseModel):
 
 class SearchResult(BaseModel):
     query: str
-    searched_for: str | None = Field(description="The words a question was searched for, when it was a question")
-    moments: list[Moment] = Field(description="Best first; empty when nothing in the archive matches")
+    moments: list[Moment] = Field(description=(
+        "Best first; empty when nothing is as probably relevant as min_confidence asks (default low): ask "
+        "again with min_confidence 'none' for the closest moments, however unlikely"))
 
 
 class TranscriptLine(BaseModel):

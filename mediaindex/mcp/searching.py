@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 
 if TYPE_CHECKING:
@@ -15,13 +13,8 @@ if TYPE_CHECKING:
 
 def search(host: ArchiveHost, query: str, limit: int, filters: SearchFilters,
            min_confidence: str | None = None) -> list[Hit]:
-    """Moments for `query`, best first. `min_confidence` is passed on only to a searcher that takes it."""
-    from mediaindex.index.search import Searcher
+    """Moments for `query`, best first, at least as probably relevant as `min_confidence` asks (default low)."""
+    from mediaindex.search.searcher import Searcher
 
     searcher = Searcher(host.index, host.embedder, host.settings.vision)
-    options: dict[str, Any] = {}
-    if min_confidence is not None:
-        if "min_confidence" not in inspect.signature(searcher.text).parameters:
-            raise MediaIndexError("this server's search does not take min_confidence: leave it out")
-        options["min_confidence"] = min_confidence
-    return searcher.text(query, limit=limit, filters=filters, **options)
+    return searcher.text(query, limit=limit, filters=filters, min_confidence=min_confidence)

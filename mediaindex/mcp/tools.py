@@ -120,7 +120,6 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         confidence, what was said or shown there), best first; an empty list means the archive does not hold
         it. Cite a moment as file @ start-end; read around it with get_transcript."""
         from mediaindex.index.filters import SearchFilters
-        from mediaindex.index.questions import sought
 
         with tool_errors(host):
             video_id = resolve(host, file).video_id if file is not None else None
@@ -128,7 +127,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                                     language=language, speaker=speaker, start=from_seconds, end=to_seconds)
             hits = run_search(host, query, limit, filters, min_confidence)
             base = base_url(ctx)
-            return models.SearchResult(query=query, searched_for=sought(query),
+            return models.SearchResult(query=query,
                                        moments=[moment(host, h, query, base) for h in hits])
 
     @server.tool(annotations=READ_ONLY)

@@ -27,6 +27,9 @@ CLASSIFIERS = {"efficientnet-lite0": 1280}
 INPUT_SIZE = 224
 # How a shot's labels read for the text embedder ("a photo of a macaw, a bird, a parrot").
 DESCRIPTION_PREFIX = "a photo of "
+# The class probability a part's best label must have for the part to be indexed as a visual segment, and
+# further labels to be named.
+LABEL_MIN = 0.23
 
 
 def feature_dim(name: str) -> int:

@@ -248,11 +248,12 @@ async function showLibrary(page, token) {
 }
 
 // ---- search ------------------------------------------------------------------------------------
-async function runSearch(q, video, modality, token) {
+async function runSearch(q, video, modality, token, confidence) {
   show("search-view");
   $("q").value = q;
   $("video-filter").value = video || "";
   $("modality-filter").value = modality || "";
+  $("confidence-filter").value = confidence || "";
   const results = $("results");
   results.replaceChildren();
   $("empty").hidden = true;
@@ -261,6 +262,7 @@ async function runSearch(q, video, modality, token) {
   const params = new URLSearchParams({ q, limit: "20" });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
+  if (confidence) params.set("min_confidence", confidence);
   let data;
   try {
     data = await api(`/search?${params}`);
@@ -273,25 +275,46 @@ async function runSearch(q, video, modality, token) {
   if (token !== routeToken) return;
   if (!data.hits.length) {
     notice("");
-    emptyState(data.searched_for || q, video, modality);
+    emptyState(q, video, modality, confidence !== "none");
+    if (confidence !== "none") await showClosest(params, token);
     return;
   }
-  // A question is searched for what it asks about: say what that was.
-  const asked = data.searched_for ? ` for “${data.searched_for}”` : "";
-  notice(`${plural(data.hits.length, "moment")}${asked} (${Math.round(data.took_ms)} ms)`);
+  notice(`${plural(data.hits.length, "moment")} (${Math.round(data.took_ms)} ms)`);
   for (const hit of data.hits) results.append(hitItem(hit));
 }
 
-function searchHash(q, video, modality) {
+// Nothing was as sure as asked: the closest moments, each marked as not a confident match.
+async function showClosest(params, token) {
+  params.set("min_confidence", "none");
+  params.set("limit", "3");
+  let data;
+  try {
+    data = await api(`/search?${params}`);
+  } catch (e) {
+    return;  // the empty state already says what there is to say
+  }
+  if (token !== routeToken || !data.hits.length) return;
+  const results = $("results");
+  results.append(el("li", { class: "closest-note" }, "Closest moments (not confident matches):"));
+  for (const hit of data.hits) {
+    const item = hitItem(hit);
+    item.classList.add("closest");
+    item.querySelector(".head").append(el("span", { class: "band closest" }, "closest"));
+    results.append(item);
+  }
+}
+
+function searchHash(q, video, modality, confidence) {
   const params = new URLSearchParams({ q });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
+  if (confidence) params.set("min_confidence", confidence);
   return `#/search?${params}`;
 }
 
-function emptyState(q, video, modality) {
+function emptyState(q, video, modality, confident) {
   $("empty").hidden = false;
-  $("empty-title").textContent = `No moments match “${q}”`;
+  $("empty-title").textContent = confident ? `No confident match for “${q}”` : `No moments match “${q}”`;
   const tips = [];
   const words = q.trim().split(/\s+/);
   if (words.length > 3) {
@@ -417,14 +440,17 @@ function route() {
   const video = (path || "").match(/^\/video\/([^/]+)$/);
   if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
   const q = (params.get("q") || "").trim();
-  if (path === "/search" && q) return runSearch(q, params.get("video_id"), params.get("modality"), token);
+  if (path === "/search" && q) {
+    return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"));
+  }
   return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 
 $("search-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const q = $("q").value.trim();
-  const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value) : "#/";
+  const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value, $("confidence-filter").value)
+                 : "#/";
   if (location.hash === hash) route(); else location.hash = hash;
 });
 $("key-button").addEventListener("click", () => askForKey().then(() => { loadVideos(); route(); }));

@@ -15,13 +15,12 @@ from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.highlight import highlights
 from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
-from mediaindex.index.questions import sought
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
-    from mediaindex.index.search import Searcher
     from mediaindex.index.sparse import SparseEncoder
+    from mediaindex.search.searcher import Searcher
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -51,7 +50,7 @@ def _filters(**values: Any) -> SearchFilters:
 
 
 def _searcher(request: Request) -> Searcher:
-    from mediaindex.index.search import Searcher
+    from mediaindex.search.searcher import Searcher
 
     state = get_state(request)
     return Searcher(state.index, state.embedder, state.settings.vision)
@@ -63,12 +62,12 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
     filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
     started = time.perf_counter()
     try:
-        hits = _searcher(request).text(body.q, limit=body.limit, filters=filters)
-    except ValueError as exc:  # e.g. a query of blanks or emoji only
+        hits = _searcher(request).text(body.q, limit=body.limit, filters=filters, min_confidence=body.min_confidence)
+    except ValueError as exc:  # e.g. a query of blanks or emoji only, an unknown min_confidence
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query=body.q, searched_for=sought(body.q), took_ms=round(took, 2),
+    return SearchResponse(query=body.q, took_ms=round(took, 2),
                           hits=[hit_out(h, body.q, state.index.sparse, state.shown) for h in hits])
 
 
@@ -81,10 +80,13 @@ def search_get(
     modality: Modality | None = None,
     language: str | None = Query(None, max_length=16),
     speaker: str | None = Query(None, max_length=16, description="Only speech of this speaker (S1, S2, …)"),
+    min_confidence: str = Query("low", max_length=16, description="How sure a hit must be: high, medium, low or "
+                                "none (every ranked moment)"),
 ) -> SearchResponse:
-    """Search in plain language; hits are moments (file + time range), best first."""
+    """Search in plain language; hits are moments (file + time range), best first, as sure as min_confidence
+    asks."""
     filters = Filters(video_id=video_id, modality=modality, language=language, speaker=speaker)
-    return _run(request, SearchRequest(q=q, limit=limit, filters=filters))
+    return _run(request, SearchRequest(q=q, limit=limit, filters=filters, min_confidence=min_confidence))
 
 
 @router.post("/search", response_model=SearchResponse)

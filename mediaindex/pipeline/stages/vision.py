@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mediaindex.config import Settings
-from mediaindex.index.calibration import LABEL_MIN
+from mediaindex.models.classifier import LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
 from mediaindex.pipeline.stages.contract import StageContract, StageName

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from mediaindex.index.wordweights import LANGUAGES as LATIN  # the Latin-script lists wordfreq holds
+from mediaindex.search.wordweights import LANGUAGES as LATIN  # the Latin-script lists wordfreq holds
 
 # Letters that name their language (or the one a search archive most likely holds in them).
 SCRIPTS = (

@@ -1,0 +1,83 @@
+"""The labelled query sets of the search benchmarks, read into one shape, and what a right moment is.
+
+Two sets: "media" (../shared/media with benchmarks/search_queries*.yaml) and "media-val"
+(../shared/media-val with its own queries.yaml and offarchive.yaml, written apart from this project's
+search code). Each query: text, the file names that answer it, the labelled time range, its kind, whether
+it is off-archive (no right answer) and, for off-archive ones, whether it is a near miss of something shown.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared"
+SETS = {"media": SHARED / "media", "media-val": SHARED / "media-val"}
+
+
+@dataclass(frozen=True)
+class Labelled:
+    query: str
+    files: tuple[str, ...]
+    start: float
+    end: float
+    kind: str
+    near_miss: bool = False
+
+    @property
+    def off_archive(self) -> bool:
+        return not self.files
+
+    @property
+    def group(self) -> str:
+        """What cross-validation folds by: the answering file, or the query itself when none answers."""
+        return self.files[0] if self.files else f"off:{self.query}"
+
+    def family(self) -> str:
+        """visual, multilingual (German, Korean, translations), paraphrase or other."""
+        k = self.kind
+        if "visual" in k or k == "ocr":
+            return "visual" if "visual" in k else "ocr"
+        if any(t in k for t in ("german", "korean", "multilingual", "_de", "_ko")):
+            return "multilingual"
+        if "paraphrase" in k:
+            return "paraphrase"
+        return "other"
+
+
+def _media_queries() -> list[Labelled]:
+    out: list[Labelled] = []
+    for path in sorted(HERE.glob("search_queries*.yaml")):
+        nearmiss_file = "nearmiss" in path.name
+        for q in yaml.safe_load(path.read_text(encoding="utf-8")):
+            files = tuple(q.get("files") or ())
+            out.append(Labelled(q["query"], files, float(q["start"]), float(q["end"]), q["kind"],
+                                near_miss=nearmiss_file and not files))
+    return out
+
+
+def _val_queries(root: Path) -> list[Labelled]:
+    out = [Labelled(q["q"], (Path(q["file"]).name,), float(q["window"][0]), float(q["window"][1]), q["kind"])
+           for q in yaml.safe_load((root / "queries.yaml").read_text(encoding="utf-8"))]
+    for line in (root / "offarchive.yaml").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("- "):
+            continue
+        text = yaml.safe_load(line)[0]  # the comment goes
+        out.append(Labelled(text, (), 0.0, 0.0, "off_archive", near_miss=bool(re.search(r"#\s*near miss", line))))
+    return out
+
+
+def load_set(name: str) -> list[Labelled]:
+    return _media_queries() if name == "media" else _val_queries(SETS[name])
+
+
+def relevant(hit, q: Labelled) -> bool:
+    return Path(hit.source).name in q.files and hit.start < q.end and hit.end > q.start
+
+
+def rank_of(hits, q: Labelled) -> int | None:
+    return next((i + 1 for i, h in enumerate(hits) if relevant(h, q)), None)

@@ -1,0 +1,80 @@
+"""What the relevance model reads of one candidate: a handful of numbers, each computed the same way for every
+query and segment.
+
+- `dense`: cosine of the query's and the segment's text embeddings.
+- `standing`: that cosine's z-score among the query's similarities to its candidates: how far this segment
+  stands out from what the query resembles anyway (multilingual-e5 gives unrelated text 0.80 and related
+  0.85). Where the archive yields fewer candidates than the pool asks for (a file or two), passages about
+  nothing in particular (`ranking.background_vectors`) fill the pool, so that a handful of segments do not
+  stand out from each other alone.
+- `lead`: how far it lies below the query's best candidate (0 for the best).
+- `words`: the rarity-weighted share of the query's words the segment holds (`wordweights`); for on-screen
+  text, or the share of the query's letters found as one run in it, whichever is higher (OCR merges words).
+- `cross_language`: 1 where the query and the segment are in different languages (a translation scores
+  lower than same-language text).
+- `visual`, `ocr`: the segment's modality (speech, summaries and chapters are the base).
+- `label`: a visual segment's best label probability from the classifier (0 for other modalities).
+"""
+
+from __future__ import annotations
+
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from mediaindex.index.store import TEXT_VECTOR, ScoredHit
+from mediaindex.search.ranking import Query, letters
+
+NAMES = ("dense", "standing", "lead", "words", "cross_language", "visual", "ocr", "label")
+# A shared run of fewer letters turns up by chance in any caption ("Mozart" and "Communist" share "ist").
+MIN_OCR_LETTERS = 5
+
+
+def ocr_text_match(query_letters: str, text: str) -> float:
+    """The share of the query's letters and digits found as one run in the on-screen text."""
+    if len(query_letters) < MIN_OCR_LETTERS:
+        return 0.0
+    hay = letters(text)
+    m = SequenceMatcher(None, query_letters, hay, autojunk=False).find_longest_match(
+        0, len(query_letters), 0, len(hay))
+    return m.size / len(query_letters) if m.size >= MIN_OCR_LETTERS else 0.0
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b) / (na * nb)) if na and nb else 0.0
+
+
+def word_share(q: Query, s: ScoredHit) -> float:
+    """The rarity-weighted share of the query's words the segment holds."""
+    if not q.word_ids:
+        return 0.0
+    held = s.words - q.template_ids if s.hit.modality == "visual" else s.words
+    return q.weights.share(q.word_ids, dict.fromkeys(q.word_ids & held, 1.0))
+
+
+def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
+    """One row of NAMES per candidate, in the candidates' order; `pool` is how many candidates were asked for."""
+    rows = np.zeros((len(found), len(NAMES)), dtype=np.float64)
+    if not found:
+        return rows
+    dense = np.array([_cos(q.dense, v) if q.dense is not None and (v := s.dense.get(TEXT_VECTOR)) is not None
+                      and s.hit.text else 0.0 for s in found])
+    missing = max(0, pool - len(found))
+    usual = dense if q.background is None or not missing else np.concatenate([dense, q.background[:missing]])
+    spread = float(usual.std())
+    rows[:, 0] = dense
+    rows[:, 1] = (dense - usual.mean()) / spread if spread > 0 else 0.0
+    rows[:, 2] = dense.max() - dense
+    query_letters = letters(q.text)
+    for i, s in enumerate(found):
+        modality = s.hit.modality
+        share = word_share(q, s)
+        if modality == "ocr":
+            share = max(share, ocr_text_match(query_letters, s.hit.text))
+        rows[i, 3] = share
+        rows[i, 4] = float(q.language is not None and s.hit.language is not None and q.language != s.hit.language)
+        rows[i, 5] = float(modality == "visual")
+        rows[i, 6] = float(modality == "ocr")
+        rows[i, 7] = float(s.confidence or 0.0) if modality == "visual" else 0.0
+    return rows

@@ -1,0 +1,170 @@
+"""Ranking: a query's candidates from the index, in the order the engine fuses them; nothing is dropped here.
+
+Hybrid retrieval: the query's dense vector against the segments' text vectors (speech, on-screen text, the
+visual labels' text, summaries), its words against their sparse vectors, and a query picture (or CLIP's text
+tower) against the shots' picture vectors; Qdrant fuses the lists by reciprocal rank. Which of the
+candidates match is decided afterwards, by one model (`relevance`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.index import MediaIndex
+from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
+from mediaindex.search.querylang import query_language
+from mediaindex.search.wordweights import WordWeights
+from mediaindex.segments import WEB_ADDRESS_PARTS
+
+if TYPE_CHECKING:
+    from mediaindex.index.sparse import SparseEncoder
+    from mediaindex.models.text_embed import TextEmbedder
+
+IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
+MAX_QUERY_CHARS = 2000
+# Visual segments read "a photo of a macaw, a bird, ...": the template's words are no evidence.
+TEMPLATE = "a photo of"
+
+
+class QueryError(ValueError):
+    """A query that cannot be searched; the message says why, for a person."""
+
+
+def check_query(query: str | None) -> str:
+    """The query with blanks folded; refuses what cannot be searched."""
+    if query is not None and not isinstance(query, str):
+        raise QueryError(f"the search query must be text, got {type(query).__name__}")
+    query = " ".join((query or "").replace("\x00", " ").split())
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(f"the search query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
+    if query and not any(unicodedata.category(c)[0] in "LN" for c in query):
+        raise QueryError("the search query has no letters or digits to search for (emoji and punctuation alone "
+                         "match nothing): describe what to find in words")
+    return query
+
+
+@dataclass
+class Query:
+    """A query as ranking and the relevance model need it: its text, words, dense vector and pictures."""
+
+    text: str
+    words: SparseVec | None = None
+    word_ids: set[int] = field(default_factory=set)
+    template_ids: set[int] = field(default_factory=set)
+    weights: WordWeights = field(default_factory=WordWeights)  # what finding each word says
+    dense: np.ndarray | None = None
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    clip_text: np.ndarray | None = None
+    language: str | None = None  # the query's language where its letters or words say it plainly
+    background: np.ndarray | None = None  # its dense similarity to each passage of `background.txt`
+    encoder: SparseEncoder | None = None  # tells which spoken word is which query word
+
+
+def prepare(
+    index: MediaIndex, embedder: TextEmbedder | None, query: str, mode: str,
+    image_vectors: dict[str, np.ndarray] | None = None, clip_text: np.ndarray | None = None,
+) -> Query:
+    """The query's words, dense vector and pictures, checked against what the index holds."""
+    images = {k: np.asarray(v, dtype=np.float32).reshape(-1) for k, v in (image_vectors or {}).items()}
+    if not query and not images:
+        raise QueryError("the search query is empty")
+    for name, vec in images.items():
+        if name not in index.store.dims or name == TEXT_VECTOR:
+            raise QueryError(f"this index has no {name!r} image vectors (configure the model that makes them and "
+                             "ingest)")
+        if vec.shape[0] != index.store.dims[name] or not np.isfinite(vec).all() or not vec.any():
+            raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
+    q = Query(query, images=images, encoder=index.sparse, language=query_language(query) if query else None)
+    if query and mode != "dense":  # meaning alone: the query's words are no evidence either
+        words = index.sparse.query(query)
+        q.word_ids = set(words.indices)
+        q.template_ids = set(index.sparse.query(TEMPLATE).indices) - q.word_ids
+        q.weights = WordWeights.of(query, index.sparse)
+        q.words = words or None
+    if query and mode != "sparse":
+        if embedder is None:
+            raise QueryError("a text query needs the text embedder")
+        q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+    if clip_text is not None and "image" in index.store.dims and mode != "sparse":
+        q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
+    return q
+
+
+BACKGROUND_FILE = Path(__file__).with_name("background.txt")
+_BACKGROUND: dict[str, np.ndarray] = {}
+
+
+def background_vectors(embedder: TextEmbedder, cache_dir: Path | None = None) -> np.ndarray:
+    """The background passages embedded by this embedder, normalised: once per process, and kept under
+    `cache_dir` (embedding them takes a second or two, a one-shot search should not pay it each time)."""
+    if embedder.name in _BACKGROUND:
+        return _BACKGROUND[embedder.name]
+    lines = BACKGROUND_FILE.read_text(encoding="utf-8").splitlines()
+    texts = [line for line in lines if line.strip() and not line.startswith("#")]
+    digest = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
+    cached = cache_dir / "search" / f"background-{digest}.npy" if cache_dir is not None else None
+    vectors: np.ndarray | None = None
+    if cached is not None and cached.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            vectors = np.load(cached, allow_pickle=False)
+    if vectors is None or vectors.shape[0] != len(texts):
+        vectors = np.asarray(embedder.embed_passages(texts), dtype=np.float32)
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        if cached is not None:
+            with contextlib.suppress(OSError):  # an unwritable cache only costs the time again
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                partial = cached.with_suffix(f".{os.getpid()}.partial")
+                with partial.open("wb") as out:
+                    np.save(out, vectors, allow_pickle=False)
+                os.replace(partial, cached)
+    _BACKGROUND[embedder.name] = vectors
+    return vectors
+
+
+def measure_background(q: Query, embedder: TextEmbedder | None, cache_dir: Path | None = None) -> None:
+    """Note the query's similarity to each background passage (only needed where candidates are few)."""
+    if q.dense is not None and embedder is not None and q.background is None:
+        unit = q.dense / max(float(np.linalg.norm(q.dense)), 1e-12)
+        q.background = background_vectors(embedder, cache_dir) @ unit
+
+
+def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int) -> list[ScoredHit]:
+    """The engine's fused candidate list for a prepared query, best fused rank first."""
+    cfg, store = index.settings, index.store
+    wanted = [SPARSE_VECTOR, TEXT_VECTOR, *(n for n in IMAGE_VECTORS if n in store.dims)]
+    retrievers: list[Retriever] = []
+    if mode != "sparse":
+        if q.dense is not None:
+            retrievers.append(Retriever(TEXT_VECTOR, q.dense, cfg.dense_weight))
+        retrievers += [Retriever(name, vec, cfg.image_weight) for name, vec in q.images.items()]
+        if q.clip_text is not None:
+            retrievers.append(Retriever("image", q.clip_text, cfg.image_weight))
+    if q.words and mode != "dense":
+        retrievers.append(Retriever(SPARSE_VECTOR, q.words, cfg.sparse_weight))
+    if not retrievers:
+        return []
+    retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
+    return store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
+
+
+def address_part_ids(encoder: SparseEncoder) -> set[int]:
+    """The word ids of what every web address has (www, http(s), the domains)."""
+    return set(encoder.query(" ".join(WEB_ADDRESS_PARTS)).indices)
+
+
+_LETTERS = re.compile(r"[\W_]+")
+
+
+def letters(text: str) -> str:
+    """Lower-case letters and digits only: OCR drops and adds spaces and punctuation at will."""
+    return _LETTERS.sub("", unicodedata.normalize("NFKC", text).casefold())

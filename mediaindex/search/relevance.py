@@ -1,0 +1,86 @@
+"""The one relevance decision: P(relevant | features) from a logistic regression, and the bands it gives.
+
+The coefficients live in `relevance.json` beside this file, written by `benchmarks/fit_relevance.py` (the
+command that produced them is recorded in the file). The reader picks how sure a hit must be to be returned
+(`min_confidence`): the cut points are fixed probabilities, not measured lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from mediaindex.search.features import NAMES
+
+MODEL_FILE = Path(__file__).with_name("relevance.json")
+# The least probability of each band; "none" returns every ranked candidate.
+LEVELS = {"high": 0.7, "medium": 0.4, "low": 0.15, "none": 0.0}
+DEFAULT_LEVEL = "low"
+
+
+class ConfidenceError(ValueError):
+    """An unknown min_confidence; the message names the known ones."""
+
+
+def check_level(level: str | None) -> str:
+    """The level as given (default when None); refuses one that is not a level."""
+    if level is None:
+        return DEFAULT_LEVEL
+    if not isinstance(level, str) or level.strip().lower() not in LEVELS:
+        raise ConfidenceError(f"unknown min_confidence {level!r}: use one of {', '.join(LEVELS)}")
+    return level.strip().lower()
+
+
+def band(probability: float) -> str | None:
+    """"high", "medium" or "low"; None below the low band."""
+    for name in ("high", "medium", "low"):
+        if probability >= LEVELS[name]:
+            return name
+    return None
+
+
+def passes(probability: float, level: str) -> bool:
+    return probability >= LEVELS[level]
+
+
+@dataclass(frozen=True)
+class RelevanceModel:
+    """Logistic regression over standardised features."""
+
+    names: tuple[str, ...]
+    mean: np.ndarray
+    scale: np.ndarray
+    coef: np.ndarray
+    intercept: float
+
+    def probability(self, rows: np.ndarray) -> np.ndarray:
+        if rows.size == 0:
+            return np.zeros(len(rows))
+        z = ((rows - self.mean) / self.scale) @ self.coef + self.intercept
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def to_dict(self) -> dict:
+        return {"features": list(self.names), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "coef": self.coef.tolist(), "intercept": self.intercept}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RelevanceModel:
+        names = tuple(data["features"])
+        if names != NAMES:
+            raise ValueError(f"the relevance model reads {names}, the searcher computes {NAMES}: refit it")
+        return cls(names, np.asarray(data["mean"], dtype=np.float64), np.asarray(data["scale"], dtype=np.float64),
+                   np.asarray(data["coef"], dtype=np.float64), float(data["intercept"]))
+
+
+def load_model(path: Path | None = None) -> RelevanceModel:
+    """The fitted model (`MODEL_FILE` unless another file is named), read once."""
+    return _read(path or MODEL_FILE)
+
+
+@lru_cache(maxsize=4)
+def _read(path: Path) -> RelevanceModel:
+    return RelevanceModel.from_dict(json.loads(path.read_text(encoding="utf-8"))["model"])
