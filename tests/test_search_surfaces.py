@@ -27,18 +27,12 @@ def _key(video_id: str, start: float, end: float, modality: str, band: str | Non
 
 
 def _cli(sample: Sample, cache_dir: Path, tmp: Path, query: str) -> list[dict]:  # noqa: F811
-    """`mediaindex search --json` in its own process, while this process lets go of the embedded store."""
-    index = sample.index
-    store_type, dims = type(index.store), index.store.dims
-    index.store.close()
-    try:
-        env = {**os.environ, "MEDIAINDEX_CACHE_DIR": str(cache_dir), "MEDIAINDEX_TEMP_DIR": str(tmp)}
-        result = subprocess.run(
-            [sys.executable, "-m", "mediaindex", "search", query, "--json", "--limit", "5", "--config", "cpu",
-             "--index", str(sample.settings.index_dir)],
-            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-    finally:
-        index.store = store_type(sample.settings.index_dir / "qdrant", dims, index.sparse)
+    """`mediaindex search --json` in its own process; it reads through this process, which holds the index."""
+    env = {**os.environ, "MEDIAINDEX_CACHE_DIR": str(cache_dir), "MEDIAINDEX_TEMP_DIR": str(tmp)}
+    result = subprocess.run(
+        [sys.executable, "-m", "mediaindex", "search", query, "--json", "--limit", "5", "--config", "cpu",
+         "--index", str(sample.settings.index_dir)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
