@@ -132,28 +132,25 @@ def test_a_frame_finds_its_own_shot(vision_index) -> None:
 
 def test_search_image_from_the_command_line(vision_index, tmp_path: Path, cache_dir: Path) -> None:
     settings, index = vision_index
-    index.store.close()  # one process at a time holds the embedded store
-    try:
-        t, frame = _query_frames("video/cockatoo.mp4")[1]  # the close-up of the bird
-        Image.fromarray(frame).save(tmp_path / "query.jpg")
-        (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-        env |= {"MEDIAINDEX_CACHE_DIR": str(cache_dir), "MEDIAINDEX_TEMP_DIR": str(tmp_path / "t")}
-        cmd = [sys.executable, "-m", "mediaindex", "search", "--index", str(settings.index_dir)]
-        ok = subprocess.run([*cmd, "--image", str(tmp_path / "query.jpg"), "--json", "-n", "2"],
-                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-        assert ok.returncode == 0, ok.stderr
-        hits = json.loads(ok.stdout)
-        assert Path(hits[0]["source"]).name == "cockatoo.mp4" and hits[0]["modality"] == "visual"
-        assert hits[0]["start"] <= t < hits[0]["end"]
-        for extra, message in [(["--image", str(tmp_path / "broken.png")], "not a readable image"),
-                               (["--image", str(tmp_path / "nope.png")], "not found"),
-                               (["words", "--image", str(tmp_path / "query.jpg")], "not both")]:
-            bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-            assert bad.returncode != 0 and message in bad.stderr.replace("\n", " ")
-            assert "Traceback" not in bad.stderr
-    finally:
-        index.store = type(index.store)(settings.index_dir / "qdrant", index.store.dims)
+    # The CLI reads through this process, which holds the embedded store.
+    t, frame = _query_frames("video/cockatoo.mp4")[1]  # the close-up of the bird
+    Image.fromarray(frame).save(tmp_path / "query.jpg")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env |= {"MEDIAINDEX_CACHE_DIR": str(cache_dir), "MEDIAINDEX_TEMP_DIR": str(tmp_path / "t")}
+    cmd = [sys.executable, "-m", "mediaindex", "search", "--index", str(settings.index_dir)]
+    ok = subprocess.run([*cmd, "--image", str(tmp_path / "query.jpg"), "--json", "-n", "2"],
+                        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    hits = json.loads(ok.stdout)
+    assert Path(hits[0]["source"]).name == "cockatoo.mp4" and hits[0]["modality"] == "visual"
+    assert hits[0]["start"] <= t < hits[0]["end"]
+    for extra, message in [(["--image", str(tmp_path / "broken.png")], "not a readable image"),
+                           (["--image", str(tmp_path / "nope.png")], "not found"),
+                           (["words", "--image", str(tmp_path / "query.jpg")], "not both")]:
+        bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        assert bad.returncode != 0 and message in bad.stderr.replace("\n", " ")
+        assert "Traceback" not in bad.stderr
 
 
 def test_unusable_keyframes_are_noted_not_fatal(settings: Settings) -> None:
