@@ -65,7 +65,9 @@ def _open_index(settings: Settings, must_exist: bool = False) -> tuple[MediaInde
     if must_exist:
         _require_index(settings)
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
-    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)), embedder
+    # An ingest (the only caller that may create the index) repairs it: files whose data was lost are indexed again.
+    return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
+                      repair=not must_exist), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -676,14 +678,24 @@ def index_reset(
     config: ConfigOpt = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete the index (vectors, catalog, thumbnails) so it can be rebuilt by ingesting again."""
-    import shutil
+    """Delete the index (vectors, catalog, thumbnails) so it can be rebuilt by ingesting again.
 
-    settings = _settings(config, index)
-    if not settings.index_dir.exists():
-        out.print(f"nothing to reset at {settings.index_dir}")
+    Stopped at any point, it leaves the old index or none: the next command finishes an interrupted reset."""
+    from mediaindex.index.holder import read_holder
+    from mediaindex.index.reset import RESET_MARKER, reset_index
+
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    index_dir = settings.index_dir
+    if not index_dir.exists() or not any((index_dir / name).exists() for name in
+                                         ("schema.json", "catalog.db", "qdrant", "thumbs", RESET_MARKER)):
+        out.print(f"nothing to reset at {index_dir}")
         return
-    if not yes and not typer.confirm(f"delete the index at {settings.index_dir}?"):
+    if (holder := read_holder(index_dir)) is not None:
+        raise _fail(f"the index at {index_dir} is held by {holder.describe()}; stop it first, then reset")
+    if not yes and not typer.confirm(f"delete the index at {index_dir}?"):
         raise typer.Exit(1)
     if settings.index.backend == "server" and settings.index.url:
         from mediaindex.index.server_store import make_client
@@ -695,12 +707,11 @@ def index_reset(
             client.close()
         except Exception as exc:
             raise _fail(f"cannot delete the collection {settings.index.collection!r} at {settings.index.url}: {exc}") from exc
-    for name in ("qdrant", "thumbs", "catalog.db", "schema.json"):
-        target = settings.index_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+    try:
+        reset_index(index_dir)
+    except OSError as exc:
+        raise _fail(f"the index at {index_dir} could not be deleted completely ({exc}); run "
+                    "`mediaindex index reset` again (the rest is deleted then)") from exc
     out.print(f"index at {settings.index_dir} reset")
 
 

@@ -12,7 +12,9 @@ from mediaindex.errors import ConfigError, IndexBusyError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, clear_holder, read_holder, record_holder
+from mediaindex.index.integrity import reconcile
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
+from mediaindex.index.reset import finish_reset
 from mediaindex.index.schema import check_or_write
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
@@ -54,18 +56,23 @@ class IndexHeldError(IndexBusyError):
 
 
 def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-               *, must_exist: bool = False, thread_safe: bool = False) -> MediaIndex:
+               *, must_exist: bool = False, thread_safe: bool = False, repair: bool = False) -> MediaIndex:
     """The one way into an index: typed errors for a missing index, one held by another process (naming
     it), or one built with other image vectors; `thread_safe` gives each thread its own catalog
-    connection (a server's request and job threads)."""
+    connection (a server's request and job threads). A reset stopped midway is finished first; vectors
+    and catalog are checked to agree (see integrity.py): `repair` (an ingest) forgets files whose segments
+    were lost so that they are indexed again, else such an index is refused with the fix."""
     index_dir = Path(settings.index_dir)
-    if must_exist and not (index_dir / "schema.json").exists():
-        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
     holder = read_holder(index_dir)
     if holder is not None and holder.url and settings.index.backend != "server":
         raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
+    if holder is None:
+        finish_reset(index_dir)
+    if must_exist and not (index_dir / "schema.json").exists():
+        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
     try:
-        return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe)
+        return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe,
+                          repair=repair)
     except IndexBusyError as exc:
         raise IndexHeldError(index_dir, read_holder(index_dir)) from exc
     # Every other refusal arrives typed: the stores turn the vector engines' errors into MediaIndexErrors
@@ -75,7 +82,7 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
 class MediaIndex:
     def __init__(
         self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-        thread_safe: bool = False,
+        thread_safe: bool = False, repair: bool = False,
     ) -> None:
         self.dir = settings.index_dir
         self.settings = settings.index
@@ -95,6 +102,16 @@ class MediaIndex:
                                                  self.sparse)
         except BaseException:
             self.catalog.close()
+            raise
+        try:
+            self.agreement = reconcile(self.dir, self.catalog, self.store, forget_damaged=repair)
+        except BaseException:
+            try:
+                self.store.close()
+            except MediaIndexError:
+                pass  # the reason the index is refused is the error raised above
+            finally:
+                self.catalog.close()
             raise
         self._vocabulary: frozenset[str] | None = None
         self._vocabulary_version = -1
