@@ -194,8 +194,9 @@ def jobs(
                 print(json.dumps({**_job_dict(job, store.counts(job_id)),
                                   "files": [f.__dict__ for f in files]}, ensure_ascii=False, indent=2))
                 return
-            out.print(f"job {job.id} ({job.kind}): {job.state}" + (f" ({job.error})" if job.error else ""),
-                      highlight=False)
+            out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "")
+                      + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
+                         if job.interrupted and job.kind == "ingest" else ""), highlight=False)
             table = Table()
             for col in ("state", "attempts", "file", "reason"):
                 table.add_column(col)
@@ -214,7 +215,7 @@ def jobs(
         table.add_column(col)
     for j, counts in listed:
         tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table.add_row(j.id, j.kind, j.state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
+        table.add_row(j.id, j.kind, j.shown_state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
     out.print(table)
 
 
@@ -244,7 +245,7 @@ def _cancel_job(settings: Settings, job_id: str) -> None:
 
 
 def _job_dict(job, counts: dict[str, int]) -> dict:
-    return {"id": job.id, "kind": job.kind, "state": job.state, "error": job.error, "created": job.created,
+    return {"id": job.id, "kind": job.kind, "state": job.shown_state, "error": job.error, "created": job.created,
             "updated": job.updated, "params": job.params, "counts": counts}
 
 
