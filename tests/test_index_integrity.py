@@ -19,8 +19,9 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import IndexMissingError, MediaIndex, open_index
 from mediaindex.index.reset import INDEX_PARTS, RESET_MARKER, reset_index, reset_pending
 from mediaindex.segments import Segment
-from tests.conftest import make_settings
+from tests.conftest import cli_environment, make_settings
 from tests.corpus import manifesto
+from tests.test_cli import run
 
 FILES, PER_FILE, DIM = 4, 12, 16
 
@@ -147,3 +148,21 @@ def test_a_full_disk_is_refused_with_a_message_and_the_index_opens_once_space_is
             assert index.store.count() == FILES * PER_FILE
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_cli_reset_refuses_a_held_index_and_a_stopped_reset_reads_as_no_index(built: Settings, cache_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    env = cli_environment(built.index_dir, cache_dir, tmp_path / "t")
+    with _open(built, must_exist=True):  # this process holds the index, as a running ingest would
+        held = run("index", "reset", "--yes", env=env)
+    assert held.returncode == 2 and "is held by" in held.stderr and "Traceback" not in held.stderr
+    assert (built.index_dir / "catalog.db").exists()
+
+    (built.index_dir / RESET_MARKER).write_text("")
+    (built.index_dir / "schema.json").unlink()  # killed after its first deletion
+    for args in (["index", "stats"], ["search", "anything"]):
+        stopped = run(*args, env=env)
+        assert stopped.returncode == 2 and "no index at" in stopped.stderr and "Traceback" not in stopped.stderr
+    done = run("index", "reset", "--yes", env=env)
+    assert done.returncode == 0, done.stderr
+    assert not any((built.index_dir / name).exists() for name in (*INDEX_PARTS, RESET_MARKER))
