@@ -166,3 +166,43 @@ def test_cli_reset_refuses_a_held_index_and_a_stopped_reset_reads_as_no_index(bu
     done = run("index", "reset", "--yes", env=env)
     assert done.returncode == 0, done.stderr
     assert not any((built.index_dir / name).exists() for name in (*INDEX_PARTS, RESET_MARKER))
+
+
+class _Stop(Exception):
+    """Where the process would have died."""
+
+
+def _reindexed(video_id: str) -> tuple[VideoRecord, list[Segment], np.ndarray]:
+    segs = [Segment(video_id, "/archive/video001.mp4", i * 3.0, i * 3.0 + 3.0, "speech", f"changed words {i}", "en")
+            for i in range(PER_FILE + 5)]
+    record = VideoRecord(video_id, "/archive/video001.mp4", video_id, 2, 2, None, "en", len(segs), {}, 0.0)
+    return record, segs, np.random.default_rng(1).normal(size=(len(segs), DIM)).astype(np.float32)
+
+
+@pytest.mark.parametrize("stopped_at", ["catalog.upsert", "catalog.set_words", "store.delete_video"])
+def test_re_indexing_a_changed_file_leaves_its_old_state_or_its_new_one(built: Settings, stopped_at: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    record, segs, vectors = _reindexed("changed001")
+    with _open(built) as index:
+        part, method = stopped_at.split(".")
+        real = getattr(getattr(index, part), method)
+
+        def stop(video_id: str, *args: object) -> object:
+            if method != "delete_video" or video_id == "video001":  # the old points' deletion is the last step
+                raise _Stop
+            return real(video_id, *args)
+
+        monkeypatch.setattr(getattr(index, part), method, stop)
+        with pytest.raises(_Stop):
+            index.replace_video(record, segs, vectors)
+        monkeypatch.undo()
+    with _open(built, must_exist=True) as index:
+        entry = index.catalog.by_source("/archive/video001.mp4")
+        assert entry is not None and index.agreement.orphan_points > 0
+        old, new = index.store.count(SearchFilters(video_id="video001")), index.store.count(
+            SearchFilters(video_id="changed001"))
+        if entry.video_id == "video001":
+            assert (old, new) == (PER_FILE, 0)
+        else:
+            assert entry.video_id == "changed001" and (old, new) == (0, PER_FILE + 5)
+        assert index.store.count() == sum(r.segments for r in index.catalog.all())

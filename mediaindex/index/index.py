@@ -125,20 +125,24 @@ class MediaIndex:
             record_holder(self.dir, url=url)
 
     def replace_video(self, record: VideoRecord, segments: list[Segment], vectors: np.ndarray) -> None:
-        """Swap in a file's new segments.
+        """Swap in a file's new segments, so that a process dying at any point leaves its old state or its new one.
 
-        The catalog entry goes first and comes back last: if the process dies in between, the file is
-        simply not indexed and the next ingest redoes it; point ids are stable, so nothing duplicates.
+        Changed bytes make a new video id, so the new points never overwrite the old ones: they are written
+        first, the catalog entry then switches to them in one transaction, and the old points go last. Points
+        of an entry the catalog does not hold (a write stopped before or after the switch) are removed when
+        the index next opens. Rewriting the same bytes reuses the same point ids; then the entry goes first
+        and comes back last: a stop in between leaves the file not indexed and the next ingest redoes it.
         """
         previous = self.catalog.by_source(record.source)
-        if previous is not None:
-            self.catalog.delete(previous.video_id)
-            self.store.delete_video(previous.video_id)
-        self.catalog.delete(record.video_id)
-        self.store.delete_video(record.video_id)
+        if self.catalog.get(record.video_id) is not None:
+            self.catalog.delete(record.video_id)
+        self.store.delete_video(record.video_id)  # the same bytes indexed before, or a stopped write's points
         self.store.upsert(segments, vectors)
         self.catalog.upsert(record)
         self.catalog.set_words(record.video_id, words_of(s.text for s in segments if s.modality in WORDED))
+        if previous is not None and previous.video_id != record.video_id:
+            self.catalog.delete(previous.video_id)  # its row went with the switch; this drops its words
+            self.store.delete_video(previous.video_id)
         self._vocabulary = None
 
     def add_segments(self, video_id: str, segments: list[Segment], vectors: np.ndarray) -> None:
