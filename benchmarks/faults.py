@@ -312,7 +312,7 @@ def run_reset_kills(base: Path, kills: int, seed: int = 0) -> dict:
             got = json.loads(stats.stdout)
             whole = got["files"] == stats0["files"] and got["points"] == stats0["points"]
             state = "old index" if whole else "MIXED"
-            if search.returncode != 0 or not json.loads(search.stdout or "[]"):
+            if whole and (search.returncode != 0 or not json.loads(search.stdout or "[]")):
                 state = "old stats but search failed or empty"
         elif looks_clear(stats) and looks_clear(search) and "no index" in stats.stderr:
             state = "no index"
@@ -323,7 +323,8 @@ def run_reset_kills(base: Path, kills: int, seed: int = 0) -> dict:
             state += " / catalog and vectors disagree"
         outcomes[state] = outcomes.get(state, 0) + 1
         if state not in ("old index", "no index"):
-            problems.append(f"kill {i}: {state}: {stats.stderr[-300:]} {search.stderr[-300:]}")
+            problems.append(f"kill {i}: {state}: stats exit {stats.returncode} {stats.stderr[-300:]}; search exit "
+                            f"{search.returncode} {search.stdout[-300:]} {search.stderr[-300:]}")
     # After the last kill, an ingest must index the files again (never "already indexed" for a reset index).
     again = cli(["ingest", *[str(MEDIA / f) for f in SMALL]], env)
     reindexed = again.returncode == 0 and "already indexed" not in again.stderr

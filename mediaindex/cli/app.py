@@ -67,7 +67,7 @@ def _open_index(settings: Settings, must_exist: bool = False) -> tuple[MediaInde
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
     # An ingest (the only caller that may create the index) repairs it: files whose data was lost are indexed again.
     return open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
-                      repair=not must_exist), embedder
+                      must_exist=must_exist, repair=not must_exist), embedder
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
