@@ -184,48 +184,86 @@ def index_health(index_dir: Path, sources: list[Path]) -> dict:
                 "segments": index.store.count()}
 
 
-def run_ingest_kills(base: Path, kills: int) -> dict:
+def _job_files(jobs_db: Path, job: str | None) -> dict[str, int]:
+    """The job's files by state, and `working`: stage calls in progress."""
+    if job is None or not jobs_db.exists():
+        return {}
+    with sqlite3.connect(jobs_db) as db:
+        out = dict(db.execute("SELECT state, COUNT(*) FROM job_files WHERE job_id = ? GROUP BY state", (job,)))
+        out["working"] = db.execute("SELECT COALESCE(SUM(working), 0) FROM job_files WHERE job_id = ?",
+                                    (job,)).fetchone()[0]
+    return out
+
+
+def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
+    """Four kills in a row on one job before anything finishes (the models still loading), then kills while a
+    stage works on a file, a random moment after it started; a job that finishes is followed, after a reset,
+    by a new one. Then the last job is resumed to the end."""
     files = [MEDIA / g for g in GOOD]
     env = make_env(base, "kill-index")
+    jobs_db = Path(env["MEDIAINDEX_INDEX_DIR"]) / "jobs.db"
     log = base / "kill-stderr.txt"
-    job, history = None, []
-    # Four kills in a row before any file can finish (the models are still loading), then later ones (files in
-    # flight and finished).
-    delays = [2.0, 4.0, 6.0, 8.0][:kills] + [15.0 + 10.0 * i for i in range(max(0, kills - 4))]
-    for delay in delays:
+    rng = random.Random(seed)
+    job: str | None = None
+    jobs: list[str] = []
+    history: list[dict] = []
+    nothing_while_open = 0
+    tries = 0
+    while sum(1 for h in history if h["run"] == "killed") < kills and tries < 3 * kills:
+        tries += 1
+        early = len(history) < 4
         args = ["ingest", "--resume", job] if job else ["ingest", *map(str, files)]
         with open(log, "w") as err:
             proc = subprocess.Popen([sys.executable, "-m", "mediaindex", *args], env=env, cwd=ROOT,
                                     stdout=subprocess.DEVNULL, stderr=err)
-        job = job or _job_id(log, 60)
-        time.sleep(delay)
-        state = "finished before the kill" if proc.poll() is not None else "killed"
-        if proc.poll() is None:
+        if job is None:
+            job = _job_id(log, 120)
+            jobs.append(str(job))
+        if early:
+            delay = 2.0 * len(history) + 2.0
+            time.sleep(delay)
+        else:  # a random moment once a stage works on a file
+            began = time.monotonic()
+            while proc.poll() is None and not _job_files(jobs_db, job).get("working") and time.monotonic() - began < 600:
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 3.0))
+            delay = round(time.monotonic() - began, 1)
+        killed = proc.poll() is None
+        if killed:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        history.append({"after_s": delay, "run": state})
-        time.sleep(2)
-    jobs_db = Path(env["MEDIAINDEX_INDEX_DIR"]) / "jobs.db"
-    with sqlite3.connect(jobs_db) as db:
-        charged = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_files WHERE job_id = ? AND state != 'done'",
-                             (job,)).fetchone()[0]
+        counts = _job_files(jobs_db, job)
+        said = log.read_text(errors="replace")
+        if "nothing to index" in said and (counts.get("pending", 0) + counts.get("running", 0)) > 0:
+            nothing_while_open += 1
+        history.append({"job": job, "after_s": delay, "run": "killed" if killed else "finished before the kill",
+                        "done_at_kill": counts.get("done", 0), "early": early})
+        if not killed and not counts.get("pending") and not counts.get("running"):
+            cli(["index", "reset", "--yes"], env)  # the job is done: the next kills need work in flight
+            job = None
+        time.sleep(1)
+    early_runs = [h for h in history if h["early"]]
     shown = cli(["jobs", "--json"], env)
     interrupted = sum(1 for j in json.loads(shown.stdout or "[]") if j["state"] == "interrupted")
-    final = cli(["ingest", "--resume", job], env) if job else None
+    final = cli(["ingest", "--resume", job], env) if job else cli(["ingest", *map(str, files)], env)
+    job = job or next((line.split()[1] for line in final.stderr.splitlines()
+                       if line.startswith("job ") and len(line.split()) == 2), jobs[-1])
     with sqlite3.connect(jobs_db) as db:
+        # A kill charges nothing: every attempt recorded is the one that finished its file.
+        charged = db.execute("SELECT COALESCE(SUM(attempts), 0) - SUM(state = 'done') FROM job_files").fetchone()[0]
         states = dict(db.execute("SELECT state, COUNT(*) FROM job_files WHERE job_id = ? GROUP BY state", (job,)))
-        gave_up = db.execute("SELECT COUNT(*) FROM job_files WHERE job_id = ? AND reason LIKE 'gave up%'",
-                             (job,)).fetchone()[0]
+        gave_up = db.execute("SELECT COUNT(*) FROM job_files WHERE reason LIKE 'gave up%'").fetchone()[0]
     health = index_health(Path(env["MEDIAINDEX_INDEX_DIR"]), files)
-    final_lines = final.stderr.splitlines() if final else []
-    # "nothing to index" is honest only when every file is indexed.
-    nothing_while_missing = int(any("nothing to index" in line for line in final_lines) and health["files_lost"] > 0)
-    return {"kills": sum(1 for h in history if h["run"] == "killed"), "history": history, "job": job,
-            "attempts_charged_by_kills": charged, "shown_interrupted_after_kills": interrupted,
-            "final_exit_code": final.returncode if final else None, "final_tail": final_lines[-3:],
-            "file_states": states, "gave_up": gave_up, "nothing_to_index_while_missing": nothing_while_missing,
-            "tracebacks": (final.stderr.count("Traceback") if final else 0) + shown.stderr.count("Traceback"),
-            **health}
+    final_lines = final.stderr.splitlines()
+    nothing_while_open += int(any("nothing to index" in line for line in final_lines) and health["files_lost"] > 0)
+    return {"kills": sum(1 for h in history if h["run"] == "killed"), "jobs": len(jobs),
+            "early_kills_in_a_row_on_one_job": sum(1 for h in early_runs if h["run"] == "killed"
+                                                   and h["done_at_kill"] == 0 and h["job"] == jobs[0]),
+            "history": history, "job": job, "attempts_charged_by_kills": charged,
+            "shown_interrupted_after_kills": interrupted, "final_exit_code": final.returncode,
+            "final_tail": final_lines[-3:], "file_states": states, "gave_up": gave_up,
+            "nothing_to_index_while_missing": nothing_while_open,
+            "tracebacks": final.stderr.count("Traceback") + shown.stderr.count("Traceback"), **health}
 
 
 # ---- 3. an index: built once, reset under SIGKILL, damaged file by file, filled to a full disk -------------
@@ -667,6 +705,7 @@ def main() -> None:
         ("tracebacks shown", n(bad, "tracebacks") + n(killed, "tracebacks")),
         ("faults injected (SIGKILL)", n(killed, "kills") + n(served, "serve_kills") + n(resets, "reset_kills")),
         ("ingest kills", n(killed, "kills")),
+        ("  of them in a row on one job before any file finished", n(killed, "early_kills_in_a_row_on_one_job")),
         ("files lost", n(killed, "files_lost") + n(served, "after_serve_kill_files_lost")),
         ("files given up after kills", n(killed, "gave_up")),
         ("attempts charged by kills", n(killed, "attempts_charged_by_kills")),

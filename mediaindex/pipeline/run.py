@@ -153,7 +153,8 @@ class _Run:
             finally:
                 faulthandler.disable()
                 if previous:
-                    faulthandler.enable()
+                    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stderr without a descriptor
+                        faulthandler.enable()
         path.unlink(missing_ok=True)
 
     def plan(self) -> list[Plan]:
