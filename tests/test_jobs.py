@@ -197,3 +197,12 @@ def test_uploads_left_by_a_server_that_stopped_mid_upload_are_deleted_at_the_nex
     os.utime(before, (started - 60, started - 60))  # made by the server that was killed
     removed = sweep_uploads(uploads, [], retention_s=86400, started=started)
     assert removed == [before] and not before.exists() and (arriving / "partial.mp4").exists()
+
+
+def test_cli_names_a_garbled_jobs_database_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "jobs.db").write_bytes(b"\x00garbled" * 512)
+    env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path)}
+    shown = subprocess.run([sys.executable, "-m", "mediaindex", "jobs"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    assert "jobs.db cannot be read" in shown.stderr.replace("\n", "") and "move it aside" in shown.stderr
