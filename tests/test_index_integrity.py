@@ -205,3 +205,23 @@ def test_re_indexing_a_changed_file_leaves_its_old_state_or_its_new_one(built: S
         else:
             assert entry.video_id == "changed001" and (old, new) == (0, PER_FILE + 5)
         assert index.store.count() == sum(r.segments for r in index.catalog.all())
+
+
+@pytest.mark.slow
+def test_ingest_indexes_again_a_file_whose_segments_were_lost(tmp_path: Path, cache_dir: Path, embedder,
+                                                              copy_media) -> None:
+    clip = copy_media("audio/jfk.flac")
+    env = {**cli_environment(tmp_path / "index", cache_dir, tmp_path / "t"), "MEDIAINDEX_VISION__ENABLED": "false"}
+    first = run("ingest", str(clip), env=env)
+    assert first.returncode == 0, first.stderr
+    settings = make_settings(tmp_path / "index", cache_dir, vision={"enabled": False})
+    with open_index(settings, embedder.dim, embedder.name, must_exist=True) as index:
+        (record,) = index.catalog.all()
+        index.store.delete_video(record.video_id)  # its vectors are gone; the catalog still lists it
+    found = run("search", "ask not what your country can do for you", env=env)
+    assert found.returncode == 2 and "segments are missing" in found.stderr.replace("\n", " ")
+    again = run("ingest", str(clip), env=env)
+    assert again.returncode == 0, again.stderr
+    assert "already indexed" not in again.stderr and "1 file indexed" in again.stderr
+    with open_index(settings, embedder.dim, embedder.name, must_exist=True) as index:
+        assert index.agreement.whole and index.store.count() == index.catalog.all()[0].segments > 0
