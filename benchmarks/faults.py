@@ -222,11 +222,11 @@ def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
         if early:
             delay = 2.0 * len(history) + 2.0
             time.sleep(delay)
-        else:  # a random moment once a stage works on a file
+        else:  # a random moment after a stage started work on a file
             began = time.monotonic()
             while proc.poll() is None and not _job_files(jobs_db, job).get("working") and time.monotonic() - began < 600:
                 time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 3.0))
+            time.sleep(rng.uniform(0.0, 20.0))  # some kills find files finished, others none
             delay = round(time.monotonic() - began, 1)
         killed = proc.poll() is None
         if killed:
