@@ -196,9 +196,9 @@ def _job_files(jobs_db: Path, job: str | None) -> dict[str, int]:
 
 
 def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
-    """Four kills in a row on one job before anything finishes (the models still loading), then kills while a
-    stage works on a file, a random moment after it started; a job that finishes is followed, after a reset,
-    by a new one. Then the last job is resumed to the end."""
+    """Four kills in a row on one job before any file can finish (at a random moment of start-up, or the moment
+    a stage starts on a file), then kills a random moment after a stage started on a file; a job that finishes
+    is followed, after a reset, by a new one. Then the last job is resumed to the end."""
     files = [MEDIA / g for g in GOOD]
     env = make_env(base, "kill-index")
     jobs_db = Path(env["MEDIAINDEX_INDEX_DIR"]) / "jobs.db"
@@ -219,9 +219,12 @@ def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
         if job is None:
             job = _job_id(log, 120)
             jobs.append(str(job))
-        if early:
-            delay = 2.0 * len(history) + 2.0
-            time.sleep(delay)
+        if early:  # start-up and model loading, at the latest the moment a stage starts on a file
+            began, limit = time.monotonic(), rng.uniform(0.5, 5.0)
+            while proc.poll() is None and time.monotonic() - began < limit and not _job_files(jobs_db, job).get(
+                    "working"):
+                time.sleep(0.02)
+            delay = round(time.monotonic() - began, 1)
         else:  # a random moment after a stage started work on a file
             began = time.monotonic()
             while proc.poll() is None and not _job_files(jobs_db, job).get("working") and time.monotonic() - began < 600:
