@@ -192,7 +192,15 @@ def _job_files(jobs_db: Path, job: str | None) -> dict[str, int]:
         out = dict(db.execute("SELECT state, COUNT(*) FROM job_files WHERE job_id = ? GROUP BY state", (job,)))
         out["working"] = db.execute("SELECT COALESCE(SUM(working), 0) FROM job_files WHERE job_id = ?",
                                     (job,)).fetchone()[0]
+        runner = db.execute("SELECT runner FROM jobs WHERE id = ?", (job,)).fetchone()
+        out["runner_pid"] = int(str(runner[0]).split(":")[0]) if runner and runner[0] else 0
     return out
+
+
+def _stage_working(jobs_db: Path, job: str | None, pid: int) -> bool:
+    """A stage of the run `pid` works on a file (a killed run's count stays until the next run settles it)."""
+    files = _job_files(jobs_db, job)
+    return bool(files.get("working")) and files.get("runner_pid") == pid
 
 
 def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
@@ -221,13 +229,12 @@ def run_ingest_kills(base: Path, kills: int, seed: int = 0) -> dict:
             jobs.append(str(job))
         if early:  # start-up and model loading, at the latest the moment a stage starts on a file
             began, limit = time.monotonic(), rng.uniform(0.5, 5.0)
-            while proc.poll() is None and time.monotonic() - began < limit and not _job_files(jobs_db, job).get(
-                    "working"):
+            while proc.poll() is None and time.monotonic() - began < limit and not _stage_working(jobs_db, job, proc.pid):
                 time.sleep(0.02)
             delay = round(time.monotonic() - began, 1)
         else:  # a random moment after a stage started work on a file
             began = time.monotonic()
-            while proc.poll() is None and not _job_files(jobs_db, job).get("working") and time.monotonic() - began < 600:
+            while proc.poll() is None and not _stage_working(jobs_db, job, proc.pid) and time.monotonic() - began < 600:
                 time.sleep(0.05)
             time.sleep(rng.uniform(0.0, 20.0))  # some kills find files finished, others none
             delay = round(time.monotonic() - began, 1)
