@@ -205,4 +205,5 @@ def test_cli_names_a_garbled_jobs_database_and_the_fix(tmp_path: Path) -> None:
     shown = subprocess.run([sys.executable, "-m", "mediaindex", "jobs"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=120)
     assert shown.returncode == 2 and "Traceback" not in shown.stderr
-    assert "jobs.db cannot be read" in shown.stderr.replace("\n", "") and "move it aside" in shown.stderr
+    said = " ".join(shown.stderr.split())  # the terminal width wraps it
+    assert "jobs.db cannot be read" in said and "move it aside" in said
