@@ -769,7 +769,7 @@ def _lease_for_reset(settings: Settings) -> IndexLease:
     if lease is None:
         holder = read_holder(settings.index_dir)
         who = holder.describe() if holder else "another process"
-        raise _fail(f"the index at {settings.index_dir} is in use by {who}: stop it first, then reset")
+        raise _fail(f"the index at {settings.index_dir} is held by {who}: stop it first, then reset")
     return lease
 
 
