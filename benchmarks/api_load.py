@@ -35,6 +35,7 @@ WORDS = ["archive", "budget", "meeting", "river", "mountain", "speech", "lecture
 def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
     import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
     from mediaindex.config import load_settings
+    from mediaindex.index.catalog import VideoRecord
     from mediaindex.index.index import MediaIndex
     from mediaindex.models.text_embed import load_text_embedder
     from mediaindex.segments import Segment
@@ -62,6 +63,10 @@ def build_index(index_dir: Path, media: Path, synthetic: int) -> None:
                 segments.append(Segment(video_id=f"synthetic{video:07d}", source=f"/synthetic/{video:07d}.mp4",
                                         start=k * 5.0, end=k * 5.0 + 5.0, modality="speech", text=text, language="en"))
             index.store.upsert(segments, vectors)
+            # Each synthetic file gets its catalog entry: points of files the catalog lacks are removed on open.
+            for video in sorted({s.video_id for s in segments}):
+                mine = [s for s in segments if s.video_id == video]
+                index.catalog.upsert(VideoRecord(video, mine[0].source, video, 0, 0, None, "en", len(mine), {}, 0.0))
         print(f"added {synthetic} synthetic segments in {time.perf_counter() - t0:.0f} s; "
               f"{index.store.count()} in all", file=sys.stderr)
     (index_dir / "bench-built").write_text(json.dumps({"synthetic": synthetic}))

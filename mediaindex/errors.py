@@ -75,3 +75,7 @@ def reason_of(exc: BaseException) -> str:
     if isinstance(cause, MediaIndexError):
         return str(cause)
     return f"{type(cause).__name__}: {cause}"
+
+
+class IndexDiskFullError(MediaIndexError):
+    """The disk holding the index has too little free space for the next write; nothing was written."""

@@ -10,12 +10,15 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+import os
 import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from mediaindex.errors import MediaIndexError
 
 if TYPE_CHECKING:
     from mediaindex.config import Settings
@@ -57,7 +60,57 @@ _ADDED_COLUMNS = {
     "cancel_requested": "REAL",
     # A digest of (kind, params) that identical requests share, so a second one joins the pending first.
     "request_key": "TEXT",
+    # The process running the job ("pid:start time"): a running job whose process is gone was interrupted.
+    "runner": "TEXT",
 }
+_ADDED_FILE_COLUMNS = {
+    # Stage calls on the file in progress (not attempts): what a run that died was doing with the file.
+    "working": "INTEGER NOT NULL DEFAULT 0",
+}
+
+
+class JobStoreError(MediaIndexError):
+    """The job records cannot be read or written (a damaged file, a full disk)."""
+
+
+def _process_start(pid: int) -> str | None:
+    """When a process started (clock ticks since boot, from /proc), so a reused pid is not taken for it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def this_runner() -> str:
+    return f"{os.getpid()}:{_process_start(os.getpid()) or ''}"
+
+
+def runner_alive(runner: str | None) -> bool:
+    """Whether the process recorded as running a job still runs (unknown: assumed so)."""
+    if not runner:
+        return True
+    pid_text, _, started = runner.partition(":")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return True
+    if started and os.path.isdir("/proc/self"):
+        return _process_start(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def crash_record(jobs_db: Path, runner: str) -> Path:
+    """Where a run's fatal-signal traceback goes (Python's faulthandler): it says the run crashed, not killed."""
+    return jobs_db.parent / f".crash-{runner.replace(':', '-')}.log"
 
 
 def jobs_db_path(settings: Settings) -> Path:
@@ -99,10 +152,20 @@ class Job:
     created: float
     updated: float
     cancel_requested: float | None = None
+    runner: str | None = None
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def interrupted(self) -> bool:
+        """Recorded as running, but the process running it is gone (killed): it can be resumed."""
+        return self.state == "running" and not runner_alive(self.runner)
+
+    @property
+    def shown_state(self) -> str:
+        return "interrupted" if self.interrupted else self.state
 
 
 @dataclass(frozen=True)
@@ -118,17 +181,33 @@ class JobFile:
 class JobStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         # One connection per store; SQLite's own locking makes CLI and API processes safe together.
         self._db = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
-        with self._db:
-            for column, kind in _ADDED_COLUMNS.items():
-                if column not in have:
-                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+        try:
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+            with self._db:
+                for table, added in (("jobs", _ADDED_COLUMNS), ("job_files", _ADDED_FILE_COLUMNS)):
+                    have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+                    for column, kind in added.items():
+                        if column not in have:
+                            self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise JobStoreError(self._unreadable(exc)) from exc
+
+    def _unreadable(self, exc: sqlite3.DatabaseError) -> str:
+        if any(text in str(exc) for text in ("disk is full", "No space left")):
+            return (f"the disk holding the job records {self.path} is full ({exc}); free some space and run the "
+                    "command again")
+        return (f"the job records {self.path} cannot be read ({exc}); the index itself is not affected. Restore "
+                "the file from a backup, or move it aside (the job history is lost) and run the command again")
 
     @classmethod
     def of(cls, settings: Settings) -> JobStore:
@@ -161,6 +240,27 @@ class JobStore:
         data["result"] = json.loads(data["result"]) if data["result"] is not None else None
         data.pop("request_key", None)
         return Job(**data)
+
+    def interrupted_work(self, job_id: str) -> bool:
+        """Settle what a run of this job whose process is gone left behind, before the job runs again; True
+        when there was one. Its files caught in flight go back to pending, charged one attempt only when that
+        run crashed while a stage worked on them (a fatal signal, recorded by faulthandler): a kill (SIGKILL,
+        power loss) says nothing about the files, so it charges none."""
+        row = self._db.execute("SELECT runner FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        runner = row["runner"] if row else None
+        if not runner or runner == this_runner() or runner_alive(runner):
+            return False
+        record = crash_record(self.path, runner)
+        crashed = record.exists() and record.stat().st_size > 0
+        with self._db:
+            self._db.execute(
+                "UPDATE job_files SET attempts = attempts + CASE WHEN working > 0 AND ? THEN 1 ELSE 0 END, "
+                "state = CASE WHEN state = 'running' THEN 'pending' ELSE state END, "
+                "reason = CASE WHEN state = 'running' THEN ? ELSE reason END, working = 0 WHERE job_id = ?",
+                (int(crashed), "the run stopped (crashed)" if crashed else "interrupted", job_id))
+            self._db.execute("UPDATE jobs SET runner = NULL WHERE id = ?", (job_id,))
+        record.unlink(missing_ok=True)
+        return True
 
     def find_pending(self, key: str) -> Job | None:
         """The oldest pending job made with this request key, if any (identical requests join it)."""
@@ -200,11 +300,12 @@ class JobStore:
 
     def claim(self, job_id: str) -> bool:
         """Mark a pending (or interrupted running) job running; False when it was cancelled or has ended."""
+        self.interrupted_work(job_id)
         with self._db:
             cur = self._db.execute(
-                "UPDATE jobs SET state = 'running', updated = ? "
+                "UPDATE jobs SET state = 'running', updated = ?, runner = ? "
                 "WHERE id = ? AND state IN ('pending', 'running') AND cancel_requested IS NULL",
-                (time.time(), job_id))
+                (time.time(), this_runner(), job_id))
         return cur.rowcount == 1
 
     def delete(self, job_id: str) -> None:
@@ -219,10 +320,14 @@ class JobStore:
     def set_state(self, job_id: str, state: JobState, result: Any = None, error: str | None = None) -> None:
         if state not in JOB_STATES:
             raise ValueError(f"unknown job state {state!r}")
+        if state == "running":
+            self.interrupted_work(job_id)
         with self._db:
             cur = self._db.execute(
-                "UPDATE jobs SET state = ?, result = COALESCE(?, result), error = ?, updated = ? WHERE id = ?",
-                (state, json.dumps(result) if result is not None else None, error, time.time(), job_id),
+                "UPDATE jobs SET state = ?, result = COALESCE(?, result), error = ?, updated = ?, "
+                "runner = CASE WHEN ? = 'running' THEN ? ELSE runner END WHERE id = ?",
+                (state, json.dumps(result) if result is not None else None, error, time.time(), state, this_runner(),
+                 job_id),
             )
         if cur.rowcount == 0:
             raise JobNotFound(job_id)
@@ -239,18 +344,25 @@ class JobStore:
 
     def set_file(self, job_id: str, path: str, state: FileState, reason: str = "", video_id: str | None = None,
                  attempt: int = 0) -> None:
-        """`attempt` is added to the file's attempts (1: a run started work on it; -1: gives that back)."""
+        """`attempt` is added to the file's attempts (1: a run finished its work on it)."""
         if state not in FILE_STATES:
             raise ValueError(f"unknown file state {state!r}")
         with self._db:
             cur = self._db.execute(
                 "UPDATE job_files SET state = ?, reason = ?, video_id = COALESCE(?, video_id), "
-                "attempts = attempts + ? WHERE job_id = ? AND path = ?",
-                (state, reason, video_id, int(attempt), job_id, path),
+                "attempts = attempts + ?, working = CASE WHEN ? = 'running' THEN working ELSE 0 END "
+                "WHERE job_id = ? AND path = ?",
+                (state, reason, video_id, int(attempt), state, job_id, path),
             )
             self._db.execute("UPDATE jobs SET updated = ? WHERE id = ?", (time.time(), job_id))
         if cur.rowcount == 0:
             raise KeyError(f"job {job_id} has no file {path!r}")
+
+    def set_working(self, job_id: str, path: str, change: int) -> None:
+        """A stage call on the file started (+1) or ended (-1); the file is "running" while it is in the stages."""
+        with self._db:
+            self._db.execute("UPDATE job_files SET state = 'running', working = MAX(0, working + ?) "
+                             "WHERE job_id = ? AND path = ?", (int(change), job_id, path))
 
     def clear_cancel(self, job_id: str) -> None:
         """Forget a cancel request: a resume asks the job to run again."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import read_holder
 from mediaindex.index.index import MediaIndex, open_index
@@ -93,8 +94,11 @@ def test_reads_and_a_second_ingest_beside_a_running_ingest(tmp_path: Path, cache
 def test_a_reader_takes_the_index_over_when_its_holder_is_killed(tmp_path: Path, cache_dir: Path, embedder) -> None:
     settings = make_settings(tmp_path / "index", cache_dir)
     segs = references()
-    with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        index.store.upsert(segs, embedder.embed_passages([s.text for s in segs]))
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:  # written as an ingest writes: catalog too
+        for vid in sorted({s.video_id for s in segs}):
+            mine = [s for s in segs if s.video_id == vid]
+            record = VideoRecord(vid, mine[0].source, vid, 1, 1, max(s.end for s in mine), None, len(mine), {}, now())
+            index.replace_video(record, mine, embedder.embed_passages([s.text for s in mine]))
     env = cli_environment(settings.index_dir, cache_dir, tmp_path / "t")
     holding = subprocess.Popen(
         [sys.executable, "-c", "import time\n"

@@ -156,7 +156,7 @@ def test_edge_index_persists_and_gains_new_named_vectors(tmp_path: Path, cache_d
     segs, vectors = segments
     settings = _settings(tmp_path, cache_dir, "edge")
     with MediaIndex(settings, DIM, embedder.name, extra_dims={}) as index:  # no vision model yet
-        index.store.upsert(segs[:5], vectors[:5])
+        _fill(index, segs[:5], vectors[:5])
     # A vision model configured later adds its vectors to the same index; old points stay.
     with MediaIndex(settings, DIM, embedder.name, extra_dims={"frame": 8}) as index:
         assert index.store.count() == 5
@@ -208,7 +208,7 @@ def test_corrupt_index_files_give_a_clear_error_and_stay_untouched(tmp_path: Pat
     for f in files:
         f.write_bytes(b"\x00garbage" * 64)
     before = {f: f.read_bytes() for f in files}
-    with pytest.raises(IndexCorruptError, match="vector store .* cannot be opened.*index reset"):
+    with pytest.raises(IndexCorruptError, match="vector store .* cannot be read.*index reset"):
         MediaIndex(settings, DIM, embedder.name)
     assert {f: f.read_bytes() for f in files} == before
 

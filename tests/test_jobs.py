@@ -1,10 +1,16 @@
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from mediaindex.config import load_settings
-from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path, request_key
+from mediaindex.jobs import JobFinished, JobNotFound, JobStore, JobStoreError, jobs_db_path, request_key
+from tests.conftest import REPO
 
 
 def test_job_lifecycle_survives_reopen(tmp_path: Path) -> None:
@@ -41,11 +47,20 @@ def test_bad_ids_and_states_are_refused(tmp_path: Path) -> None:
         store.set_file(job.id, "/not/in/manifest", "done")
 
 
-def test_not_a_database_is_refused(tmp_path: Path) -> None:
+def test_not_a_database_is_refused_with_the_fix(tmp_path: Path) -> None:
     bad = tmp_path / "jobs.db"
     bad.write_text("this is not sqlite" * 100)
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(JobStoreError, match=r"job records .*jobs\.db cannot be read .*index itself is not affected"):
         JobStore(bad)
+    good = tmp_path / "good" / "jobs.db"
+    store = JobStore(good)
+    store.create("ingest", {}, files=[(f"/a{i}.wav", {}) for i in range(200)])
+    store.close()
+    data = bytearray(good.read_bytes())
+    data[len(data) // 2:] = b"\xff" * (len(data) - len(data) // 2)  # a garbled second half
+    good.write_bytes(bytes(data))
+    with pytest.raises(JobStoreError, match="cannot be read"):
+        JobStore(good)
 
 
 def test_cancel_a_pending_job_ends_it_and_a_running_one_is_asked_to_stop(tmp_path: Path) -> None:
@@ -104,3 +119,91 @@ def test_one_place_names_the_jobs_database(tmp_path: Path) -> None:
     store.create("ask", {"question": "q"})
     store.close()
     assert jobs_db_path(settings).exists()
+
+
+def _in_another_process(tmp_path: Path, body: str) -> None:
+    """Run `body` with `store` (the job records at tmp_path) and `job` (a two-file ingest job) in a process of
+    its own, which then ends the way the body makes it end."""
+    script = textwrap.dedent(f"""
+        import faulthandler, os, signal
+        from pathlib import Path
+        from mediaindex.jobs import JobStore, crash_record, this_runner
+        store = JobStore(Path({str(tmp_path / "jobs.db")!r}))
+        job = store.get(store.list()[0].id)
+    """) + textwrap.dedent(body)
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=120)
+
+
+def _two_file_job(tmp_path: Path) -> str:
+    store = JobStore(tmp_path / "jobs.db")
+    job = store.create("ingest", {}, files=[("/a.wav", {}), ("/b.wav", {})])
+    store.close()
+    return job.id
+
+
+def test_a_killed_run_is_shown_interrupted_and_charges_no_file(tmp_path: Path) -> None:
+    job_id = _two_file_job(tmp_path)
+    _in_another_process(tmp_path, """
+        store.set_state(job.id, "running")
+        store.set_working(job.id, "/a.wav", 1)  # a stage works on a.wav
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    store = JobStore(tmp_path / "jobs.db")
+    job = store.get(job_id)
+    assert job.state == "running" and job.interrupted and job.shown_state == "interrupted"
+    assert [(f.state, f.attempts) for f in store.files(job_id)] == [("running", 0), ("pending", 0)]
+    assert store.claim(job_id)  # the next run takes it over: the kill is settled, nothing charged
+    assert [(f.state, f.attempts, f.reason) for f in store.files(job_id)] == [
+        ("pending", 0, "interrupted"), ("pending", 0, "")]
+    assert not store.get(job_id).interrupted
+
+
+def test_a_run_that_crashed_on_a_file_charges_that_file_one_attempt(tmp_path: Path) -> None:
+    job_id = _two_file_job(tmp_path)
+    _in_another_process(tmp_path, """
+        store.set_state(job.id, "running")
+        record = open(crash_record(store.path, this_runner()), "w")
+        faulthandler.enable(record)
+        store.set_working(job.id, "/b.wav", 1)
+        faulthandler._sigsegv()  # what a decoder's segfault does to the process
+    """)
+    store = JobStore(tmp_path / "jobs.db")
+    assert store.get(job_id).interrupted
+    assert store.interrupted_work(job_id)
+    assert [(f.state, f.attempts) for f in store.files(job_id)] == [("pending", 0), ("pending", 1)]
+    assert not list(tmp_path.glob(".crash-*"))
+
+
+def test_a_live_or_finished_run_is_not_interrupted(tmp_path: Path) -> None:
+    job_id = _two_file_job(tmp_path)
+    store = JobStore(tmp_path / "jobs.db")
+    store.set_state(job_id, "running")
+    assert not store.get(job_id).interrupted  # this process runs it
+    _in_another_process(tmp_path, """
+        store.set_state(job.id, "done")
+    """)
+    assert store.get(job_id).shown_state == "done"
+
+
+def test_uploads_left_by_a_server_that_stopped_mid_upload_are_deleted_at_the_next_start(tmp_path: Path) -> None:
+    from mediaindex.api.uploads import sweep_uploads
+
+    uploads = tmp_path / "uploads"
+    before, arriving = uploads / "0123456789ab", uploads / "ba9876543210"
+    for folder in (before, arriving):
+        folder.mkdir(parents=True)
+        (folder / "partial.mp4").write_bytes(b"\0" * 1000)
+    started = time.time() - 30  # this server started half a minute ago
+    os.utime(before, (started - 60, started - 60))  # made by the server that was killed
+    removed = sweep_uploads(uploads, [], retention_s=86400, started=started)
+    assert removed == [before] and not before.exists() and (arriving / "partial.mp4").exists()
+
+
+def test_cli_names_a_garbled_jobs_database_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "jobs.db").write_bytes(b"\x00garbled" * 512)
+    env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path)}
+    shown = subprocess.run([sys.executable, "-m", "mediaindex", "jobs"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert shown.returncode == 2 and "Traceback" not in shown.stderr
+    said = " ".join(shown.stderr.split())  # the terminal width wraps it
+    assert "jobs.db cannot be read" in said and "move it aside" in said

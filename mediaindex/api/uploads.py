@@ -2,8 +2,9 @@
 
 An upload that was indexed stays (it is the media `/media/{id}` serves). One whose job failed or was
 cancelled is deleted once `api.failed_upload_retention_s` has passed since the job ended, so a client
-can still look at it or retry meanwhile; a folder no job refers to (the server stopped mid-upload) is
-deleted after the same time, and never sooner than an hour (it may be an upload still arriving).
+can still look at it or retry meanwhile. A folder no job refers to is an upload that never became a job:
+one made before this server started (a server stopped or killed mid-upload) is deleted at once; one made
+since is deleted after the same time, and never sooner than an hour (it may be an upload still arriving).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from mediaindex.jobs import Job
 log = logging.getLogger("mediaindex.api.uploads")
 ENDED_WITHOUT_INDEXING = ("failed", "cancelled")
 ORPHAN_MIN_AGE_S = 3600.0
+# Uploads arriving in this process make their folders after this moment; older orphans cannot be arriving.
+PROCESS_STARTED = time.time()
 
 
 def upload_folder(upload_dir: Path, job: Job) -> Path | None:
@@ -26,9 +29,12 @@ def upload_folder(upload_dir: Path, job: Job) -> Path | None:
     return upload_dir / name if isinstance(name, str) and name and "/" not in name and name != ".." else None
 
 
-def sweep_uploads(upload_dir: Path, jobs: list[Job], retention_s: float, now: float | None = None) -> list[Path]:
-    """Delete the uploads of jobs that ended without indexing past the retention, and stale orphans."""
+def sweep_uploads(upload_dir: Path, jobs: list[Job], retention_s: float, now: float | None = None,
+                  started: float | None = None) -> list[Path]:
+    """Delete the uploads of jobs that ended without indexing past the retention, and orphans that are stale
+    or older than this process (`started`)."""
     now = time.time() if now is None else now
+    started = PROCESS_STARTED if started is None else started
     if not upload_dir.is_dir():
         return []
     owners = {folder.name: job for job in jobs if (folder := upload_folder(upload_dir, job)) is not None}
@@ -38,7 +44,8 @@ def sweep_uploads(upload_dir: Path, jobs: list[Job], retention_s: float, now: fl
             continue
         job = owners.get(folder.name)
         if job is None:
-            expired = now - folder.stat().st_mtime >= max(retention_s, ORPHAN_MIN_AGE_S)
+            made = folder.stat().st_mtime
+            expired = made < started or now - made >= max(retention_s, ORPHAN_MIN_AGE_S)
         else:
             expired = job.state in ENDED_WITHOUT_INDEXING and now - job.updated >= retention_s
         if expired:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mediaindex.cli.remote import Remote
     from mediaindex.index.holder import Holder
     from mediaindex.index.index import MediaIndex
+    from mediaindex.index.lease import IndexLease
     from mediaindex.models.text_embed import TextEmbedder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Index video and audio archives; search them in plain language.")
@@ -71,8 +72,10 @@ def _open_index(settings: Settings, must_exist: bool = False, write: bool = Fals
         _require_index(settings)
     embedder = load_text_embedder(settings.embed, settings.cache_dir)
     access = Access(write=True, wait=wait, on_wait=_say_waiting) if write else READ
+    # A writer (an ingest, the only caller that may create the index) repairs it: files whose data was lost
+    # are indexed again.
     media_index = open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
-                             access=access)
+                             access=access, must_exist=must_exist, repair=write)
     if (through := getattr(media_index.store, "through", None)) is not None:
         # Said because the answer may change as soon as that process writes (a running ingest).
         err.print(f"reading through {through.describe()}, which holds the index", highlight=False,
@@ -218,8 +221,9 @@ def jobs(
                 print(json.dumps({**_job_dict(job, store.counts(job_id)),
                                   "files": [f.__dict__ for f in files]}, ensure_ascii=False, indent=2))
                 return
-            out.print(f"job {job.id} ({job.kind}): {job.state}" + (f" ({job.error})" if job.error else ""),
-                      highlight=False)
+            out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "")
+                      + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
+                         if job.interrupted and job.kind == "ingest" else ""), highlight=False)
             table = Table()
             for col in ("state", "attempts", "file", "reason"):
                 table.add_column(col)
@@ -238,7 +242,7 @@ def jobs(
         table.add_column(col)
     for j, counts in listed:
         tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table.add_row(j.id, j.kind, j.state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
+        table.add_row(j.id, j.kind, j.shown_state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
     out.print(table)
 
 
@@ -268,7 +272,7 @@ def _cancel_job(settings: Settings, job_id: str) -> None:
 
 
 def _job_dict(job, counts: dict[str, int]) -> dict:
-    return {"id": job.id, "kind": job.kind, "state": job.state, "error": job.error, "created": job.created,
+    return {"id": job.id, "kind": job.kind, "state": job.shown_state, "error": job.error, "created": job.created,
             "updated": job.updated, "params": job.params, "counts": counts}
 
 
@@ -716,37 +720,48 @@ def index_reset(
     config: ConfigOpt = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
 ) -> None:
-    """Delete the index (vectors, catalog, thumbnails) so it can be rebuilt by ingesting again."""
-    import shutil
+    """Delete the index (vectors, catalog, thumbnails) so it can be rebuilt by ingesting again.
 
-    settings = _settings(config, index)
-    if not settings.index_dir.exists():
-        out.print(f"nothing to reset at {settings.index_dir}")
+    Stopped at any point, it leaves the old index or none: the next command finishes an interrupted reset."""
+    from mediaindex.index.reset import RESET_MARKER, reset_index
+
+    try:
+        settings = _settings(config, index)
+    except MediaIndexError as exc:
+        raise _fail(str(exc)) from exc
+    index_dir = settings.index_dir
+    if not index_dir.exists() or not any((index_dir / name).exists() for name in
+                                         ("schema.json", "catalog.db", "qdrant", "thumbs", RESET_MARKER)):
+        out.print(f"nothing to reset at {index_dir}")
         return
-    if not yes and not typer.confirm(f"delete the index at {settings.index_dir}?"):
+    if not yes and not typer.confirm(f"delete the index at {index_dir}?"):
         raise typer.Exit(1)
-    _refuse_if_held(settings)
-    if settings.index.backend == "server" and settings.index.url:
-        from mediaindex.index.server_store import make_client
+    lease = _lease_for_reset(settings)
+    try:
+        if settings.index.backend == "server" and settings.index.url:
+            from mediaindex.index.server_store import make_client
 
+            try:
+                client = make_client(settings.index.url, settings.index.api_key, settings.index.timeout)
+                if client.collection_exists(settings.index.collection):
+                    client.delete_collection(settings.index.collection)
+                client.close()
+            except Exception as exc:
+                raise _fail(f"cannot delete the collection {settings.index.collection!r} at {settings.index.url}: "
+                            f"{exc}") from exc
         try:
-            client = make_client(settings.index.url, settings.index.api_key, settings.index.timeout)
-            if client.collection_exists(settings.index.collection):
-                client.delete_collection(settings.index.collection)
-            client.close()
-        except Exception as exc:
-            raise _fail(f"cannot delete the collection {settings.index.collection!r} at {settings.index.url}: {exc}") from exc
-    for name in ("qdrant", "thumbs", "catalog.db", "schema.json"):
-        target = settings.index_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+            reset_index(index_dir)
+        except OSError as exc:
+            raise _fail(f"the index at {index_dir} could not be deleted completely ({exc}); run "
+                        "`mediaindex index reset` again (the rest is deleted then)") from exc
+    finally:
+        lease.release()
     out.print(f"index at {settings.index_dir} reset")
 
 
-def _refuse_if_held(settings: Settings) -> None:
-    """An index another process has open is never deleted under it."""
+def _lease_for_reset(settings: Settings) -> IndexLease:
+    """The index's lease, held while it is deleted: an index another process has open is never deleted under
+    it, and none opens it midway."""
     from mediaindex.index.holder import read_holder
     from mediaindex.index.lease import IndexLease
 
@@ -754,8 +769,8 @@ def _refuse_if_held(settings: Settings) -> None:
     if lease is None:
         holder = read_holder(settings.index_dir)
         who = holder.describe() if holder else "another process"
-        raise _fail(f"the index at {settings.index_dir} is in use by {who}: reset it when that has finished")
-    lease.release()
+        raise _fail(f"the index at {settings.index_dir} is held by {who}: stop it first, then reset")
+    return lease
 
 
 @app.command()

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mediaindex.errors import IndexCorruptError
+from mediaindex.errors import IndexCorruptError, IndexDiskFullError
+from mediaindex.index.diskspace import disk_full_message, is_disk_full
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
@@ -63,19 +65,39 @@ class VideoRecord:
     indexed_at: float
 
 
+def catalog_corrupt_message(path: Path, why: object) -> str:
+    return (f"the catalog {path} cannot be read ({why}); nothing was changed. Restore the index folder "
+            f"{path.parent} from a backup, or run `mediaindex index reset --index {path.parent}` and ingest again")
+
+
 class Catalog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._db = sqlite3.connect(str(path), timeout=30)
         self._db.row_factory = sqlite3.Row
         try:
+            # A damaged page is found now, with a message, rather than by the query that meets it.
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
             self._db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            raise IndexCorruptError(
-                f"the catalog {path} cannot be read ({exc}); nothing was changed. Run "
-                f"`mediaindex index reset --index {path.parent}` and ingest again"
-            ) from exc
+            if is_disk_full(exc):
+                raise IndexDiskFullError(disk_full_message(path.parent)) from exc
+            raise IndexCorruptError(catalog_corrupt_message(path, exc)) from exc
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; SQLite's errors leave as typed ones (a full disk, a damaged file)."""
+        try:
+            with self._db:
+                yield
+        except sqlite3.DatabaseError as exc:
+            if is_disk_full(exc):
+                raise IndexDiskFullError(disk_full_message(self.path.parent)) from exc
+            raise IndexCorruptError(catalog_corrupt_message(self.path, exc)) from exc
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM videos").fetchone()[0])
@@ -92,7 +114,7 @@ class Catalog:
         return [self._record(r) for r in self._db.execute("SELECT * FROM videos ORDER BY source")]  # type: ignore[misc]
 
     def upsert(self, record: VideoRecord) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("DELETE FROM videos WHERE source = ? OR video_id = ?", (record.source, record.video_id))
             self._db.execute(
                 "INSERT INTO videos VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -101,17 +123,17 @@ class Catalog:
             )
 
     def touch(self, source: str, size: int, mtime_ns: int) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("UPDATE videos SET size = ?, mtime_ns = ? WHERE source = ?", (size, mtime_ns, source))
 
     def delete(self, video_id: str) -> None:
-        with self._db:
+        with self._writing():
             self._db.execute("DELETE FROM videos WHERE video_id = ?", (video_id,))
             self._forget_words(video_id)
 
     def set_words(self, video_id: str, words: Iterable[str]) -> None:
         """Record a file's words (replacing what was recorded for it)."""
-        with self._db:
+        with self._writing():
             self._forget_words(video_id)
             self._db.executemany("INSERT INTO words VALUES (?, ?)", ((video_id, w) for w in sorted(set(words))))
             self._db.execute("INSERT INTO worded VALUES (?)", (video_id,))

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mediaindex.errors import IndexBusyError, IndexCorruptError, IndexSchemaError
+from mediaindex.errors import (
+    IndexBusyError,
+    IndexCorruptError,
+    IndexDiskFullError,
+    IndexSchemaError,
+    MediaIndexError,
+)
+from mediaindex.index.diskspace import MARGIN_BYTES, disk_full_message, is_disk_full, require_free_space
 from mediaindex.index.filters import Condition, SearchFilters, conditions
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import (
@@ -45,6 +53,13 @@ def _kb(points: int, dim: int) -> int:
     return max(1, points * dim * 4 // 1024)
 
 
+def corrupt_message(path: Path, why: str) -> str:
+    """What a user reads when the engine cannot read its files: which store, what it said, and the fix."""
+    return (f"the vector store at {path} cannot be read ({why}): its files are damaged; nothing was changed. "
+            f"Restore the index folder {path.parent} from a backup, or run `mediaindex index reset --index "
+            f"{path.parent}` and ingest again")
+
+
 class EdgeStore(VectorStore):
     def __init__(
         self, path: Path, dims: dict[str, int], encoder: SparseEncoder | None = None,
@@ -62,8 +77,23 @@ class EdgeStore(VectorStore):
             hnsw_config=q.HnswIndexConfig(m=hnsw_m, ef_construct=hnsw_ef_construct, full_scan_threshold=threshold_kb),
             optimizers=q.EdgeOptimizersConfig(indexing_threshold=threshold_kb),
         )
-        self._shard = self._open()
-        self._ensure_payload_indexes()
+        # Opening writes (the engine replays and re-sizes its files): a full disk is refused before it.
+        require_free_space(path.parent, path)
+        with self._engine("opening it"):
+            self._shard = self._open()
+            self._ensure_payload_indexes()
+
+    @contextlib.contextmanager
+    def _engine(self, doing: str) -> Iterator[None]:
+        """Every engine call: its untyped errors (and Rust panics, which are BaseExceptions) leave as typed ones."""
+        try:
+            yield
+        except (MediaIndexError, KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:
+            if is_disk_full(exc):
+                raise IndexDiskFullError(disk_full_message(self.path.parent)) from exc
+            raise IndexCorruptError(corrupt_message(self.path, f"{doing}: {exc}")) from exc
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -95,10 +125,9 @@ class EdgeStore(VectorStore):
                     ) from exc
                 if "ncompatible" in message:
                     return self._migrate(message)
-                raise IndexCorruptError(
-                    f"the vector store at {self.path} cannot be opened ({message}); nothing was changed. "
-                    f"Run `mediaindex index reset --index {self.path.parent}` and ingest again"
-                ) from exc
+                if is_disk_full(exc):
+                    raise IndexDiskFullError(disk_full_message(self.path.parent)) from exc
+                raise IndexCorruptError(corrupt_message(self.path, message)) from exc
 
     def _migrate(self, why: str) -> qdrant_edge.EdgeShard:
         """Add named vectors configured since the index was made; keep vectors no longer configured."""
@@ -156,18 +185,36 @@ class EdgeStore(VectorStore):
             if words:
                 named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)
             points.append(q.Point(id=seg.point_id(i), vector=named, payload=point_payload(seg)))
+        # Twice the raw vectors: the WAL holds them until they land in the segment files.
+        require_free_space(self.path.parent, self.path, extra=2 * vectors.nbytes + 4096 * len(points))
         # One operation per call: a concurrent search sees a file's segments all or not at all.
-        self._shard.update(q.UpdateOperation.upsert_points(points))
-        self._shard.flush()
+        with self._engine("writing"):
+            self._shard.update(q.UpdateOperation.upsert_points(points))
+            self._shard.flush()
 
     def delete_video(self, video_id: str) -> None:
-        import qdrant_edge as q
 
         # Durable through the write-ahead log once update() returns; segments are flushed by the next
         # upsert or on close (each flush costs an fsync, ~0.2 s).
         flt = self._filter(SearchFilters(video_id=video_id))
         assert flt is not None  # the video id is always a condition
-        self._shard.update(q.UpdateOperation.delete_points_by_filter(flt))
+        self._delete(flt)
+
+    def delete_other_videos(self, keep: list[str]) -> None:
+        import qdrant_edge as q
+
+        if keep:
+            self._delete(q.Filter(must_not=[q.FieldCondition(key="video_id", match=q.MatchAny(keep))]))
+        else:
+            self._delete(q.Filter(must=[q.IsEmptyCondition(key="video_id")]))  # a point without one, or none
+            self._delete(q.Filter(must_not=[q.IsEmptyCondition(key="video_id")]))  # every other point
+
+    def _delete(self, flt: qdrant_edge.Filter) -> None:
+        import qdrant_edge as q
+
+        require_free_space(self.path.parent, self.path, extra=MARGIN_BYTES)
+        with self._engine("deleting"):
+            self._shard.update(q.UpdateOperation.delete_points_by_filter(flt))
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -193,8 +240,9 @@ class EdgeStore(VectorStore):
         import qdrant_edge as q
 
         flt = self._filter(SearchFilters(video_id=video_id, modality=modality))
-        return payloads_in_time_order(lambda offset: self._shard.scroll(
-            q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)))
+        with self._engine("reading"):
+            return payloads_in_time_order(lambda offset: self._shard.scroll(
+                q.ScrollRequest(offset=offset, limit=256, filter=flt, with_payload=True, with_vector=False)))
 
     def _query_of(self, r: Retriever) -> qdrant_edge.Query:
         import qdrant_edge as q
@@ -224,23 +272,28 @@ class EdgeStore(VectorStore):
                 query=q.Fusion.Rrf(k=rrf_k, weights=[r.weight for r in retrievers]),  # type: ignore[arg-type]
                 filter=flt, with_payload=payload, with_vector=with_vector,
             )
-        return [scored_hit(p.payload, p.score, p.vector) for p in self._shard.query(request)]
+        with self._engine("searching"):
+            return [scored_hit(p.payload, p.score, p.vector) for p in self._shard.query(request)]
 
     def count(self, filters: SearchFilters | None = None) -> int:
         import qdrant_edge as q
 
-        return int(self._shard.count(q.CountRequest(exact=True, filter=self._filter(filters))))
+        with self._engine("counting"):
+            return int(self._shard.count(q.CountRequest(exact=True, filter=self._filter(filters))))
 
     # -- maintenance -----------------------------------------------------------------------------
 
     def optimize(self) -> bool:
         """Merge segments and build HNSW graphs for large ones; blocks (minutes at 100k+ points)."""
-        changed = bool(self._shard.optimize())
-        self._shard.flush()
+        require_free_space(self.path.parent, self.path, extra=MARGIN_BYTES)
+        with self._engine("optimizing"):
+            changed = bool(self._shard.optimize())
+            self._shard.flush()
         return changed
 
     def stats(self) -> dict[str, Any]:
-        info = self._shard.info()
+        with self._engine("reading its statistics"):
+            info = self._shard.info()
         # Allocated blocks, not apparent sizes: the engine pre-sizes sparse files (WAL, mmaps).
         size = sum(f.stat().st_blocks * 512 for f in self.path.rglob("*") if f.is_file())
         return {
@@ -250,7 +303,8 @@ class EdgeStore(VectorStore):
         }
 
     def close(self) -> None:
-        try:
-            self._shard.flush()
-        finally:
-            self._shard.close()
+        with self._engine("closing"):
+            try:
+                self._shard.flush()
+            finally:
+                self._shard.close()

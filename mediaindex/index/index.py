@@ -12,7 +12,9 @@ from mediaindex.errors import ConfigError, IndexBusyError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, read_holder
+from mediaindex.index.integrity import reconcile
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
+from mediaindex.index.reset import finish_reset
 from mediaindex.index.schema import check_or_write
 from mediaindex.index.shared_store import READ, Access, SharedStore
 from mediaindex.index.sparse import SparseEncoder
@@ -57,20 +59,26 @@ class IndexHeldError(IndexBusyError):
 
 
 def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-               *, must_exist: bool = False, thread_safe: bool = False, access: Access = READ) -> MediaIndex:
+               *, must_exist: bool = False, thread_safe: bool = False, access: Access = READ,
+               repair: bool = False) -> MediaIndex:
     """The one way into an index: typed errors for a missing index, one held by another process (naming
     it), or one built with other image vectors; `thread_safe` gives each thread its own catalog
     connection (a server's request and job threads); `access` says whether to read through another
-    process that holds the index, or wait for it to finish (a writer)."""
+    process that holds the index, or wait for it to finish (a writer). A reset stopped midway is finished
+    first; vectors and catalog are checked to agree (see integrity.py) by the process that holds the index:
+    `repair` (an ingest) forgets files whose segments were lost so that they are indexed again, else such an
+    index is refused with the fix."""
     index_dir = Path(settings.index_dir)
-    if must_exist and not (index_dir / "schema.json").exists():
-        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
     holder = read_holder(index_dir)
     if holder is not None and holder.url and settings.index.backend != "server":
         raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
+    if holder is None:
+        finish_reset(index_dir)
+    if must_exist and not (index_dir / "schema.json").exists():
+        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
     try:
         return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe,
-                          access=access)
+                          access=access, repair=repair)
     except IndexBusyError as exc:
         raise IndexHeldError(index_dir, read_holder(index_dir)) from exc
     # Every other refusal arrives typed: the stores turn the vector engines' errors into MediaIndexErrors
@@ -80,7 +88,7 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
 class MediaIndex:
     def __init__(
         self, settings: Settings, text_dim: int, embedder_name: str, extra_dims: dict[str, int] | None = None,
-        thread_safe: bool = False, access: Access = READ,
+        thread_safe: bool = False, access: Access = READ, repair: bool = False,
     ) -> None:
         self.dir = settings.index_dir
         self.thumbs_dir = settings.thumbs_dir
@@ -102,6 +110,19 @@ class MediaIndex:
         except BaseException:
             self.catalog.close()
             raise
+        try:
+            # Only the process that holds the store checks (and repairs) it: one reading through a running
+            # ingest would see a file's catalog entry and its points disagree for a moment.
+            self.agreement = reconcile(self.dir, self.catalog, self.store, forget_damaged=repair) \
+                if getattr(self.store, "holds", True) else None
+        except BaseException:
+            try:
+                self.store.close()
+            except MediaIndexError:
+                pass  # the reason the index is refused is the error raised above
+            finally:
+                self.catalog.close()
+            raise
         self._vocabulary: frozenset[str] | None = None
         self._vocabulary_version = -1
 
@@ -111,20 +132,24 @@ class MediaIndex:
             self.store.advertise(url)
 
     def replace_video(self, record: VideoRecord, segments: list[Segment], vectors: np.ndarray) -> None:
-        """Swap in a file's new segments.
+        """Swap in a file's new segments, so that a process dying at any point leaves its old state or its new one.
 
-        The catalog entry goes first and comes back last: if the process dies in between, the file is
-        simply not indexed and the next ingest redoes it; point ids are stable, so nothing duplicates.
+        Changed bytes make a new video id, so the new points never overwrite the old ones: they are written
+        first, the catalog entry then switches to them in one transaction, and the old points go last. Points
+        of an entry the catalog does not hold (a write stopped before or after the switch) are removed when
+        the index next opens. Rewriting the same bytes reuses the same point ids; then the entry goes first
+        and comes back last: a stop in between leaves the file not indexed and the next ingest redoes it.
         """
         previous = self.catalog.by_source(record.source)
-        if previous is not None:
-            self.catalog.delete(previous.video_id)
-            self.store.delete_video(previous.video_id)
-        self.catalog.delete(record.video_id)
-        self.store.delete_video(record.video_id)
+        if self.catalog.get(record.video_id) is not None:
+            self.catalog.delete(record.video_id)
+        self.store.delete_video(record.video_id)  # the same bytes indexed before, or a stopped write's points
         self.store.upsert(segments, vectors)
         self.catalog.upsert(record)
         self.catalog.set_words(record.video_id, words_of(s.text for s in segments if s.modality in WORDED))
+        if previous is not None and previous.video_id != record.video_id:
+            self.catalog.delete(previous.video_id)  # its row went with the switch; this drops its words
+            self.store.delete_video(previous.video_id)
         self._vocabulary = None
 
     def add_segments(self, video_id: str, segments: list[Segment], vectors: np.ndarray) -> None:

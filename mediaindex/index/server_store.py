@@ -140,6 +140,13 @@ class ServerStore(VectorStore):
         self._client.delete(self.collection, wait=True, points_selector=models.FilterSelector(
             filter=self._filter(SearchFilters(video_id=video_id))))
 
+    def delete_other_videos(self, keep: list[str]) -> None:
+        from qdrant_client import models
+
+        others = models.Filter(must_not=[models.FieldCondition(key="video_id", match=models.MatchAny(any=keep))]) \
+            if keep else models.Filter()
+        self._client.delete(self.collection, wait=True, points_selector=models.FilterSelector(filter=others))
+
     # -- reading ---------------------------------------------------------------------------------
 
     @staticmethod

@@ -214,6 +214,9 @@ class SharedStore(VectorStore):
     def delete_video(self, video_id: str) -> None:
         self._writable().delete_video(video_id)
 
+    def delete_other_videos(self, keep: list[str]) -> None:
+        self._writable().delete_other_videos(keep)
+
     def optimize(self) -> bool:
         return self._writable().optimize()
 

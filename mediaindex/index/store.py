@@ -94,6 +94,10 @@ class VectorStore(Protocol):
 
     def delete_video(self, video_id: str) -> None: ...
 
+    def delete_other_videos(self, keep: list[str]) -> None:
+        """Delete every point whose video is not in `keep` (leftovers of writes that did not finish)."""
+        ...
+
     def search(
         self, vector: np.ndarray, limit: int, filters: SearchFilters | None = None, using: str = TEXT_VECTOR
     ) -> list[Hit]:

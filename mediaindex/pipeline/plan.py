@@ -38,10 +38,10 @@ class Plan:
 
 
 def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
-    """A job file's plan. A file left "running" was in a stage's hands when the run died: one attempt each time."""
-    if f.state == "running" and f.attempts > settings.ingest.max_retries:
+    """A job file's plan. An open file is charged an attempt each time a run crashed while a stage worked on it."""
+    if f.state in ("pending", "running") and f.attempts > settings.ingest.max_retries:
         return Plan(f.path, Outcome.POISON, f.meta, f.attempts,
-                    reason=f"gave up after {f.attempts} attempts (the run stopped while it was in progress)")
+                    reason=f"gave up after {f.attempts} attempts (the run crashed while working on it)")
     try:
         unchanged = _unchanged(index, Path(f.path))
     except OSError as exc:

@@ -7,9 +7,11 @@ on an `Executor`: threads of this process (`inprocess.py`) or, chosen by the cal
 (`mediaindex.workers`).
 
 The job's manifest and per-file states live in ``jobs.db`` beside the index. A file is "running" from the
-moment a stage starts work on it, and each run that dies (a crash, a SIGKILL) while a file is running counts
-one attempt against it; a file never started is charged nothing. An orderly stop (Ctrl-C, a cancel request)
-puts the files in flight back to pending, uncharged. `ingest(..., resume=JOB)` continues where a run stopped.
+moment a stage starts work on it. A run that crashes (a fatal signal, which faulthandler records) while a stage
+works on a file counts one attempt against that file; a run that is killed (SIGKILL, power loss) or stopped in
+order (Ctrl-C, a cancel request) charges nothing: the files in flight go back to pending. A job whose process
+is gone shows as interrupted; `ingest(..., resume=JOB)` continues where it stopped, and also redoes files the
+job finished whose data the index no longer holds (a reset, a repair).
 
 With summaries (``ingest.summaries``) every new file also passes the summary stage. A file that is indexed and
 unchanged but has no stored summary yet is not decoded again: its segments are read from the index and it enters
@@ -19,16 +21,18 @@ stage also serves runs without summaries: they pass it by.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
 from mediaindex.config import Settings
 from mediaindex.errors import StageError, reason_of
 from mediaindex.index.index import MediaIndex
-from mediaindex.jobs import FileState, JobStore
+from mediaindex.jobs import FileState, JobStore, crash_record, this_runner
 from mediaindex.pipeline.executor import Executor
 from mediaindex.pipeline.job import create_job, jobs_store, resumable, with_summaries
 from mediaindex.pipeline.plan import Outcome, Plan, plan_file
@@ -101,6 +105,7 @@ class _Run:
         if request.resume:
             self.settings = resumable(jobs, request.resume, request.settings)
             self.job_id = request.resume
+            jobs.interrupted_work(self.job_id)  # a run that died: its files in flight are open again
             if jobs.get(self.job_id).state == "cancelled":  # resuming a cancelled job asks it to run again
                 jobs.clear_cancel(self.job_id)
             skipped = []
@@ -124,7 +129,8 @@ class _Run:
         try:
             if todo:
                 pipeline = pipeline or start(self.settings, todo)
-                self.run(todo, pipeline)
+                with self._crash_record():
+                    self.run(todo, pipeline)
         except BaseException as exc:
             self._stopped(exc)
             raise
@@ -134,10 +140,32 @@ class _Run:
                 pipeline.close()
                 log.info("ingest: pipeline closed in %.1f s", time.monotonic() - began)
 
+    @contextlib.contextmanager
+    def _crash_record(self) -> Iterator[None]:
+        """A fatal signal during the run (a decoder's segfault) leaves its traceback in a file beside the job
+        records: the next run charges the files a stage was working on (a SIGKILL leaves the file empty)."""
+        path = crash_record(self.jobs.path, this_runner())
+        previous = faulthandler.is_enabled()
+        with open(path, "w") as record:
+            faulthandler.enable(record, all_threads=True)
+            try:
+                yield
+            finally:
+                faulthandler.disable()
+                if previous:
+                    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stderr without a descriptor
+                        faulthandler.enable()
+        path.unlink(missing_ok=True)
+
     def plan(self) -> list[Plan]:
-        """Every open file's plan; those with nothing to run are recorded at once."""
+        """Every open file's plan, and that of every finished one whose data the index lost (a reset, a repair);
+        those with nothing to run are recorded at once."""
         todo = []
-        for f in self.jobs.files(self.job_id, states=("pending", "running")):
+        for f in self.jobs.files(self.job_id, states=("pending", "running", "done", "failed")):
+            if f.state == "done" and self.index.catalog.by_source(f.path) is not None:
+                continue
+            if f.state == "failed" and not f.reason.startswith("gave up after"):  # kills charged by older runs
+                continue
             plan = plan_file(f, self.index, self.settings)
             if plan.runs:
                 todo.append(plan)
@@ -202,9 +230,9 @@ class _Run:
         return route.from_then(StageName.SUMMARY), indexed
 
     def _working(self, plan: Plan, working: bool) -> None:
-        """A stage call on the file started (or its last one ended): while one runs, a run that dies counts one
-        attempt against the file; a file waiting for a stage, or never started, is charged nothing."""
-        self.jobs.set_file(self.job_id, plan.path, "running", attempt=1 if working else -1)
+        """A stage call on the file started (or its last one ended): a run that crashes while one runs charges
+        the file one attempt; a file waiting for a stage, or never started, is charged nothing."""
+        self.jobs.set_working(self.job_id, plan.path, 1 if working else -1)
 
     def _write(self, executor: Executor[Any], finished: Finished) -> FileOutcome:
         plan = finished.plan
@@ -266,7 +294,7 @@ class _Run:
         catalog prevents doubles), uncharged: the run stopped in order (`Scheduler.stop`), it did not die."""
         interrupted = isinstance(exc, KeyboardInterrupt)
         for f in self.jobs.files(self.job_id, states=("running",)):
-            self.jobs.set_file(self.job_id, f.path, "pending", "interrupted")
+            self.jobs.set_file(self.job_id, f.path, "pending", "interrupted")  # also ends its stage calls' count
         self.jobs.set_state(self.job_id, "cancelled" if interrupted else "failed",
                             error="interrupted" if interrupted else reason_of(exc))
 
