@@ -207,3 +207,19 @@ def test_cli_names_a_garbled_jobs_database_and_the_fix(tmp_path: Path) -> None:
     assert shown.returncode == 2 and "Traceback" not in shown.stderr
     said = " ".join(shown.stderr.split())  # the terminal width wraps it
     assert "jobs.db cannot be read" in said and "move it aside" in said
+
+
+def test_the_api_shows_a_killed_run_as_interrupted(tmp_path: Path) -> None:
+    from mediaindex.api.routes.jobs import job_out
+    from mediaindex.api.state import ApiState
+
+    job_id = _two_file_job(tmp_path)
+    _in_another_process(tmp_path, """
+        store.set_state(job.id, "running")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    state = ApiState(load_settings("cpu", index_dir=tmp_path, cache_dir=tmp_path / "cache"))
+    try:
+        assert job_out(state, state.jobs.get(job_id)).state == "interrupted"  # not "running" forever
+    finally:
+        state.close()

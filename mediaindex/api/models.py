@@ -143,7 +143,8 @@ class JobFileOut(BaseModel):
 class JobOut(BaseModel):
     id: str
     kind: str
-    state: Literal["pending", "running", "done", "failed", "cancelled"]
+    # "interrupted": recorded as running, but the process that ran it is gone (killed); resume it.
+    state: Literal["pending", "running", "interrupted", "done", "failed", "cancelled"]
     params: dict[str, Any]
     result: Any = None
     error: str | None = None

@@ -43,7 +43,7 @@ def job_out(state: ApiState, job: Job) -> JobOut:
         files = state.jobs.files(job.id)
         counts = state.jobs.counts(job.id)
     # An upload's file is shown by its name (answers never show the index's folders), here as everywhere.
-    return JobOut(id=job.id, kind=job.kind, state=job.state, params=state.shown(job.params),
+    return JobOut(id=job.id, kind=job.kind, state=job.shown_state, params=state.shown(job.params),
                   result=state.shown(job.result), error=state.public(job.error) if job.error else job.error,
                   created=job.created, updated=job.updated, counts=counts,
                   files=[JobFileOut(path=state.shown(f.path), state=f.state, reason=state.public(f.reason),
