@@ -773,6 +773,15 @@ def _lease_for_reset(settings: Settings) -> IndexLease:
     return lease
 
 
+def _media_roots(settings: Settings, extra: list[Path] | None) -> list[Path]:
+    """The configured media roots and those given on the command line; each must be a folder."""
+    roots = [*settings.api.media_roots, *(extra or [])]
+    for root in roots:
+        if not Path(root).expanduser().is_dir():
+            raise _fail(f"media root {root} is not a folder")
+    return roots
+
+
 @app.command()
 def serve(
     index: IndexOpt = None,
@@ -790,10 +799,7 @@ def serve(
 
     try:
         settings = _settings(config, index)
-        roots = [*settings.api.media_roots, *(media_root or [])]
-        for root in roots:
-            if not Path(root).expanduser().is_dir():
-                raise _fail(f"media root {root} is not a folder")
+        roots = _media_roots(settings, media_root)
         api = settings.api.model_copy(update={"media_roots": roots, "host": host or settings.api.host,
                                               "port": port or settings.api.port})
         settings = settings.model_copy(update={"api": api})
@@ -825,10 +831,7 @@ def mcp_server(
 
     try:
         settings = _settings(config, index)
-        roots = [*settings.api.media_roots, *(media_root or [])]
-        for root in roots:
-            if not Path(root).expanduser().is_dir():
-                raise _fail(f"media root {root} is not a folder")
+        roots = _media_roots(settings, media_root)
         allow_ingest = allow_ingest or settings.api.mcp_allow_ingest
         settings = settings.model_copy(update={"api": settings.api.model_copy(
             update={"media_roots": roots, "mcp_allow_ingest": allow_ingest})})
