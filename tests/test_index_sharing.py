@@ -144,7 +144,7 @@ def test_reset_refuses_an_index_in_use(tmp_path: Path, cache_dir: Path, embedder
     settings = make_settings(tmp_path / "index", cache_dir)
     with MediaIndex(settings, DIM, embedder.name):
         result = CliRunner().invoke(app, ["index", "reset", "--yes", "--index", str(settings.index_dir)])
-        assert result.exit_code == 2 and "is in use by `" in " ".join(result.output.split())
+        assert result.exit_code == 2 and "is held by `" in " ".join(result.output.split())
         assert (settings.index_dir / "qdrant").is_dir() and (settings.index_dir / "schema.json").exists()
     result = CliRunner().invoke(app, ["index", "reset", "--yes", "--index", str(settings.index_dir)])
     assert result.exit_code == 0 and not (settings.index_dir / "qdrant").exists()
