@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
@@ -142,3 +146,36 @@ def copy_media(tmp_path: Path):
         return target
 
     return _copy
+
+
+# A process that opens the index of `env` (MEDIAINDEX_INDEX_DIR) and holds it until it is killed.
+_HOLD_INDEX = ("import time\n"
+               "from mediaindex.config import load_settings\n"
+               "from mediaindex.index.index import open_index\n"
+               "from mediaindex.models.text_embed import load_text_embedder\n"
+               "s = load_settings('cpu'); e = load_text_embedder(s.embed)\n"
+               "index = open_index(s, e.dim, e.name); print('open', flush=True); time.sleep(600)")
+
+
+def hold_index(env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start a process that holds the index of `env`; returns once it has the index open."""
+    holding = subprocess.Popen([sys.executable, "-c", _HOLD_INDEX], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                               text=True)
+    assert holding.stdout is not None and holding.stdout.readline().strip() == "open"
+    return holding
+
+
+def wait_until_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait for a `serve` process at `url` to answer /health/ready; fails if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out = proc.stdout.read() if proc.stdout and proc.poll() is not None else ""
+            raise AssertionError(f"serve did not become ready: {out}")
+        time.sleep(0.5)
+

@@ -11,14 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import MEDIA, REPO, cli_environment, media
+from tests.conftest import MEDIA, REPO, cli_environment, hold_index, media, wait_until_ready
 from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -47,16 +45,8 @@ def served(env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen]]:
                              "--media-root", str(MEDIA / "audio")], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(url, proc, timeout=180)
         yield url, proc
     finally:
         if proc.poll() is None:
@@ -101,16 +91,8 @@ def test_a_killed_server_frees_the_index_and_a_held_index_leaves_no_failed_job(s
     assert found.returncode == 0, said(found)
     assert Path(json.loads(found.stdout)[0]["source"]).name == "jfk.flac"
 
-    holding = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\n"
-         "from mediaindex.config import load_settings\n"
-         "from mediaindex.index.index import open_index\n"
-         "from mediaindex.models.text_embed import load_text_embedder\n"
-         "s = load_settings('cpu'); e = load_text_embedder(s.embed)\n"
-         "index = open_index(s, e.dim, e.name); print('open', flush=True); time.sleep(600)"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holding = hold_index(env)
     try:
-        assert holding.stdout is not None and holding.stdout.readline().strip() == "open"
         before = json.loads(cli("jobs", "--json", env=env).stdout)
         refused = cli("ingest", "--no-wait", str(media("audio/english.wav")), env=env)
         assert refused.returncode == 2, said(refused)

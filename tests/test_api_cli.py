@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import MEDIA, REPO, cli_environment
+from tests.conftest import MEDIA, REPO, cli_environment, wait_until_ready
 from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -34,17 +33,8 @@ def server(env: dict[str, str]) -> Iterator[str]:
                              "--media-root", str(MEDIA / "audio")], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
     try:
-        while True:
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"serve did not become ready: {proc.stdout.read() if proc.stdout else ''}")
-            time.sleep(0.5)
+        wait_until_ready(url, proc)
         yield url
     finally:
         proc.terminate()

@@ -19,7 +19,7 @@ from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import read_holder
 from mediaindex.index.index import MediaIndex, open_index
-from tests.conftest import REPO, cli_environment, make_settings, media
+from tests.conftest import REPO, cli_environment, hold_index, make_settings, media
 from tests.corpus import references
 
 pytestmark = pytest.mark.slow
@@ -100,16 +100,8 @@ def test_a_reader_takes_the_index_over_when_its_holder_is_killed(tmp_path: Path,
             record = VideoRecord(vid, mine[0].source, vid, 1, 1, max(s.end for s in mine), None, len(mine), {}, now())
             index.replace_video(record, mine, embedder.embed_passages([s.text for s in mine]))
     env = cli_environment(settings.index_dir, cache_dir, tmp_path / "t")
-    holding = subprocess.Popen(
-        [sys.executable, "-c", "import time\n"
-         "from mediaindex.config import load_settings\n"
-         "from mediaindex.index.index import open_index\n"
-         "from mediaindex.models.text_embed import load_text_embedder\n"
-         "s = load_settings('cpu'); e = load_text_embedder(s.embed)\n"
-         "index = open_index(s, e.dim, e.name); print('open', flush=True); time.sleep(600)"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holding = hold_index(env)
     try:
-        assert holding.stdout is not None and holding.stdout.readline().strip() == "open"
         with MediaIndex(settings, embedder.dim, embedder.name) as reader:
             assert reader.store.count() == len(segs) and not reader.store.holds
             os.kill(holding.pid, signal.SIGKILL)

@@ -6,21 +6,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import MEDIA, REPO, cli_environment, make_settings, media
+from tests.conftest import MEDIA, REPO, cli_environment, make_settings, media, wait_until_ready
 from tests.test_api_support import free_port
 
 pytestmark = pytest.mark.slow
@@ -155,15 +153,7 @@ def test_beside_serve_the_agent_is_sent_to_its_mcp_endpoint(env: dict[str, str])
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert serve.poll() is None and time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
+        wait_until_ready(url, serve)
         refused = cli("mcp", env=env)
         assert refused.returncode == 2 and f"connect the MCP client to {url}/mcp" in refused.stderr
 
