@@ -5,8 +5,12 @@ topic / shot changes, are all citations real and within the video's duration. Pe
 moment that answers it): does the answer cite a moment overlapping it, and are absent things "not found".
 
     PYTHONPATH=. python benchmarks/agents_quality.py [--index DIR] [--media DIR] [--json OUT] [--no-fallback]
+    PYTHONPATH=. python benchmarks/agents_quality.py --set media-val --index DIR [--json OUT]
 
-Without --index, the sample media is ingested into a temporary index first. The model is the configured one
+Without --index, the set's media is ingested into a temporary index first. `--set media-val` asks the questions
+of `benchmarks/ask_questions_val.yaml` (written from ../shared/media-val's references, never used to fit
+anything) and summarises every file of that set (citations, grounding and chapter titles are checked there;
+it has no labelled topics). The model is the configured one
 (`MEDIAINDEX_LLM__MODEL`, default the bundled Qwen2.5-Coder-0.5B-Instruct), run in the serving engine inside a Ray actor.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import statistics
 import tempfile
 import time
@@ -28,6 +33,8 @@ from mediaindex.agents.grounding import unsupported
 from mediaindex.config import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
+VAL_QUESTIONS = Path(__file__).resolve().parent / "ask_questions_val.yaml"
+MAX_TITLE_WORDS = 8
 FILES = ["video/manifesto.mp4", "video/auto-editor_example.mp4", "video/issue-195-aspect-ratio.mp4",
          "video/issue-134-rotate.mp4", "video/testvideo.mp4", "video/chaplin.mp4", "audio/jfk.flac",
          "audio/multilingual.mp3"]
@@ -157,6 +164,7 @@ def summary_row(archive, llm, settings, name: str) -> dict:
     row: dict = {"video": name, "status": s.status, "chapters": len(s.chapters), "windows": s.windows,
                  "citations": len(cites), "citations_rejected": len(rejected), "seconds": round(took, 1),
                  "generated_chapters": sum(c.generated for c in s.chapters), "unsupported": bad,
+                 "titles": [c.title for c in s.chapters], "truncated_titles": truncated_titles(archive, s),
                  "summary": s.summary[:300]}
     if name in TOPICS:
         row["topic_mentioned"] = any(k in text for k in TOPICS[name])
@@ -171,7 +179,40 @@ def summary_row(archive, llm, settings, name: str) -> dict:
     return row
 
 
-def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: float, fallback: bool) -> dict:
+def truncated_titles(archive, s) -> list[str]:
+    """Chapter titles that are not short titles: longer than MAX_TITLE_WORDS words, or the first words of a
+    sentence of the chapter cut before its end."""
+    bad = []
+    segs = archive.segments(s.video_id) if s.status == "summarised" else []
+    for ch in s.chapters:
+        words = re.findall(r"\w+", ch.title.lower())
+        if len(words) > MAX_TITLE_WORDS:
+            bad.append(ch.title)
+            continue
+        for h in segs:
+            if h.start < ch.end and h.end > ch.start:
+                said = re.findall(r"\w+", h.text.lower())
+                if len(said) > len(words) >= 3 and said[:len(words)] == words:
+                    bad.append(ch.title)
+                    break
+    return bad
+
+
+def val_questions() -> tuple[list[tuple], dict[str, list[str]]]:
+    """(question, [(file, start, end), ...]) rows and the words a right answer says, from VAL_QUESTIONS."""
+    import yaml
+
+    rows, says = [], {}
+    for item in yaml.safe_load(VAL_QUESTIONS.read_text(encoding="utf-8"))["questions"]:
+        where = [(f, float(a), float(b)) for f, a, b in item.get("where", [])]
+        rows.append((item["q"], where or None))
+        if item.get("says"):
+            says[item["q"]] = [str(w).lower() for w in item["says"]]
+    return rows, says
+
+
+def question_row(archive, llm, settings, q: str, file: str | list | None, a: float = 0.0, b: float = 0.0,
+                 fallback: bool = True) -> dict:
     t0 = time.perf_counter()
     ans = ask(q, archive, llm, settings.llm, fallback=fallback)
     took = time.perf_counter() - t0
@@ -192,8 +233,10 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
     if file is None:
         row["correct"] = ans.status == "not_found"
     else:
-        target = archive.resolve(file)
-        row["correct"] = any(c.video_id == target.video_id and c.start < b and c.end > a for c in ans.citations)
+        places = file if isinstance(file, list) else [(file, a, b)]
+        targets = [(archive.resolve(Path(f).name).video_id, x, y) for f, x, y in places]
+        row["correct"] = any(c.video_id == v and c.start < y and c.end > x for c in ans.citations
+                             for v, x, y in targets)
     row["loop_correct"] = row["correct"] and ans.path == "agent"
     if q in ANSWER_WORDS:
         said = strip_citations(ans.answer).lower()  # a citation's "[ID@40.0-40.3]" says nothing
@@ -204,7 +247,8 @@ def question_row(archive, llm, settings, q: str, file: str | None, a: float, b: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", type=Path, help="an index holding the sample media (default: build one)")
-    ap.add_argument("--media", type=Path, default=REPO.parent / "shared" / "media")
+    ap.add_argument("--set", choices=("media", "media-val"), default="media")
+    ap.add_argument("--media", type=Path, help="the set's media folder (default ../shared/<set>)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--no-fallback", action="store_true", help="measure the bare tool-calling loop")
     ap.add_argument("--questions-only", action="store_true", help="skip the summaries")
@@ -213,6 +257,13 @@ def main() -> None:
     ap.add_argument("--only", type=int, nargs="*", help="question numbers (0-based) to ask, default all")
     ap.add_argument("--concurrency", type=int, default=1, help="questions / summaries in flight at once")
     args = ap.parse_args()
+    args.media = args.media or REPO.parent / "shared" / args.set
+    if args.set == "media-val":
+        QUESTIONS[:], words = val_questions()
+        ANSWER_WORDS.clear()
+        ANSWER_WORDS.update(words)
+        FILES[:] = sorted(str(p.relative_to(args.media)) for d in ("audio", "video")
+                          for p in (args.media / d).iterdir() if p.is_file())
 
     tmp = None
     if args.index is None:
@@ -263,6 +314,8 @@ def main() -> None:
         "generated_chapters": f"{sum(r['generated_chapters'] for r in summaries)}/"
                               f"{sum(r['chapters'] for r in summaries)}",
         "summary_unsupported_sentences": sum(len(r["unsupported"]) for r in summaries),
+        "truncated_chapter_titles": f"{sum(len(r['truncated_titles']) for r in summaries)}/"
+                                    f"{sum(r['chapters'] for r in summaries)}",
         "answers_citing_right_moment": f"{sum(r['correct'] for r in asked)}/{len(asked)}",
         "answered_by_the_loop_with_right_moment": f"{sum(r['loop_correct'] for r in asked)}/{len(asked)}",
         "loop_answers_saying_the_answer": f"{sum(r.get('says_answer', False) and r['path'] == 'agent' for r in asked)}"
