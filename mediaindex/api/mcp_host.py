@@ -28,6 +28,7 @@ from mediaindex.mcp import build_server, http_endpoint
 if TYPE_CHECKING:
     from mediaindex.index.index import MediaIndex
     from mediaindex.segments import Hit
+    from mediaindex.service.archive import Archive
 
 MCP_PATH = "/mcp"
 
@@ -48,6 +49,10 @@ class ApiHost:
     @property
     def embedder(self) -> Any:
         return self.state.embedder
+
+    @property
+    def archive(self) -> Archive:
+        return self.state.archive
 
     def open(self) -> None:
         self.state.open()

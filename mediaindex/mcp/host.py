@@ -1,4 +1,4 @@
-"""What the MCP server needs of the process it runs in: the open index, the media roots and the job runner.
+"""What the MCP server needs of the process it runs in: the service's archive, the media roots and the job runner.
 
 The HTTP API's state is one such host (`mediaindex.api.mcp_host`), for the server mounted in `serve` and for
 the one `mediaindex mcp` runs over stdio, so that both confine paths, queue ingest jobs and report errors exactly
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from mediaindex.index.index import MediaIndex
     from mediaindex.models.text_embed import TextEmbedder
     from mediaindex.segments import Hit
+    from mediaindex.service.archive import Archive
 
 
 class ArchiveHost(Protocol):
@@ -27,6 +28,10 @@ class ArchiveHost(Protocol):
 
     @property
     def embedder(self) -> TextEmbedder: ...
+
+    @property
+    def archive(self) -> Archive:
+        """The open index behind the service's calls: search, transcripts, questions."""
 
     def open(self) -> None:
         """Load the embedder and open the index (a server that owns its host calls it at start-up)."""
