@@ -26,7 +26,6 @@ from mediaindex.jobs import JobNotFound
 from mediaindex.mcp import build_server, http_endpoint
 
 if TYPE_CHECKING:
-    from mediaindex.index.index import MediaIndex
     from mediaindex.segments import Hit
     from mediaindex.service.archive import Archive
 
@@ -41,14 +40,6 @@ class ApiHost:
     def __init__(self, state: ApiState) -> None:
         self.state = state
         self.settings: Settings = state.settings
-
-    @property
-    def index(self) -> MediaIndex:
-        return self.state.index
-
-    @property
-    def embedder(self) -> Any:
-        return self.state.embedder
 
     @property
     def archive(self) -> Archive:

@@ -141,14 +141,8 @@ def ingest(
                          ingest={"summaries": summaries} if summaries is not None else None)
     try:
         if (remote := _remote(settings)) is not None:
-            if resume or manifest or include or exclude or address:
-                raise fail(f"the index is held by {remote.holder.describe()}: through it, ingest takes paths "
-                           "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
-            job = remote.ingest(list(paths or []), summaries,
-                                on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False))
-            for line in render.job_lines(job, verbose):
-                say(line)
-            raise typer.Exit(0 if (job.get("counts") or {}).get("done") else 1)
+            _ingest_through(remote, paths, summaries, verbose, local_only=bool(resume or manifest or include
+                                                                               or exclude or address))
         began = time.monotonic()
         try:
             archive = _open(settings, write=True, wait=wait, must_exist=False)
@@ -175,6 +169,20 @@ def ingest(
     worked = report.indexed or report.by_status("summarised") or report.by_status("unchanged")
     if not worked and not (resume and not report.outcomes):
         raise typer.Exit(1)
+
+
+def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, summaries: bool | None, verbose: bool,
+                    local_only: bool) -> None:
+    """An ingest through the server that holds the index becomes one of its jobs: said file by file, as a local
+    ingest says it, when it ends (exit 0 when a file was done)."""
+    if local_only:
+        raise fail(f"the index is held by {remote.holder.describe()}: through it, ingest takes paths "
+                   "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
+    job = remote.ingest(list(paths or []), summaries,
+                        on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False))
+    for line in render.job_lines(job, verbose):
+        say(line)
+    raise typer.Exit(0 if (job.get("counts") or {}).get("done") else 1)
 
 
 def _run_ingest(archive: Archive, display, settings: Settings, paths: list[Path] | None, manifest: list[Path] | None,

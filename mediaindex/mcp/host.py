@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mediaindex.config import Settings
 
 if TYPE_CHECKING:
-    from mediaindex.index.index import MediaIndex
-    from mediaindex.models.text_embed import TextEmbedder
     from mediaindex.segments import Hit
     from mediaindex.service.archive import Archive
 
@@ -22,12 +20,6 @@ class ArchiveHost(Protocol):
     settings: Settings
     # Errors whose message is written for the user: a tool call that raises one fails with that message.
     user_errors: tuple[type[BaseException], ...]
-
-    @property
-    def index(self) -> MediaIndex: ...
-
-    @property
-    def embedder(self) -> TextEmbedder: ...
 
     @property
     def archive(self) -> Archive:

@@ -1,7 +1,7 @@
 """The tools an agent calls: search, get_transcript, ask, list_files, file_info, ingest, job_status.
 
-Each is a thin face over what the CLI and the HTTP API call (the searcher, the transcript export, the agents'
-question job, the API's ingest queue); arguments are typed and bounded, so a bad call fails with a message
+Each is a thin face over what the CLI and the HTTP API call (the service's `Archive`: search, transcripts, the
+question job; the API's ingest queue); arguments are typed and bounded, so a bad call fails with a message
 that says which argument is wrong, and any failure is a tool error, never a traceback.
 """
 
@@ -213,7 +213,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         moments were indexed, and its summary with chapters when one was made at ingest."""
         with tool_errors(host):
             record = resolve(host, file)
-            segments = host.index.store.segments_of(record.video_id)
+            segments = host.archive.segments(record.video_id)
             kinds = {m: n for m in MODALITIES if (n := sum(s.get("modality") == m for s in segments))}
             summary = host.archive.stored_summary(record.video_id)
             base = base_url(ctx)

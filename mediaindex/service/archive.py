@@ -177,9 +177,13 @@ class Archive:
 
         return stored_summary(self.agent_view, video)
 
+    def segments(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
+        """A file's segments (of one modality, or all), in time order."""
+        return self.index.store.segments_of(video_id, modality=modality)
+
     def speech(self, video_id: str) -> list[dict[str, Any]]:
         """A file's speech segments, in time order."""
-        return self.index.store.segments_of(video_id, modality="speech")
+        return self.segments(video_id, "speech")
 
     def transcript(self, video: str) -> Transcript | None:
         """The speech segments and facts of an indexed file (by path or video id), or None."""
