@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.filters import SearchFilters
-from mediaindex.index.index import IndexMissingError, MediaIndex, open_index
+from mediaindex.index.index import MediaIndex, open_index
+from mediaindex.index.index import index_exists as folder_holds_index
+from mediaindex.index.index import require_index as require_index_in
 from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
@@ -60,13 +62,12 @@ class JobOutcome:
 
 
 def index_exists(settings: Settings) -> bool:
-    return (settings.index_dir / SCHEMA_FILE).exists()
+    return folder_holds_index(settings.index_dir)
 
 
 def require_index(settings: Settings) -> None:
-    """Reading commands never create an index: one that is not there is a clear error."""
-    if not index_exists(settings):
-        raise IndexMissingError(f"no index at {settings.index_dir}: run `mediaindex ingest PATH` first")
+    """Reading commands never create an index: one that is not there is a clear error (`IndexMissingError`)."""
+    require_index_in(settings.index_dir)
 
 
 def load_embedder(settings: Settings) -> TextEmbedder:
@@ -94,7 +95,7 @@ class Archive:
         telling `on_wait` for whom, and repairs the index (files whose data was lost are indexed again)."""
         from mediaindex.models.vision import vector_dims
 
-        if must_exist:
+        if must_exist:  # before the embedder loads: a missing index is said at once
             require_index(settings)
         embedder = embedder if embedder is not None else load_embedder(settings)
         access = Access(write=True, wait=wait, on_wait=on_wait) if write else READ
