@@ -3,6 +3,8 @@
 The CLI, the HTTP API and the MCP server all go through an `Archive` (or, where a running `serve` holds the
 index, through a `RemoteArchive` with the same calls, see remote.py): opening an index with its embedder, the
 check that an index exists, searching, transcripts, summaries, questions, ingest and reset are written here once.
+The searcher, the models, the agents and Ray are imported in the calls that use them: a face that only lists
+files or reads a transcript does not load them.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def load_embedder(settings: Settings) -> TextEmbedder:
 
 
 class Archive:
-    """The index at `settings.index_dir` with its text embedder. Built with an open `index` and `embedder` (a
-    server's, a test's), it leaves closing them to whoever opened them."""
+    """The index at `settings.index_dir` with its text embedder: opened by `Archive.open` for one command, or
+    built around the `index` and `embedder` a server holds open (the server closes them, not its archives)."""
 
     remote = False
 
