@@ -186,7 +186,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
             for c in out["citations"]:
                 hit = Hit(source=c.get("source") or "", video_id=c["video_id"], start=c["start"], end=c["end"],
                           score=0.0, modality=c.get("modality") or "speech", text=c.get("text") or "")
-                record = arc.index.catalog.get(c["video_id"])
+                record = arc.video(c["video_id"])
                 cited.append(models.CitedMoment(
                     file=Path(record.source).name if record else c["video_id"], video_id=c["video_id"],
                     start=c["start"], end=c["end"], text=c.get("text") or "",

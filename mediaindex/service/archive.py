@@ -170,6 +170,10 @@ class Archive:
     def files(self) -> list[VideoRecord]:
         return self.index.catalog.all()
 
+    def video(self, video_id: str) -> VideoRecord | None:
+        """The indexed file with this exact video id."""
+        return self.index.catalog.get(video_id)
+
     def find(self, ref: str) -> VideoRecord | None:
         """A video id, a unique id prefix, or the path / file name it was ingested from."""
         return self.agent_view.resolve(ref)
