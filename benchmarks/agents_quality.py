@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
-from mediaindex.agents import ask, open_archive, summarize
+from mediaindex.agents import ask, summarize
 from mediaindex.agents.citations import CitationRef, check, strip_citations
 from mediaindex.agents.grounding import unsupported
 from mediaindex.config import load_settings
@@ -276,13 +276,15 @@ def main() -> None:
     if not (args.index / "schema.json").exists():
         ingest_samples(settings, args.media)
     from mediaindex.agents.llm import ChatEngine, start_llm
+    from mediaindex.service.archive import Archive
+    from mediaindex.workers.runtime import ensure_ray
 
     t0 = time.perf_counter()
     # In process: the same engine without a Ray actor around it (one process less on a small machine).
-    llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings)
+    llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings, ensure_ray)
     load = time.perf_counter() - t0
     io = ThreadPoolExecutor(max_workers=1)
-    archive = io.submit(open_archive, settings).result()
+    archive = io.submit(lambda: Archive.open(settings).agent_view).result()
     if args.concurrency > 1:
         archive = ThreadBound(archive, io)
     names = [Path(f).name for f in FILES]

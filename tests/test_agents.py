@@ -745,9 +745,13 @@ def test_cli_summarize_and_ask(archive: Archive, agent_settings: Settings, monke
     from mediaindex.cli import app
 
     runner = CliRunner()
-    monkeypatch.setattr(agents, "open_archive", lambda settings: Archive(archive.index, archive.embedder))
+    from mediaindex.agents import jobs
+    from mediaindex.service import archive as service
+
+    monkeypatch.setattr(service.Archive, "open", classmethod(
+        lambda cls, settings, **how: cls(settings, archive.index, archive.embedder)))
     monkeypatch.setattr(archive.index, "close", lambda: None)  # the shared test index stays open
-    monkeypatch.setattr(agents, "get_llm", lambda settings: ScriptedModel(
+    monkeypatch.setattr(jobs, "get_llm", lambda settings, start_ray=None: ScriptedModel(
         [search_call("banana"), cite_first_result]))
     idx = ["--index", str(agent_settings.index_dir)]
     res = runner.invoke(app, ["ask", "When does the speaker say banana?", *idx, "--json"])

@@ -85,7 +85,7 @@ def test_a_model_caught_in_a_loop_is_not_a_summary() -> None:
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import mediaindex.service as ingest_module
+    import mediaindex.service.archive as ingest_module
     from mediaindex.cli import app
     from mediaindex.pipeline.run import FileOutcome, IngestReport
 
@@ -96,7 +96,7 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
         seen.append(request.settings.ingest.summaries)
         return IngestReport(job_id="x", outcomes=[FileOutcome(path, "summarised", segments=2)])
 
-    monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
+    monkeypatch.setattr(ingest_module, "run_ingest", fake_ingest)
     runner = CliRunner()
     for flag, expected in (("--summaries", True), ("--no-summaries", False)):
         result = runner.invoke(app, ["ingest", path, "--index", str(tmp_path / "idx"), flag])

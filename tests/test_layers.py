@@ -18,13 +18,14 @@ ALLOWED = {
     "models": {"serving"},  # models that quantize through the engine's quantizer
     "index": {"models"},
     "search": {"models", "index"},  # ranking and the relevance decision over the index
-    "agents": {"serving", "models", "index", "search", "workers"},  # the language model's actor runs on Ray
+    "agents": {"serving", "models", "index", "search"},  # the service passes in what starts Ray
     "pipeline": {"media", "models", "index", "agents"},  # the summary stage runs the summariser
     "workers": {"pipeline", "media", "models", "index"},  # Ray actors around the pipeline's stages
     "service": {"pipeline", "workers", "agents", "media", "models", "index", "search"},  # picks the executor
-    "api": {"mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},  # mounts /mcp
-    "mcp": {"service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},
-    "cli": {"api", "mcp", "service", "pipeline", "agents", "workers", "media", "models", "index", "search", "serving"},
+    # The faces reach Ray only through the service, which picks the executor and starts the language model.
+    "api": {"mcp", "service", "pipeline", "agents", "media", "models", "index", "search", "serving"},  # mounts /mcp
+    "mcp": {"service", "pipeline", "agents", "media", "models", "index", "search"},
+    "cli": {"api", "mcp", "service", "pipeline", "agents", "media", "models", "index", "search"},
     "web": set(),
 }
 
@@ -76,6 +77,11 @@ def test_no_two_packages_import_each_other() -> None:
     cycles = [f"{a} <-> {b} ({edges[(a, b)]}; {edges[(b, a)]})" for a, b in itertools.combinations(nodes, 2)
               if (a, b) in edges and (b, a) in edges]
     assert cycles == []
+
+
+def test_only_the_service_imports_the_workers() -> None:
+    """Ray's actors and executor are picked in one place: the service, under the faces."""
+    assert sorted(f"{s} ({w})" for (s, d), w in _edges().items() if d == "workers" and s != "service") == []
 
 
 def test_every_package_is_placed_in_a_layer() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -235,12 +236,19 @@ class DisaggregatedChat:
         self.llm.close()
 
 
-def start_llm(settings: Settings) -> RemoteLLM | DisaggregatedChat:
-    """Start (or join) Ray and the language-model actor(s), with the `ray.stages.summary` share the summary
-    stage uses."""
-    from mediaindex.workers.runtime import ensure_ray
+StartRay = Callable[[Settings], object]
 
-    ensure_ray(settings)
+
+def start_llm(settings: Settings, start_ray: StartRay | None = None) -> RemoteLLM | DisaggregatedChat:
+    """The language-model actor(s), with the `ray.stages.summary` share the summary stage uses. `start_ray`
+    starts or joins Ray first (the service passes `mediaindex.workers.runtime.ensure_ray`); without it Ray
+    must be running already."""
+    import ray
+
+    if start_ray is not None:
+        start_ray(settings)
+    elif not ray.is_initialized():
+        raise ModelLoadError("Ray is not running: start it before the language model (start_ray)")
     share = settings.ray.stages.summary
     gpus = 0.0 if settings.llm.device == "cpu" else share.gpus  # a model on the CPU reserves no GPU share
     if settings.llm.disaggregated:

@@ -26,8 +26,8 @@ from mediaindex.jobs import JobNotFound
 from mediaindex.mcp import build_server, http_endpoint
 
 if TYPE_CHECKING:
-    from mediaindex.index.index import MediaIndex
     from mediaindex.segments import Hit
+    from mediaindex.service.archive import Archive
 
 MCP_PATH = "/mcp"
 
@@ -42,12 +42,8 @@ class ApiHost:
         self.settings: Settings = state.settings
 
     @property
-    def index(self) -> MediaIndex:
-        return self.state.index
-
-    @property
-    def embedder(self) -> Any:
-        return self.state.embedder
+    def archive(self) -> Archive:
+        return self.state.archive
 
     def open(self) -> None:
         self.state.open()

@@ -38,6 +38,9 @@ class JobHost(Protocol):
     @property
     def embedder(self) -> Any: ...
 
+    @property
+    def archive(self) -> Any: ...
+
     def pipeline(self, settings: Settings | None = None) -> Any: ...
 
 
@@ -173,16 +176,8 @@ class JobRunner:
 
     def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
         """The agentic summary job, on this server's open index (it sets the job's state itself)."""
-        from mediaindex.agents import run_summarize_job
-        from mediaindex.agents.tools import Archive
-
-        run_summarize_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
-                                                                   self.state.settings.vision))
+        self.state.archive.run_job(job_id, "summarize")
 
     def _ask(self, job_id: str) -> None:
         """A question, on this server's open index (the job records its answer or why it failed)."""
-        from mediaindex.agents import run_ask_job
-        from mediaindex.agents.tools import Archive
-
-        run_ask_job(self.state.settings, job_id, archive=Archive(self.state.index, self.state.embedder,
-                                                                   self.state.settings.vision))
+        self.state.archive.run_job(job_id, "ask")

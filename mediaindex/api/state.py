@@ -19,6 +19,7 @@ from mediaindex.api.runner import JobRunner
 from mediaindex.config import Settings
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobStore
+from mediaindex.service.archive import Archive, load_embedder
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,16 +103,13 @@ class ApiState:
         """Load the embedder and open the index; a failure leaves the API up but not ready."""
         try:
             if self._embedder is None:
-                from mediaindex.models.text_embed import load_text_embedder
-
-                self._embedder = LockedEmbedder(load_text_embedder(self.settings.embed, self.settings.cache_dir))
+                self._embedder = LockedEmbedder(load_embedder(self.settings))
             # The first query pays the embedder's warm-up: pay it here, not in a client's request.
             self._embedder.embed_query("warm-up")
             if self._index is None:
-                from mediaindex.index.index import open_index
-
                 # Request and job threads each get their own catalog connection.
-                self._index = open_index(self.settings, self._embedder.dim, self._embedder.name, thread_safe=True)
+                self._index = Archive.open(self.settings, must_exist=False, thread_safe=True,
+                                           embedder=self._embedder).index
                 if self.advertise_url:
                     self._index.advertise(self.advertise_url)
         except Exception as exc:  # reported by /health/ready and every data endpoint
@@ -157,6 +155,11 @@ class ApiState:
         if self._index is None or self.open_error:
             raise ApiError(503, f"the index is not available: {self.open_error or 'still opening'}")
         return self._index
+
+    @property
+    def archive(self) -> Archive:
+        """The open index and embedder behind the calls of the service (search, transcripts, agent jobs)."""
+        return Archive(self.settings, self.index, self.embedder)
 
     @property
     def embedder(self) -> LockedEmbedder:

@@ -15,7 +15,7 @@ from mediaindex.index.holder import Holder, read_holder
 from mediaindex.index.integrity import reconcile
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.index.reset import finish_reset
-from mediaindex.index.schema import check_or_write
+from mediaindex.index.schema import SCHEMA_FILE, check_or_write
 from mediaindex.index.shared_store import READ, Access, SharedStore
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
@@ -48,6 +48,16 @@ class IndexMissingError(MediaIndexError):
     """A reading command was pointed at a folder that holds no index."""
 
 
+def index_exists(index_dir: Path) -> bool:
+    return (Path(index_dir) / SCHEMA_FILE).exists()
+
+
+def require_index(index_dir: Path) -> None:
+    """Reading commands never create an index: a folder that holds none is a clear error."""
+    if not index_exists(index_dir):
+        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
+
+
 class IndexHeldError(IndexBusyError):
     """Another live process holds the index; `holder` says which (and where a server answers)."""
 
@@ -74,8 +84,8 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
         raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
     if holder is None:
         finish_reset(index_dir)
-    if must_exist and not (index_dir / "schema.json").exists():
-        raise IndexMissingError(f"no index at {index_dir}: run `mediaindex ingest PATH` first")
+    if must_exist:
+        require_index(index_dir)
     try:
         return MediaIndex(settings, text_dim, embedder_name, extra_dims=extra_dims, thread_safe=thread_safe,
                           access=access, repair=repair)

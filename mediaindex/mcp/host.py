@@ -1,4 +1,4 @@
-"""What the MCP server needs of the process it runs in: the open index, the media roots and the job runner.
+"""What the MCP server needs of the process it runs in: the service's archive, the media roots and the job runner.
 
 The HTTP API's state is one such host (`mediaindex.api.mcp_host`), for the server mounted in `serve` and for
 the one `mediaindex mcp` runs over stdio, so that both confine paths, queue ingest jobs and report errors exactly
@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mediaindex.config import Settings
 
 if TYPE_CHECKING:
-    from mediaindex.index.index import MediaIndex
-    from mediaindex.models.text_embed import TextEmbedder
     from mediaindex.segments import Hit
+    from mediaindex.service.archive import Archive
 
 
 class ArchiveHost(Protocol):
@@ -23,10 +22,8 @@ class ArchiveHost(Protocol):
     user_errors: tuple[type[BaseException], ...]
 
     @property
-    def index(self) -> MediaIndex: ...
-
-    @property
-    def embedder(self) -> TextEmbedder: ...
+    def archive(self) -> Archive:
+        """The open index behind the service's calls: search, transcripts, questions."""
 
     def open(self) -> None:
         """Load the embedder and open the index (a server that owns its host calls it at start-up)."""

@@ -44,21 +44,19 @@ def register(server: MCPServer, host: ArchiveHost) -> None:
         record = _record(video_id)
         try:
             with tool_errors(host):
-                return to_vtt(host.index.store.segments_of(record.video_id, "speech"))
+                return to_vtt(host.archive.speech(record.video_id))
         except ToolError as exc:
             raise ResourceError(str(exc)) from exc
 
     @server.resource(SUMMARY_URI, name="summary", mime_type="text/markdown")
     def summary(video_id: str) -> str:
         """An indexed file's summary with chapters and cited moments, as made at ingest (with summaries)."""
-        from mediaindex.agents import stored_summary
         from mediaindex.agents.render import summary_markdown
-        from mediaindex.mcp.tools import archive
 
         record = _record(video_id)
         try:
             with tool_errors(host):
-                found = stored_summary(archive(host), record.video_id)
+                found = host.archive.stored_summary(record.video_id)
         except ToolError as exc:
             raise ResourceError(str(exc)) from exc
         if found is None:

@@ -14,7 +14,4 @@ if TYPE_CHECKING:
 def search(host: ArchiveHost, query: str, limit: int, filters: SearchFilters,
            min_confidence: str | None = None) -> list[Hit]:
     """Moments for `query`, best first, at least as probably relevant as `min_confidence` asks (default low)."""
-    from mediaindex.search.searcher import Searcher
-
-    searcher = Searcher(host.index, host.embedder, host.settings.vision)
-    return searcher.text(query, limit=limit, filters=filters, min_confidence=min_confidence)
+    return host.archive.search(query, limit=limit, filters=filters, min_confidence=min_confidence)

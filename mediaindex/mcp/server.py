@@ -40,7 +40,7 @@ class ArchiveServer(MCPServer[Any]):
         listed = await super().list_resources()
         try:
             # The catalog is looked up in the worker thread: a server's catalog has a connection per thread.
-            records = await anyio.to_thread.run_sync(lambda: self.host.index.catalog.all())
+            records = await anyio.to_thread.run_sync(lambda: self.host.archive.files())
         except self.host.user_errors:  # the index is not open: nothing to list yet
             return listed
         for r in records[:resources.MAX_LISTED_FILES]:

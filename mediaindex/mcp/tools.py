@@ -1,7 +1,7 @@
 """The tools an agent calls: search, get_transcript, ask, list_files, file_info, ingest, job_status.
 
-Each is a thin face over what the CLI and the HTTP API call (the searcher, the transcript export, the agents'
-question job, the API's ingest queue); arguments are typed and bounded, so a bad call fails with a message
+Each is a thin face over what the CLI and the HTTP API call (the service's `Archive`: search, transcripts, the
+question job; the API's ingest queue); arguments are typed and bounded, so a bad call fails with a message
 that says which argument is wrong, and any failure is a tool error, never a traceback.
 """
 
@@ -25,7 +25,7 @@ from mediaindex.mcp.searching import search as run_search
 from mediaindex.segments import MODALITIES, Hit
 
 if TYPE_CHECKING:
-    from mediaindex.agents.tools import Archive
+    from mediaindex.agents.events import AgentEvent
     from mediaindex.index.catalog import VideoRecord
     from mediaindex.mcp.host import ArchiveHost
 
@@ -57,14 +57,8 @@ def tool_errors(host: ArchiveHost) -> Iterator[None]:
         raise ToolError("internal error: the server could not complete this call (see the server log)") from exc
 
 
-def archive(host: ArchiveHost) -> Archive:
-    from mediaindex.agents.tools import Archive
-
-    return Archive(host.index, host.embedder, host.settings.vision)
-
-
 def resolve(host: ArchiveHost, ref: str) -> VideoRecord:
-    record = archive(host).resolve(ref)
+    record = host.archive.find(ref)
     if record is None:
         raise ToolError(f"no indexed file {ref!r}: give a video id from search or list_files, or an indexed "
                         "file's name or path")
@@ -146,7 +140,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
             record = resolve(host, file)
             if from_seconds is not None and to_seconds is not None and to_seconds < from_seconds:
                 raise ToolError(f"to_seconds ({to_seconds}) is before from_seconds ({from_seconds})")
-            lines = [s for s in host.index.store.segments_of(record.video_id, "speech")
+            lines = [s for s in host.archive.speech(record.video_id)
                      if (from_seconds is None or s["end"] > from_seconds)
                      and (to_seconds is None or s["start"] < to_seconds)]
             out = models.Transcript(file=Path(record.source).name, video_id=record.video_id, format=format)
@@ -169,14 +163,12 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         """Answer a question from the archive: the server's own agent searches, reads and answers in a sentence
         that cites the moments it rests on, or says the archive does not hold the answer (status not_found).
         Slower than search (a language model runs); prefer search when moments are what you need."""
-        from mediaindex import agents
-
         base = base_url(ctx)
         with tool_errors(host):
-            settings, arc = host.settings, archive(host)
+            arc = host.archive
             video = resolve(host, file).video_id if file is not None else None
 
-            def progress(event: agents.AgentEvent) -> None:  # from the job's thread
+            def progress(event: AgentEvent) -> None:  # from the job's thread
                 if ctx is not None:
                     try:
                         anyio.from_thread.run(ctx.report_progress, event.step, None, event.text)
@@ -184,11 +176,10 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                         log.debug("progress not sent", exc_info=True)
 
             def answer() -> tuple[str, dict]:
-                job_id = agents.submit_ask(settings, question, video)
-                job = agents.run_ask_job(settings, job_id, archive=arc, on_event=progress)
-                if job.state != "done" or job.result is None:
+                job = arc.ask(question, video, on_event=progress)
+                if job.state != "done" or job.output is None:
                     raise ToolError(f"the question could not be answered: {host.public(job.error or job.state)}")
-                return job_id, job.result["output"]
+                return job.id, job.output
 
             job_id, out = await anyio.to_thread.run_sync(answer)
             cited = []
@@ -211,7 +202,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         """The indexed media files, by path: id, duration, main language and how much was indexed. file_info
         tells more about one (languages, speakers, summary)."""
         with tool_errors(host):
-            records = host.index.catalog.all()
+            records = host.archive.files()
             page = records[offset:offset + limit]
             return models.FileList(total=len(records), offset=offset,
                                    files=[models.FileEntry(**entry(host, r)) for r in page])
@@ -220,13 +211,11 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
     def file_info(file: FileRef, ctx: Context | None = None) -> models.FileInfo:
         """One indexed file: duration, the languages spoken or written in it, its speakers, what kinds of
         moments were indexed, and its summary with chapters when one was made at ingest."""
-        from mediaindex.agents import stored_summary
-
         with tool_errors(host):
             record = resolve(host, file)
-            segments = host.index.store.segments_of(record.video_id)
+            segments = host.archive.segments(record.video_id)
             kinds = {m: n for m in MODALITIES if (n := sum(s.get("modality") == m for s in segments))}
-            summary = stored_summary(archive(host), record.video_id)
+            summary = host.archive.stored_summary(record.video_id)
             base = base_url(ctx)
             media = host.play_path(Hit(record.source, record.video_id, 0.0, 0.0, 0.0, "speech", ""), "")
             return models.FileInfo(

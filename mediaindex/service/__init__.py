@@ -1,7 +1,8 @@
-"""The service under the faces: what the CLI and the API call to ingest into an index.
+"""The service under the faces: the `Archive` the CLI, the API and the MCP server call (`service/archive.py`;
+through a running server, `service/remote.py`), and here, the ingest it runs.
 
-It picks where a job's stages run, once: a small job on threads of this process, any other on Ray's actor
-pools (`mediaindex.workers`). The pipeline itself (`mediaindex.pipeline`) knows only the `Executor` protocol.
+This module picks where an ingest's stages run, once: a small job on threads of this process, any other on Ray's
+actor pools (`mediaindex.workers`). The pipeline itself (`mediaindex.pipeline`) knows only the `Executor` protocol.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from mediaindex.workers.pool import Pipeline
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "Status", "ingest",
-           "start_pipeline", "with_summaries"]
+__all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "StagePipeline", "Status",
+           "ingest", "start_pipeline", "with_summaries"]
 
 
 def start_pipeline(settings: Settings, todo: list[Plan]) -> StagePipeline:

@@ -20,7 +20,6 @@ from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
     from mediaindex.index.sparse import SparseEncoder
-    from mediaindex.search.searcher import Searcher
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -49,20 +48,13 @@ def _filters(**values: Any) -> SearchFilters:
         raise ApiError(422, str(exc)) from exc
 
 
-def _searcher(request: Request) -> Searcher:
-    from mediaindex.search.searcher import Searcher
-
-    state = get_state(request)
-    return Searcher(state.index, state.embedder, state.settings.vision)
-
-
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
     state = get_state(request)
     f = body.filters
     filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
     started = time.perf_counter()
     try:
-        hits = _searcher(request).text(body.q, limit=body.limit, filters=filters, min_confidence=body.min_confidence)
+        hits = state.archive.search(body.q, limit=body.limit, filters=filters, min_confidence=body.min_confidence)
     except ValueError as exc:  # e.g. a query of blanks or emoji only, an unknown min_confidence
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("text").inc()
@@ -121,7 +113,7 @@ async def search_image(
     from mediaindex.errors import MediaIndexError
     from mediaindex.models.images import load_image
 
-    searcher = _searcher(request)
+    archive = state.archive
 
     def run() -> list[Hit]:
         state.settings.temp_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +121,7 @@ async def search_image(
             tmp.write(data)
             tmp.flush()
             picture = load_image(tmp.name)
-        return searcher.image(picture, limit=limit, filters=filters)
+        return archive.search_image(picture, limit=limit, filters=filters)
 
     started = time.perf_counter()
     try:

@@ -12,12 +12,12 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, PlainTextResponse
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
-from mediaindex.api.catalog import video_segments
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import ErrorOut, LibraryOut, LibraryVideoOut, TranscriptLine, VideoDetail, VideoOut
 from mediaindex.api.state import ApiState
 from mediaindex.index.catalog import VideoRecord
+from mediaindex.index.store import hit_from_payload
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -42,14 +42,14 @@ def _video_out(state: ApiState, r: VideoRecord) -> dict:
 
 
 def _record(state: ApiState, video_id: str) -> VideoRecord:
-    record = state.index.catalog.get(video_id)
+    record = state.archive.video(video_id)
     if record is None:
         raise ApiError(404, f"no video with id {video_id!r} in the index")
     return record
 
 
 def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
-    hits = video_segments(state.index.store, record.video_id, modality="speech")
+    hits = [hit_from_payload(p, 0.0) for p in state.archive.speech(record.video_id)]
     return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language, speaker=h.speaker)
             for h in hits]
 
@@ -58,7 +58,7 @@ def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
 def list_videos(request: Request) -> list[VideoOut]:
     """Every indexed file, by path."""
     state = get_state(request)
-    return [VideoOut(**_video_out(state, r)) for r in state.index.catalog.all()]
+    return [VideoOut(**_video_out(state, r)) for r in state.archive.files()]
 
 
 @router.get("/library", response_model=LibraryOut)
@@ -99,7 +99,7 @@ def video_transcript(request: Request, video_id: str = VideoId,
     record = _record(state, video_id)
     if format == "json":
         return transcript(state, record)
-    segments = state.index.store.segments_of(record.video_id, "speech")
+    segments = state.archive.speech(record.video_id)
     text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}

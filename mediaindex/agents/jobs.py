@@ -1,0 +1,119 @@
+"""Summary and question jobs: created in the job store, run to their end, their outcome recorded on the job.
+
+`submit_*` create a pending job; `run_*_job` load it, mark it running, do the work on the `archive` they are
+given (the caller opened it) and store the outcome: state "done" with `result = {"output": <VideoSummary |
+Answer as JSON>, "markdown": str}`, or state "failed" with `error` (a message for the user: unknown video, empty
+question, model that cannot load...). They block until the job ends; call them from a worker thread. A summary
+stored at ingest (`agents.stored`) is returned as it is unless the job's params say `recompute`; the model is
+then not even started. An unknown job id raises `mediaindex.jobs.JobNotFound`; a job of the other kind raises
+`AgentInputError` and is left untouched. `llm` is any `ChatModel` (default: one shared language-model actor per
+process, started on first use with `start_ray`, which starts or joins Ray: the caller passes it in, since Ray's
+runtime lives above the agents).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError, ask
+from mediaindex.agents.events import AgentEvent, OnEvent, ignore
+from mediaindex.agents.llm import ChatModel, DisaggregatedChat, RemoteLLM, StartRay, start_llm
+from mediaindex.agents.render import answer_markdown, summary_markdown
+from mediaindex.agents.schema import validate_output
+from mediaindex.agents.stored import stored_summary
+from mediaindex.agents.summarize import summarize
+from mediaindex.agents.tools import Archive
+from mediaindex.config import Settings
+from mediaindex.errors import MediaIndexError
+from mediaindex.jobs import Job, JobStore
+
+log = logging.getLogger("mediaindex.agents")
+
+SUMMARIZE, ASK = "summarize", "ask"
+_LLMS: dict[str, RemoteLLM | DisaggregatedChat] = {}
+_LLM_LOCK = threading.Lock()
+
+Work = Callable[[dict[str, Any], Archive, Callable[[], ChatModel]], tuple[dict[str, Any], str]]
+
+
+def get_llm(settings: Settings, start_ray: StartRay | None = None) -> RemoteLLM | DisaggregatedChat:
+    """One language-model actor per process and LLM configuration (loading a model is the slow part)."""
+    key = settings.llm.model_dump_json()
+    with _LLM_LOCK:
+        if key not in _LLMS:
+            _LLMS[key] = start_llm(settings, start_ray)
+        return _LLMS[key]
+
+
+def submit_summarize(settings: Settings, video: str, recompute: bool = False) -> str:
+    if not isinstance(video, str) or not video.strip():
+        raise AgentInputError("no video given")
+    store = JobStore.of(settings)
+    try:
+        return store.create(SUMMARIZE, {"video": video.strip(), "recompute": bool(recompute)}).id
+    finally:
+        store.close()
+
+
+def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
+    if not isinstance(question, str) or not question.strip():
+        raise AgentInputError("the question is empty")
+    if len(question.strip()) > MAX_QUESTION_CHARS:
+        raise AgentInputError(f"the question is too long ({len(question.strip())} characters, at most "
+                              f"{MAX_QUESTION_CHARS})")
+    store = JobStore.of(settings)
+    try:
+        return store.create(ASK, {"question": question.strip(), "video": video}).id
+    finally:
+        store.close()
+
+
+def run_summarize_job(settings: Settings, job_id: str, llm: ChatModel | None = None, *, archive: Archive,
+                      on_event: OnEvent = ignore, start_ray: StartRay | None = None) -> Job:
+    def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
+        video = str(params.get("video") or "")
+        out = None if params.get("recompute") else stored_summary(arc, video)
+        if out is None:
+            on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+            out = summarize(video, arc, model(), settings.llm, on_event)
+        return validate_output(out), summary_markdown(out)
+
+    return _run(settings, job_id, SUMMARIZE, work, archive, lambda: llm or get_llm(settings, start_ray))
+
+
+def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, *, archive: Archive,
+                on_event: OnEvent = ignore, start_ray: StartRay | None = None) -> Job:
+    def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
+        on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+        chat = model()
+        out = ask(str(params.get("question") or ""), arc, chat, settings.llm, video=params.get("video"),
+                  on_event=on_event)
+        return validate_output(out), answer_markdown(out)
+
+    return _run(settings, job_id, ASK, work, archive, lambda: llm or get_llm(settings, start_ray))
+
+
+def _run(settings: Settings, job_id: str, kind: str, work: Work, archive: Archive,
+         model: Callable[[], ChatModel]) -> Job:
+    store = JobStore.of(settings)
+    try:
+        job = store.get(job_id)
+        if job.kind != kind:
+            raise AgentInputError(f"job {job_id} is a {job.kind!r} job, not {kind!r}")
+        store.set_state(job_id, "running")
+        try:
+            # The model starts only when the job needs it (a stored summary does not).
+            output, markdown = work(job.params, archive, model)
+        except MediaIndexError as exc:
+            store.set_state(job_id, "failed", error=str(exc))
+        except Exception as exc:  # the job record must say why it failed, whatever the cause
+            log.exception("%s job %s failed", kind, job_id)
+            store.set_state(job_id, "failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            store.set_state(job_id, "done", result={"output": output, "markdown": markdown})
+        return store.get(job_id)
+    finally:
+        store.close()

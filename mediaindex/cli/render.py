@@ -1,0 +1,196 @@
+"""What the commands print: hits, stats, jobs, keys, agent results and the words of a server's ingest job.
+
+Results go to stdout (`out`, or plain `print` for JSON and transcripts, so a pipe gets them unchanged); what
+is said about the work goes to stderr (`err`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mediaindex.jobs import Job
+from mediaindex.segments import MODALITIES
+
+if TYPE_CHECKING:
+    from mediaindex.pipeline.run import IngestReport
+
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Say what went wrong on stderr; the exit to raise (2: a usage or input error)."""
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def say(message: str) -> None:
+    """A line about the work, on stderr, printed as it is."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def timestamp(t: float) -> str:
+    m, s = divmod(t, 60)
+    return f"{int(m)}:{s:04.1f}"
+
+
+def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
+    """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails."""
+    if as_json:
+        for h in found:  # absolute paths, as the source is
+            if h.get("thumbnail"):
+                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
+        print(json.dumps(found, ensure_ascii=False, indent=2))
+        return
+    if not found:
+        if not closest:
+            out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
+            return
+        out.print("no confident match; the closest moments (not confident matches):", highlight=False)
+        found = [{**h, "band": f"closest ({h['band']})" if h.get("band") else "closest"} for h in closest]
+    bands = any(h.get("band") for h in found)
+    table = Table(show_lines=False)
+    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
+        table.add_column(col, overflow="fold")
+    for h in found:
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                      Path(h["source"]).name, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"], text)
+    out.print(table)
+
+
+def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(numbers, indent=2))
+        return
+    from mediaindex.cli.progress import plural
+
+    out.print(f"{plural(numbers['files'], 'file')}, {plural(numbers['points'], 'segment')} in {index_dir}",
+              highlight=False)
+    kinds = [f"{m} {numbers[f'{m}_segments']}" for m in MODALITIES if numbers.get(f"{m}_segments")]
+    if kinds:
+        out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    # The store's own words for its internals: "segments" there are storage segments, not ours.
+    labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
+              "disk_bytes": "size on disk"}
+    for key, value in numbers.items():
+        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+            continue
+        shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
+        out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
+
+
+def job_dict(job: Job, counts: dict[str, int]) -> dict:
+    return {"id": job.id, "kind": job.kind, "state": job.shown_state, "error": job.error, "created": job.created,
+            "updated": job.updated, "params": job.params, "counts": counts}
+
+
+def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({**job_dict(job, counts), "files": [f.__dict__ for f in files]}, ensure_ascii=False,
+                         indent=2))
+        return
+    out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "")
+              + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
+                 if job.interrupted and job.kind == "ingest" else ""), highlight=False)
+    table = Table()
+    for col in ("state", "attempts", "file", "reason"):
+        table.add_column(col)
+    for f in files:
+        table.add_row(f.state, str(f.attempts), f.path, f.reason)
+    out.print(table)
+
+
+def job_list(listed: list[tuple[Job, dict[str, int]]], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([job_dict(j, c) for j, c in listed], ensure_ascii=False, indent=2))
+        return
+    table = Table()
+    for col in ("id", "kind", "state", "created", "files"):
+        table.add_column(col)
+    for j, counts in listed:
+        tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        table.add_row(j.id, j.kind, j.shown_state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
+    out.print(table)
+
+
+def job_lines(job: dict, verbose: bool = False) -> list[str]:
+    """A server's ingest job in the words of a local ingest: one line per file, then the counts."""
+    from mediaindex.cli.progress import summary_line
+    from mediaindex.pipeline.discover import NOT_MEDIA, shown
+
+    lines: list[str] = []
+    tally = {"indexed": 0, "unchanged": 0, "skipped": 0, "failed": 0, "left out": 0}
+    for f in job["files"]:
+        state, reason = f["state"], f.get("reason") or ""
+        if state == "done":
+            label = "unchanged" if reason == "already indexed" else "indexed"
+        elif state == "skipped" and reason.startswith(NOT_MEDIA):
+            label = "left out"
+        else:
+            label = state
+        tally[label] = tally.get(label, 0) + 1
+        if label != "left out" or verbose:
+            lines.append(f"{label:<10} {shown(f['path'])}" + (f": {shown(reason)}" if reason else ""))
+    done = summary_line(tally["indexed"], None, 0, tally["unchanged"], tally["skipped"], tally["failed"],
+                        tally["left out"], job["id"], verbose)
+    state = "" if job["state"] == "done" else f" ({job['state']})"
+    return [*lines, done + state]
+
+
+def ingest_report(report: IngestReport, verbose: bool) -> None:
+    """The last line of a local ingest: every count named once."""
+    from mediaindex.cli.progress import not_media, summary_line
+
+    left_out = sum(map(not_media, report.outcomes))
+    err.print(summary_line(len(report.indexed), sum(o.segments for o in report.indexed),
+                           len(report.by_status("summarised")), len(report.by_status("unchanged")),
+                           len(report.by_status("skipped")) - left_out, len(report.by_status("failed")), left_out,
+                           report.job_id, verbose), highlight=False, markup=False, soft_wrap=True)
+
+
+def agent_result(job_id: str, output: dict[str, Any], markdown: str, as_json: bool, on_server: bool) -> None:
+    """A summary or an answer: JSON, or Markdown (rendered on a terminal, as it is into a pipe)."""
+    if as_json:
+        print(json.dumps({"job_id": job_id, **output}, ensure_ascii=False, indent=2))
+        return
+    from mediaindex.cli.agent_display import show_markdown
+
+    show_markdown(out, markdown)
+    err.print(f"job {job_id}" + (" (on the server)" if on_server else ""), highlight=False)
+
+
+def keys(listed: list[Any]) -> None:
+    if not listed:
+        out.print("no keys: the API is open to anyone who can reach it (unless api.require_keys is set)")
+        return
+    table = Table()
+    for col in ("id", "name", "created", "state"):
+        table.add_column(col)
+    for k in listed:
+        created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        table.add_row(k.id, k.name, created, "revoked" if k.revoked else "active")
+    out.print(table)
+
+
+def models(rows: list[tuple[str, str, str]]) -> None:
+    table = Table()
+    for col in ("role", "configured", "status"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+def transcript(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

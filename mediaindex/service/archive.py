@@ -1,0 +1,343 @@
+"""One archive on this machine: an index opened with its text embedder, and every call the faces make on it.
+
+The CLI, the HTTP API and the MCP server all go through an `Archive` (or, where a running `serve` holds the
+index, through a `RemoteArchive` with the same calls, see remote.py): opening an index with its embedder, the
+check that an index exists, searching, transcripts, summaries, questions, ingest and reset are written here once.
+The searcher, the models, the agents and Ray are imported in the calls that use them: a face that only lists
+files or reads a transcript does not load them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mediaindex.config import Settings
+from mediaindex.errors import MediaError, MediaIndexError
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.index import MediaIndex, open_index
+from mediaindex.index.index import index_exists as folder_holds_index
+from mediaindex.index.index import require_index as require_index_in
+from mediaindex.index.reset import RESET_MARKER, reset_index
+from mediaindex.index.schema import SCHEMA_FILE
+from mediaindex.index.shared_store import READ, Access
+from mediaindex.jobs import Job
+from mediaindex.segments import MODALITIES, Hit
+from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
+from mediaindex.service import ingest as run_ingest
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mediaindex.agents.events import OnEvent
+    from mediaindex.agents.schema import VideoSummary
+    from mediaindex.agents.tools import Archive as AgentArchive
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.holder import Holder
+    from mediaindex.index.lease import IndexLease
+    from mediaindex.models.text_embed import TextEmbedder
+
+Transcript = tuple[list[dict[str, Any]], dict[str, Any]]  # speech segments, and the file's facts
+
+
+class ResetError(MediaIndexError):
+    """An index that cannot be reset now (another process holds it) or could not be deleted completely."""
+
+
+@dataclass
+class JobOutcome:
+    """A summary or question job as it ended, wherever it ran."""
+
+    id: str
+    kind: str
+    state: str
+    error: str | None
+    output: dict[str, Any] | None
+    markdown: str | None
+
+    @classmethod
+    def of(cls, job: Job) -> JobOutcome:
+        result = job.result or {}
+        return cls(job.id, job.kind, job.state, job.error, result.get("output"), result.get("markdown"))
+
+
+def index_exists(settings: Settings) -> bool:
+    return folder_holds_index(settings.index_dir)
+
+
+def require_index(settings: Settings) -> None:
+    """Reading commands never create an index: one that is not there is a clear error (`IndexMissingError`)."""
+    require_index_in(settings.index_dir)
+
+
+def load_embedder(settings: Settings) -> TextEmbedder:
+    from mediaindex.models.text_embed import load_text_embedder
+
+    return load_text_embedder(settings.embed, settings.cache_dir)
+
+
+class Archive:
+    """The index at `settings.index_dir` with its text embedder: opened by `Archive.open` for one command, or
+    built around the `index` and `embedder` a server holds open (the server closes them, not its archives)."""
+
+    remote = False
+
+    def __init__(self, settings: Settings, index: MediaIndex, embedder: Any) -> None:
+        self.settings, self.index, self.embedder = settings, index, embedder
+        self._started_ray = False
+
+    @classmethod
+    def open(cls, settings: Settings, *, write: bool = False, wait: bool = True,
+             on_wait: Callable[[Holder | None], None] | None = None, must_exist: bool = True,
+             thread_safe: bool = False, embedder: Any = None) -> Archive:
+        """Open the index with its embedder: a reader reads through a process that holds the index; a writer
+        (an ingest, the only caller that may create an index) waits for it (`wait=False`: refused at once),
+        telling `on_wait` for whom, and repairs the index (files whose data was lost are indexed again)."""
+        from mediaindex.models.vision import vector_dims
+
+        if must_exist:  # before the embedder loads: a missing index is said at once
+            require_index(settings)
+        embedder = embedder if embedder is not None else load_embedder(settings)
+        access = Access(write=True, wait=wait, on_wait=on_wait) if write else READ
+        index = open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
+                           access=access, must_exist=must_exist, thread_safe=thread_safe, repair=write)
+        return cls(settings, index, embedder)
+
+    def close(self) -> None:
+        """Close the index, and stop the Ray that a job of this archive started (a server's Ray stays up: its
+        archives are not closed)."""
+        try:
+            self.index.close()
+        finally:
+            if self._started_ray:
+                import ray
+
+                ray.shutdown()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def through(self) -> Holder | None:
+        """The process this one reads through, when another holds the index (its answers may change as it
+        writes)."""
+        return getattr(self.index.store, "through", None)
+
+    @property
+    def agent_view(self) -> AgentArchive:
+        """The index as the agents' tools read it."""
+        from mediaindex.agents.tools import Archive as AgentArchive
+
+        return AgentArchive(self.index, self.embedder, self.settings.vision)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def search(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+               mode: str = "hybrid", moments: bool = True, min_confidence: str | None = None) -> list[Hit]:
+        """Moments (or, `moments=False`, raw segments) for a plain-language query, best first."""
+        from mediaindex.search.searcher import Searcher
+
+        return Searcher(self.index, self.embedder, self.settings.vision).text(
+            query, limit=limit, filters=filters, mode=mode, moments=moments,  # type: ignore[arg-type]
+            min_confidence=min_confidence)
+
+    def moments(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+                mode: str = "hybrid", moments: bool = True, min_confidence: str | None = None,
+                picture: np.ndarray | None = None) -> list[dict[str, Any]]:
+        """`search` (or, given a `picture`, `search_image`) as JSON-ready dicts: what a `RemoteArchive` gives."""
+        if picture is not None:
+            return [h.to_dict() for h in self.search_image(picture, limit, filters)]
+        return [h.to_dict() for h in self.search(query, limit, filters, mode=mode, moments=moments,
+                                                 min_confidence=min_confidence)]
+
+    def search_image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
+        """Shots that look like `picture`."""
+        from mediaindex.search.searcher import Searcher
+
+        return Searcher(self.index, self.embedder, self.settings.vision).image(picture, limit=limit, filters=filters)
+
+    def stats(self) -> dict[str, Any]:
+        """Files, segments (in all and by kind), and the vector store's own numbers."""
+        stats = {"files": self.index.catalog.count(), **self.index.store.stats()}
+        for modality in MODALITIES:
+            stats[f"{modality}_segments"] = self.index.store.count(SearchFilters(modality=modality))
+        return stats
+
+    def files(self) -> list[VideoRecord]:
+        return self.index.catalog.all()
+
+    def video(self, video_id: str) -> VideoRecord | None:
+        """The indexed file with this exact video id."""
+        return self.index.catalog.get(video_id)
+
+    def find(self, ref: str) -> VideoRecord | None:
+        """A video id, a unique id prefix, or the path / file name it was ingested from."""
+        return self.agent_view.resolve(ref)
+
+    def stored_summary(self, video: str) -> VideoSummary | None:
+        """The summary with chapters made at ingest (with summaries), if one was."""
+        from mediaindex.agents.stored import stored_summary
+
+        return stored_summary(self.agent_view, video)
+
+    def segments(self, video_id: str, modality: str | None = None) -> list[dict[str, Any]]:
+        """A file's segments (of one modality, or all), in time order."""
+        return self.index.store.segments_of(video_id, modality=modality)
+
+    def speech(self, video_id: str) -> list[dict[str, Any]]:
+        """A file's speech segments, in time order."""
+        return self.segments(video_id, "speech")
+
+    def transcript(self, video: str) -> Transcript | None:
+        """The speech segments and facts of an indexed file (by path or video id), or None."""
+        path = Path(video).expanduser()
+        record = self.index.catalog.get(video) or (
+            self.index.catalog.by_source(str(path.resolve())) if path.name else None)
+        if record is None:
+            return None
+        return self.speech(record.video_id), {"source": record.source, "video_id": record.video_id,
+                                              "language": record.language, "duration": record.duration}
+
+    # --- writing ----------------------------------------------------------------------------------
+    def ingest(self, request: IngestRequest, hooks: IngestHooks | None = None,
+               pipeline: StagePipeline | None = None) -> IngestReport:
+        """Run an ingest job into this index (the stages on threads here for a small job, else on Ray)."""
+        return run_ingest(request, self.index, pipeline, hooks)
+
+    def optimize(self) -> bool:
+        """Build HNSW graphs and merge segments; False when there was nothing to do."""
+        return self.index.store.optimize()
+
+    # --- agents -----------------------------------------------------------------------------------
+    def summarize(self, video: str, recompute: bool = False, on_event: OnEvent | None = None) -> JobOutcome:
+        """A summary job for one indexed video, run here to its end."""
+        from mediaindex.agents.jobs import submit_summarize
+
+        return self.run_job(submit_summarize(self.settings, video, recompute), "summarize", on_event)
+
+    def ask(self, question: str, video: str | None = None, on_event: OnEvent | None = None) -> JobOutcome:
+        """A question job, run here to its end."""
+        from mediaindex.agents.jobs import submit_ask
+
+        return self.run_job(submit_ask(self.settings, question, video), "ask", on_event)
+
+    def run_job(self, job_id: str, kind: str, on_event: OnEvent | None = None) -> JobOutcome:
+        """Run a summary or question job already in the job store; the language model starts in a Ray actor
+        (Ray is started or joined here) only when the job needs it."""
+        from mediaindex.agents.events import ignore
+        from mediaindex.agents.jobs import SUMMARIZE, run_ask_job, run_summarize_job
+
+        run = run_summarize_job if kind == SUMMARIZE else run_ask_job
+        return JobOutcome.of(run(self.settings, job_id, archive=self.agent_view, on_event=on_event or ignore,
+                                 start_ray=self._start_ray))
+
+    def _start_ray(self, settings: Settings) -> None:
+        import ray
+
+        from mediaindex.workers.runtime import ensure_ray
+
+        if not ray.is_initialized():
+            ensure_ray(settings)
+            self._started_ray = True
+
+    # --- the index folder itself ------------------------------------------------------------------
+    @staticmethod
+    def exists(settings: Settings) -> bool:
+        return index_exists(settings)
+
+    @staticmethod
+    def may_hold(settings: Settings, video: str) -> bool:
+        """Whether the index may hold this file (by path or video id): a cheap look in its catalog, without
+        opening the index and its embedder; False where there is no index."""
+        if not index_exists(settings):
+            return False
+        from mediaindex.index.catalog import Catalog
+
+        db = settings.index_dir / "catalog.db"
+        if not db.exists():
+            return True  # the index's own open answers
+        path = Path(video).expanduser()
+        catalog = Catalog(db)
+        try:
+            return (catalog.get(video) or (catalog.by_source(str(path.resolve())) if path.name else None)) is not None
+        finally:
+            catalog.close()
+
+    @staticmethod
+    def anything_to_reset(settings: Settings) -> bool:
+        index_dir = settings.index_dir
+        return index_dir.exists() and any((index_dir / name).exists() for name in
+                                          (SCHEMA_FILE, "catalog.db", "qdrant", "thumbs", RESET_MARKER))
+
+    @staticmethod
+    def reset(settings: Settings) -> None:
+        """Delete the index (vectors, catalog, thumbnails), holding its lease: an index another process has open
+        is never deleted under it, and none opens it midway. A stop at any point leaves the old index or none."""
+        lease = _lease_for_reset(settings)
+        try:
+            if settings.index.backend == "server" and settings.index.url:
+                from mediaindex.index.server_store import make_client
+
+                try:
+                    client = make_client(settings.index.url, settings.index.api_key, settings.index.timeout)
+                    if client.collection_exists(settings.index.collection):
+                        client.delete_collection(settings.index.collection)
+                    client.close()
+                except Exception as exc:
+                    raise ResetError(f"cannot delete the collection {settings.index.collection!r} at "
+                                     f"{settings.index.url}: {exc}") from exc
+            try:
+                reset_index(settings.index_dir)
+            except OSError as exc:
+                raise ResetError(f"the index at {settings.index_dir} could not be deleted completely ({exc}); run "
+                                 "`mediaindex index reset` again (the rest is deleted then)") from exc
+        finally:
+            lease.release()
+
+
+def _lease_for_reset(settings: Settings) -> IndexLease:
+    from mediaindex.index.holder import read_holder
+    from mediaindex.index.lease import IndexLease
+
+    lease = IndexLease.try_take(settings.index_dir)
+    if lease is None:
+        holder = read_holder(settings.index_dir)
+        who = holder.describe() if holder else "another process"
+        raise ResetError(f"the index at {settings.index_dir} is held by {who}: stop it first, then reset")
+    return lease
+
+
+@dataclass
+class FreshTranscript:
+    segments: list[dict[str, Any]]
+    meta: dict[str, Any]
+    notes: list[str]
+
+
+def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None] | None = None,
+                   on_progress: Callable[[float], None] | None = None,
+                   on_start: Callable[[float], None] | None = None) -> FreshTranscript:
+    """Transcribe a file that is not indexed; nothing is written. `on_start` hears the file's duration,
+    `on_loading` that the model loads, `on_progress` the seconds of audio read so far."""
+    from mediaindex.media.probe import probe
+    from mediaindex.pipeline.stages.speech import SpeechStage
+
+    source = str(path.resolve())
+    info = probe(source)
+    if not info.has_audio:
+        raise MediaError(source, "has no audio track: nothing to transcribe")
+    if on_start:
+        on_start(info.duration or 0.0)
+    if on_loading:
+        on_loading()
+    result = SpeechStage(settings).transcribe_file(source, info, on_progress=on_progress)
+    if result.failure:
+        raise MediaError(source, result.failure)
+    return FreshTranscript([s.payload() for s in result.segments],
+                           {"source": source, "video_id": None, "language": result.language,
+                            "duration": info.duration},
+                           [n for n in result.notes if n != "no speech found"])

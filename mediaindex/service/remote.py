@@ -1,0 +1,162 @@
+"""The archive through the `mediaindex serve` that holds the index: the same calls as a local `Archive`.
+
+The embedded vector store admits one process, so while a server holds an index a second process cannot
+open it. The server records its address in the index folder (`index/holder.py`); the commands find it
+there and send their request over HTTP: a search is answered at once, an ingest, summary or question
+becomes one of the server's jobs, followed here until it ends. An API key, when the server needs one,
+comes from $MEDIAINDEX_API_KEY.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mediaindex.config import Settings
+from mediaindex.errors import MediaIndexError
+from mediaindex.index.filters import SearchFilters
+from mediaindex.index.holder import Holder, read_holder
+from mediaindex.service.archive import JobOutcome
+
+KEY_ENV = "MEDIAINDEX_API_KEY"
+ENDED = ("done", "failed", "cancelled")
+API_MAX_LIMIT = 100  # the server's own cap on hits per search
+
+
+class RemoteError(MediaIndexError):
+    """The server holding the index refused or could not be reached; the message says which and why."""
+
+
+class Remote:
+    """HTTP requests to the server that holds an index (its address recorded in the index folder)."""
+
+    def __init__(self, holder: Holder, timeout: float = 30.0) -> None:
+        assert holder.url
+        self.holder, self.url, self.timeout = holder, holder.url.rstrip("/"), timeout
+        self.key = os.environ.get(KEY_ENV) or None
+
+    def request(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None) -> Any:
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.url}{path}{'?' + query if query else ''}", data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.key:
+            req.add_header("Authorization", f"Bearer {self.key}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310  (the server's own address)
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("message") or exc.reason
+            except (ValueError, AttributeError):
+                message = exc.reason
+            hint = f" (set ${KEY_ENV} to a key from `mediaindex keys create`)" if exc.code == 401 else ""
+            raise RemoteError(f"the server holding the index ({self.url}) answered {exc.code}: {message}{hint}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise RemoteError(f"the index is held by {self.holder.describe()}, which does not answer ({exc}); "
+                              "try again when it is up, or stop it") from exc
+
+    def wait(self, job_id: str, on_change: Callable[[dict], None] | None = None, poll: float = 0.5) -> dict:
+        """Follow a job until it ends; `on_change` sees each new state of it."""
+        last = None
+        while True:
+            job = self.request("GET", f"/jobs/{job_id}")
+            seen = (job["state"], json.dumps(job.get("counts"), sort_keys=True))
+            if seen != last and on_change:
+                on_change(job)
+            last = seen
+            if job["state"] in ENDED:
+                return job
+            time.sleep(poll)
+
+
+def remote_for(settings: Settings) -> Remote | None:
+    """The server that holds this index, if one is running and has said where it answers."""
+    holder = read_holder(Path(settings.index_dir))
+    return Remote(holder) if holder is not None and holder.url and holder.pid != os.getpid() else None
+
+
+class RemoteArchive:
+    """The calls of `Archive` that a server answers: a search at once; an ingest, summary or question as one of
+    the server's jobs, followed here until it ends. What the server does not take is refused with a message
+    that says what it takes."""
+
+    remote = True
+
+    def __init__(self, server: Remote) -> None:
+        self.server = server
+        self.holder = server.holder
+
+    def __enter__(self) -> RemoteArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # nothing is held here: the server holds the index
+
+    def close(self) -> None:
+        pass
+
+    def search(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+               mode: str = "hybrid", moments: bool = True, min_confidence: str | None = None) -> list[dict[str, Any]]:
+        """Moments as the server's /search gives them (JSON, with its play and page URLs)."""
+        return self.moments(query, limit, filters, mode=mode, moments=moments, min_confidence=min_confidence)
+
+    def moments(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+                mode: str = "hybrid", moments: bool = True, min_confidence: str | None = None,
+                picture: Any = None) -> list[dict[str, Any]]:
+        f = filters or SearchFilters()
+        if picture is not None or f.source_prefix or f.start is not None or f.end is not None or mode != "hybrid" or not moments:
+            raise RemoteError(f"the index is held by {self.holder.describe()}: through it, search takes a text "
+                              "query, --limit, --video, --modality, --language, --speaker and --min-confidence only")
+        modality = f.modality if isinstance(f.modality, str) or f.modality is None else ",".join(f.modality)
+        params = {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id, "modality": modality,
+                  "language": f.language, "speaker": f.speaker, "min_confidence": min_confidence or "low"}
+        return self.server.request("GET", "/search", params=params)["hits"]
+
+    def ingest(self, paths: list[Path], summaries: bool | None,
+               on_job: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """An ingest job on the server for these paths (they must lie in its media roots), followed to its end."""
+        job = self.server.request("POST", "/ingest", body={
+            "paths": [str(Path(p).expanduser().absolute()) for p in paths], "summaries": summaries})
+        if on_job:
+            on_job(job["id"])
+        return self.server.wait(job["id"])
+
+    def summarize(self, video: str, recompute: bool = False, on_event: Any = None) -> JobOutcome:
+        body = {"video_id": self.video_id(video), "recompute": bool(recompute)}
+        return self._follow(self.server.request("POST", "/summarize", body=body))
+
+    def ask(self, question: str, video: str | None = None, on_event: Any = None) -> JobOutcome:
+        body = {"question": question, "video_id": self.video_id(video) if video else None}
+        return self._follow(self.server.request("POST", "/ask", body=body))
+
+    def video_id(self, video: str) -> str:
+        """A video id from an id, a path or a file name, as the local command accepts."""
+        videos = self.server.request("GET", "/videos")
+        if video in {v["video_id"] for v in videos}:
+            return video
+        path = str(Path(video).expanduser().absolute())
+        for v in videos:
+            if v["source"] == path or Path(v["source"]).name == video:
+                return v["video_id"]
+        raise RemoteError(f"no video {video!r} in the index (neither a video id nor an ingested path)")
+
+    def _follow(self, job: dict[str, Any]) -> JobOutcome:
+        job = self.server.wait(job["id"], poll=1.0)
+        result = job.get("result") or {}
+        return JobOutcome(job["id"], job.get("kind") or "", job["state"], job.get("error"), result.get("output"),
+                          result.get("markdown"))
+
+
+def connect(settings: Settings) -> RemoteArchive | None:
+    """The server that holds this index, as an archive, if one is running and has said where it answers."""
+    server = remote_for(settings)
+    return RemoteArchive(server) if server is not None else None
