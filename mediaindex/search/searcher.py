@@ -107,7 +107,7 @@ def judged(
         measure_background(q, embedder, default_cache_dir())
     rows = features(q, found, pool)
     if query:
-        probabilities = relevance.load_model().probability(rows)
+        probabilities = relevance.load_model(embedder=embedder.name if embedder else None).probability(rows)
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
