@@ -262,6 +262,9 @@ def main() -> None:
         QUESTIONS[:], words = val_questions()
         ANSWER_WORDS.clear()
         ANSWER_WORDS.update(words)
+        for labels in (TOPICS, CHANGES):  # the sample media's labels; media-val has none of these
+            labels.clear()
+        NOTHING.clear()
         FILES[:] = sorted(str(p.relative_to(args.media)) for d in ("audio", "video")
                           for p in (args.media / d).iterdir() if p.is_file())
 
@@ -284,9 +287,8 @@ def main() -> None:
     llm = ChatEngine(settings.llm, settings.cache_dir) if args.in_process else start_llm(settings, ensure_ray)
     load = time.perf_counter() - t0
     io = ThreadPoolExecutor(max_workers=1)
-    archive = io.submit(lambda: Archive.open(settings).agent_view).result()
-    if args.concurrency > 1:
-        archive = ThreadBound(archive, io)
+    # The archive's catalog lives on the thread that opened it; the jobs run on other threads.
+    archive = ThreadBound(io.submit(lambda: Archive.open(settings).agent_view).result(), io)
     names = [Path(f).name for f in FILES]
     summaries, questions = [], []
     with ThreadPoolExecutor(max_workers=args.concurrency) as pool:  # rows print as they finish
