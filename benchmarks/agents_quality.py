@@ -183,7 +183,7 @@ def truncated_titles(archive, s) -> list[str]:
     """Chapter titles that are not short titles: longer than MAX_TITLE_WORDS words, or the first words of a
     sentence of the chapter cut before its end."""
     bad = []
-    segs = archive.segments(s.video_id) if s.status == "summarised" else []
+    segs = archive.segments(s.video_id) if s.status in ("summarised", "visual_only") else []
     for ch in s.chapters:
         words = re.findall(r"\w+", ch.title.lower())
         if len(words) > MAX_TITLE_WORDS:

@@ -687,6 +687,16 @@ def test_visual_concepts_alone_give_a_visual_summary(tmp_path: Path, cache_dir: 
     assert s.status == "visual_only" and model.calls == []
     assert "car, sports car" in s.summary and "tank" in s.summary and "Bond" not in s.summary
     assert [(c.start, c.end) for c in s.chapters] == [(0.0, 3.75), (3.75, 8.76)]
+    assert [c.title for c in s.chapters] == ["Car", "Tank"]
+
+
+@pytest.mark.parametrize(("description", "title"), [
+    ("a photo of a macaque, a primate", "Macaque"), ("a photo of Welsh Springer Spaniel, a dog", "Welsh Springer Spaniel"),
+    ("a photo of an electric guitar", "Electric guitar"), ("a photo of ", "Untitled")])
+def test_a_shot_is_titled_by_its_first_label_whole(description: str, title: str) -> None:
+    from mediaindex.agents.summarize import visual_title
+
+    assert visual_title(description) == title
 
 
 def test_moments_never_run_past_the_duration(tmp_path: Path, cache_dir: Path, embedder) -> None:

@@ -31,6 +31,7 @@ from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
+from mediaindex.models.classifier import DESCRIPTION_PREFIX
 from mediaindex.segments import Hit
 
 EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
@@ -298,6 +299,16 @@ def _chapter_citations(video: VideoRef, windows: list[_Span]) -> list[Citation]:
     return out
 
 
+def visual_title(description: str) -> str:
+    """A shot's title from its labels ("a photo of a macaque, a primate" → "Macaque"): the first label whole,
+    never the description cut after a few words."""
+    text = description.strip()
+    if text.lower().startswith(DESCRIPTION_PREFIX.strip()):
+        text = text[len(DESCRIPTION_PREFIX.strip()):]
+    label = re.sub(r"^(a|an|the)\s+", "", text.split(",")[0].strip(), flags=re.IGNORECASE).strip(" .")
+    return (label[:1].upper() + label[1:]) if label else "Untitled"
+
+
 def _visual_only(video: VideoRef, visual: list[Hit], model: str) -> VideoSummary:
     """No speech and no text: chapters are runs of the same visual concepts; nothing else is claimed."""
     runs: list[list[Hit]] = []
@@ -306,7 +317,7 @@ def _visual_only(video: VideoRef, visual: list[Hit], model: str) -> VideoSummary
             runs[-1].append(hit)
         else:
             runs.append([hit])
-    chapters = [Chapter(title=first_words(r[0].text.strip(), 6).rstrip(" …"), start=round(r[0].start, 2),
+    chapters = [Chapter(title=visual_title(r[0].text), start=round(r[0].start, 2),
                         end=round(max(h.end for h in r), 2), summary=f"Visual concepts: {r[0].text.strip()}.",
                         citations=[from_hit(h) for h in r[:MAX_CITATIONS_PER_CHAPTER]], generated=False)
                 for r in runs]
