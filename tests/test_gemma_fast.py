@@ -117,6 +117,20 @@ def test_a_german_query_finds_the_english_line_of_the_same_meaning(gemma_onnx: o
 
 
 @pytest.mark.slow
+def test_odd_queries_make_unit_vectors(gemma_onnx: object) -> None:
+    """Empty, blank, emoji-only and far-too-long text (cut at the model's 2048 tokens) all embed."""
+    from mediaindex.models.gemma_onnx import GemmaOnnxEmbedder
+
+    assert isinstance(gemma_onnx, GemmaOnnxEmbedder)
+    long_text = " ".join(_srt_lines(media("groundtruth/manifesto.srt"))) * 40
+    for text in ["", "   \n\t", "🦌🌲✈️", long_text]:
+        vector = gemma_onnx.embed_query(text)
+        assert vector.shape == (768,) and np.isfinite(vector).all() and abs(np.linalg.norm(vector) - 1) < 1e-3
+    assert gemma_onnx.embed_passages([long_text, "a deer"]).shape == (2, 768)
+    assert gemma_onnx.embed_passages([]).shape == (0, 768)
+
+
+@pytest.mark.slow
 def test_a_truncated_or_corrupted_conversion_is_converted_again(gemma_folder: Path, cache_dir: Path,
                                                                 tmp_path: Path) -> None:
     """The cache here is a copy of the real conversion: one file cut short is refused by its digest; one with a

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -121,8 +122,11 @@ def converted_model(folder: Path, cache_dir: Path) -> Path:
     with _exclusive(target.parent / ".lock"):
         if (model := verified_model(target)) is not None:  # another process converted it meanwhile
             return model
-        log.info("converting %s to int8 ONNX once (about a minute and a half; needs torch, transformers, onnx, "
-                 "onnxscript) into %s", folder.name, target)
+        for stale in target.parent.glob(f".{target.name}-*"):  # staging left by a conversion that was killed
+            shutil.rmtree(stale, ignore_errors=True)
+        # A warning so a command-line user sees why this first load takes minutes.
+        log.warning("converting %s to int8 ONNX, once (a few minutes; needs torch, transformers, onnx and "
+                    "onnxscript), into %s", folder.name, target)
         convert(folder, target)
     model = verified_model(target)
     if model is None:
@@ -168,9 +172,10 @@ def convert(folder: Path, target: Path) -> dict[str, Any]:
             raise ModelLoadError(f"the ONNX export of {folder.name} disagrees with torch (cosine "
                                  f"{fp32_cosines.min():.4f} < {FP32_MIN_COSINE})")
         int8 = staging / MODEL_FILE
-        quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul", "Gather"], extra_options={"MatMulConstBOnly": True},
-                         nodes_to_exclude=_down_projections(fp32, _intermediate_size(folder)))
+        with _root_records_dropped():
+            quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul", "Gather"], extra_options={"MatMulConstBOnly": True},
+                             nodes_to_exclude=_down_projections(fp32, _intermediate_size(folder)))
         int8_cosines = _cosines(int8, ids, mask, reference)
         if int8_cosines.min() >= INT8_MIN_COSINE:
             precision, cosines = "int8", int8_cosines
@@ -190,6 +195,7 @@ def convert(folder: Path, target: Path) -> dict[str, Any]:
             "files": {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()},
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        staging.chmod(0o755)  # mkdtemp makes it private; the cache's other folders are readable
         shutil.rmtree(target, ignore_errors=True)
         os.rename(staging, target)
     finally:
@@ -197,6 +203,22 @@ def convert(folder: Path, target: Path) -> dict[str, Any]:
     log.info("converted %s: %s, cosine to torch min %.4f mean %.4f", folder.name, precision,
              manifest["cosine_min"], manifest["cosine_mean"])
     return manifest
+
+
+@contextmanager
+def _root_records_dropped() -> Iterator[None]:
+    """onnxruntime's quantizer logs advice and a line per tensor on the root logger; none of it concerns a user.
+    Records of named loggers still pass."""
+
+    def named_only(record: logging.LogRecord) -> bool:
+        return record.name != "root"
+
+    root = logging.getLogger()
+    root.addFilter(named_only)
+    try:
+        yield
+    finally:
+        root.removeFilter(named_only)
 
 
 def load_tokenizer(path: Path) -> Any:
@@ -224,12 +246,18 @@ def _torch_pipeline(folder: Path) -> Any:
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModel
+    from transformers.utils import logging as transformers_logging
 
+    bar = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # a bar for a one-second load is noise in a command's output
     try:
         encoder = AutoModel.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager")
         dense = [load_file(str(folder / sub / "model.safetensors"))["linear.weight"] for sub in ("2_Dense", "3_Dense")]
     except Exception as exc:
         raise ModelLoadError(f"cannot load {folder} with transformers for conversion: {exc}") from exc
+    finally:
+        if bar:
+            transformers_logging.enable_progress_bar()
 
     class Pipeline(torch.nn.Module):
         def __init__(self) -> None:
@@ -263,11 +291,19 @@ def _export(pipeline: Any, ids: np.ndarray, mask: np.ndarray, path: Path) -> Non
     batch = torch.export.Dim("batch", min=1, max=4096)
     seq = torch.export.Dim("seq", min=2, max=MAX_TOKENS)
     example = (torch.from_numpy(ids[:2]), torch.from_numpy(mask[:2]))
-    with torch.no_grad():
-        torch.onnx.export(pipeline, example, str(path), input_names=["input_ids", "attention_mask"],
-                          output_names=["sentence_embedding"], opset_version=18, dynamo=True,
-                          external_data=True, verbose=False,
-                          dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    # The exporter warns about its own internals (deprecations, optional torchvision ops); none of it is the user's.
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(pipeline, example, str(path), input_names=["input_ids", "attention_mask"],
+                              output_names=["sentence_embedding"], opset_version=18, dynamo=True,
+                              external_data=True, verbose=False,
+                              dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}})
+    finally:
+        exporter_log.setLevel(level)
 
 
 def _intermediate_size(folder: Path) -> int:
