@@ -73,6 +73,20 @@ def test_a_converted_file_is_accepted_only_with_its_recorded_digest(tmp_path: Pa
     assert verified_model(tmp_path) is None
 
 
+def test_a_conversion_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    """A model folder (here a real but unconvertible one) whose conversion cannot be written says so and names
+    the torch backend, never a raw OSError."""
+    from mediaindex.errors import ModelLoadError
+
+    folder = tmp_path / "embeddinggemma"
+    folder.mkdir()
+    (folder / ".assembled").write_text(hashlib.sha256(b"weights").hexdigest() + "\n")
+    cache = tmp_path / "cache"
+    cache.write_bytes(media("images/skimage_coffee.png").read_bytes())  # a file where the cache folder should be
+    with pytest.raises(ModelLoadError, match=r"converting embeddinggemma .* failed .*embed\.backend: torch"):
+        converted_model(folder, cache)
+
+
 @pytest.mark.slow
 def test_the_converted_model_agrees_with_sentence_transformers(gemma_onnx: object, cache_dir: Path,
                                                                gemma_folder: Path) -> None:

@@ -118,16 +118,22 @@ def converted_model(folder: Path, cache_dir: Path) -> Path:
     target = conversion_dir(folder, cache_dir)
     if (model := verified_model(target)) is not None:
         return model
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.parent / ".lock"):
-        if (model := verified_model(target)) is not None:  # another process converted it meanwhile
-            return model
-        for stale in target.parent.glob(f".{target.name}-*"):  # staging left by a conversion that was killed
-            shutil.rmtree(stale, ignore_errors=True)
-        # A warning so a command-line user sees why this first load takes minutes.
-        log.warning("converting %s to int8 ONNX, once (a few minutes; needs torch, transformers, onnx and "
-                    "onnxscript), into %s", folder.name, target)
-        convert(folder, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _exclusive(target.parent / ".lock"):
+            if (model := verified_model(target)) is not None:  # another process converted it meanwhile
+                return model
+            for stale in target.parent.glob(f".{target.name}-*"):  # staging left by a conversion that was killed
+                shutil.rmtree(stale, ignore_errors=True)
+            # A warning so a command-line user sees why this first load takes minutes.
+            log.warning("converting %s to int8 ONNX, once (a few minutes; needs torch, transformers, onnx and "
+                        "onnxscript), into %s", folder.name, target)
+            convert(folder, target)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{exc} (or set `embed.backend: torch` to run it with sentence-transformers)") from exc
+    except Exception as exc:  # the exporter and quantizer raise many kinds; none should reach a user raw
+        raise ModelLoadError(f"converting {folder.name} into {target} failed ({type(exc).__name__}: {exc}); "
+                             "set `embed.backend: torch` to run it with sentence-transformers") from exc
     model = verified_model(target)
     if model is None:
         raise ModelLoadError(f"the conversion of {folder.name} in {target} does not verify")
