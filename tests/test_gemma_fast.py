@@ -71,6 +71,8 @@ def test_a_converted_file_is_accepted_only_with_its_recorded_digest(tmp_path: Pa
     assert verified_model(tmp_path) is None
     (tmp_path / MANIFEST).write_text("{not json")
     assert verified_model(tmp_path) is None
+    _write_manifest(tmp_path, {"other.bin": data})  # a manifest that does not list the model
+    assert verified_model(tmp_path) is None
 
 
 def test_a_conversion_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:

@@ -104,6 +104,8 @@ def verified_model(target: Path) -> Path | None:
         files: dict[str, str] = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not isinstance(files, dict) or MODEL_FILE not in files:
+        return None
     for name, want in files.items():
         path = target / name
         if not path.is_file() or file_sha256(path) != want:
