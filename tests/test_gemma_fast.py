@@ -1,0 +1,193 @@
+"""EmbeddingGemma's fast path: converted once to int8 ONNX, it agrees with the sentence-transformers model, finds
+English transcript lines from German queries, is converted again when its file is truncated or corrupted, and
+embeds without torch, transformers or sentence-transformers in the process."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mediaindex.models.bundled import EMBEDDINGGEMMA, assembled_dir
+from mediaindex.models.gemma_export import (
+    INT8_MIN_COSINE,
+    MANIFEST,
+    MODEL_FILE,
+    conversion_dir,
+    converted_model,
+    verified_model,
+)
+from tests.conftest import REPO, media
+
+
+def _srt_lines(path: Path) -> list[str]:
+    """The spoken text of a subtitle file, one cue per line."""
+    cues = re.split(r"\n\s*\n", path.read_text(encoding="utf-8").strip())
+    return [" ".join(cue.splitlines()[2:]).strip() for cue in cues if len(cue.splitlines()) > 2]
+
+
+@pytest.fixture(scope="module")
+def gemma_folder(cache_dir: Path) -> Path:
+    folder = assembled_dir(EMBEDDINGGEMMA, cache_dir)
+    if folder is None:
+        pytest.skip("EmbeddingGemma is not assembled here (run `mediaindex models fetch embeddinggemma`)")
+    pytest.importorskip("onnx", reason="the conversion needs onnx: pip install 'mediaindex[embeddinggemma]'")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gemma_onnx(gemma_folder: Path, cache_dir: Path) -> object:
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models.text_embed import load_text_embedder
+
+    return load_text_embedder(EmbedSettings(model="embeddinggemma", backend="onnx"), cache_dir)
+
+
+def _write_manifest(folder: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    (folder / MANIFEST).write_text(json.dumps({"files": digests}))
+
+
+def test_a_converted_file_is_accepted_only_with_its_recorded_digest(tmp_path: Path) -> None:
+    data = media("images/skimage_coffee.png").read_bytes()
+    _write_manifest(tmp_path, {MODEL_FILE: data})
+    assert verified_model(tmp_path) == tmp_path / MODEL_FILE
+    (tmp_path / MODEL_FILE).write_bytes(data[: len(data) // 2])  # a copy cut short
+    assert verified_model(tmp_path) is None
+    flipped = bytearray(data)
+    flipped[len(flipped) // 3] ^= 0x10
+    (tmp_path / MODEL_FILE).write_bytes(bytes(flipped))
+    assert verified_model(tmp_path) is None
+    (tmp_path / MODEL_FILE).unlink()
+    assert verified_model(tmp_path) is None
+    (tmp_path / MANIFEST).write_text("{not json")
+    assert verified_model(tmp_path) is None
+    _write_manifest(tmp_path, {"other.bin": data})  # a manifest that does not list the model
+    assert verified_model(tmp_path) is None
+
+
+def test_a_conversion_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    """A model folder (here a real but unconvertible one) whose conversion cannot be written says so and names
+    the torch backend, never a raw OSError."""
+    from mediaindex.errors import ModelLoadError
+
+    folder = tmp_path / "embeddinggemma"
+    folder.mkdir()
+    (folder / ".assembled").write_text(hashlib.sha256(b"weights").hexdigest() + "\n")
+    cache = tmp_path / "cache"
+    cache.write_bytes(media("images/skimage_coffee.png").read_bytes())  # a file where the cache folder should be
+    with pytest.raises(ModelLoadError, match=r"converting embeddinggemma .* failed .*embed\.backend: torch"):
+        converted_model(folder, cache)
+
+
+@pytest.mark.slow
+def test_the_converted_model_agrees_with_sentence_transformers(gemma_onnx: object, cache_dir: Path,
+                                                               gemma_folder: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models.gemma_onnx import GemmaOnnxEmbedder
+    from mediaindex.models.text_embed import SentenceTransformerEmbedder, load_text_embedder
+
+    assert isinstance(gemma_onnx, GemmaOnnxEmbedder) and gemma_onnx.name == "embeddinggemma"
+    torch_model = load_text_embedder(EmbedSettings(model="embeddinggemma", backend="torch"), cache_dir)
+    assert isinstance(torch_model, SentenceTransformerEmbedder)
+    assert torch_model.name == gemma_onnx.name and torch_model.dim == gemma_onnx.dim == 768
+    passages = _srt_lines(media("groundtruth/manifesto.srt"))[:24] + [
+        "He began a confused complaint against the wizard, who had vanished behind the curtain on the left.",
+        "The horizon seems extremely distant.",
+    ]
+    ours, theirs = gemma_onnx.embed_passages(passages), torch_model.embed_passages(passages)
+    assert ours.shape == theirs.shape == (len(passages), 768)
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-4)
+    assert (ours * theirs).sum(axis=1).min() >= INT8_MIN_COSINE
+    for query in ["Ein Gespenst geht um in Europa", "공산당 선언", "what is the wizard doing?"]:
+        assert float(gemma_onnx.embed_query(query) @ torch_model.embed_query(query)) >= INT8_MIN_COSINE, query
+    manifest = json.loads((conversion_dir(gemma_folder, cache_dir) / MANIFEST).read_text())
+    assert manifest["precision"] == "int8" and manifest["cosine_min"] >= manifest["bound"] == INT8_MIN_COSINE
+
+
+@pytest.mark.slow
+def test_a_german_query_finds_the_english_line_of_the_same_meaning(gemma_onnx: object) -> None:
+    from mediaindex.models.gemma_onnx import GemmaOnnxEmbedder
+
+    assert isinstance(gemma_onnx, GemmaOnnxEmbedder)
+    lines = _srt_lines(media("groundtruth/manifesto.srt"))[:12]
+    vectors = gemma_onnx.embed_passages(lines)
+    for query, want in [("Ein Gespenst geht um in Europa", "preamble a spectre is haunting europe"),
+                        ("Proletarier aller Länder, vereinigt euch!", "workers of the world unite"),
+                        ("Dieses Hörbuch ist gemeinfrei", "this audiobook is in the public domain")]:
+        assert lines[int(np.argmax(vectors @ gemma_onnx.embed_query(query)))] == want, query
+    # Passages embedded in one padded batch and one by one agree as closely as int8 agrees with torch (the
+    # activations' int8 scale is taken per batch, so the batch shifts a vector slightly).
+    alone = np.stack([gemma_onnx.embed_passages([line])[0] for line in lines[:4]])
+    assert (alone * vectors[:4]).sum(axis=1).min() >= INT8_MIN_COSINE
+
+
+@pytest.mark.slow
+def test_odd_queries_make_unit_vectors(gemma_onnx: object) -> None:
+    """Empty, blank, emoji-only and far-too-long text (cut at the model's 2048 tokens) all embed."""
+    from mediaindex.models.gemma_onnx import GemmaOnnxEmbedder
+
+    assert isinstance(gemma_onnx, GemmaOnnxEmbedder)
+    long_text = " ".join(_srt_lines(media("groundtruth/manifesto.srt"))) * 40
+    for text in ["", "   \n\t", "🦌🌲✈️", long_text]:
+        vector = gemma_onnx.embed_query(text)
+        assert vector.shape == (768,) and np.isfinite(vector).all() and abs(np.linalg.norm(vector) - 1) < 1e-3
+    assert gemma_onnx.embed_passages([long_text, "a deer"]).shape == (2, 768)
+    assert gemma_onnx.embed_passages([]).shape == (0, 768)
+
+
+@pytest.mark.slow
+def test_a_truncated_or_corrupted_conversion_is_converted_again(gemma_folder: Path, cache_dir: Path,
+                                                                tmp_path: Path) -> None:
+    """The cache here is a copy of the real conversion: one file cut short is refused by its digest; one with a
+    flipped bit is refused and rebuilt (a full conversion: export, quantization, check)."""
+    original = conversion_dir(gemma_folder, cache_dir)
+    converted_model(gemma_folder, cache_dir)
+    copy = conversion_dir(gemma_folder, tmp_path)
+    shutil.copytree(original, copy)
+    model = copy / MODEL_FILE
+    assert verified_model(copy) == model
+    whole = model.read_bytes()
+    model.write_bytes(whole[: len(whole) - 4096])
+    assert verified_model(copy) is None
+    flipped = bytearray(whole)
+    flipped[len(flipped) // 2] ^= 0x01
+    model.write_bytes(bytes(flipped))
+    assert verified_model(copy) is None
+    rebuilt = converted_model(gemma_folder, tmp_path)
+    assert rebuilt == model and verified_model(copy) == model
+    manifest = json.loads((copy / MANIFEST).read_text())
+    assert manifest["precision"] == "int8" and manifest["cosine_min"] >= INT8_MIN_COSINE
+
+
+_EMBED_WITHOUT_TORCH = """
+import json, sys
+from pathlib import Path
+from mediaindex.config import EmbedSettings
+from mediaindex.models.text_embed import load_text_embedder
+embedder = load_text_embedder(EmbedSettings(model="embeddinggemma", backend="onnx"), Path(sys.argv[1]))
+vector = embedder.embed_query("Wo ist der Bahnhof?")
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "sentence_transformers"))
+print(json.dumps({"heavy": heavy, "dim": int(vector.shape[0]), "name": embedder.name}))
+"""
+
+
+@pytest.mark.slow
+def test_embedding_a_query_loads_no_torch_transformers_or_sentence_transformers(gemma_folder: Path,
+                                                                                cache_dir: Path) -> None:
+    converted_model(gemma_folder, cache_dir)  # converting imports torch; the process below only loads the file
+    done = subprocess.run([sys.executable, "-c", _EMBED_WITHOUT_TORCH, str(cache_dir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"heavy": [], "dim": 768, "name": "embeddinggemma"}
