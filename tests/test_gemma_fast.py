@@ -191,3 +191,35 @@ def test_embedding_a_query_loads_no_torch_transformers_or_sentence_transformers(
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"heavy": [], "dim": 768, "name": "embeddinggemma"}
+
+
+def test_default_embedder_is_embeddinggemma(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mediaindex.config import EmbedSettings, load_settings
+
+    monkeypatch.delenv("MEDIAINDEX_EMBED__MODEL", raising=False)
+    assert EmbedSettings().model == "embeddinggemma" and EmbedSettings().backend == "onnx"
+    assert load_settings("cpu").embed.model == load_settings("gpu").embed.model == "embeddinggemma"
+
+
+@pytest.mark.slow
+def test_default_embedder_indexes_and_finds_a_moment(gemma_folder: Path, cache_dir: Path, tmp_path: Path) -> None:
+    from tests.conftest import cli_environment
+
+    env = cli_environment(tmp_path / "index", cache_dir, tmp_path / "t")
+    env.pop("MEDIAINDEX_EMBED__MODEL", None)  # the profile's own embedder
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "mediaindex", *args], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=600)
+
+    done = run("ingest", str(media("audio/jfk.flac")))
+    assert done.returncode == 0, done.stderr
+    schema = json.loads((tmp_path / "index" / "schema.json").read_text(encoding="utf-8"))
+    assert "embeddinggemma" in json.dumps(schema)
+    # German, over English speech: found by meaning, surely.
+    found = run("search", "Fragt, was ihr für euer Land tun könnt", "--json", "--limit", "3")
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    assert hits and Path(hits[0]["source"]).name == "jfk.flac" and hits[0]["band"] in ("high", "medium")
+    absent = run("search", "how to bake sourdough bread", "--json")
+    assert absent.returncode == 0 and json.loads(absent.stdout) == []
