@@ -167,6 +167,8 @@ class LLMSettings(_Section):
     cpu_head: Literal["bf16", "int8", "int4"] = "bf16"
     cpu_group_size: Literal[32, 64, 128, 256] = 64
     cpu_prefill: Literal["bf16", "quantized"] = "bf16"
+    # With cpu_weights int4: layers (fnmatch patterns of their names) that take int8 instead, e.g. "*.down_proj".
+    cpu_int8_layers: list[str] = []
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept

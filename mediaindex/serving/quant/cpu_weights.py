@@ -9,6 +9,7 @@ loaded bf16 weight for prompt chunks (decode reads only the packed codes); ``"qu
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 from dataclasses import asdict, dataclass
@@ -35,6 +36,9 @@ class CpuWeights:
     head: Format = "bf16"  # the output head (often tied to the embeddings)
     group_size: int = 64  # int4: input features per (scale, zero) pair
     prefill: Literal["bf16", "quantized"] = "bf16"
+    # fnmatch patterns of layer names that take int8 where the body is int4 (the layers 4 bits hurt most, as
+    # llama.cpp's Q4_K_M keeps some at higher precision), e.g. ("*.down_proj", "*.v_proj")
+    int8_layers: tuple[str, ...] = ()
 
     @property
     def quantizes(self) -> bool:
@@ -64,6 +68,8 @@ def _plan(model: nn.Module, weights: CpuWeights) -> list[tuple[str, nn.Linear, F
         if not isinstance(module, nn.Linear):
             continue
         fmt = weights.head if name.split(".")[-1] == HEAD else weights.body
+        if fmt == "int4" and any(fnmatch.fnmatchcase(name, p) for p in weights.int8_layers):
+            fmt = "int8"
         if fmt == "int4":
             reason = check_int4_shape(module.out_features, module.in_features, weights.group_size)
             if reason is not None:
@@ -115,8 +121,8 @@ def quantize_cpu(model: nn.Module, weights: CpuWeights, *, model_id: str, cache_
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise QuantizationError("int8 / int4 CPU weights need the model on the CPU")
     shapes = ";".join(f"{n}:{fmt}:{m.out_features}x{m.in_features}" for n, m, fmt in plan)
-    build = {"name": name, "model": model_id, "format": f"{weights.body}-head-{weights.head}", "group_size": weights.group_size,
-             "layers": hashlib.sha256(shapes.encode()).hexdigest()}
+    build = {"name": name, "model": model_id, "format": f"{weights.body}-head-{weights.head}",
+             "group_size": weights.group_size, "layers": hashlib.sha256(shapes.encode()).hexdigest()}
     path = packed_cache_path(cache_dir, build) if cache_dir is not None else None
     cached = load_packed(path, build) if path is not None else None
     layers = _from_cache(plan, cached, weights.group_size) if cached is not None else None

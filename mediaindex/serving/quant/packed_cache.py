@@ -90,6 +90,7 @@ def save_packed(path: Path, build: dict[str, Any], tensors: dict[str, Tensor]) -
         os.close(fd)
         try:
             save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would differ from every other file of the model cache
             record = {"sha256": file_sha256(Path(tmp)), "bytes": os.path.getsize(tmp), "build": described}
             os.replace(tmp, path)
         finally:
@@ -98,6 +99,7 @@ def save_packed(path: Path, build: dict[str, Any], tensors: dict[str, Tensor]) -
         fd, tmp_meta = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".json", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
+        os.chmod(tmp_meta, 0o644)
         os.replace(tmp_meta, _sidecar(path))
     except OSError as exc:
         log.warning("cannot write the packed weights cache %s (%s); packing again on the next load", path, exc)
