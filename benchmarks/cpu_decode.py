@@ -66,6 +66,17 @@ def prompt_token_ids(tokenizer: Any, chat: list[dict[str, str]]) -> list[int]:
     return [int(i) for i in ids]
 
 
+def prompt_length(model: str) -> int:
+    """Prompt tokens of a measurement's chat for a bundled model (the same for every run number)."""
+    from transformers import AutoTokenizer
+
+    from mediaindex.models.bundled import bundled_lm, bundled_lm_dir
+
+    lm = bundled_lm(model)
+    tok = AutoTokenizer.from_pretrained(str(bundled_lm_dir(lm, default_cache_dir())) if lm else model)
+    return len(prompt_token_ids(tok, prompt(0)))
+
+
 def cpu_description() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "logical_cpus": os.cpu_count()}
     try:
@@ -111,9 +122,6 @@ class EngineSide:
         self.fmt = fmt
         self.engine.generate([prompt(99)], SamplingParams(max_tokens=2, ignore_eos=True))  # warm-up
 
-    def prompt_tokens(self, run: int) -> int:
-        return len(prompt_token_ids(self.engine.tokenizer, prompt(run)))
-
     def run(self, run: int, n: int, tokens: int) -> dict[str, Any]:
         def generate(steps: int, chat: list[dict[str, str]]) -> list[Any]:
             outs = self.engine.generate([chat] * n, SamplingParams(max_tokens=steps, ignore_eos=True))
@@ -132,6 +140,10 @@ class EngineSide:
                 "text": outs[0].text[:80]}
 
 
+class LlamaCppFailed(RuntimeError):
+    """llama.cpp's run failed; the message says how and with which command."""
+
+
 def llama_version(binary: str) -> str:
     try:
         done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60)
@@ -147,9 +159,13 @@ def llama_batched_bench(binary: str, gguf: str, prompt_tokens: int, n: int, toke
            "-npp", str(prompt_tokens), "-ntg", str(tokens), "-npl", str(n), "-pps", "-t", str(threads),
            "-tb", str(threads), "--output-format", "jsonl"]
     before = load_average()
-    done, wall, cpu = measured(lambda: subprocess.run(cmd, capture_output=True, text=True, check=True),
+    done, wall, cpu = measured(lambda: subprocess.run(cmd, capture_output=True, text=True),
                                resource.RUSAGE_CHILDREN)
-    row = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    rows = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not rows:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LlamaCppFailed(f"llama-batched-bench exited with {done.returncode} ({last[:200]}): {' '.join(cmd)}")
+    row = json.loads(rows[-1])
     file_type = next((ln.split("=", 1)[-1].strip() for ln in done.stderr.splitlines() if "file type" in ln), "unknown")
     # speed_tg: n × ntg / decode time; t: prompt + decode time of the measured batch.
     return {"prompt_tokens": int(row.get("pp", prompt_tokens)), "generated_per_sequence": int(row.get("tg", tokens)),
@@ -204,6 +220,7 @@ def main() -> None:
         "model": args.model, "tokens": args.tokens, "concurrency": args.concurrency, "rounds": args.rounds,
         "cpu": cpu_description(), "torch": torch.__version__, "engine_threads": args.threads,
         "load_average_at_start": list(os.getloadavg()), "runs": []}
+    report["prompt_tokens"] = prompt_length(args.model)
     sides: list[EngineSide] = []
     for fmt in args.formats:
         side = EngineSide(args.model, fmt, max(args.concurrency), args.threads)
@@ -231,13 +248,20 @@ def main() -> None:
                         run_id += 1
                         row = {"round": round_, "side": "engine", "weights": side.fmt, "concurrent": n,
                                **side.run(run_id, n, args.tokens)}
+                        if row["prompt_tokens"] != report["prompt_tokens"]:
+                            raise SystemExit(f"the engine's prompt has {row['prompt_tokens']} tokens, llama.cpp "
+                                             f"gets {report['prompt_tokens']}: the comparison would not be fair")
                         _emit(report, row)
                 elif args.llama_batched_bench and gguf:
-                    prompt_tokens = sides[0].prompt_tokens(0) if sides else len(QUESTION.split())
-                    row = {"round": round_, "side": "llama.cpp", "weights": "GGUF", "concurrent": n,
-                           **llama_batched_bench(args.llama_batched_bench, gguf, prompt_tokens, n, args.tokens,
-                                                 args.threads)}
-                    _emit(report, row)
+                    try:
+                        measured_row = llama_batched_bench(args.llama_batched_bench, gguf, report["prompt_tokens"], n,
+                                                           args.tokens, args.threads)
+                    except LlamaCppFailed as exc:  # recorded, and the engine's rounds go on
+                        report.setdefault("llama_cpp_errors", []).append(str(exc))
+                        print(f"llama.cpp failed: {exc}", flush=True)
+                        continue
+                    _emit(report, {"round": round_, "side": "llama.cpp", "weights": "GGUF", "concurrent": n,
+                                   **measured_row})
     report["load_average_at_end"] = list(os.getloadavg())
     report["table"] = summarize(report["runs"])
     print(markdown(report["table"]))
