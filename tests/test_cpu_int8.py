@@ -67,3 +67,19 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
     profile.write_text("llm:\n  cpu_weights: int4\n  cpu_head: int8\n  cpu_group_size: 128\n")
     llm = load_settings(profile).llm
     assert (llm.cpu_weights, llm.cpu_head, llm.cpu_group_size, llm.cpu_prefill) == ("int4", "int8", 128, "bf16")
+
+
+def test_codes_off_a_64_byte_boundary_are_realigned_before_the_kernel_reads_them() -> None:
+    # Tensors read from a cache file start wherever the file puts them; the int8 kernel crashed the process on
+    # such codes for some row counts.
+    torch.manual_seed(2)
+    reference = Int8Linear.from_linear(nn.Linear(896, 256, bias=False))
+    raw = torch.empty(reference.codes.numel() + 8, dtype=torch.int8)
+    shifted = raw[8:].view(256, 896)
+    shifted.copy_(reference.codes)
+    assert shifted.data_ptr() % 64 != 0
+    layer = Int8Linear(shifted, reference.scales, None)
+    assert layer.codes.data_ptr() % 64 == 0
+    for rows in range(1, 32):
+        x = torch.randn(rows, 896)
+        assert torch.equal(layer(x), reference(x))

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from mediaindex.serving.quant.config import QuantizationError
+from mediaindex.serving.quant.cpu_int8 import aligned
 from mediaindex.serving.quant.layers import PackSpec, quantize_weight, unpack_codes
 
 GROUP_SIZES = (32, 64, 128, 256)  # what the CPU kernel accepts
@@ -86,8 +87,8 @@ class Int4Linear(nn.Module):
             reason = f"scales_and_zeros has shape {tuple(scales_and_zeros.shape)}"
         if reason is not None:
             raise QuantizationError(f"cannot build an int4 linear {self.out_features}x{self.in_features}: {reason}")
-        self.register_buffer("packed", packed.contiguous())
-        self.register_buffer("scales_and_zeros", scales_and_zeros.to(torch.bfloat16).contiguous())
+        self.register_buffer("packed", aligned(packed))
+        self.register_buffer("scales_and_zeros", aligned(scales_and_zeros.to(torch.bfloat16)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.dense: Tensor | None = None  # kept out of state_dict: it is the loaded model's own weight
         # The expanding path for prompt chunks needs the layout known to unpack_int4pack; checked once here.

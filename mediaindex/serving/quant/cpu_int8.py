@@ -20,6 +20,15 @@ SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly 
 DENSE_ROWS = 32
 
 
+ALIGNMENT = 64  # bytes: the packed kernels' vector loads crash on codes that start off such a boundary
+
+
+def aligned(t: Tensor) -> Tensor:
+    """``t`` contiguous and starting on a 64-byte boundary (tensors read from a file at some offset may not)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % ALIGNMENT == 0 else t.clone()
+
+
 def int8_kernel_available() -> bool:
     return hasattr(torch.ops.aten, "_weight_int8pack_mm")
 
@@ -37,8 +46,8 @@ class Int8Linear(nn.Module):
             raise QuantizationError(f"int8 linear needs int8 codes [out, in] and scales [out], got "
                                     f"{codes.dtype} {tuple(codes.shape)} and {tuple(scales.shape)}")
         self.out_features, self.in_features = codes.shape
-        self.register_buffer("codes", codes.contiguous())
-        self.register_buffer("scales", scales.to(torch.bfloat16).contiguous())
+        self.register_buffer("codes", aligned(codes))
+        self.register_buffer("scales", aligned(scales.to(torch.bfloat16)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.dense: Tensor | None = None  # kept out of state_dict: it is the loaded model's own weight
 
