@@ -165,7 +165,7 @@ class LLMSettings(_Section):
     # Exclusive with `weights`. The former `cpu_int8: true` reads as `cpu_weights: int8`.
     cpu_weights: Literal["bf16", "int8", "int4"] = "bf16"
     cpu_head: Literal["bf16", "int8", "int4"] = "bf16"
-    cpu_group_size: Literal[32, 64, 128, 256] = 64
+    cpu_group_size: Literal[32, 64, 128, 256] = 32
     cpu_prefill: Literal["bf16", "quantized"] = "bf16"
     # With cpu_weights int4: layers (fnmatch patterns of their names) that take int8 instead, e.g. "*.down_proj".
     cpu_int8_layers: list[str] = []

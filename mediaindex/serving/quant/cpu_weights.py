@@ -34,7 +34,7 @@ HEAD = "lm_head"
 class CpuWeights:
     body: Format = "int4"  # every linear layer but the output head
     head: Format = "bf16"  # the output head (often tied to the embeddings)
-    group_size: int = 64  # int4: input features per (scale, zero) pair
+    group_size: int = 32  # int4: input features per (scale, zero) pair
     prefill: Literal["bf16", "quantized"] = "bf16"
     # fnmatch patterns of layer names that take int8 where the body is int4 (the layers 4 bits hurt most, as
     # llama.cpp's Q4_K_M keeps some at higher precision), e.g. ("*.down_proj", "*.v_proj")
