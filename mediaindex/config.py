@@ -160,11 +160,11 @@ class LLMSettings(_Section):
     # CPU only: the linear layers' weights for decoding, run by torch's weight-only CPU kernels on bf16 activations
     # (mediaindex/serving/quant/cpu_weights.py): bf16 = as loaded; int8 = per channel, symmetric; int4 = HQQ
     # group-wise (cpu_group_size inputs per scale and zero). Packed once, cached (hash-checked) in the cache dir.
-    # `cpu_head` is the same choice for the output head. `cpu_prefill`: bf16 keeps the loaded bf16 weights for
+    # `cpu_head` is the same choice for the output head (auto: int8 under int8/int4 weights, else bf16). `cpu_prefill`: bf16 keeps the loaded bf16 weights for
     # prompt chunks (faster prefill, the bf16 weights stay in memory), quantized runs prompts on the codes too.
     # Exclusive with `weights`. The former `cpu_int8: true` reads as `cpu_weights: int8`.
     cpu_weights: Literal["bf16", "int8", "int4"] = "bf16"
-    cpu_head: Literal["bf16", "int8", "int4"] = "bf16"
+    cpu_head: Literal["auto", "bf16", "int8", "int4"] = "auto"  # auto: int8 when cpu_weights is int8 or int4
     cpu_group_size: Literal[32, 64, 128, 256] = 32
     cpu_prefill: Literal["bf16", "quantized"] = "bf16"
     # With cpu_weights int4: layers (fnmatch patterns of their names) that take int8 instead, e.g. "*.down_proj".
@@ -208,9 +208,16 @@ class LLMSettings(_Section):
             data["cpu_weights"] = "int8"
         return data
 
+    @property
+    def cpu_head_weights(self) -> Literal["bf16", "int8", "int4"]:
+        """The output head's CPU format, `auto` resolved."""
+        if self.cpu_head == "auto":
+            return "bf16" if self.cpu_weights == "bf16" else "int8"
+        return self.cpu_head
+
     @model_validator(mode="after")
     def _one_kind_of_quantization(self) -> LLMSettings:
-        if self.weights is not None and (self.cpu_weights != "bf16" or self.cpu_head != "bf16"):
+        if self.weights is not None and (self.cpu_weights != "bf16" or self.cpu_head not in ("auto", "bf16")):
             raise ValueError("llm.weights (HQQ per phase) and llm.cpu_weights / llm.cpu_head exclude each other; "
                              "set one of them")
         return self

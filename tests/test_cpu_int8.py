@@ -67,6 +67,10 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
     profile.write_text("llm:\n  cpu_weights: int4\n  cpu_head: int8\n  cpu_group_size: 128\n")
     llm = load_settings(profile).llm
     assert (llm.cpu_weights, llm.cpu_head, llm.cpu_group_size, llm.cpu_prefill) == ("int4", "int8", 128, "bf16")
+    # The head follows the weights unless set: int8 under int8 / int4, bf16 under bf16.
+    assert LLMSettings(cpu_weights="int4").cpu_head_weights == "int8"
+    assert LLMSettings().cpu_head_weights == "bf16" and LLMSettings().cpu_group_size == 32
+    assert LLMSettings(cpu_weights="int8", cpu_head="bf16").cpu_head_weights == "bf16"
 
 
 def test_codes_off_a_64_byte_boundary_are_realigned_before_the_kernel_reads_them() -> None:

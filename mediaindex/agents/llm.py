@@ -103,7 +103,7 @@ class ChatEngine:
                 dtype = getattr(torch, settings.dtype)
                 bundled = bundled_lm(settings.model)
                 source = str(bundled_lm_dir(bundled, cache_dir or default_cache_dir())) if bundled else settings.model
-                if config.device == "cpu" and (settings.cpu_weights != "bf16" or settings.cpu_head != "bf16"):
+                if config.device == "cpu" and (settings.cpu_weights != "bf16" or settings.cpu_head_weights != "bf16"):
                     self.engine = _quantized_cpu_engine(source, config, dtype, settings, cache_dir)
                 else:
                     self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
@@ -136,7 +136,7 @@ def _quantized_cpu_engine(source: str, config: Any, dtype: Any, settings: LLMSet
     from mediaindex.serving.quant.cpu_weights import CpuWeights, quantize_cpu, source_fingerprint
 
     model, tok = load_pretrained(source, dtype=dtype)
-    weights = CpuWeights(body=settings.cpu_weights, head=settings.cpu_head, group_size=settings.cpu_group_size,
+    weights = CpuWeights(body=settings.cpu_weights, head=settings.cpu_head_weights, group_size=settings.cpu_group_size,
                          prefill=settings.cpu_prefill, int8_layers=tuple(settings.cpu_int8_layers))
     report = quantize_cpu(model, weights, model_id=source_fingerprint(source), name=settings.model,
                           cache_dir=cache_dir or default_cache_dir())
