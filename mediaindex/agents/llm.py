@@ -104,8 +104,8 @@ class ChatEngine:
                 dtype = getattr(torch, settings.dtype)
                 bundled = bundled_lm(settings.model)
                 source = str(bundled_lm_dir(bundled, cache_dir or default_cache_dir())) if bundled else settings.model
-                if settings.cpu_int8 and config.device == "cpu":
-                    self.engine = _int8_engine(source, config, dtype)
+                if config.device == "cpu" and (settings.cpu_weights != "bf16" or settings.cpu_head_weights != "bf16"):
+                    self.engine = _quantized_cpu_engine(source, config, dtype, settings, cache_dir)
                 else:
                     self.engine = LLMEngine.from_pretrained(source, config, dtype=dtype)
         except ModelLoadError:
@@ -128,14 +128,21 @@ class ChatEngine:
         return {"name": self.name, "max_context": self.max_context}
 
 
-def _int8_engine(source: str, config: Any, dtype: Any) -> Any:  # -> LLMEngine
-    """The model's linear layers as int8 for torch's packed CPU matmul (`llm.cpu_int8`), then the engine."""
+def _quantized_cpu_engine(source: str, config: Any, dtype: Any, settings: LLMSettings,
+                          cache_dir: Path | None) -> Any:  # -> LLMEngine
+    """The model's linear layers as int8 / int4 for torch's weight-only CPU kernels (`llm.cpu_weights`,
+    `llm.cpu_head`), packed once into the model cache, then the engine."""
     from mediaindex.serving import LLMEngine
     from mediaindex.serving.model_runner import load_pretrained
-    from mediaindex.serving.quant.cpu_int8 import quantize_int8_cpu
+    from mediaindex.serving.quant.cpu_weights import CpuWeights, quantize_cpu, source_fingerprint
 
     model, tok = load_pretrained(source, dtype=dtype)
-    log.info("int8 CPU weights for %d linear layers of %s", quantize_int8_cpu(model), source)
+    weights = CpuWeights(body=settings.cpu_weights, head=settings.cpu_head_weights, group_size=settings.cpu_group_size,
+                         prefill=settings.cpu_prefill, int8_layers=tuple(settings.cpu_int8_layers))
+    report = quantize_cpu(model, weights, model_id=source_fingerprint(source), name=settings.model,
+                          cache_dir=cache_dir or default_cache_dir())
+    log.info("%s: %d int4 and %d int8 layers for the CPU (%s)", settings.model, report.int4_layers,
+             report.int8_layers, "from the packed cache" if report.from_cache else "packed now")
     return LLMEngine(model, tok, config)
 
 

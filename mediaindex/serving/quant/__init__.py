@@ -41,6 +41,14 @@ CUDA). Kept in high precision unless ``QuantConfig.skip`` says otherwise: embedd
 router gates (``*.gate``, ``*.router``), ``lm_head``. Layers whose width is not a multiple of the
 group size are kept too, and logged; ``model.quant_plan`` lists what was done.
 
+CPU decode (no GPU kernels): :mod:`.cpu_weights` turns a loaded model's linear layers into int8
+(:mod:`.cpu_int8`, per channel) or int4 (:mod:`.cpu_int4`, HQQ group-wise codes packed for torch's
+``_weight_int4pack_mm_for_cpu``) and caches the packed tensors, hash-checked (:mod:`.packed_cache`)::
+
+    from mediaindex.serving.quant.cpu_weights import CpuWeights, quantize_cpu
+
+    quantize_cpu(model, CpuWeights(body="int4", head="int8", group_size=32), model_id=path, cache_dir=cache)
+
 Errors: :class:`QuantizationError` (a ``ConfigError``) for bad settings or unsupported modules,
 :class:`QuantCheckpointError` (a ``ModelLoadError``) for missing, corrupt, truncated or mismatched
 checkpoints.

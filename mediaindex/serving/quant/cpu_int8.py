@@ -3,7 +3,9 @@
 HQQ's PyTorch path dequantizes every weight on every call, which on a CPU costs more than the matmul itself.
 Here each ``nn.Linear`` is quantized once, per output channel and symmetric (int8 codes, one bf16 scale a row),
 and every call runs ``torch._weight_int8pack_mm`` (the int8 weight-only kernel torchao and gpt-fast use on CPU)
-on bf16 activations: the weights are read as int8, a quarter of fp32's bytes, and never expanded.
+on bf16 activations: the weights are read as int8, a quarter of fp32's bytes, and never expanded. Prompt chunks
+(many rows at once) go through bf16's dense matmul instead: on the original bf16 weight where the layer keeps it
+(``keep_dense``, the split of prefill and decode precision), else on the weight expanded for that call.
 """
 
 from __future__ import annotations
@@ -14,6 +16,17 @@ from torch import Tensor, nn
 from mediaindex.serving.quant.config import QuantizationError
 
 SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly on the logits
+# From this many activation rows on, bf16's dense matmul beats the kernel, even on a weight expanded per call.
+DENSE_ROWS = 32
+
+
+ALIGNMENT = 64  # bytes: the packed kernels' vector loads crash on codes that start off such a boundary
+
+
+def aligned(t: Tensor) -> Tensor:
+    """``t`` contiguous and starting on a 64-byte boundary (tensors read from a file at some offset may not)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % ALIGNMENT == 0 else t.clone()
 
 
 def int8_kernel_available() -> bool:
@@ -27,19 +40,40 @@ class Int8Linear(nn.Module):
     codes: Tensor
     scales: Tensor
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, codes: Tensor, scales: Tensor, bias: Tensor | None) -> None:
         super().__init__()
+        if codes.dtype != torch.int8 or codes.dim() != 2 or tuple(scales.shape) != (codes.shape[0],):
+            raise QuantizationError(f"int8 linear needs int8 codes [out, in] and scales [out], got "
+                                    f"{codes.dtype} {tuple(codes.shape)} and {tuple(scales.shape)}")
+        self.out_features, self.in_features = codes.shape
+        self.register_buffer("codes", aligned(codes))
+        self.register_buffer("scales", aligned(scales.to(torch.bfloat16)))
+        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.dense: Tensor | None = None  # kept out of state_dict: it is the loaded model's own weight
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
         w = linear.weight.detach().float()
         scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("codes", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scales", scale.to(torch.bfloat16))
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().to(torch.bfloat16),
-                                                                  requires_grad=False)
+        codes = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(codes, scale, linear.bias)
+
+    def dequantize(self) -> Tensor:
+        """The bf16 weight ``[out, in]`` the kernel computes with."""
+        return (self.codes.float() * self.scales.float()[:, None]).to(torch.bfloat16)
+
+    def keep_dense(self, weight: Tensor | None) -> None:
+        """Run prompt chunks on this bf16 weight (the layer's original); None drops it."""
+        if weight is not None and tuple(weight.shape) != (self.out_features, self.in_features):
+            raise QuantizationError(f"dense weight {tuple(weight.shape)} does not match {self.extra_repr()}")
+        self.dense = None if weight is None else weight.detach().to(torch.bfloat16)
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch._weight_int8pack_mm(flat, self.codes, self.scales)
+        if flat.shape[0] >= DENSE_ROWS:
+            out = torch.nn.functional.linear(flat, self.dequantize() if self.dense is None else self.dense)
+        else:
+            out = torch._weight_int8pack_mm(flat, self.codes, self.scales)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -59,5 +93,5 @@ def quantize_int8_cpu(model: nn.Module, skip: tuple[str, ...] = SKIP) -> int:
     for name, linear in targets:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Int8Linear(linear))
+        setattr(parent, child, Int8Linear.from_linear(linear))
     return len(targets)
