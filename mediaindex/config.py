@@ -172,8 +172,9 @@ class LLMSettings(_Section):
     # group-wise (cpu_group_size inputs per scale and zero). Packed once, cached (hash-checked) in the cache dir.
     # `cpu_head` is the same choice for the output head (auto: int8 under int8/int4 weights, else bf16). `cpu_prefill`: bf16 keeps the loaded bf16 weights for
     # prompt chunks (faster prefill, the bf16 weights stay in memory), quantized runs prompts on the codes too.
-    # Exclusive with `weights`. The former `cpu_int8: true` reads as `cpu_weights: int8`.
-    cpu_weights: Literal["bf16", "int8", "int4"] = "bf16"
+    # `weights` (HQQ per phase) replaces them; setting both is an error. The former `cpu_int8: true` reads as
+    # `cpu_weights: int8`.
+    cpu_weights: Literal["bf16", "int8", "int4"] = "int8"
     cpu_head: Literal["auto", "bf16", "int8", "int4"] = "auto"  # auto: int8 when cpu_weights is int8 or int4
     cpu_group_size: Literal[32, 64, 128, 256] = 32
     cpu_prefill: Literal["bf16", "quantized"] = "bf16"
@@ -213,7 +214,9 @@ class LLMSettings(_Section):
             flag = _BOOL_WORDS[flag.strip().lower()]
         if not isinstance(flag, bool):
             raise ValueError(f"llm.cpu_int8 is now llm.cpu_weights (bf16 | int8 | int4), got cpu_int8={flag!r}")
-        if flag:
+        if not flag:
+            data.setdefault("cpu_weights", "bf16")  # what `cpu_int8: false` always meant
+        else:
             if data.get("cpu_weights", "int8") != "int8":
                 raise ValueError(f"llm.cpu_int8: true and llm.cpu_weights: {data['cpu_weights']} disagree; "
                                  "set only llm.cpu_weights (bf16 | int8 | int4)")
@@ -229,9 +232,13 @@ class LLMSettings(_Section):
 
     @model_validator(mode="after")
     def _one_kind_of_quantization(self) -> LLMSettings:
-        if self.weights is not None and (self.cpu_weights != "bf16" or self.cpu_head not in ("auto", "bf16")):
+        if self.weights is None:
+            return self
+        chosen = {"cpu_weights", "cpu_head"} & self.model_fields_set
+        if chosen and (self.cpu_weights != "bf16" or self.cpu_head not in ("auto", "bf16")):
             raise ValueError("llm.weights (HQQ per phase) and llm.cpu_weights / llm.cpu_head exclude each other; "
                              "set one of them")
+        self.cpu_weights, self.cpu_head = "bf16", "auto"  # the default decode weights give way to `weights`
         return self
 
 

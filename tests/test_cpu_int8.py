@@ -49,9 +49,12 @@ def test_smollm2_predicts_the_same_tokens() -> None:
     assert same.float().mean().item() >= 0.9, same.float().mean().item()
 
 
-def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_path: Path) -> None:
+def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from mediaindex.config import LLMSettings, load_settings
     from mediaindex.errors import ConfigError
+
+    monkeypatch.delenv("MEDIAINDEX_LLM__CPU_WEIGHTS", raising=False)  # the suite's own choice would win over files
 
     assert LLMSettings(cpu_int8=True).cpu_weights == "int8"  # the former boolean still means int8
     assert LLMSettings(cpu_int8=False).cpu_weights == "bf16"
@@ -70,7 +73,10 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
     assert (llm.cpu_weights, llm.cpu_head, llm.cpu_group_size, llm.cpu_prefill) == ("int4", "int8", 128, "bf16")
     # The head follows the weights unless set: int8 under int8 / int4, bf16 under bf16.
     assert LLMSettings(cpu_weights="int4").cpu_head_weights == "int8"
-    assert LLMSettings().cpu_head_weights == "bf16" and LLMSettings().cpu_group_size == 32
+    assert LLMSettings(cpu_weights="bf16").cpu_head_weights == "bf16" and LLMSettings().cpu_group_size == 32
+    # The default decodes on int8 weights, unless HQQ weights are configured (they replace the CPU formats).
+    assert (LLMSettings().cpu_weights, LLMSettings().cpu_head_weights) == ("int8", "int8")
+    assert LLMSettings(weights={"decode": "int4"}).cpu_weights == "bf16"
     assert LLMSettings(cpu_weights="int8", cpu_head="bf16").cpu_head_weights == "bf16"
 
 

@@ -24,9 +24,10 @@ from mediaindex.serving.quant.layers import PackSpec, quantize_weight, unpack_co
 
 GROUP_SIZES = (32, 64, 128, 256)  # what the CPU kernel accepts
 _BLOCK_N = 64  # output rows the packed layout interleaves: row i and row i + 32 of a block share a byte
-# From this many activation rows on, bf16's dense matmul beats the kernel: on a kept bf16 weight, and on the
-# weight expanded for the call (the expansion is paid once per call, the kernel pays per row).
-DENSE_ROWS = 32
+# The kernel's time grows with the rows it is given, bf16's dense matmul (AMX) barely does: from DENSE_ROWS rows on
+# (a decode batch of 8 sequences, a prompt chunk) a kept bf16 weight is faster; from EXPAND_ROWS on, even the weight
+# expanded for the call (the expansion is paid once per call, the kernel pays per row).
+DENSE_ROWS = 8
 EXPAND_ROWS = 256
 
 

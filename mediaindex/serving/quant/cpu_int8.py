@@ -16,8 +16,11 @@ from torch import Tensor, nn
 from mediaindex.serving.quant.config import QuantizationError
 
 SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly on the logits
-# From this many activation rows on, bf16's dense matmul beats the kernel, even on a weight expanded per call.
-DENSE_ROWS = 32
+# The kernel's time grows with the rows it is given, bf16's dense matmul (AMX) barely does: from DENSE_ROWS rows on
+# (a decode batch of 8 sequences, a prompt chunk) a kept bf16 weight is faster; from EXPAND_ROWS on, even a weight
+# expanded for the call is.
+DENSE_ROWS = 8
+EXPAND_ROWS = 32
 
 
 ALIGNMENT = 64  # bytes: the packed kernels' vector loads crash on codes that start off such a boundary
@@ -70,8 +73,11 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if flat.shape[0] >= DENSE_ROWS:
-            out = torch.nn.functional.linear(flat, self.dequantize() if self.dense is None else self.dense)
+        rows = flat.shape[0]
+        if rows >= DENSE_ROWS and self.dense is not None:
+            out = torch.nn.functional.linear(flat, self.dense)
+        elif rows >= EXPAND_ROWS:
+            out = torch.nn.functional.linear(flat, self.dequantize())
         else:
             out = torch._weight_int8pack_mm(flat, self.codes, self.scales)
         if self.bias is not None:
