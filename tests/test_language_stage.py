@@ -82,6 +82,17 @@ def test_a_model_caught_in_a_loop_is_not_a_summary() -> None:
     assert not repetitive("Party, party, party.")  # too short to tell
 
 
+def test_a_quote_of_the_source_is_supported_even_without_content_words() -> None:
+    from mediaindex.agents.grounding import supported
+
+    # On-screen letters of letter_blocks.mp4 and a subtitle run cut by the extractive fallback: the source's own words.
+    assert supported("S C / D", "S C / D")
+    narration = "It began long before us. We who now live our perfect and dull endless lives."
+    assert supported("It began long before us. We who now live …", narration)
+    assert not supported("D / S C", "S C / D")  # not in the source's order
+    assert not supported("It began long before the moon.", narration)  # a word of its own: no quote, no support
+
+
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -106,9 +106,22 @@ def names(sentence: str) -> list[str]:
     return [m.group(1) for m in _NAME.finditer(body) if m.start() > 0]
 
 
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def quoted(sentence: str, source: str) -> bool:
+    """The sentence is the source's own words, in order (a quote cut with "…" too): whatever they say, the source
+    says it, even where they hold no content word to weigh ("S C / D" read off the screen)."""
+    words = _TOKEN.findall(sentence.removesuffix("…").lower())
+    return bool(words) and f" {' '.join(words)} " in f" {' '.join(_TOKEN.findall(source.lower()))} "
+
+
 def supported(sentence: str, source: str, threshold: float = SUPPORT) -> bool:
-    """A generated sentence is supported by `source` when every name and number in it occurs there and most of
-    its content words do ("the manifesto of the Communist Party of the United States" fails on "United")."""
+    """A generated sentence is supported by `source` when it quotes it, or when every name and number in it occurs
+    there and most of its content words do ("the manifesto of the Communist Party of the United States" fails on
+    "United")."""
+    if quoted(sentence, source):
+        return True
     known = {_stem(w) for w in content_words(source)} | set(re.findall(r"\d+", source))
     said = {w.lower() for w in _WORD.findall(source)}  # short words too ("Go", "UN")
     for name in names(sentence):
