@@ -1,12 +1,14 @@
 """How far int8 / int4 CPU weights agree with bf16 on a bundled model, and how fast one request decodes.
 
     PYTHONPATH=. python benchmarks/cpu_weights_agreement.py [--model qwen2.5-coder-0.5b] \\
-        [--variants bf16 int8 int4:64 int4:64:int8 ...] [--tokens 32] [--json OUT]
+        [--variants bf16 int8 int4:64 int4:64:int8 ...] [--activations int8|bf16] [--chunk 16] [--tokens 32] \\
+        [--json OUT]
 
 A variant is BODY[:GROUP[:HEAD[:PATTERN,...]]] (`llm.cpu_weights`, `llm.cpu_group_size`, `llm.cpu_head`,
 `llm.cpu_int8_layers`), e.g. `int4:64:bf16:*.down_proj,*.v_proj`. For each one:
 - teacher-forced top-1 agreement with bf16 over real reference transcripts of the sample media (every position of
-  the text, through the quantized weights: prompt chunks are not sent to bf16 here), and the share of positions
+  the text, `--chunk` positions a call on the model's cache, through the quantized weights: prompt chunks are not
+  sent to bf16 here, and chunks of a decode batch's size run the decode kernels), and the share of positions
   where bf16 chose clearly (top-2 logit margin > 0.5) that agree;
 - greedy-text equality with bf16 on the agent prompts (the tool-calling system prompt and the questions of
   benchmarks/guided_overhead.py, `--answer-tokens` free tokens each, through the engine as served);
@@ -66,21 +68,31 @@ def parse_variant(text: str) -> CpuWeights | None:
     return CpuWeights(body=body, head=head, group_size=group, int8_layers=int8_layers)  # type: ignore[arg-type]
 
 
-def load(source: str, name: str, weights: CpuWeights | None, prefill: str) -> tuple[Any, Any, float]:
+def load(source: str, name: str, weights: CpuWeights | None, prefill: str,
+         activations: str) -> tuple[Any, Any, float]:
     model, tok = load_pretrained(source, dtype=torch.bfloat16)
     t0 = time.perf_counter()
     if weights is not None:
-        split = CpuWeights(weights.body, weights.head, weights.group_size, prefill, weights.int8_layers)  # type: ignore[arg-type]
+        split = CpuWeights(weights.body, weights.head, weights.group_size, prefill,  # type: ignore[arg-type]
+                           weights.int8_layers, activations)  # type: ignore[arg-type]
         quantize_cpu(model, split, model_id=source_fingerprint(source), name=name, cache_dir=default_cache_dir())
     return model, tok, time.perf_counter() - t0
 
 
-def teacher_forced(model: Any, tok: Any, texts: list[str]) -> list[torch.Tensor]:
+def teacher_forced(model: Any, tok: Any, texts: list[str], chunk: int) -> list[torch.Tensor]:
+    """Logits at every position of each text, fed ``chunk`` positions a call on the model's cache (0: the whole
+    text at once). Chunks as short as a decode batch run the layers' decode kernels."""
     out = []
     with torch.no_grad():
         for text in texts:
             ids = tok(text, return_tensors="pt").input_ids
-            out.append(model(ids).logits.float()[0])
+            step = chunk or ids.shape[1]
+            past, logits = None, []
+            for i in range(0, ids.shape[1], step):
+                result = model(ids[:, i : i + step], past_key_values=past, use_cache=True)
+                past = result.past_key_values
+                logits.append(result.logits.float()[0])
+            out.append(torch.cat(logits))
     return out
 
 
@@ -129,6 +141,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--media", type=Path, default=MEDIA)
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--activations", choices=["int8", "bf16"], default="int8",
+                    help="`llm.cpu_activations`: int8 runs decode batches on the batched kernel")
+    ap.add_argument("--chunk", type=int, default=16,
+                    help="positions per teacher-forced call (a decode batch's rows; 0 = the whole text at once)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
@@ -137,17 +153,18 @@ def main() -> None:
     name = re.sub(r"[^A-Za-z0-9._-]+", "_", args.model)
     texts = reference_texts(args.media)
     report: dict = {"model": args.model, "threads": torch.get_num_threads(), "rows": [],
+                    "activations": args.activations, "chunk": args.chunk,
                     "load_average_start": os.getloadavg()}
     ref_logits: list[torch.Tensor] | None = None
     ref_answers: list[str] | None = None
     for variant in args.variants:
         weights = parse_variant(variant)
-        model, tok, _ = load(source, name, weights, "quantized")
-        logits = teacher_forced(model, tok, texts)
+        model, tok, _ = load(source, name, weights, "quantized", args.activations)
+        logits = teacher_forced(model, tok, texts, args.chunk)
         ref_logits = ref_logits or logits
         row: dict = {"variant": variant, **agreement(ref_logits, logits)}
         del model
-        model, tok, pack_s = load(source, name, weights, "bf16")
+        model, tok, pack_s = load(source, name, weights, "bf16", args.activations)
         engine = LLMEngine(model, tok, EngineConfig(device="cpu", max_num_seqs=4))
         texts_out = answers(engine, args.answer_tokens)
         ref_answers = ref_answers or texts_out

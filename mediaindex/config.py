@@ -180,6 +180,10 @@ class LLMSettings(_Section):
     cpu_prefill: Literal["bf16", "quantized"] = "bf16"
     # With cpu_weights int4: layers (fnmatch patterns of their names) that take int8 instead, e.g. "*.down_proj".
     cpu_int8_layers: list[str] = []
+    # int8: decode batches (up to 32 rows) quantize their activations to 8 bits per 32 inputs and run the project's
+    # batched kernel (AVX512-VNNI; serving/quant/cpu_batched.c), which reads each weight once for all rows; bf16:
+    # torch's weight-only kernels on bf16 activations. CPUs without AVX512-VNNI keep torch's kernels.
+    cpu_activations: Literal["int8", "bf16"] = "int8"
     # Decode attention: auto = Triton paged kernel on CUDA when it can run, torch = the reference path everywhere.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"
     # Summaries and answers on a prefill actor and a decode actor (KV pages handed over with a checksum, kept

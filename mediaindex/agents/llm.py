@@ -138,7 +138,8 @@ def _quantized_cpu_engine(source: str, config: Any, dtype: Any, settings: LLMSet
 
     model, tok = load_pretrained(source, dtype=dtype)
     weights = CpuWeights(body=settings.cpu_weights, head=settings.cpu_head_weights, group_size=settings.cpu_group_size,
-                         prefill=settings.cpu_prefill, int8_layers=tuple(settings.cpu_int8_layers))
+                         prefill=settings.cpu_prefill, int8_layers=tuple(settings.cpu_int8_layers),
+                         activations=settings.cpu_activations)
     report = quantize_cpu(model, weights, model_id=source_fingerprint(source), name=settings.model,
                           cache_dir=cache_dir or default_cache_dir())
     log.info("%s: %d int4 and %d int8 layers for the CPU (%s)", settings.model, report.int4_layers,

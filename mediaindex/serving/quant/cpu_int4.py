@@ -8,6 +8,9 @@ CPU). Every call runs that kernel on bf16 activations: the weights are read as 4
 The kernel dequantizes as ``w = (q - 8) * scale + offset``; HQQ as ``w = (q - zero) * scale``. So the kernel's
 offset is ``(8 - zero) * scale``, with the scale unchanged (both stored as bf16 pairs, ``[groups, out, 2]``).
 
+With 8-bit activations (:meth:`Int4Linear.use_batched_kernel`), calls of up to ``BATCHED_ROWS`` rows (decode
+batches) run the project's own kernel instead (:mod:`cpu_batched`), which reads each weight once for all rows.
+
 Prompt chunks (many rows at once) are faster through bf16's dense matmul than through the weight-only kernel:
 a layer given the original bf16 weight (``keep_dense``, the split of prefill and decode precision) runs them on it;
 without one, long chunks expand the codes for that call (a few vector passes over the kernel's packed layout).
@@ -18,8 +21,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mediaindex.serving.quant import cpu_batched
 from mediaindex.serving.quant.config import QuantizationError
-from mediaindex.serving.quant.cpu_int8 import aligned
+from mediaindex.serving.quant.cpu_int8 import BATCHED_ROWS, aligned
 from mediaindex.serving.quant.layers import PackSpec, quantize_weight, unpack_codes
 
 GROUP_SIZES = (32, 64, 128, 256)  # what the CPU kernel accepts
@@ -92,6 +96,7 @@ class Int4Linear(nn.Module):
         self.register_buffer("scales_and_zeros", aligned(scales_and_zeros.to(torch.bfloat16)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.dense: Tensor | None = None  # kept out of state_dict: it is the loaded model's own weight
+        self.batched: tuple[Tensor, Tensor] | None = None  # the batched kernel's layout, when in use
         # The expanding path for prompt chunks needs the layout known to unpack_int4pack; checked once here.
         codes = unpack_int4pack(self.packed, self.out_features, self.in_features)
         self.unpackable = codes is not None and bool(
@@ -127,13 +132,29 @@ class Int4Linear(nn.Module):
             raise QuantizationError(f"dense weight {tuple(weight.shape)} does not match {self.extra_repr()}")
         self.dense = None if weight is None else weight.detach().to(torch.bfloat16)
 
+    def use_batched_kernel(self) -> str | None:
+        """Run decode batches on the batched kernel with 8-bit activations; returns why not, or None."""
+        reason = cpu_batched.unavailable() or cpu_batched.unsupported(self.out_features, self.in_features,
+                                                                       self.group_size)
+        codes = unpack_int4pack(self.packed, self.out_features, self.in_features) if reason is None else None
+        if reason is None and (codes is None or not self.unpackable):
+            reason = "the packed int4 layout is not the one known here"
+        if reason is not None or codes is None:
+            return reason
+        pairs = self.scales_and_zeros.float().transpose(0, 1)  # [out, groups, 2]
+        scale, offset = pairs[..., 0], pairs[..., 1]
+        self.batched = cpu_batched.int4_layout(codes, scale, offset - 8.0 * scale)
+        return None
+
     def _kernel(self, flat: Tensor) -> Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
         rows = flat.shape[0]
-        if rows >= DENSE_ROWS and self.dense is not None:
+        if self.batched is not None and rows <= BATCHED_ROWS:
+            out = cpu_batched.batched_matmul(flat, *self.batched, self.out_features, 4).to(torch.bfloat16)
+        elif rows >= DENSE_ROWS and self.dense is not None:
             out = torch.nn.functional.linear(flat, self.dense)
         elif rows >= EXPAND_ROWS and self.unpackable:
             out = torch.nn.functional.linear(flat, self.dequantize())

@@ -3,7 +3,9 @@
 HQQ's PyTorch path dequantizes every weight on every call, which on a CPU costs more than the matmul itself.
 Here each ``nn.Linear`` is quantized once, per output channel and symmetric (int8 codes, one bf16 scale a row),
 and every call runs ``torch._weight_int8pack_mm`` (the int8 weight-only kernel torchao and gpt-fast use on CPU)
-on bf16 activations: the weights are read as int8, a quarter of fp32's bytes, and never expanded. Prompt chunks
+on bf16 activations: the weights are read as int8, a quarter of fp32's bytes, and never expanded. With 8-bit
+activations (:meth:`Int8Linear.use_batched_kernel`), calls of up to ``BATCHED_ROWS`` rows run the project's own
+kernel instead (:mod:`cpu_batched`), which reads each weight once for all rows of a decode batch. Prompt chunks
 (many rows at once) go through bf16's dense matmul instead: on the original bf16 weight where the layer keeps it
 (``keep_dense``, the split of prefill and decode precision), else on the weight expanded for that call.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mediaindex.serving.quant import cpu_batched
 from mediaindex.serving.quant.config import QuantizationError
 
 SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly on the logits
@@ -21,6 +24,9 @@ SKIP = ("lm_head",)  # the output head stays as it is: its error lands directly 
 # expanded for the call is.
 DENSE_ROWS = 8
 EXPAND_ROWS = 32
+# With 8-bit activations, calls of up to this many rows (decode batches) run the batched kernel (cpu_batched), which
+# reads each weight once for all rows; longer prompt chunks are faster on bf16's dense matmul.
+BATCHED_ROWS = 32
 
 
 ALIGNMENT = 64  # bytes: the packed kernels' vector loads crash on codes that start off such a boundary
@@ -53,6 +59,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scales", aligned(scales.to(torch.bfloat16)))
         self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
         self.dense: Tensor | None = None  # kept out of state_dict: it is the loaded model's own weight
+        self.batched: tuple[Tensor, Tensor] | None = None  # the batched kernel's layout, when in use
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
@@ -71,10 +78,19 @@ class Int8Linear(nn.Module):
             raise QuantizationError(f"dense weight {tuple(weight.shape)} does not match {self.extra_repr()}")
         self.dense = None if weight is None else weight.detach().to(torch.bfloat16)
 
+    def use_batched_kernel(self) -> str | None:
+        """Run decode batches on the batched kernel with 8-bit activations; returns why not, or None."""
+        reason = cpu_batched.unavailable() or cpu_batched.unsupported(self.out_features, self.in_features, None)
+        if reason is None:
+            self.batched = cpu_batched.int8_layout(self.codes, self.scales)
+        return reason
+
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
         rows = flat.shape[0]
-        if rows >= DENSE_ROWS and self.dense is not None:
+        if self.batched is not None and rows <= BATCHED_ROWS:
+            out = cpu_batched.batched_matmul(flat, *self.batched, self.out_features, 8).to(torch.bfloat16)
+        elif rows >= DENSE_ROWS and self.dense is not None:
             out = torch.nn.functional.linear(flat, self.dense)
         elif rows >= EXPAND_ROWS:
             out = torch.nn.functional.linear(flat, self.dequantize())

@@ -3,8 +3,10 @@
 The layers (every ``nn.Linear``) and the output head each get a format: ``bf16`` (left as loaded), ``int8``
 (per-channel symmetric, :mod:`cpu_int8`) or ``int4`` (HQQ group-wise, :mod:`cpu_int4`). Quantizing and packing run
 once: the packed tensors go to a cache entry keyed by the model, the formats, the group size and torch's version,
-checked by its SHA-256 on every load (:mod:`packed_cache`). With ``prefill="bf16"`` each layer also keeps its
-loaded bf16 weight for prompt chunks (decode reads only the packed codes); ``"quantized"`` keeps no copy.
+checked by its SHA-256 on every load (:mod:`packed_cache`). With ``activations="int8"`` decode batches run the
+batched kernel on 8-bit activations (:mod:`cpu_batched`), its layout derived from the packed codes at load. With
+``prefill="bf16"`` each layer also keeps its loaded bf16 weight for prompt chunks (decode reads only the packed
+codes); ``"quantized"`` keeps no copy.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class CpuWeights:
     # fnmatch patterns of layer names that take int8 where the body is int4 (the layers 4 bits hurt most, as
     # llama.cpp's Q4_K_M keeps some at higher precision), e.g. ("*.down_proj", "*.v_proj")
     int8_layers: tuple[str, ...] = ()
+    # int8: decode batches quantize their activations and run the batched kernel (cpu_batched) where it can run
+    activations: Literal["int8", "bf16"] = "int8"
 
     @property
     def quantizes(self) -> bool:
@@ -51,6 +55,7 @@ class CpuQuantReport:
     int4_layers: int
     from_cache: bool
     cache_path: Path | None
+    batched_layers: int = 0  # layers whose decode batches run the batched kernel (8-bit activations)
 
 
 def source_fingerprint(source: str) -> str:
@@ -139,7 +144,14 @@ def quantize_cpu(model: nn.Module, weights: CpuWeights, *, model_id: str, cache_
             layer.keep_dense(linear.weight)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
+    batched = 0
+    if weights.activations == "int8":
+        reasons = {layer.use_batched_kernel() for layer in layers.values()} - {None}
+        batched = sum(layer.batched is not None for layer in layers.values())
+        if reasons:
+            log.info("%d of %d layers keep torch's kernels: %s", len(layers) - batched, len(layers),
+                     "; ".join(sorted(str(r) for r in reasons)))
     report = CpuQuantReport(sum(isinstance(m, Int8Linear) for m in layers.values()),
-                            sum(isinstance(m, Int4Linear) for m in layers.values()), from_cache, path)
+                            sum(isinstance(m, Int4Linear) for m in layers.values()), from_cache, path, batched)
     log.info("CPU weights %s: %s", asdict(weights), report)
     return report

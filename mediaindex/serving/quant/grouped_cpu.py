@@ -5,95 +5,32 @@ weights only, the int8/int4 weight-only kernels take one matrix per call), so a 
 loop over experts, dequantizing each. The C kernel takes the HQQ buffers as they are and runs one projection of
 all experts per call, dequantizing one 16-row tile at a time into a per-thread panel that stays in cache.
 
-The shared library is compiled at first use (about a second) into ``$MEDIAINDEX_CACHE_DIR/kernels`` (else the
-per-user cache), named by a hash of the source, the flags and the CPU (``-march=native``), so a source change or
-another machine gets its own build. When no compiler is found or the build fails, :func:`load_kernel` returns
-None with the reason, and the layer keeps the PyTorch path.
+The shared library is built at first use (:mod:`native`); when it cannot be, :func:`load_kernel` returns None with
+the reason, and the layer keeps the PyTorch path.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-log = logging.getLogger(__name__)
+from mediaindex.serving.quant.native import load_library
 
 SOURCE = Path(__file__).with_name("grouped_experts.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 LANES = 16  # the kernel's vector width in floats: K and the group size must be multiples of it
 # How the kernel rounds dequantized weights, so its products equal the PyTorch path's in that dtype.
 _ROUND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
-def kernel_dir() -> Path:
-    base = os.environ.get("MEDIAINDEX_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "mediaindex"
-    )
-    return Path(base).expanduser() / "kernels"
-
-
-def _cpu_signature() -> str:
-    # -march=native code is only valid on the CPU it was built for.
-    try:
-        flags = next(
-            (line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ""
-        )
-    except OSError:
-        flags = ""
-    return f"{platform.machine()}|{platform.processor()}|{flags}"
-
-
-def _compiler() -> str | None:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def _build(compiler: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename, so concurrent first uses never load a half-written file.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    try:
-        proc = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=300
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(proc.stderr.strip()[-2000:] or f"{compiler} exited with {proc.returncode}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 @functools.cache
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
-    compiler = _compiler()
-    if compiler is None:
-        return None, "no C compiler (cc, gcc or clang, or $CC) is on PATH"
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(FLAGS).encode() + compiler.encode() + _cpu_signature().encode()
-    ).hexdigest()[:16]
-    target = kernel_dir() / f"grouped_experts-{key}.so"
-    try:
-        if not target.is_file():
-            _build(compiler, target)
-            log.info("built the CPU grouped-experts kernel %s", target)
-        lib = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        return None, f"building the CPU grouped-experts kernel failed: {exc}"
+    lib, reason = load_library(SOURCE)
+    if lib is None:
+        return None, reason
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.mi_grouped_matmul.argtypes = [p, i64, p, p, p, p, i64, i64, i64, i64, i32, i32, p, i32]
     lib.mi_grouped_matmul_bf16.argtypes = [p, i64, p, p, p, p, i64, i64, i64, i64, i32, p, i32]
