@@ -167,8 +167,8 @@ class LLMSettings(_Section):
     max_model_len: int | None = Field(default=None, ge=64)
     weights: LLMWeights | None = None  # None = the weights as loaded (dtype above), no quantization
     quant_group_size: int = Field(default=64, ge=8)
-    # CPU only: the linear layers' weights for decoding, run by torch's weight-only CPU kernels on bf16 activations
-    # (mediaindex/serving/quant/cpu_weights.py): bf16 = as loaded; int8 = per channel, symmetric; int4 = HQQ
+    # CPU only: the linear layers' weights for decoding (mediaindex/serving/quant/cpu_weights.py; the kernels that
+    # run them: cpu_activations below): bf16 = as loaded; int8 = per channel, symmetric; int4 = HQQ
     # group-wise (cpu_group_size inputs per scale and zero). Packed once, cached (hash-checked) in the cache dir.
     # `cpu_head` is the same choice for the output head (auto: int8 under int8/int4 weights, else bf16). `cpu_prefill`: bf16 keeps the loaded bf16 weights for
     # prompt chunks (faster prefill, the bf16 weights stay in memory), quantized runs prompts on the codes too.

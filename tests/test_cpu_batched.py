@@ -3,11 +3,14 @@ its quantization defines, for any number of rows, and the packed layers use it f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
 from mediaindex.serving.quant import cpu_batched
+from mediaindex.serving.quant.config import QuantizationError
 from mediaindex.serving.quant.cpu_int4 import Int4Linear, unpack_int4pack
 from mediaindex.serving.quant.cpu_int8 import BATCHED_ROWS, Int8Linear
 from mediaindex.serving.quant.cpu_weights import CpuWeights, quantize_cpu
@@ -143,3 +146,32 @@ def test_a_small_model_decodes_on_the_kernel_and_keeps_its_predictions() -> None
     assert _rel(runs["int8"], runs["bf16"]) < 0.05 < _rel(runs["bf16"], ref)
     same = (runs["int8"].argmax(-1) == runs["bf16"].argmax(-1)).float().mean().item()
     assert same >= 0.9, same
+
+
+def test_the_kernels_layouts_are_cached_with_the_packed_weights(tmp_path: Path) -> None:
+    ids = torch.randint(0, 512, (4, 6), generator=torch.Generator().manual_seed(5))
+    weights = CpuWeights(body="int4", head="int8", group_size=32, prefill="quantized")
+    runs = []
+    for _ in range(2):
+        model = _tiny_qwen()
+        report = quantize_cpu(model, weights, model_id="tiny-qwen", cache_dir=tmp_path)
+        runs.append((report, _decoded(model, ids)))
+    (first, built), (second, read) = runs
+    assert not first.from_cache and second.from_cache and second.cache_path == first.cache_path
+    assert second.batched_layers == first.batched_layers == 15
+    assert torch.equal(built, read)  # the same layouts, read back
+    # Another activation choice is another entry: its layers carry no batched layout.
+    plain = quantize_cpu(_tiny_qwen(), CpuWeights(body="int4", head="int8", group_size=32, prefill="quantized",
+                                                  activations="bf16"), model_id="tiny-qwen", cache_dir=tmp_path)
+    assert plain.cache_path != first.cache_path and plain.batched_layers == 0
+
+
+def test_a_cached_layout_that_does_not_fit_its_layer_is_refused() -> None:
+    layer = Int4Linear.from_linear(_weights(64, 128, 3), group_size=32, optimize=False)
+    assert layer.use_batched_kernel() is None and layer.batched is not None
+    codes, scales = layer.batched
+    with pytest.raises(QuantizationError, match="does not fit"):
+        layer.set_batched(codes[:-64], scales)
+    eight = Int8Linear.from_linear(_weights(64, 128, 4))
+    with pytest.raises(QuantizationError, match="does not fit"):
+        eight.set_batched(codes, scales)

@@ -62,6 +62,7 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
     profile = tmp_path / "p.yaml"
     for body, message in [("cpu_weights: int3", "'bf16', 'int8' or 'int4'"),
                           ("cpu_group_size: 48", "32, 64, 128 or 256"),
+                          ("cpu_activations: int4", "'int8' or 'bf16'"),
                           ("cpu_int8: sometimes", "llm.cpu_int8 is now llm.cpu_weights"),
                           ("cpu_int8: true\n  cpu_weights: int4", "disagree"),
                           ("cpu_weights: int4\n  weights: {decode: int4}", "exclude each other")]:
@@ -76,6 +77,7 @@ def test_the_cpu_weights_setting_names_its_choices_and_reads_the_former_key(tmp_
     assert LLMSettings(cpu_weights="bf16").cpu_head_weights == "bf16" and LLMSettings().cpu_group_size == 32
     # The default decodes on int8 weights, unless HQQ weights are configured (they replace the CPU formats).
     assert (LLMSettings().cpu_weights, LLMSettings().cpu_head_weights) == ("int8", "int8")
+    assert LLMSettings().cpu_activations == "int8"  # decode batches on the batched kernel where it can run
     assert LLMSettings(weights={"decode": "int4"}).cpu_weights == "bf16"
     assert LLMSettings(cpu_weights="int8", cpu_head="bf16").cpu_head_weights == "bf16"
 

@@ -71,7 +71,7 @@ def int8_layout(codes: Tensor, scales: Tensor) -> tuple[Tensor, Tensor]:
     n, k = codes.shape
     shifted = (codes.to(torch.int16) + 128).to(torch.uint8)
     packed = shifted.view(n // TILE, TILE, k // BLOCK, 8, 4).permute(0, 2, 3, 1, 4).contiguous().view(-1)
-    return packed, scales.to(torch.bfloat16).contiguous().view(torch.int16)
+    return packed, scales.to(torch.bfloat16).view(torch.int16).clone()  # its own copy: cached beside the layer's
 
 
 def batched_matmul(x: Tensor, packed: Tensor, scales: Tensor, out_features: int, bits: int) -> Tensor:

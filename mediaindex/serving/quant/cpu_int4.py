@@ -146,6 +146,15 @@ class Int4Linear(nn.Module):
         self.batched = cpu_batched.int4_layout(codes, scale, offset - 8.0 * scale)
         return None
 
+    def set_batched(self, codes: Tensor, scales: Tensor) -> None:
+        """Use a batched-kernel layout made earlier by :meth:`use_batched_kernel` (read back from a cache)."""
+        groups = self.in_features // cpu_batched.BLOCK
+        if (codes.dtype, codes.numel(), scales.numel()) != (torch.uint8, self.out_features * self.in_features // 2,
+                                                            self.out_features * groups * 2):
+            raise QuantizationError(f"batched layout {tuple(codes.shape)}, {tuple(scales.shape)} does not fit "
+                                    f"{self.extra_repr()}")
+        self.batched = (aligned(codes), aligned(scales))
+
     def _kernel(self, flat: Tensor) -> Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group_size, self.scales_and_zeros)
 

@@ -85,6 +85,14 @@ class Int8Linear(nn.Module):
             self.batched = cpu_batched.int8_layout(self.codes, self.scales)
         return reason
 
+    def set_batched(self, codes: Tensor, scales: Tensor) -> None:
+        """Use a batched-kernel layout made earlier by :meth:`use_batched_kernel` (read back from a cache)."""
+        if (codes.dtype, codes.numel(), scales.numel()) != (torch.uint8, self.out_features * self.in_features,
+                                                            self.out_features):
+            raise QuantizationError(f"batched layout {tuple(codes.shape)}, {tuple(scales.shape)} does not fit "
+                                    f"{self.extra_repr()}")
+        self.batched = (aligned(codes), aligned(scales))
+
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
         rows = flat.shape[0]

@@ -4,7 +4,7 @@ The layers (every ``nn.Linear``) and the output head each get a format: ``bf16``
 (per-channel symmetric, :mod:`cpu_int8`) or ``int4`` (HQQ group-wise, :mod:`cpu_int4`). Quantizing and packing run
 once: the packed tensors go to a cache entry keyed by the model, the formats, the group size and torch's version,
 checked by its SHA-256 on every load (:mod:`packed_cache`). With ``activations="int8"`` decode batches run the
-batched kernel on 8-bit activations (:mod:`cpu_batched`), its layout derived from the packed codes at load. With
+batched kernel on 8-bit activations (:mod:`cpu_batched`), whose layouts are cached in the same entry. With
 ``prefill="bf16"`` each layer also keeps its loaded bf16 weight for prompt chunks (decode reads only the packed
 codes); ``"quantized"`` keeps no copy.
 """
@@ -20,6 +20,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
+from mediaindex.serving.quant import cpu_batched
 from mediaindex.serving.quant.config import QuantizationError
 from mediaindex.serving.quant.cpu_int4 import Int4Linear, check_int4_shape, int4_kernel_available
 from mediaindex.serving.quant.cpu_int8 import Int8Linear, int8_kernel_available
@@ -89,8 +90,12 @@ def _packed_keys(name: str, fmt: Format) -> tuple[str, str]:
     return (f"{name}.packed", f"{name}.scales_and_zeros") if fmt == "int4" else (f"{name}.codes", f"{name}.scales")
 
 
-def _from_cache(plan: list[tuple[str, nn.Linear, Format]], cached: dict[str, Tensor],
-                group_size: int) -> dict[str, PackedLinear] | None:
+def _batched_keys(name: str) -> tuple[str, str]:
+    return f"{name}.batched_codes", f"{name}.batched_scales"
+
+
+def _from_cache(plan: list[tuple[str, nn.Linear, Format]], cached: dict[str, Tensor], group_size: int,
+                batched: bool) -> dict[str, PackedLinear] | None:
     layers: dict[str, PackedLinear] = {}
     try:
         for name, linear, fmt in plan:
@@ -99,6 +104,9 @@ def _from_cache(plan: list[tuple[str, nn.Linear, Format]], cached: dict[str, Ten
                                 else Int8Linear(first, second, linear.bias))
             if (layer.out_features, layer.in_features) != (linear.out_features, linear.in_features):
                 raise QuantizationError(f"{name}: cached shape differs from the model's")
+            codes_key, scales_key = _batched_keys(name)
+            if batched and codes_key in cached:  # absent: a layer the batched kernel cannot take
+                layer.set_batched(cached[codes_key], cached[scales_key])
             layers[name] = layer
     except (KeyError, QuantizationError) as exc:
         log.warning("packed weights cache does not match the model (%s); rebuilding it", exc)
@@ -106,10 +114,16 @@ def _from_cache(plan: list[tuple[str, nn.Linear, Format]], cached: dict[str, Ten
     return layers
 
 
-def _quantize(plan: list[tuple[str, nn.Linear, Format]], group_size: int) -> dict[str, PackedLinear]:
+def _quantize(plan: list[tuple[str, nn.Linear, Format]], group_size: int, batched: bool) -> dict[str, PackedLinear]:
     layers: dict[str, PackedLinear] = {}
+    reasons: set[str] = set()
     for name, linear, fmt in plan:
-        layers[name] = Int4Linear.from_linear(linear, group_size) if fmt == "int4" else Int8Linear.from_linear(linear)
+        layer = Int4Linear.from_linear(linear, group_size) if fmt == "int4" else Int8Linear.from_linear(linear)
+        if batched and (reason := layer.use_batched_kernel()) is not None:
+            reasons.add(reason)
+        layers[name] = layer
+    if reasons:
+        log.info("some layers keep torch's kernels for decode batches: %s", "; ".join(sorted(reasons)))
     return layers
 
 
@@ -126,17 +140,23 @@ def quantize_cpu(model: nn.Module, weights: CpuWeights, *, model_id: str, cache_
     if any(p.device.type != "cpu" for p in model.parameters()):
         raise QuantizationError("int8 / int4 CPU weights need the model on the CPU")
     shapes = ";".join(f"{n}:{fmt}:{m.out_features}x{m.in_features}" for n, m, fmt in plan)
+    # The batched kernel's layouts are cached beside torch's (deriving them takes seconds), where it can run.
+    batched = weights.activations == "int8" and cpu_batched.unavailable() is None
     build = {"name": name, "model": model_id, "format": f"{weights.body}-head-{weights.head}",
-             "group_size": weights.group_size, "layers": hashlib.sha256(shapes.encode()).hexdigest()}
+             "group_size": weights.group_size, "layers": hashlib.sha256(shapes.encode()).hexdigest(),
+             "batched": batched}
     path = packed_cache_path(cache_dir, build) if cache_dir is not None else None
     cached = load_packed(path, build) if path is not None else None
-    layers = _from_cache(plan, cached, weights.group_size) if cached is not None else None
+    layers = _from_cache(plan, cached, weights.group_size, batched) if cached is not None else None
     from_cache = layers is not None
     if layers is None:
-        layers = _quantize(plan, weights.group_size)
+        layers = _quantize(plan, weights.group_size, batched)
         if path is not None:
             tensors = {key: getattr(layers[name], key.rsplit(".", 1)[1])
                        for name, _, fmt in plan for key in _packed_keys(name, fmt)}
+            for name, layer in layers.items():
+                if layer.batched is not None:
+                    tensors.update(zip(_batched_keys(name), layer.batched, strict=True))
             save_packed(path, build, tensors)
     for name, linear, _ in plan:
         layer = layers[name]
@@ -144,14 +164,8 @@ def quantize_cpu(model: nn.Module, weights: CpuWeights, *, model_id: str, cache_
             layer.keep_dense(linear.weight)
         parent_name, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
-    batched = 0
-    if weights.activations == "int8":
-        reasons = {layer.use_batched_kernel() for layer in layers.values()} - {None}
-        batched = sum(layer.batched is not None for layer in layers.values())
-        if reasons:
-            log.info("%d of %d layers keep torch's kernels: %s", len(layers) - batched, len(layers),
-                     "; ".join(sorted(str(r) for r in reasons)))
     report = CpuQuantReport(sum(isinstance(m, Int8Linear) for m in layers.values()),
-                            sum(isinstance(m, Int4Linear) for m in layers.values()), from_cache, path, batched)
+                            sum(isinstance(m, Int4Linear) for m in layers.values()), from_cache, path,
+                            sum(layer.batched is not None for layer in layers.values()))
     log.info("CPU weights %s: %s", asdict(weights), report)
     return report
