@@ -58,7 +58,7 @@ class ApiHost:
         return hit_out(hit, query, self.state.index.sparse, self.state.shown).play_url
 
     def ingest(self, paths: list[str], summaries: bool | None) -> dict[str, Any]:
-        job, joined = ingest_job(self.state, paths, summaries)
+        job, joined = ingest_job(self.state, [(p, {}) for p in paths], summaries)
         if not joined:
             self.state.runner.submit(job.id)
         return job_out(self.state, job).model_dump(mode="json")

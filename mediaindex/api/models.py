@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Modality = Literal["speech", "ocr", "visual", "summary", "chapter"]  # mediaindex.segments.MODALITIES
 
@@ -115,11 +115,35 @@ SUMMARIES_DOC = (
     "`ingest.summaries` setting.")
 
 
+Glob = Annotated[str, Field(min_length=1, max_length=512)]
+MetaValue = str | int | float | bool | list[str | int | float]
+
+
+class ManifestEntry(_Strict):
+    path: str = Field(min_length=1, max_length=4096, description="A file or folder, as in `paths`")
+    metadata: dict[Annotated[str, Field(min_length=1, max_length=200)], MetaValue | None] = Field(
+        default_factory=dict, max_length=100,
+        description="Stored in each of its segments' `extra` payload, as a manifest file's other columns are")
+
+
 class IngestRequest(_Strict):
     paths: list[Annotated[str, Field(max_length=4096)]] = Field(
-        min_length=1, max_length=1000, description="Files or folders, relative to a media root or absolute inside one")
+        default_factory=list, max_length=1000,
+        description="Files or folders, relative to a media root or absolute inside one")
+    manifest: list[ManifestEntry] = Field(
+        default_factory=list, max_length=10000,
+        description="Files or folders with metadata (what `mediaindex ingest --manifest FILE` reads from its file)")
+    include: list[Glob] = Field(default_factory=list, max_length=100,
+                                description="Globs a file inside a folder must match (path below the folder or name)")
+    exclude: list[Glob] = Field(default_factory=list, max_length=100, description="Globs that leave a file out")
     # Strict: JSON true, false or null; a string or number is refused rather than guessed at ("no" -> False).
     summaries: bool | None = Field(default=None, strict=True, description=SUMMARIES_DOC)
+
+    @model_validator(mode="after")
+    def _something_to_ingest(self) -> IngestRequest:
+        if not self.paths and not self.manifest:
+            raise ValueError("nothing to ingest: give paths or manifest entries")
+        return self
 
 
 class SummarizeRequest(_Strict):

@@ -141,8 +141,8 @@ def ingest(
                          ingest={"summaries": summaries} if summaries is not None else None)
     try:
         if (remote := _remote(settings)) is not None:
-            _ingest_through(remote, paths, summaries, verbose, local_only=bool(resume or manifest or include
-                                                                               or exclude or address))
+            _ingest_through(remote, paths, manifest, include, exclude, summaries, verbose,
+                            local_only=bool(resume or address))
         began = time.monotonic()
         try:
             archive = _open(settings, write=True, wait=wait, must_exist=False)
@@ -171,15 +171,18 @@ def ingest(
         raise typer.Exit(1)
 
 
-def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, summaries: bool | None, verbose: bool,
+def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,
+                    include: list[str] | None, exclude: list[str] | None, summaries: bool | None, verbose: bool,
                     local_only: bool) -> None:
     """An ingest through the server that holds the index becomes one of its jobs: said file by file, as a local
     ingest says it, when it ends (exit 0 when a file was done)."""
     if local_only:
-        raise fail(f"the index is held by {remote.holder.describe()}: through it, ingest takes paths "
-                   "and --summaries only (no --resume, --manifest, --include, --exclude, --address)")
+        raise fail(f"the index is held by {remote.holder.describe()}: through it, ingest takes paths, "
+                   "--manifest, --include, --exclude and --summaries (not --resume or --address); "
+                   "stop the server to run those here")
     job = remote.ingest(list(paths or []), summaries,
-                        on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False))
+                        on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False),
+                        manifests=list(manifest or []), include=list(include or []), exclude=list(exclude or []))
     for line in render.job_lines(job, verbose):
         say(line)
     raise typer.Exit(0 if (job.get("counts") or {}).get("done") else 1)

@@ -35,7 +35,7 @@ class Plan:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # path, reason
 
 
-def _check_meta(where: str, meta: Meta) -> Meta:
+def check_meta(where: str, meta: Meta) -> Meta:
     out: Meta = {}
     for key, value in meta.items():
         if not isinstance(key, str) or not key.strip():
@@ -70,7 +70,7 @@ def _rows_csv(path: Path, text: str) -> list[tuple[str, Meta]]:
         meta: Meta = {k: (v or "").strip() for k, v in row.items()}
         if meta.get("tags"):
             meta["tags"] = [t.strip() for t in str(meta["tags"]).split(";") if t.strip()]
-        rows.append((target, _check_meta(where, meta)))
+        rows.append((target, check_meta(where, meta)))
     return rows
 
 
@@ -89,7 +89,7 @@ def _rows_jsonl(path: Path, text: str) -> list[tuple[str, Meta]]:
         target = obj.pop("path", None)
         if not isinstance(target, str) or not target.strip():
             raise ManifestError(f"{where}: 'path' must be a non-empty string")
-        rows.append((target.strip(), _check_meta(where, obj)))
+        rows.append((target.strip(), check_meta(where, obj)))
     return rows
 
 

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, read_holder
+from mediaindex.pipeline.inputs import read_manifest
 from mediaindex.service.archive import JobOutcome
 
 KEY_ENV = "MEDIAINDEX_API_KEY"
@@ -121,11 +122,16 @@ class RemoteArchive:
                   "language": f.language, "speaker": f.speaker, "min_confidence": min_confidence or "low"}
         return self.server.request("GET", "/search", params=params)["hits"]
 
-    def ingest(self, paths: list[Path], summaries: bool | None,
-               on_job: Callable[[str], None] | None = None) -> dict[str, Any]:
-        """An ingest job on the server for these paths (they must lie in its media roots), followed to its end."""
+    def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
+               manifests: Sequence[Path] = (), include: Sequence[str] = (),
+               exclude: Sequence[str] = ()) -> dict[str, Any]:
+        """An ingest job on the server for these paths and the entries of these manifest files (read here, with
+        their metadata; every file must lie in the server's media roots), followed to its end."""
+        entries = [{"path": str(Path(p).expanduser().absolute()), "metadata": meta}
+                   for manifest in manifests for p, meta in read_manifest(Path(manifest))]
         job = self.server.request("POST", "/ingest", body={
-            "paths": [str(Path(p).expanduser().absolute()) for p in paths], "summaries": summaries})
+            "paths": [str(Path(p).expanduser().absolute()) for p in paths], "manifest": entries,
+            "include": list(include), "exclude": list(exclude), "summaries": summaries})
         if on_job:
             on_job(job["id"])
         return self.server.wait(job["id"])

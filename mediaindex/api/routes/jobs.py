@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -32,6 +33,7 @@ from mediaindex.api.paths import MAX_NAME_BYTES, quoted
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
+from mediaindex.pipeline.inputs import ManifestError, Meta, check_meta
 
 router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -78,13 +80,15 @@ def _queue(state: ApiState, kind: str, params: dict, files: list[tuple[str, dict
         return state.jobs.create(kind, {**params, "origin": "api"}, files=files, key=key), False
 
 
-def _create_ingest(state: ApiState, params: dict, files: list[Path], summaries: bool | None,
+def _create_ingest(state: ApiState, params: dict, files: list[tuple[Path, Meta]], summaries: bool | None,
                    same_work: dict | None = None) -> tuple[Job, bool]:
     state.index  # noqa: B018  (answers 503 before a job is created when the index is not open)
     # The job's record holds the choice (None: the server's setting), so a job resumed after a restart keeps it.
     params = {**params, "summaries": summaries}
-    work = {"files": sorted(str(p) for p in files), "summaries": summaries, **(same_work or {})}
-    return _queue(state, "ingest", params, files=[(str(p), {}) for p in files], same_work=work)
+    work = {"files": sorted(str(p) for p, _ in files), "summaries": summaries, **(same_work or {})}
+    if any(meta for _, meta in files):
+        work["metadata"] = sorted((str(p), sorted(meta.items(), key=str)) for p, meta in files if meta)
+    return _queue(state, "ingest", params, files=[(str(p), meta) for p, meta in files], same_work=work)
 
 
 @router.post("/ingest", status_code=202, response_model=JobOut,
@@ -92,31 +96,47 @@ def _create_ingest(state: ApiState, params: dict, files: list[Path], summaries: 
                         503: {"model": ErrorOut}})
 def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
     """Index media files or folders on the server (inside the media roots) as a background job; the same
-    rules as for serving files: only media, never hidden files or the index's own files."""
+    rules as for serving files: only media, never hidden files or the index's own files. Manifest entries carry
+    metadata for their files; `include` / `exclude` globs choose the files inside folders."""
     state = get_state(request)
-    job, joined = ingest_job(state, body.paths, body.summaries)
+    entries: list[tuple[str, Meta]] = [(p, {}) for p in body.paths]
+    entries += [(e.path, dict(e.metadata)) for e in body.manifest]
+    job, joined = ingest_job(state, entries, body.summaries, body.include, body.exclude)
     return _accepted(state, job, joined)
 
 
-def ingest_job(state: ApiState, paths: list[str], summaries: bool | None) -> tuple[Job, bool]:
-    """The ingest job for server paths (a waiting identical one is joined: True), not yet submitted to the runner;
-    every path is confined to the media roots as files served are."""
-    files: list[Path] = []
-    for raw in paths:
+def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool | None,
+               include: Sequence[str] = (), exclude: Sequence[str] = ()) -> tuple[Job, bool]:
+    """The ingest job for server paths, each with its metadata (a waiting identical one is joined: True), not yet
+    submitted to the runner; every path is confined to the media roots as files served are, and the first
+    mention of a file wins."""
+    for pattern in (*include, *exclude):
+        if not pattern.strip():
+            raise ApiError(400, "an include/exclude glob is empty")
+    files: dict[Path, Meta] = {}
+    for raw, given in entries:
+        try:
+            meta = check_meta(f"manifest entry {quoted(raw)}", given)
+        except ManifestError as exc:
+            raise ApiError(400, str(exc)) from exc
         real = state.roots.resolve(raw)
         if real.is_dir():
             # A folder's files are checked one by one: a symlink inside may point out of the roots.
-            inside = [p for p in discover([real]).files
+            inside = [p for p in discover([real], include, exclude).files
                       if state.roots.contains(p) and state.media.refusal(p, p.resolve()) is None]
             if not inside:
-                raise ApiError(400, f"no media files in folder {quoted(raw)}")
-            files.extend(inside)
+                raise ApiError(400, f"no media files in folder {quoted(raw)}"
+                               + (" that the include/exclude globs let through" if include or exclude else ""))
+            for path in inside:
+                files.setdefault(path, meta)
         elif real.is_file():
-            files.append(state.media.resolve(raw))
+            files.setdefault(state.media.resolve(raw), meta)
         else:
             raise ApiError(400, f"{quoted(raw)} is neither a regular file nor a folder")
-    files = list(dict.fromkeys(files))
-    return _create_ingest(state, {"paths": paths}, files, summaries)
+    params: dict = {"paths": [raw for raw, _ in entries]}
+    if include or exclude:
+        params.update(include=list(include), exclude=list(exclude))
+    return _create_ingest(state, params, list(files.items()), summaries)
 
 
 UPLOAD_NAME_BYTES = MAX_NAME_BYTES - 55  # room for the server's own suffixes beside it (e.g. ".partial")
@@ -170,7 +190,7 @@ async def ingest_upload(request: Request,
             raise ApiError(400, "the upload is empty")
         # The same bytes under the same name, still waiting: one job (and one copy) is enough.
         job, joined = _create_ingest(state, {"upload": name, "bytes": size, "upload_folder": folder.name},
-                                     [target], summaries, same_work={"files": [name], "sha256": digest.hexdigest()})
+                                     [(target, {})], summaries, same_work={"files": [name], "sha256": digest.hexdigest()})
     except BaseException:
         target.unlink(missing_ok=True)
         os.rmdir(folder)
