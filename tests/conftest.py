@@ -130,6 +130,23 @@ def embedder(session_settings: Settings):
     return load_text_embedder(session_settings.embed)
 
 
+# The shared sample archive: read-only tests of ingest, search and the agents use this one index.
+SAMPLE_ARCHIVE = ["video/manifesto.mp4", "audio/jfk.flac", "video/auto-editor_example.mp4", "video/testvideo.mp4"]
+
+
+@pytest.fixture(scope="session")
+def sample_archive(session_settings: Settings, pipeline, embedder):
+    """`SAMPLE_ARCHIVE` ingested once per session on the session's Ray into `session_settings`' index: the index
+    and the ingest report. Tests that change an index build their own."""
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.service import IngestRequest, ingest
+
+    index = MediaIndex(session_settings, embedder.dim, embedder.name)
+    report = ingest(IngestRequest(session_settings, [media(s) for s in SAMPLE_ARCHIVE]), index, pipeline)
+    yield index, report
+    index.close()
+
+
 @pytest.fixture(scope="session")
 def whisper_base(cache_dir: Path):
     """The default speech model (Whisper base, bundled), loaded once."""

@@ -32,29 +32,26 @@ from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobNotFound, JobStore
 from mediaindex.segments import Segment
-from tests.conftest import make_settings, media
+from tests.conftest import SAMPLE_ARCHIVE, make_settings, media
 
 pytestmark = pytest.mark.slow
 
-SAMPLES = ["video/manifesto.mp4", "audio/jfk.flac", "video/auto-editor_example.mp4", "video/testvideo.mp4"]
+SAMPLES = SAMPLE_ARCHIVE
 FAST = LLMSettings(max_steps=3, max_new_tokens=48, token_budget=240)
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def agent_settings(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Settings:
-    return make_settings(tmp_path_factory.mktemp("agents-index"), cache_dir)
+def agent_settings(session_settings: Settings) -> Settings:
+    """The settings of the session's sample archive (jobs land in its job store)."""
+    return session_settings
 
 
 @pytest.fixture(scope="module")
-def archive(agent_settings: Settings, pipeline, embedder) -> Archive:
-    from mediaindex.service import IngestRequest, ingest
-
-    index = MediaIndex(agent_settings, embedder.dim, embedder.name)
-    report = ingest(IngestRequest(agent_settings, [media(s) for s in SAMPLES]), index, pipeline)
+def archive(sample_archive: tuple[MediaIndex, object], embedder) -> Archive:
+    index, report = sample_archive
     assert len(report.indexed) == len(SAMPLES), [(o.path, o.reason) for o in report.outcomes]
-    yield Archive(index, embedder)
-    index.close()
+    return Archive(index, embedder)
 
 
 def vid(archive: Archive, name: str) -> str:

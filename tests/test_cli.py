@@ -1,4 +1,5 @@
-"""The CLI contract, run as a user runs it: a separate process per command."""
+"""The CLI contract, run as a user runs it: a separate process per command (repeated searches of one index run
+in-process through typer's CliRunner: the same command code, without a process start each)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ pytestmark = pytest.mark.slow
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mediaindex", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, timeout=300)
+
+
+def search_in_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`mediaindex search ARGS` through typer's CliRunner, its result shaped as a finished process's."""
+    from typer.testing import CliRunner
+
+    from mediaindex.cli import app
+
+    result = CliRunner().invoke(app, ["search", *args], env=env)
+    return subprocess.CompletedProcess(["search", *args], result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.fixture(scope="module")
@@ -44,22 +55,22 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     assert_ranked([(h["score"], h["band"]) for h in hits])
 
     # Nothing confident: said plainly (exit 0) with the closest moments marked as such; an empty JSON list.
-    result = run("search", "quantum chromodynamics on a lattice", env=cli_env)
+    result = search_in_process("quantum chromodynamics on a lattice", env=cli_env)
     assert result.returncode == 0, result.stderr
     assert "no confident match" in result.stdout and "closest" in result.stdout and "Traceback" not in result.stderr
-    result = run("search", "xqzv plorth wimble", "--json", env=cli_env)
+    result = search_in_process("xqzv plorth wimble", "--json", env=cli_env)
     assert result.returncode == 0 and json.loads(result.stdout) == [], result.stdout + result.stderr
-    result = run("search", "xqzv plorth wimble", "--json", "--min-confidence", "none", "--limit", "1", env=cli_env)
+    result = search_in_process("xqzv plorth wimble", "--json", "--min-confidence", "none", "--limit", "1", env=cli_env)
     assert result.returncode == 0 and len(json.loads(result.stdout)) == 1, result.stdout + result.stderr
-    result = run("search", "ask not what your country can do", "--min-confidence", "high", env=cli_env)
+    result = search_in_process("ask not what your country can do", "--min-confidence", "high", env=cli_env)
     assert result.returncode == 0 and "high" in result.stdout  # the band column
     # A question is searched as written.
-    result = run("search", "Who says ask not what your country can do?", env=cli_env)
+    result = search_in_process("Who says ask not what your country can do?", env=cli_env)
     assert result.returncode == 0 and "jfk.flac" in result.stdout, result.stderr
 
     # the --index flag wins over the environment
     other = tmp_path / "empty-index"
-    result = run("search", "anything", "--index", str(other), env=cli_env)
+    result = search_in_process("anything", "--index", str(other), env=cli_env)
     assert result.returncode != 0 and "no index" in result.stderr
 
 

@@ -1,6 +1,7 @@
 """EmbeddingGemma's fast path: converted once to int8 ONNX, it agrees with the sentence-transformers model, finds
-English transcript lines from German queries, is converted again when its file is truncated or corrupted, and
-embeds without torch, transformers or sentence-transformers in the process."""
+English transcript lines from German queries, is converted again when its file is truncated or corrupted (shown on
+a small random model of the same layout), and embeds without torch, transformers or sentence-transformers in the
+process."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import pytest
 
 from mediaindex.models.bundled import EMBEDDINGGEMMA, assembled_dir
 from mediaindex.models.gemma_export import (
+    FP32_MIN_COSINE,
     INT8_MIN_COSINE,
     MANIFEST,
     MODEL_FILE,
     conversion_dir,
     converted_model,
+    file_sha256,
     verified_model,
 )
 from tests.conftest import REPO, media
@@ -146,17 +149,37 @@ def test_odd_queries_make_unit_vectors(gemma_onnx: object) -> None:
     assert gemma_onnx.embed_passages([]).shape == (0, 768)
 
 
+@pytest.fixture(scope="module")
+def tiny_gemma_folder(gemma_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sentence-transformers EmbeddingGemma folder of the real layout and tokenizer (so token ids are real) but
+    a small random Gemma3 encoder: its conversion runs the whole export, quantization and check in seconds."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    folder = tmp_path_factory.mktemp("tiny") / "embeddinggemma"
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=262144, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                              layer_types=["sliding_attention", "full_attention"], sliding_window=512,
+                              max_position_embeddings=2048, use_bidirectional_attention=True, pad_token_id=0,
+                              bos_token_id=2, eos_token_id=1)
+    Gemma3TextModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "config_sentence_transformers.json"):
+        shutil.copy(gemma_folder / name, folder / name)
+    for sub, (rows, cols) in (("2_Dense", (64, 32)), ("3_Dense", (32, 64))):
+        (folder / sub).mkdir()
+        save_file({"linear.weight": torch.randn(rows, cols) / cols**0.5}, str(folder / sub / "model.safetensors"))
+    return folder
+
+
 @pytest.mark.slow
-def test_a_truncated_or_corrupted_conversion_is_converted_again(gemma_folder: Path, cache_dir: Path,
-                                                                tmp_path: Path) -> None:
-    """The cache here is a copy of the real conversion: one file cut short is refused by its digest; one with a
-    flipped bit is refused and rebuilt (a full conversion: export, quantization, check)."""
-    original = conversion_dir(gemma_folder, cache_dir)
-    converted_model(gemma_folder, cache_dir)
-    copy = conversion_dir(gemma_folder, tmp_path)
-    shutil.copytree(original, copy)
-    model = copy / MODEL_FILE
-    assert verified_model(copy) == model
+def test_a_truncated_or_corrupted_conversion_is_converted_again(tiny_gemma_folder: Path, tmp_path: Path) -> None:
+    """A conversion (of a small random Gemma3 of the real layout): one file cut short is refused by its digest;
+    one with a flipped bit is refused and rebuilt (a full conversion: export, quantization, check)."""
+    model = converted_model(tiny_gemma_folder, tmp_path)
+    copy = conversion_dir(tiny_gemma_folder, tmp_path)
+    assert model == copy / MODEL_FILE and verified_model(copy) == model
     whole = model.read_bytes()
     model.write_bytes(whole[: len(whole) - 4096])
     assert verified_model(copy) is None
@@ -164,10 +187,13 @@ def test_a_truncated_or_corrupted_conversion_is_converted_again(gemma_folder: Pa
     flipped[len(flipped) // 2] ^= 0x01
     model.write_bytes(bytes(flipped))
     assert verified_model(copy) is None
-    rebuilt = converted_model(gemma_folder, tmp_path)
+    rebuilt = converted_model(tiny_gemma_folder, tmp_path)
     assert rebuilt == model and verified_model(copy) == model
     manifest = json.loads((copy / MANIFEST).read_text())
-    assert manifest["precision"] == "int8" and manifest["cosine_min"] >= INT8_MIN_COSINE
+    # int8 is kept only when it agrees with torch to INT8_MIN_COSINE, else the fp32 export to FP32_MIN_COSINE.
+    bound = {"int8": INT8_MIN_COSINE, "fp32": FP32_MIN_COSINE}[manifest["precision"]]
+    assert manifest["bound"] == bound and manifest["cosine_min"] >= bound
+    assert manifest["source_sha256"] == file_sha256(tiny_gemma_folder / "model.safetensors")
 
 
 _EMBED_WITHOUT_TORCH = """

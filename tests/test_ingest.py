@@ -9,23 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.config import Settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.search.searcher import search
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, Pipeline, ingest
-from tests.conftest import make_settings, media
+from tests.conftest import SAMPLE_ARCHIVE, make_settings, media
 
 pytestmark = pytest.mark.slow
 
-SAMPLES = ["video/manifesto.mp4", "audio/jfk.flac", "video/auto-editor_example.mp4", "video/testvideo.mp4"]
+SAMPLES = SAMPLE_ARCHIVE
 
 
 @pytest.fixture(scope="session")
-def ingested(session_settings: Settings, pipeline: Pipeline, embedder) -> tuple[MediaIndex, IngestReport]:
-    index = MediaIndex(session_settings, embedder.dim, embedder.name)
-    report = ingest(IngestRequest(session_settings, [media(s) for s in SAMPLES]), index, pipeline)
-    yield index, report
-    index.close()
+def ingested(sample_archive: tuple[MediaIndex, IngestReport]) -> tuple[MediaIndex, IngestReport]:
+    return sample_archive
 
 
 def _overlaps(hit, start: float, end: float) -> bool:

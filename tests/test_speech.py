@@ -9,7 +9,7 @@ from mediaindex.config import SpeechSettings
 from mediaindex.errors import MediaError, ModelLoadError
 from mediaindex.media.decode import decode_audio
 from mediaindex.media.probe import probe
-from mediaindex.models.speech import SpeechModel, SpeechSegment
+from mediaindex.models.speech import SpeechModel, SpeechSegment, Transcript
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.pipeline.stages.speech import SpeechResult
 from mediaindex.segments import Segment
@@ -55,10 +55,18 @@ def test_bad_model_paths_are_refused(tmp_path: Path, cache_dir: Path) -> None:
 
 # --- VAD-chunked, batched transcription over real media -------------------------------------------------
 
-def _stream(rel: str, model: SpeechModel, chunk_seconds: float = 300.0):
+# Transcripts of a sample file, kept for the module's other tests (they only read them): the test of every sample
+# file then transcribes again none that another test already did.
+_TRANSCRIPTS: dict[tuple[str, SpeechModel, float], Transcript] = {}
+
+
+def _stream(rel: str, model: SpeechModel, chunk_seconds: float = 300.0) -> Transcript:
     from mediaindex.media.decode import AudioStream
 
-    return model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
+    key = (rel, model, chunk_seconds)
+    if key not in _TRANSCRIPTS:
+        _TRANSCRIPTS[key] = model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
+    return _TRANSCRIPTS[key]
 
 
 @pytest.mark.parametrize("rel", ["video/cockatoo.mp4", "video/chaplin.mp4", "video/big_buck_bunny_0_30.webm"])

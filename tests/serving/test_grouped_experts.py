@@ -2,8 +2,8 @@
 reference loop over experts, with no host sync and no per-expert Python work in the forward; the engine's output
 is the same on both paths.
 
-The Triton tests run in a child pytest process started with TRITON_INTERPRET=1, as in test_triton_decode.py (the
-interpreter must be chosen before triton is first imported).
+The Triton tests run in the TRITON_INTERPRET=1 child pytest process of the `interpreted_triton_tests` fixture,
+with those of test_triton_decode.py (the interpreter must be chosen before triton is first imported).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -186,15 +183,9 @@ def test_engine_output_is_the_same_on_the_grouped_path_and_the_loop(bits, tiny_m
 
 @needs_triton
 @pytest.mark.skipif(INTERPRETED, reason="already under the interpreter: the kernel tests run in this process")
-def test_triton_kernel_under_interpreter() -> None:
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "pytest", str(Path(__file__).resolve()), "-q", "-p", "no:cacheprovider", "-rs",
-           "-k", "triton_fused"]
-    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=540)
-    tail = proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0, tail
-    assert " passed" in tail and " failed" not in tail and "skipped" not in tail, tail
+def test_triton_kernel_under_interpreter(interpreted_triton_tests) -> None:
+    outcomes = interpreted_triton_tests.outcomes["test_grouped_experts.py"]
+    assert outcomes and set(outcomes.values()) == {"passed"}, (outcomes, interpreted_triton_tests.output)
 
 
 @needs_triton

