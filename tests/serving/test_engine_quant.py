@@ -14,8 +14,6 @@ from transformers import DynamicCache
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams, WeightsConfig
 from mediaindex.serving.quant import QuantConfig, QuantizationError, build_split_precision, quantize_model
 
-torch.set_num_threads(1)
-
 ARCHS = ["llama", "qwen3_moe"]
 LENGTHS = [5, 11, 1, 8]
 NEW = 6

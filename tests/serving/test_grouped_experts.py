@@ -24,8 +24,6 @@ from mediaindex.serving.quant import QuantConfig, QuantExperts, grouped_cpu, qua
 from mediaindex.serving.quant import layers as layers_mod
 from mediaindex.serving.quant.layers import PackSpec, dequantize_weight, quantize_weight
 
-torch.set_num_threads(1)
-
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 needs_interpreter = pytest.mark.skipif(

@@ -51,8 +51,6 @@ from mediaindex.serving.quant import (
 from mediaindex.serving.quant import backends as backends_mod
 from mediaindex.serving.quant.layers import is_fused_experts
 
-# Tiny models: one thread avoids thread-pool overhead that dominates on a shared 2-core machine.
-torch.set_num_threads(1)
 VOCAB = 256
 
 
