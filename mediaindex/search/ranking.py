@@ -91,10 +91,10 @@ def prepare(
         q.template_ids = set(index.sparse.query(TEMPLATE).indices) - q.word_ids
         q.weights = WordWeights.of(query, index.sparse)
         q.words = words or None
-    if query and mode != "sparse":
-        if embedder is None:
-            raise QueryError("a text query needs the text embedder")
-        q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)
+    if query and mode != "sparse" and embedder is None:
+        raise QueryError("a text query needs the text embedder")
+    if query and embedder is not None:  # words alone still retrieve by words only; the relevance model judges
+        q.dense = np.asarray(embedder.embed_query(query), dtype=np.float32)  # every candidate on the same features
     if clip_text is not None and "image" in index.store.dims and mode != "sparse":
         q.clip_text = np.asarray(clip_text, dtype=np.float32).reshape(-1)
     return q
