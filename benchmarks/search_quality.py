@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from search_sets import SETS, Labelled, load_set, rank_of, relevant
+from search_sets import SETS, Labelled, load_set, picture_clips, rank_of, relevant
 
 from mediaindex.config import load_settings
 from mediaindex.index.index import MediaIndex
@@ -55,8 +55,11 @@ def ensure_index(index_dir: Path, media: Path) -> None:
     settings = load_settings(index_dir=index_dir)
     embedder = load_text_embedder(settings.embed)
     began = time.perf_counter()
+    folders = [media / "audio", media / "video"]
+    if (media / "images").is_dir():  # the pictures, as short clips beside the index
+        folders.append(picture_clips(media, index_dir.with_name(index_dir.name + "-pictures"))[0].parent)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest(IngestRequest(settings, [media / "audio", media / "video"]), index)
+        report = ingest(IngestRequest(settings, folders), index)
     print(f"ingested {len(report.indexed)} files in {time.perf_counter() - began:.0f} s")
 
 

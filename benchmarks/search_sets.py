@@ -17,6 +17,28 @@ import yaml
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared"
 SETS = {"media": SHARED / "media", "media-val": SHARED / "media-val"}
+# The media set's still pictures are searched as the shots of short clips (the archive indexes video and
+# audio): more real photographs among the shots the relevance model is fitted on.
+PICTURE_SECONDS = 3
+
+
+def picture_clips(media: Path, out: Path) -> list[Path]:
+    """Each picture of `media/images` as a PICTURE_SECONDS clip `out/<name>.mp4` (made once)."""
+    import subprocess
+
+    import imageio_ffmpeg
+
+    out.mkdir(parents=True, exist_ok=True)
+    clips = []
+    for picture in sorted((media / "images").iterdir()):
+        clip = out / f"{picture.stem}.mp4"
+        if not clip.exists():
+            looped = [] if picture.suffix == ".gif" else ["-loop", "1"]
+            subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-y", *looped, "-i", str(picture),
+                            "-t", str(PICTURE_SECONDS), "-r", "10", "-pix_fmt", "yuv420p",
+                            "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", str(clip)], check=True)
+        clips.append(clip)
+    return clips
 
 
 @dataclass(frozen=True)
