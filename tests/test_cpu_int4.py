@@ -3,6 +3,7 @@ dequantized weight, a small random model keeps its predictions, and the real bun
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,13 @@ def test_the_bundled_model_in_int8_and_int4_agrees_with_bf16(cache_dir: Path) ->
     from mediaindex.serving.model_runner import load_pretrained
     from mediaindex.serving.quant.cpu_weights import source_fingerprint
 
-    source_id = source_fingerprint(str(bundled_lm_dir(bundled_lm("qwen2.5-coder-0.5b"), cache_dir)))
+    folder = bundled_lm_dir(bundled_lm("qwen2.5-coder-0.5b"), cache_dir)
+    source_id = source_fingerprint(str(folder))
+    # The same weights on transformers' own cache, for logits: loaded once, each format quantizes a copy.
+    bf16_model, tok = load_pretrained(str(folder), dtype=torch.bfloat16)
+    with torch.no_grad():  # bf16 runs no kernel of its own: one pass over each transcript gives its logits
+        reference = torch.cat([bf16_model(tok(text, return_tensors="pt").input_ids).logits.float()[0]
+                               for text in TRANSCRIPTS])
 
     system = tools_system_prompt("You answer questions about an archive of indexed videos.")
     chats = [[{"role": "system", "content": system}, {"role": "user", "content": q}] for q in QUESTIONS]
@@ -181,17 +188,19 @@ def test_the_bundled_model_in_int8_and_int4_agrees_with_bf16(cache_dir: Path) ->
         engine = ChatEngine(settings, cache_dir)  # packs (or reads the packed cache) as a served model does
         answers = [c.text for c in engine.chat(chats, max_tokens=24)]
         del engine
-        # The same weights on transformers' own cache, for logits a token at a time.
-        model, tok = load_pretrained(str(bundled_lm_dir(bundled_lm(settings.model), cache_dir)), dtype=torch.bfloat16)
-        if fmt != "bf16":
-            weights = CpuWeights(body=fmt, head=settings.cpu_head_weights, group_size=settings.cpu_group_size)
-            report = quantize_cpu(model, weights, model_id=source_id, name=settings.model, cache_dir=cache_dir)
-            assert report.from_cache  # the engine above wrote it
+        if fmt == "bf16":
+            runs[fmt] = (reference, answers)
+            continue
+        model = copy.deepcopy(bf16_model)
+        weights = CpuWeights(body=fmt, head=settings.cpu_head_weights, group_size=settings.cpu_group_size)
+        report = quantize_cpu(model, weights, model_id=source_id, name=settings.model, cache_dir=cache_dir)
+        assert report.from_cache  # the engine above wrote it
         kinds = {type(m) for m in model.modules()}
         assert (Int4Linear in kinds) == (fmt == "int4")
-        assert isinstance(model.lm_head, nn.Linear if fmt == "bf16" else Int8Linear)  # the head: int8 by default
+        assert isinstance(model.lm_head, Int8Linear)  # the head: int8 by default
         runs[fmt] = (_decode_logits(model, tok), answers)
         del model
+    assert not any(isinstance(m, Int8Linear | Int4Linear) for m in bf16_model.modules())
     ref, ref_answers = runs["bf16"]
     top2 = ref.topk(2, -1).values
     clear = top2[:, 0] - top2[:, 1] > 0.5  # bf16 chose by four of its own steps or more
