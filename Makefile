@@ -60,10 +60,11 @@ demo: install
 # The type check (one core, ~40 s from a cold cache) runs at the lowest priority beside the tests, which leave a core
 # idle while they wait for servers, Ray and child processes; either failing fails the target.
 test: install-test browser
-	$(BIN)/ruff check mediaindex tests benchmarks
-	@types_log=$$(mktemp); nice -n 19 $(BIN)/mypy >"$$types_log" 2>&1 & types_pid=$$!; \
+	@began=$$(date +%s); $(BIN)/ruff check mediaindex tests benchmarks || exit 1; \
+	types_log=$$(mktemp); nice -n 19 $(BIN)/mypy >"$$types_log" 2>&1 & types_pid=$$!; \
 	$(BIN)/python -m pytest -q; tests=$$?; \
 	wait $$types_pid; types=$$?; echo "mypy:"; cat "$$types_log"; rm -f "$$types_log"; \
+	echo "ruff, mypy and the tests took $$(( $$(date +%s) - began )) s"; \
 	test $$tests -eq 0 && test $$types -eq 0
 
 # The inner loop: lint, types and every test that loads no real model and starts no Ray (no `slow` marker).

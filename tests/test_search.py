@@ -196,10 +196,12 @@ def test_the_relevance_model_says_how_it_was_fitted(embedder_name: str) -> None:
     assert data["embedder"] == embedder_name  # each embedder's similarities lie on a scale of their own
     model = relevance.load_model(embedder=embedder_name)
     assert model.names == NAMES and model.coef.shape == (len(NAMES),)
-    # Reliability over held-out folds: what it predicts is what it sees, where it predicts much at all.
+    # Reliability over held-out folds: what it predicts is what it sees, where it predicts much at all, within
+    # 0.15 or what a bin's candidates leave to chance (three standard errors of a rate over so few).
     for b in data["cv"]["reliability"]:
         if b["n"] >= 40:
-            assert abs(b["predicted"] - b["observed"]) < 0.15, b
+            chance = 3 * (b["predicted"] * (1 - b["predicted"]) / b["n"]) ** 0.5
+            assert abs(b["predicted"] - b["observed"]) < max(0.15, chance), b
     assert relevance.band(0.9) == "high" and relevance.band(0.5) == "medium"
     assert relevance.band(0.2) == "low" and relevance.band(0.1) is None
 
