@@ -7,12 +7,8 @@ from __future__ import annotations
 import copy
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -29,6 +25,9 @@ from transformers import (
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
+
+from tests.serving import interpreted
+from tests.serving.interpreted import InterpretedRun
 
 # MEDIAINDEX_TEST_TORCH_THREADS=1 for a machine shared with other work: there every op that splits over threads
 # waits for the others to be scheduled. Unset, torch uses every core (the real models' tests take half the time).
@@ -188,34 +187,8 @@ def h() -> type[Helpers]:
 
 # -- Triton kernels under the interpreter -------------------------------------------------------------------------
 
-# The interpreter must be chosen before triton is first imported, and other tests of a session may import it first:
-# the kernel tests of these modules run in one child pytest process started with TRITON_INTERPRET=1. One child for
-# all of them, so its start (torch, transformers, triton, the suite's imports) is paid once.
-INTERPRETED_SELECTION = {"test_triton_decode.py": "test_triton_decode", "test_grouped_experts.py": "triton_fused"}
-
-
-@dataclass(frozen=True)
-class InterpretedRun:
-    outcomes: dict[str, dict[str, str]]  # module file name -> test id -> passed / failed / error / skipped
-    output: str  # the child's output tail, for failure messages
-
-
 @pytest.fixture(scope="session")
-def interpreted_triton_tests(tmp_path_factory: pytest.TempPathFactory) -> InterpretedRun:
-    """Runs the kernel tests of `INTERPRETED_SELECTION` once in a TRITON_INTERPRET=1 child pytest."""
-    here = Path(__file__).resolve().parent
-    report = tmp_path_factory.mktemp("interpreted") / "junit.xml"
-    cmd = [sys.executable, "-m", "pytest", *(str(here / name) for name in INTERPRETED_SELECTION), "-q",
-           "-p", "no:cacheprovider", "-rs", "-k", " or ".join(INTERPRETED_SELECTION.values()),
-           f"--junitxml={report}"]
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(cmd, cwd=here.parents[1], env=env, capture_output=True, text=True, timeout=540)
-    output = proc.stdout[-6000:] + proc.stderr[-2000:]
-    assert report.is_file(), output
-    outcomes: dict[str, dict[str, str]] = {name: {} for name in INTERPRETED_SELECTION}
-    for case in ElementTree.parse(report).iter("testcase"):
-        module = case.get("classname", "").rsplit(".", 1)[-1] + ".py"
-        kinds = {child.tag for child in case} & {"failure", "error", "skipped"}
-        outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[kinds.pop()] if kinds else "passed"
-        outcomes.setdefault(module, {})[case.get("name", "")] = outcome
-    return InterpretedRun(outcomes, output)
+def interpreted_triton_tests() -> InterpretedRun:
+    """The kernel tests of `interpreted.SELECTION`, run once in a TRITON_INTERPRET=1 child pytest (started when the
+    session collected a test that reads them: `tests/conftest.py`)."""
+    return interpreted.result()
