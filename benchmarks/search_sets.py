@@ -34,9 +34,11 @@ def picture_clips(media: Path, out: Path) -> list[Path]:
         clip = out / f"{picture.stem}.mp4"
         if not clip.exists():
             looped = [] if picture.suffix == ".gif" else ["-loop", "1"]
+            partial = clip.with_suffix(".partial.mp4")  # a clip cut short by a kill is never taken as made
             subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-y", *looped, "-i", str(picture),
                             "-t", str(PICTURE_SECONDS), "-r", "10", "-pix_fmt", "yuv420p",
-                            "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", str(clip)], check=True)
+                            "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", str(partial)], check=True)
+            partial.replace(clip)
         clips.append(clip)
     return clips
 

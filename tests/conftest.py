@@ -201,13 +201,13 @@ def wait_until_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -
         time.sleep(0.5)
 
 
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the interpreted Triton child as soon as a collected test reads its outcome (`tests/serving/
     interpreted.py`): at low priority it runs while the rest of the suite waits."""
     if os.environ.get("TRITON_INTERPRET"):  # this is that child
         return
-    if any("interpreted_triton_tests" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any("interpreted_triton_tests" in getattr(item, "fixturenames", ())
+           and not any(m.args and m.args[0] for m in item.iter_markers("skipif")) for item in session.items):
         from tests.serving import interpreted
 
         interpreted.start()
