@@ -57,7 +57,9 @@ def ensure_index(index_dir: Path, media: Path) -> None:
     began = time.perf_counter()
     folders = [media / "audio", media / "video"]
     if (media / "images").is_dir():  # the pictures, as short clips beside the index
-        folders.append(picture_clips(media, index_dir.with_name(index_dir.name + "-pictures"))[0].parent)
+        pictures = index_dir.with_name(index_dir.name + "-pictures")
+        picture_clips(media, pictures)
+        folders.append(pictures)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         report = ingest(IngestRequest(settings, folders), index)
     print(f"ingested {len(report.indexed)} files in {time.perf_counter() - began:.0f} s")

@@ -24,20 +24,21 @@ PICTURE_SECONDS = 3
 
 def picture_clips(media: Path, out: Path) -> list[Path]:
     """Each picture of `media/images` as a PICTURE_SECONDS clip `out/<name>.mp4` (made once)."""
-    import subprocess
+    import ffmpeg
 
-    import imageio_ffmpeg
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
     out.mkdir(parents=True, exist_ok=True)
     clips = []
     for picture in sorted((media / "images").iterdir()):
         clip = out / f"{picture.stem}.mp4"
         if not clip.exists():
-            looped = [] if picture.suffix == ".gif" else ["-loop", "1"]
+            looped = {} if picture.suffix == ".gif" else {"loop": 1}
             partial = clip.with_suffix(".partial.mp4")  # a clip cut short by a kill is never taken as made
-            subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-loglevel", "error", "-y", *looped, "-i", str(picture),
-                            "-t", str(PICTURE_SECONDS), "-r", "10", "-pix_fmt", "yuv420p",
-                            "-vf", "scale=trunc(iw/2)*2:trunc(ih/2)*2", str(partial)], check=True)
+            (ffmpeg.input(str(picture), t=PICTURE_SECONDS, **looped)
+             .filter("scale", "trunc(iw/2)*2", "trunc(ih/2)*2")
+             .output(str(partial), r=10, pix_fmt="yuv420p", loglevel="error")
+             .overwrite_output().run(cmd=ffmpeg_exe()))
             partial.replace(clip)
         clips.append(clip)
     return clips
