@@ -18,6 +18,7 @@ import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is 
 from mediaindex.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[1]
+pytest_plugins = ["tests.beside"]  # tests marked `beside` run in a second pytest process beside the session
 # The tests run the small bundled SmolLM2 (fast, exact texts); the profiles' default model is measured in
 # benchmarks/agents_quality.py. Set before any settings load, so CLI subprocesses inherit it too.
 os.environ.setdefault("MEDIAINDEX_LLM__MODEL", "smollm2")

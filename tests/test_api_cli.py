@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import MEDIA, REPO, cli_environment, wait_until_ready
 from tests.test_api_support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import pytest
 
 from tests.conftest import REPO, media
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 RAY = Path(sys.executable).parent / "ray"
 FILES = ["video/testvideo.mp4", "audio/jfk.flac", "video/chaplin.mp4"]

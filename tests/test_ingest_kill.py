@@ -23,7 +23,7 @@ from mediaindex.jobs import JobStore
 from mediaindex.workers.orphans import started_by
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 CLIPS = ["audio/jfk.flac", "audio/english.wav", "audio/LJ002-0020.wav", "audio/LJ002-0035.wav"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, media
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 FILES = ["audio/jfk.flac", "audio/english.wav", "audio/LJ002-0020.wav", "audio/LJ002-0035.wav",
          "audio/2412-153948-0000.flac"]
 

@@ -40,6 +40,7 @@ def test_profiles_ship_inside_the_package() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.beside
 def test_wheel_installed_outside_the_repository_loads_both_profiles_and_serves_the_page(
         tmp_path: Path, cache_dir: Path) -> None:
     wheels, target, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"

@@ -18,7 +18,7 @@ import pytest
 from mediaindex.workers.orphans import started_by
 from tests.conftest import REPO, cli_environment, media
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.beside,
               pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads processes from /proc (Linux)")]
 
 CLIPS = ["audio/jfk.flac", "audio/english.wav", "audio/multilingual.mp3", "audio/french.aiff"]
