@@ -32,7 +32,6 @@ class _Child:
     def __init__(self, nodeids: list[str], rootdir: Path) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="mediaindex-beside-"))
         self.reports, self.log = self.folder / "reports.jsonl", self.folder / "output.txt"
-        self.nodeids = set(nodeids)
         self.read: dict[str, list[dict]] = {}
         self.offset = 0
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *nodeids]
@@ -123,7 +122,7 @@ def report_in_place(item: pytest.Item) -> bool:
     it. False where the test runs here."""
     if item.nodeid == _start_at:
         _started()
-    if item.nodeid not in _child_nodeids():
+    if item.nodeid not in _marked:
         return False
     child = _started()
     config = item.config
@@ -142,10 +141,6 @@ def report_in_place(item: pytest.Item) -> bool:
         item.ihook.pytest_runtest_logreport(report=report)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
-
-
-def _child_nodeids() -> set[str]:
-    return _child.nodeids if _child is not None else set(_marked)
 
 
 def _tuples(data: dict) -> dict:
