@@ -59,14 +59,13 @@ class _Child:
         """The child's serialized reports of one test once its teardown is reported; None if the child ended
         without them."""
         while True:
+            ended = self.proc.poll() is not None  # asked before reading: what it wrote before it ended is read
             self._take_new()
             entries = self.read.get(nodeid, [])
             if any(e["when"] == "teardown" for e in entries):
                 return entries
-            if self.proc.poll() is not None:
-                self._take_new()
-                entries = self.read.get(nodeid, [])
-                return entries if any(e["when"] == "teardown" for e in entries) else None
+            if ended:
+                return None
             if time.monotonic() - self.began > TIMEOUT_S:
                 self.stop()
                 return None
