@@ -31,7 +31,7 @@ from mediaindex.config import default_cache_dir, load_settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.models.text_embed import load_text_embedder
 from mediaindex.search.features import NAMES, features
-from mediaindex.search.ranking import candidates, measure_background, prepare
+from mediaindex.search.ranking import candidates, judgeable, measure_background, prepare
 from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
 
 BINS = 10
@@ -46,9 +46,10 @@ def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled]) -> tupl
         found = candidates(index, prepared, None, "hybrid", pool)
         if len(found) < pool:
             measure_background(prepared, embedder, default_cache_dir())
-        rows.append(features(prepared, found, pool))
-        labels += [relevant(s.hit, q) for s in found]
-        owner += [i] * len(found)
+        judged = [j for j, s in enumerate(found) if judgeable(s)]  # the others are never judged
+        rows.append(features(prepared, found, pool)[judged])
+        labels += [relevant(found[j].hit, q) for j in judged]
+        owner += [i] * len(judged)
     return np.vstack(rows), np.asarray(labels, dtype=int), owner
 
 

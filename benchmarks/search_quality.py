@@ -71,14 +71,17 @@ def build_from_index(index_dir: Path, source: Path) -> None:
 
     from embedders import read_segments
 
+    from mediaindex.models.label_space import LabelSpace, segment_vectors
+
     shutil.rmtree(index_dir, ignore_errors=True)
     settings = load_settings(index_dir=index_dir)
     embedder = load_text_embedder(settings.embed)
     videos = read_segments(source)
     began = time.perf_counter()
+    space = LabelSpace(embedder)
     with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
         for record, segs in videos:
-            index.replace_video(record, segs, embedder.embed_passages([s.text for s in segs]))
+            index.replace_video(record, segs, segment_vectors(embedder, segs, space))
     print(f"re-embedded {sum(len(s) for _, s in videos)} segments of {len(videos)} files with {embedder.name} "
           f"in {time.perf_counter() - began:.0f} s")
 

@@ -33,6 +33,10 @@ def join_words(words: list[str], language: str | None) -> str:
     return ("" if language in UNSPACED_LANGUAGES else " ").join(w for w in words if w).strip()
 
 
+# The payload field of a picture's most probable image classes.
+CLASSES_FIELD = "classes"
+
+
 @dataclass
 class Segment:
     video_id: str
@@ -49,6 +53,18 @@ class Segment:
     # Named vectors other than the text embedding (e.g. "image" from a CLIP-family model),
     # stored as vectors of the same point, never in the payload.
     vectors: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def class_probabilities(self) -> list[list[float]]:
+        """A picture's most probable image classes, [[class index, probability], ...] (`extra["classes"]`, which
+        the vision stage writes for a picture it has no words for; empty for other segments)."""
+        return list(self.extra.get(CLASSES_FIELD) or [])
+
+    @property
+    def has_text_vector(self) -> bool:
+        """Whether the segment is found by meaning: it has text, or is a picture placed in the text space by its
+        classes (`models.label_space`). Others are found by picture or not at all."""
+        return bool(self.text.strip() or self.class_probabilities)
 
     def point_id(self, index: int) -> str:
         """Stable id: re-ingesting the same content writes the same points."""

@@ -2,7 +2,8 @@
 
 Talking heads and title cards have no ImageNet class; the classifier still names one at low
 probability ("a nematode", "a dust jacket"), which used to fill result lists. The bird, the deer and
-the airplane are real classes (or broad kinds of them) and must stay findable by words.
+the airplane are real classes (or broad kinds of them) and must stay findable by words. A picture without
+words is placed among its likely classes in the text space: ranked for a query, never a confident match.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.index import MediaIndex
-from mediaindex.models.classifier import LABEL_MIN
+from mediaindex.models.classifier import LABEL_MIN, TOP_CLASSES, class_description
+from mediaindex.models.imagenet_labels import LABELS
 from mediaindex.models.vision import vector_dims
 from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
@@ -20,6 +22,7 @@ from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
 from mediaindex.search.features import NAMES
 from mediaindex.search.searcher import Searcher, judged
+from mediaindex.segments import CLASSES_FIELD
 from tests.conftest import make_settings, media
 
 pytestmark = pytest.mark.slow
@@ -86,3 +89,25 @@ def test_real_animals_and_aircraft_stay_findable(labelled, rel: str) -> None:
     segment = next(s for s in _visual(items[rel]) if s.start == top.hit.start)
     assert top.features[NAMES.index("label")] == pytest.approx(segment.confidence)
     assert top.features[NAMES.index("visual")] == 1.0
+
+
+def test_pictures_without_words_are_ranked_by_their_classes_but_never_judged(labelled) -> None:
+    settings, items, embedder = labelled
+    placed = [s for rel in UNLABELLED for s in _visual(items[rel]) if not s.text]
+    assert placed
+    for s in placed:
+        classes = s.extra[CLASSES_FIELD]
+        assert len(classes) == TOP_CLASSES and all(0 <= k < len(LABELS) for k, _ in classes)
+        probabilities = [p for _, p in classes]
+        assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1.0001
+        assert s.has_text_vector and s.confidence is None
+    picture = placed[0]
+    query = class_description(LABELS[picture.extra[CLASSES_FIELD][0][0]])  # what it looks most like
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        searcher = Searcher(index, embedder, settings.vision)
+        ranked = searcher.text(query, limit=10, min_confidence="none")
+        confident = searcher.text(query, limit=10)
+    mine = [h for h in ranked if h.video_id == picture.video_id and h.modality == "visual" and not h.text]
+    assert mine, (query, [(h.source, h.modality, h.text[:30]) for h in ranked])
+    assert all(h.score == 0.0 and h.band is None for h in mine)
+    assert not [h for h in confident if not h.text]

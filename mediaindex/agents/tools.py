@@ -184,7 +184,8 @@ class Archive:
         with self._lock:
             hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters,
                                                                          min_confidence=min_confidence)
-            return self._clamp(hits)
+            # A picture without words gives the language model nothing to read or to quote.
+            return self._clamp([h for h in hits if h.text.strip()])
 
     def in_context(self, hits: list[Hit], gap: float = CONTEXT_GAP, max_chars: int = CONTEXT_CHARS) -> list[Hit]:
         """Each spoken moment as what was said in it (a moment merged from several sentences shows them all,

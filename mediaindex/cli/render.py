@@ -62,7 +62,9 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     for col in ("match" if bands else "score", "file", "time", "kind", "text"):
         table.add_column(col, overflow="fold")
     for h in found:
-        text = (f"{h['speaker']}: " if h.get("speaker") else "") + h["text"][:120]
+        # A picture without words (ranked by the classes it looks like) is shown as what it is.
+        said = h["text"][:120] or ("(picture without words)" if h["modality"] == "visual" else "")
+        text = (f"{h['speaker']}: " if h.get("speaker") else "") + said
         table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
                       Path(h["source"]).name, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"], text)
     out.print(table)

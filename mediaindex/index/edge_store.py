@@ -179,8 +179,8 @@ class EdgeStore(VectorStore):
         points = []
         for i, seg in enumerate(segments):
             words = self.encoder.document(word_text(seg))
-            # A segment without text (a shot with no confident label) is found by picture only.
-            named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()} if seg.text.strip() else {}
+            # A segment with neither text nor classes (`Segment.has_text_vector`) is found by picture only.
+            named: dict[str, Any] = {TEXT_VECTOR: vectors[i].tolist()} if seg.has_text_vector else {}
             named.update({k: list(map(float, v)) for k, v in seg.vectors.items() if k in self.dims})
             if words:
                 named[SPARSE_VECTOR] = q.SparseVector(words.indices, words.values)

@@ -30,6 +30,9 @@ DESCRIPTION_PREFIX = "a photo of "
 # The class probability a part's best label must have for the part to be indexed as a visual segment, and
 # further labels to be named.
 LABEL_MIN = 0.23
+# How many of a picture's most probable classes `Prediction.classes` keeps (with their probabilities): as many as
+# ConSE takes (`models.label_space`).
+TOP_CLASSES = 10
 
 
 def feature_dim(name: str) -> int:
@@ -48,6 +51,8 @@ class Prediction:
     # summed probability of a broad kind it belongs to when that is larger (a bird that reads 0.22
     # cockatoo and 0.22 grey parrot is surely a parrot, 0.44).
     confidence: float = 0.0
+    # The TOP_CLASSES most probable classes: (index into LABELS, probability), best first.
+    classes: tuple[tuple[int, float], ...] = ()
 
     def description(self) -> str:
         """A short text for the text embedder: "a photo of a macaw, a bird, a parrot".
@@ -141,14 +146,16 @@ class ImageClassifier:
 
     def describe(self, probs: np.ndarray, feature: np.ndarray) -> Prediction:
         """Labels from class probabilities (one frame's, or several frames' averaged) and a feature."""
-        order = np.argsort(-probs)[: self.max_labels]
+        ranked = np.argsort(-probs)
+        order = ranked[: self.max_labels]
         # The best label always describes the frame (the vision stage decides from `confidence`
         # whether it is indexed at all). Further labels must pass the threshold.
         keep = [int(order[0])] + [int(k) for k in order[1:] if probs[k] >= self.threshold]
         best = int(order[0])
         kinds = [float(probs[group_members(g)].sum()) for g in groups_of(best)]
         return Prediction([(LABELS[k], float(probs[k])) for k in keep], keep, feature.astype(np.float32),
-                          max([float(probs[best]), *kinds]))
+                          max([float(probs[best]), *kinds]),
+                          tuple((int(k), float(probs[k])) for k in ranked[:TOP_CLASSES]))
 
     def predict(self, images: list[np.ndarray]) -> list[Prediction]:
         probs, feats = self.scores(images)

@@ -14,6 +14,9 @@ query and segment.
   lower than same-language text).
 - `visual`, `ocr`: the segment's modality (speech, summaries and chapters are the base).
 - `label`: a visual segment's best label probability from the classifier (0 for other modalities).
+
+Candidates without words (`judgeable`) get a row of their own (zeros but for the modality) and are left out of
+the query's distribution.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from mediaindex.index.store import TEXT_VECTOR, ScoredHit
-from mediaindex.search.ranking import Query, letters
+from mediaindex.search.ranking import Query, judgeable, letters
 
 NAMES = ("dense", "standing", "lead", "words", "cross_language", "visual", "ocr", "label")
 # A shared run of fewer letters turns up by chance in any caption ("Mozart" and "Communist" share "ist").
@@ -58,14 +61,17 @@ def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
     rows = np.zeros((len(found), len(NAMES)), dtype=np.float64)
     if not found:
         return rows
+    judged = np.array([judgeable(s) for s in found])
     dense = np.array([_cos(q.dense, v) if q.dense is not None and (v := s.dense.get(TEXT_VECTOR)) is not None
-                      and s.hit.text else 0.0 for s in found])
-    missing = max(0, pool - len(found))
-    usual = dense if q.background is None or not missing else np.concatenate([dense, q.background[:missing]])
-    spread = float(usual.std())
+                      and judgeable(s) else 0.0 for s in found])
+    missing = max(0, pool - int(judged.sum()))
+    usual = dense[judged] if q.background is None or not missing else np.concatenate(
+        [dense[judged], q.background[:missing]])
+    spread = float(usual.std()) if len(usual) else 0.0
     rows[:, 0] = dense
     rows[:, 1] = (dense - usual.mean()) / spread if spread > 0 else 0.0
-    rows[:, 2] = dense.max() - dense
+    rows[:, 2] = (dense[judged].max() if judged.any() else 0.0) - dense
+    rows[~judged, :3] = 0.0
     query_letters = letters(q.text)
     for i, s in enumerate(found):
         modality = s.hit.modality

@@ -8,9 +8,6 @@ candidates match is decided afterwards, by one model (`relevance`).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -22,6 +19,7 @@ import numpy as np
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
+from mediaindex.models.passage_cache import embedded_once
 from mediaindex.search.querylang import query_language
 from mediaindex.search.wordweights import WordWeights
 from mediaindex.segments import WEB_ADDRESS_PARTS
@@ -110,23 +108,8 @@ def background_vectors(embedder: TextEmbedder, cache_dir: Path | None = None) ->
     if embedder.name in _BACKGROUND:
         return _BACKGROUND[embedder.name]
     lines = BACKGROUND_FILE.read_text(encoding="utf-8").splitlines()
-    texts = [line for line in lines if line.strip() and not line.startswith("#")]
-    digest = hashlib.sha256("\n".join([embedder.name, *texts]).encode()).hexdigest()[:16]
-    cached = cache_dir / "search" / f"background-{digest}.npy" if cache_dir is not None else None
-    vectors: np.ndarray | None = None
-    if cached is not None and cached.is_file():
-        with contextlib.suppress(OSError, ValueError):
-            vectors = np.load(cached, allow_pickle=False)
-    if vectors is None or vectors.shape[0] != len(texts):
-        vectors = np.asarray(embedder.embed_passages(texts), dtype=np.float32)
-        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        if cached is not None:
-            with contextlib.suppress(OSError):  # an unwritable cache only costs the time again
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                partial = cached.with_suffix(f".{os.getpid()}.partial")
-                with partial.open("wb") as out:
-                    np.save(out, vectors, allow_pickle=False)
-                os.replace(partial, cached)
+    vectors = embedded_once(embedder, [line for line in lines if line.strip() and not line.startswith("#")],
+                            cache_dir, "background")
     _BACKGROUND[embedder.name] = vectors
     return vectors
 
@@ -138,8 +121,17 @@ def measure_background(q: Query, embedder: TextEmbedder | None, cache_dir: Path 
         q.background = background_vectors(embedder, cache_dir) @ unit
 
 
+def judgeable(s: ScoredHit) -> bool:
+    """Whether the relevance model judges a candidate: it has words. A picture without (placed in the text space
+    by its likely classes, `models.label_space`) is ranked, but its place is too weak a likeness to decide by: on
+    ../shared/media, held out by file, judging such places let as many off-archive descriptions through as the
+    right pictures they added (benchmarks/README.md)."""
+    return bool(s.hit.text)
+
+
 def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int) -> list[ScoredHit]:
-    """The engine's fused candidate list for a prepared query, best fused rank first."""
+    """The engine's fused candidate list for a prepared query, best fused rank first: for a text query, `pool`
+    candidates the model judges and the pictures without words (`judgeable`) ranked among them."""
     cfg, store = index.settings, index.store
     wanted = [SPARSE_VECTOR, TEXT_VECTOR, *(n for n in IMAGE_VECTORS if n in store.dims)]
     retrievers: list[Retriever] = []
@@ -154,7 +146,14 @@ def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode:
     if not retrievers:
         return []
     retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
-    return store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
+    found = store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
+    placed = sum(not judgeable(s) for s in found)
+    if q.text and placed and len(found) == pool:
+        # Pictures without words (ranked, never judged) took places in the pool: as many more are asked for,
+        # so that the candidates the model judges, and their distribution, stay the pool's.
+        more = pool + placed
+        found = store.query(retrievers, more, filters, candidates=more, rrf_k=cfg.rrf_k, with_vectors=wanted)
+    return found
 
 
 def address_part_ids(encoder: SparseEncoder) -> set[int]:

@@ -2,7 +2,8 @@
 
 Ranking (`ranking`): the engine's hybrid candidates (dense meaning, exact words, pictures), nothing dropped.
 Deciding (`relevance`): one fitted model gives each candidate P(relevant) from a handful of features
-(`features`); that probability is the hit's score and its band. The reader chooses how sure a hit must be
+(`features`); that probability is the hit's score and its band. A candidate without words (a picture placed
+among its likely classes) is ranked but not judged: its probability is 0. The reader chooses how sure a hit must be
 (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
 nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
 band by band, and within a band in the engine's fused order (over the sample media's queries, held out
@@ -34,6 +35,7 @@ from mediaindex.search.ranking import (
     QueryError,
     candidates,
     check_query,
+    judgeable,
     measure_background,
     prepare,
 )
@@ -108,6 +110,7 @@ def judged(
     rows = features(q, found, pool)
     if query:
         probabilities = relevance.load_model(embedder=embedder.name if embedder else None).probability(rows)
+        probabilities[[not judgeable(s) for s in found]] = 0.0  # ranked, never a confident match
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])

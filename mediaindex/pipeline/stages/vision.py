@@ -21,7 +21,7 @@ from mediaindex.models.images import ImageInputError, check_image, difference_ha
 from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
-from mediaindex.segments import Segment
+from mediaindex.segments import CLASSES_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.classifier import Prediction
@@ -139,15 +139,16 @@ class VisionStage:
                 pred = preds[i]
                 vectors[FRAME_VECTOR] = pred.feature.tolist()
                 # A label the classifier is not sure of is more often absurd than right (a talking
-                # head as "a nematode", a title card as "a dust jacket"): such a part keeps its
-                # picture vectors, found by picture, but no words.
+                # head as "a nematode", a title card as "a dust jacket"): such a part has no words. It
+                # keeps its picture vectors, and its likely classes place it in the text space
+                # (`models.label_space`), where a query ranks it, though never as a confident match.
                 if pred.confidence >= LABEL_MIN:
                     text = pred.description()
                     confidence = round(pred.confidence, 4)
                     extra["labels"] = [[name, round(p, 4)] for name, p in pred.labels]
                     extra["aliases"] = pred.aliases()
                 else:
-                    extra["unlabelled"] = [[name, round(p, 4)] for name, p in pred.labels[:1]]
+                    extra[CLASSES_FIELD] = [[k, round(p, 4)] for k, p in pred.classes]
             if clips is not None:
                 vectors[IMAGE_VECTOR] = clips[i].tolist()
             out.append(Segment(
