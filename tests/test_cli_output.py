@@ -153,3 +153,15 @@ def test_search_json_gives_absolute_thumbnails(cli_index: dict[str, str]) -> Non
     thumbs = Path(cli_index["MEDIAINDEX_INDEX_DIR"]) / "thumbs"
     for h in hits:
         assert Path(h["thumbnail"]).is_absolute() and Path(h["thumbnail"]).parent.parent == thumbs, h["thumbnail"]
+
+
+def test_a_picture_without_words_says_so_in_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from mediaindex.cli.render import hits
+
+    picture = {"source": "/media/street.mp4", "start": 20.1, "end": 37.7, "modality": "visual", "text": "",
+               "score": 0.0, "band": None, "thumbnail": None}
+    said = {**picture, "modality": "speech", "text": "", "start": 1.0, "end": 2.0}
+    hits([], False, tmp_path, closest=[picture, said])
+    shown = capsys.readouterr().out
+    assert "no confident match" in shown and "street.mp4" in shown
+    assert shown.count("(picture without words)") == 1  # a moment of speech without text is not a picture

@@ -356,8 +356,11 @@ function hitItem(hit) {
     hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
                   BANDS[hit.band] || hit.band) : null,
     hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null);
-  const snippet = el("p", { class: "snippet", lang: hit.language || undefined },
-                     highlighted(hit.text || "", hit.highlights));
+  // A picture without words (ranked by the classes it looks like) says so instead of showing nothing.
+  const unnamed = !hit.text && hit.modality === "visual";
+  const snippet = unnamed ? el("p", { class: "snippet hint" }, "picture without words")
+                          : el("p", { class: "snippet", lang: hit.language || undefined },
+                               highlighted(hit.text || "", hit.highlights));
   const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
                             "transcript");
   const item = el("li", { class: `hit${hit.band ? ` ${hit.band}` : ""}`, tabIndex: 0, "data-start": hit.start,
