@@ -78,7 +78,7 @@ def build_from_index(index_dir: Path, source: Path) -> None:
     embedder = load_text_embedder(settings.embed)
     videos = read_segments(source)
     began = time.perf_counter()
-    space = LabelSpace(embedder)
+    space = LabelSpace(embedder, settings.cache_dir)
     with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
         for record, segs in videos:
             index.replace_video(record, segs, segment_vectors(embedder, segs, space))

@@ -19,6 +19,7 @@ remains the better evidence (`models.clip`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,18 +41,14 @@ class LabelSpace:
     def __init__(self, embedder: TextEmbedder, cache_dir: Path | None = None) -> None:
         self.embedder = embedder
         self.cache_dir = cache_dir
-        self._offsets: np.ndarray | None = None  # each name's embedding minus the centre
-        self._centre = np.zeros(0, np.float32)
-        self._distance = 0.0  # how far a name lies from the centre, on average
 
-    def _names(self) -> np.ndarray:
-        if self._offsets is None:
-            names = embedded_once(self.embedder, [class_description(n) for n in LABELS], self.cache_dir,
-                                  "class-names")
-            self._centre = names.mean(axis=0)
-            self._offsets = names - self._centre
-            self._distance = float(np.linalg.norm(self._offsets, axis=1).mean())
-        return self._offsets
+    @cached_property
+    def _names(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """The centre of the class names, each name's offset from it, and a name's mean distance from it."""
+        names = embedded_once(self.embedder, [class_description(n) for n in LABELS], self.cache_dir, "class-names")
+        centre = names.mean(axis=0)
+        offsets = names - centre
+        return centre, offsets, float(np.linalg.norm(offsets, axis=1).mean())
 
     def places(self, pictures: Sequence[Sequence[Sequence[float]]]) -> np.ndarray:
         """One unit vector per picture from its [class index, probability] pairs. ValueError for pairs that
@@ -60,11 +57,11 @@ class LabelSpace:
         out = np.zeros((len(parsed), self.embedder.dim), np.float32)
         if not parsed:
             return out
-        offsets = self._names()
+        centre, offsets, distance = self._names
         for i, (ks, ps) in enumerate(parsed):
             direction = (ps[:, None] * offsets[ks]).sum(axis=0)
             length = float(np.linalg.norm(direction))
-            place = self._centre + (self._distance / length) * direction if length > 0 else self._centre
+            place = centre + (distance / length) * direction if length > 0 else centre
             out[i] = place / np.linalg.norm(place)
         return out
 

@@ -4,13 +4,13 @@ without words, its place among its likely classes, `models.label_space`)."""
 from __future__ import annotations
 
 from mediaindex.config import Settings
+from mediaindex.models.label_space import LabelSpace, segment_vectors
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
 
 
 class EmbedStage:
     def __init__(self, settings: Settings) -> None:
-        from mediaindex.models.label_space import LabelSpace
         from mediaindex.models.text_embed import load_text_embedder
 
         self.embedder = load_text_embedder(settings.embed, settings.cache_dir)
@@ -19,8 +19,6 @@ class EmbedStage:
         self.embedder.embed_passages(["warm-up"])
 
     def process(self, item: MediaItem) -> MediaItem:
-        from mediaindex.models.label_space import segment_vectors
-
         item.keyframes = [k.without_pixels() for k in item.keyframes]
         item.vectors = segment_vectors(self.embedder, item.segments, self.label_space)
         return item
