@@ -365,6 +365,9 @@ class IngestSettings(_Section):
     # The summary stage: summarise every video with chapters (model and limits from `llm`, actors from
     # ray.stages.summary) and index them as "summary" / "chapter" segments. Costs a language model per pool actor.
     summaries: bool = False
+    # Index every file of a job again, even one indexed and unchanged since (`ingest --reindex`): a file indexed
+    # by an earlier version of the stages gets what later ones find; its old segments are replaced.
+    reindex: bool = False
     # A small job runs its stages on threads of the ingesting process instead of starting Ray: no Ray start,
     # no actor per stage, the models loaded side by side while the first file is decoded and transcribed.
     # Small is at most `in_process_max_files` files to run through the stages holding at most

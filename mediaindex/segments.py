@@ -33,6 +33,11 @@ def join_words(words: list[str], language: str | None) -> str:
     return ("" if language in UNSPACED_LANGUAGES else " ").join(w for w in words if w).strip()
 
 
+# What the stages make of a file, as a number the catalog keeps per file: a file indexed by an earlier version
+# lacks what later ones find, until `ingest --reindex` analyses it again. 2: pictures without words keep their
+# likeliest image classes and are placed in the text space (1: every file indexed before).
+ANALYSIS_VERSION = 2
+
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"
 

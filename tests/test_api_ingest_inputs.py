@@ -80,6 +80,8 @@ def test_manifest_entries_carry_their_metadata_into_the_segments(client: TestCli
         ({"manifest": [{"path": "audio/jfk.flac", "color": "red"}]}, 422, "Extra inputs"),
         ({"manifest": [{"path": "/etc/passwd"}]}, 403, ""),
         ({"paths": ["audio"], "summaries": "no"}, 422, "boolean"),
+        ({"paths": ["audio"], "reindex": "yes"}, 422, "boolean"),
+        ({"paths": ["audio"], "reindex": None}, 422, "boolean"),
     ],
 )
 def test_wrong_ingest_bodies_are_refused_and_create_no_job(client: TestClient, body: dict, status: int,
@@ -101,6 +103,12 @@ def test_the_remote_archive_sends_manifest_files_and_globs(app: object, tmp_path
         index = app.state.api.index  # type: ignore[attr-defined]
         segments = index.store.segments_of(job["result"]["video_ids"][0])
         assert segments and {s["extra"].get("title") for s in segments} == {"Newgate"}
+        # Unchanged: left alone, unless re-indexed (its segments replaced, not added to).
+        again = remote.ingest([], None, manifests=[manifest])
+        assert again["result"]["unchanged"] == 1 and again["result"]["indexed"] == 0, again
+        redone = remote.ingest([], None, manifests=[manifest], reindex=True)
+        assert redone["state"] == "done" and redone["result"]["indexed"] == 1, redone
+        assert len(index.store.segments_of(job["result"]["video_ids"][0])) == len(segments)
         with pytest.raises(RemoteError, match="glob is empty"):
             remote.ingest([MEDIA / "audio"], None, include=[" "])
         broken = tmp_path / "broken.csv"

@@ -143,6 +143,43 @@ def test_index_stats_and_models_take_the_index(archive: tuple[Path, dict[str, st
     language = next(line for role, line in rows.items() if role.startswith("language"))
     assert "smollm2" in language and "ok" in language, models.stdout
     assert "off" in rows["text-image (CLIP)"]
+    assert numbers["files_by_earlier_version"] == 0 and "earlier version" not in stats.stdout
+
+
+def test_a_file_indexed_by_an_earlier_version_is_told_and_reindexed(archive: tuple[Path, dict[str, str]]) -> None:
+    """An index written before files carried their analysis version (its catalog without the column): ingest
+    says such a file is from an earlier version, stats counts it, and `--reindex` indexes it again in place."""
+    import sqlite3
+
+    folder, env = archive
+    index_dir = Path(env["MEDIAINDEX_INDEX_DIR"])
+    before = json.loads(run("index", "stats", "--json", env=env).stdout)
+    with sqlite3.connect(index_dir / "catalog.db") as db:
+        db.execute("ALTER TABLE videos DROP COLUMN analysis")
+    db.close()
+    jfk = folder.resolve() / "jfk.flac"
+
+    plain = run("ingest", str(folder), env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert (f"unchanged  {jfk}: already indexed, by an earlier version (--reindex indexes it again: pictures "
+            "without words become searchable)") in plain.stderr.replace("\n", ""), plain.stderr
+    assert "done: 1 already indexed" in plain.stderr
+    stats = run("index", "stats", env=env)
+    assert ("1 file indexed by an earlier version: `mediaindex ingest --reindex` with their files or folders "
+            "indexes them again") in stats.stdout.replace("\n", " "), stats.stdout
+    assert json.loads(run("index", "stats", "--json", env=env).stdout)["files_by_earlier_version"] == 1
+
+    redone = run("ingest", str(folder), "--reindex", env=env)
+    assert redone.returncode == 0, redone.stderr
+    assert re.search(rf"indexed +{re.escape(str(jfk))}: \d+ segments?", redone.stderr.replace("\n", "")), redone.stderr
+    after = json.loads(run("index", "stats", "--json", env=env).stdout)
+    assert (after["files"], after["points"], after["files_by_earlier_version"]) == (1, before["points"], 0), after
+    settled = run("ingest", str(folder), env=env)
+    assert f"unchanged  {jfk}: already indexed\n" in settled.stderr, settled.stderr
+
+    refused = run("ingest", "--resume", "abc", "--reindex", env=env)
+    assert refused.returncode != 0 and "give --reindex when starting it" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_search_json_gives_absolute_thumbnails(cli_index: dict[str, str]) -> None:  # noqa: F811

@@ -223,3 +223,56 @@ def test_resume_refuses_other_kinds_of_job_and_another_index(tmp_path: Path, cac
         with pytest.raises(JobNotFound):
             ingest(IngestRequest(other, resume="nope", jobs=jobs), index)
     assert {f.state for f in jobs.files(job_id)} == {"pending"}  # nothing lost, nothing started
+
+
+def test_reindex_plans_unchanged_files_again_and_a_resume_keeps_it(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    """An unchanged file is left alone unless the job re-indexes; one indexed by an earlier version of the
+    stages says so; a job started with --reindex resumes with it."""
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.pipeline.job import resumable, with_choices
+    from mediaindex.pipeline.plan import EARLIER_ANALYSIS, Outcome, plan_file
+    from mediaindex.segments import ANALYSIS_VERSION
+
+    settings = make_settings(tmp_path / "i", cache_dir)
+    again = with_choices(settings, reindex=True)
+    assert (again.ingest.reindex, settings.ingest.reindex, again.ingest.summaries) == (True, False, False)
+    assert with_choices(settings) is settings and with_choices(settings, summaries=False) is settings
+    jobs = JobStore(tmp_path / "jobs.db")
+    path = media("audio/jfk.flac")
+    stat = path.stat()
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        for version, reason in ((ANALYSIS_VERSION, "already indexed"), (ANALYSIS_VERSION - 1, EARLIER_ANALYSIS)):
+            index.catalog.upsert(VideoRecord("v1", str(path), "h", stat.st_size, stat.st_mtime_ns, 11.0, "en", 3,
+                                             {}, 0.0, analysis=version))
+            (f,) = jobs.files(create_job(jobs, settings, [path]))
+            plan = plan_file(f, index, settings)
+            assert (plan.outcome, plan.reason) == (Outcome.UNCHANGED, reason)
+            assert plan_file(f, index, again).outcome is Outcome.NEW
+        assert index.catalog.earlier_analysis(ANALYSIS_VERSION) == 1
+    started = create_job(jobs, again, [path])
+    assert jobs.get(started).params["reindex"] is True
+    assert resumable(jobs, started, settings).ingest.reindex is True
+    assert resumable(jobs, create_job(jobs, settings, [path]), settings).ingest.reindex is False
+
+
+def test_a_catalog_from_before_analysis_versions_opens_with_its_files_as_version_1(tmp_path: Path) -> None:
+    import sqlite3
+
+    from mediaindex.index.catalog import Catalog
+
+    path = tmp_path / "catalog.db"
+    with sqlite3.connect(path) as db:  # the table as earlier versions created it, with one file
+        db.execute("CREATE TABLE videos (video_id TEXT PRIMARY KEY, source TEXT UNIQUE NOT NULL, content_hash TEXT "
+                   "NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, duration REAL, language TEXT, "
+                   "segments INTEGER NOT NULL, probe TEXT, indexed_at REAL NOT NULL)")
+        db.execute("INSERT INTO videos VALUES ('v1', '/m/a.mp4', 'h', 1, 1, 2.0, 'en', 4, '{}', 0.0)")
+    db.close()
+    catalog = Catalog(path)
+    record = catalog.get("v1")
+    assert record is not None and record.analysis == 1 and record.segments == 4
+    assert catalog.earlier_analysis(2) == 1
+    catalog.close()
+    second = Catalog(path)  # opened again: the column is there, nothing changes
+    assert second.get("v1") == record
+    second.close()

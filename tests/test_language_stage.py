@@ -402,7 +402,7 @@ def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_pat
         IngestRequest,
         Pipeline,
         ingest,
-        with_summaries,
+        with_choices,
     )
 
     # One file at a time, so the run can be stopped between the two files.
@@ -431,7 +431,7 @@ def test_summaries_of_indexed_files_fail_alone_and_a_stopped_job_resumes(tmp_pat
                 raise KeyboardInterrupt  # Ctrl-C after the first summary
 
             with pytest.raises(KeyboardInterrupt):
-                ingest(IngestRequest(with_summaries(settings, True), files, jobs=jobs), index, own,
+                ingest(IngestRequest(with_choices(settings, summaries=True), files, jobs=jobs), index, own,
                        IngestHooks(on_file=stop_after_first, on_job=job_ids.append))
             (job_id,) = job_ids
             assert [(Path(o.path).name, o.status) for o in first] == [("jfk.flac", "summarised")]

@@ -138,6 +138,9 @@ class IngestRequest(_Strict):
     exclude: list[Glob] = Field(default_factory=list, max_length=100, description="Globs that leave a file out")
     # Strict: JSON true, false or null; a string or number is refused rather than guessed at ("no" -> False).
     summaries: bool | None = Field(default=None, strict=True, description=SUMMARIES_DOC)
+    reindex: bool = Field(default=False, strict=True, description=(
+        "Index the files again even when they are indexed and unchanged, replacing their segments (`mediaindex "
+        "ingest --reindex`): files indexed by an earlier version get what this one finds"))
 
     @model_validator(mode="after")
     def _something_to_ingest(self) -> IngestRequest:

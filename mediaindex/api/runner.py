@@ -130,11 +130,11 @@ class JobRunner:
             self._set(job_id, "failed", error=f"unknown job kind {job.kind!r}")
 
     def _ingest(self, job_id: str, params: dict[str, Any]) -> None:
-        from mediaindex.service import FileOutcome, IngestHooks, IngestRequest, ingest, with_summaries
+        from mediaindex.service import FileOutcome, IngestHooks, IngestRequest, ingest, with_choices
 
         state, metrics = self.state, self.state.metrics
         # The request's "summaries" overrides ingest.summaries for this job, as `ingest --summaries` does.
-        settings = with_summaries(state.settings, params.get("summaries"))
+        settings = with_choices(state.settings, params.get("summaries"), params.get("reindex"))
 
         def progress(o: FileOutcome) -> None:
             metrics.files.labels(o.status).inc()

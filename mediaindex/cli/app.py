@@ -118,6 +118,9 @@ def ingest(
         "--summaries/--no-summaries", help="Summarise every video with chapters while indexing (the language "
         "stage; default: ingest.summaries of the config). Summaries and chapters are searchable. Files indexed "
         "earlier without a summary get one, from the index (they are not indexed again).")] = None,
+    reindex: Annotated[bool, typer.Option(
+        "--reindex", help="Index the files again even when they are indexed and unchanged, replacing their "
+        "segments: files indexed by an earlier version get what this one finds (stats counts them).")] = False,
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Also list the files in the folders that are left out because they are not "
         "media (pictures, subtitles, notes).")] = False,
@@ -137,11 +140,14 @@ def ingest(
         raise fail("--resume continues a job with its own inputs: give no paths, --manifest, --include or --exclude")
     if not resume and not paths and not manifest:
         raise fail("nothing to ingest: give media files or folders, --manifest FILE, or --resume JOB")
+    if resume and reindex:
+        raise fail("--resume continues a job as it was started: give --reindex when starting it")
+    choices = {"summaries": summaries, "reindex": reindex or None}
     settings = _settings(config, index, ray={"address": address} if address else None,
-                         ingest={"summaries": summaries} if summaries is not None else None)
+                         ingest={k: v for k, v in choices.items() if v is not None} or None)
     try:
         if (remote := _remote(settings)) is not None:
-            _ingest_through(remote, paths, manifest, include, exclude, summaries, verbose,
+            _ingest_through(remote, paths, manifest, include, exclude, summaries, reindex, verbose,
                             local_only=bool(resume or address))
         began = time.monotonic()
         try:
@@ -172,15 +178,15 @@ def ingest(
 
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,
-                    include: list[str] | None, exclude: list[str] | None, summaries: bool | None, verbose: bool,
-                    local_only: bool) -> None:
+                    include: list[str] | None, exclude: list[str] | None, summaries: bool | None, reindex: bool,
+                    verbose: bool, local_only: bool) -> None:
     """An ingest through the server that holds the index becomes one of its jobs: said file by file, as a local
     ingest says it, when it ends (exit 0 when a file was done)."""
     if local_only:
         raise fail(f"the index is held by {remote.holder.describe()}: through it, ingest takes paths, "
-                   "--manifest, --include, --exclude and --summaries (not --resume or --address); "
+                   "--manifest, --include, --exclude, --summaries and --reindex (not --resume or --address); "
                    "stop the server to run those here")
-    job = remote.ingest(list(paths or []), summaries,
+    job = remote.ingest(list(paths or []), summaries, reindex=reindex,
                         on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False),
                         manifests=list(manifest or []), include=list(include or []), exclude=list(exclude or []))
     for line in render.job_lines(job, verbose):

@@ -81,11 +81,15 @@ def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
     kinds = [f"{m} {numbers[f'{m}_segments']}" for m in MODALITIES if numbers.get(f"{m}_segments")]
     if kinds:
         out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
+    if older := numbers.get("files_by_earlier_version"):
+        out.print(f"  {plural(older, 'file')} indexed by an earlier version: `mediaindex ingest --reindex` with "
+                  "their files or folders indexes them again (pictures without words become searchable)",
+                  highlight=False, soft_wrap=True)
     # The store's own words for its internals: "segments" there are storage segments, not ours.
     labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
               "disk_bytes": "size on disk"}
     for key, value in numbers.items():
-        if key in {"files", "points"} or key.endswith("_segments") and key != "segments":
+        if key in {"files", "points", "files_by_earlier_version"} or key.endswith("_segments") and key != "segments":
             continue
         shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
         out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
@@ -135,7 +139,7 @@ def job_lines(job: dict, verbose: bool = False) -> list[str]:
     for f in job["files"]:
         state, reason = f["state"], f.get("reason") or ""
         if state == "done":
-            label = "unchanged" if reason == "already indexed" else "indexed"
+            label = "unchanged" if reason.startswith("already indexed") else "indexed"
         elif state == "skipped" and reason.startswith(NOT_MEDIA):
             label = "left out"
         else:

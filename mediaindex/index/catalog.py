@@ -14,6 +14,7 @@ from typing import Any
 
 from mediaindex.errors import IndexCorruptError, IndexDiskFullError
 from mediaindex.index.diskspace import disk_full_message, is_disk_full
+from mediaindex.segments import ANALYSIS_VERSION
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS videos (
@@ -26,7 +27,8 @@ CREATE TABLE IF NOT EXISTS videos (
     language TEXT,
     segments INTEGER NOT NULL,
     probe TEXT,
-    indexed_at REAL NOT NULL
+    indexed_at REAL NOT NULL,
+    analysis INTEGER NOT NULL DEFAULT 1
 );
 -- The words of each file's speech and on-screen text (index.vocabulary), for sound-alike names; a file
 -- is in `worded` once its words are recorded (files indexed before this table get them on first use).
@@ -63,6 +65,7 @@ class VideoRecord:
     segments: int
     probe: dict[str, Any]
     indexed_at: float
+    analysis: int = ANALYSIS_VERSION  # segments.ANALYSIS_VERSION of the stages that indexed it
 
 
 def catalog_corrupt_message(path: Path, why: object) -> str:
@@ -82,11 +85,24 @@ class Catalog:
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
             self._db.executescript(_SCHEMA)
+            self._add_analysis_column()
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if is_disk_full(exc):
                 raise IndexDiskFullError(disk_full_message(path.parent)) from exc
             raise IndexCorruptError(catalog_corrupt_message(path, exc)) from exc
+
+    def _add_analysis_column(self) -> None:
+        """A catalog written before files carried their analysis version: its files are of version 1."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(videos)")}
+        if "analysis" in columns:
+            return
+        try:
+            with self._db:
+                self._db.execute("ALTER TABLE videos ADD COLUMN analysis INTEGER NOT NULL DEFAULT 1")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):  # another process added it first
+                raise
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -117,10 +133,16 @@ class Catalog:
         with self._writing():
             self._db.execute("DELETE FROM videos WHERE source = ? OR video_id = ?", (record.source, record.video_id))
             self._db.execute(
-                "INSERT INTO videos VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO videos (video_id, source, content_hash, size, mtime_ns, duration, language, segments, "
+                "probe, indexed_at, analysis) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (record.video_id, record.source, record.content_hash, record.size, record.mtime_ns,
-                 record.duration, record.language, record.segments, json.dumps(record.probe), record.indexed_at),
+                 record.duration, record.language, record.segments, json.dumps(record.probe), record.indexed_at,
+                 record.analysis),
             )
+
+    def earlier_analysis(self, version: int) -> int:
+        """How many files were indexed by stages of a version before `version`."""
+        return int(self._db.execute("SELECT COUNT(*) FROM videos WHERE analysis < ?", (version,)).fetchone()[0])
 
     def touch(self, source: str, size: int, mtime_ns: int) -> None:
         with self._writing():

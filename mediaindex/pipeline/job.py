@@ -15,11 +15,13 @@ def jobs_store(settings: Settings) -> JobStore:
     return JobStore.of(settings)
 
 
-def with_summaries(settings: Settings, summaries: bool | None) -> Settings:
-    """`settings` with ingest.summaries set as `ingest --summaries/--no-summaries` sets it; None keeps the config."""
-    if summaries is None or summaries == settings.ingest.summaries:
+def with_choices(settings: Settings, summaries: bool | None = None, reindex: bool | None = None) -> Settings:
+    """`settings` with ingest.summaries and ingest.reindex set as `ingest --summaries/--no-summaries` and
+    `--reindex` set them; None keeps the config's."""
+    chosen = {k: v for k, v in (("summaries", summaries), ("reindex", reindex)) if v is not None}
+    if all(getattr(settings.ingest, k) == v for k, v in chosen.items()):
         return settings
-    return settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"summaries": summaries})})
+    return settings.model_copy(update={"ingest": settings.ingest.model_copy(update=chosen)})
 
 
 def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] = (), manifests: Sequence[Path] = (),
@@ -29,7 +31,7 @@ def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] =
     params = {
         "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
         "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),
-        "summaries": settings.ingest.summaries,
+        "summaries": settings.ingest.summaries, "reindex": settings.ingest.reindex,
     }
     files = plan.files + [(path, {}) for path, _ in plan.skipped]
     job = jobs.create("ingest", params, files=files)
@@ -39,12 +41,14 @@ def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] =
 
 
 def resumable(jobs: JobStore, job_id: str, settings: Settings) -> Settings:
-    """Check that `job_id` can be resumed here; returns the settings it runs with (its summaries included)."""
+    """Check that `job_id` can be resumed here; returns the settings it runs with (its summaries and reindex
+    included)."""
     job = jobs.get(job_id)
     if job.kind != "ingest":
         raise InputError(f"job {job_id} is a {job.kind} job, not an ingest job")
     if job.params.get("index_dir", str(settings.index_dir)) != str(settings.index_dir):
         raise InputError(f"job {job_id} writes to the index at {job.params.get('index_dir')}; "
                          f"resume it with --index {job.params.get('index_dir')}")
-    # The summaries a job was started with are part of its work: a resume finishes them.
-    return with_summaries(settings, True) if job.params.get("summaries") else settings
+    # The summaries and re-indexing a job was started with are part of its work: a resume finishes them.
+    return with_choices(settings, summaries=True if job.params.get("summaries") else None,
+                        reindex=True if job.params.get("reindex") else None)

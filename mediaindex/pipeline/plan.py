@@ -13,10 +13,15 @@ from mediaindex.index.catalog import VideoRecord, content_hash
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobFile
+from mediaindex.segments import ANALYSIS_VERSION
+
+# Said of an unchanged file that an earlier version of the stages indexed: what this version would add.
+EARLIER_ANALYSIS = ("already indexed, by an earlier version (--reindex indexes it again: pictures without words "
+                    "become searchable)")
 
 
 class Outcome(StrEnum):
-    NEW = "new"  # not indexed (or changed since): through every stage
+    NEW = "new"  # not indexed (or changed since, or re-indexed on request): through every stage
     NEEDS_SUMMARY = "needs summary"  # indexed and unchanged, without a summary: from the summary stage on
     UNCHANGED = "unchanged"  # indexed and unchanged: nothing to do
     POISON = "poison"  # the whole run died during its work on every try: given up
@@ -46,11 +51,13 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
         unchanged = _unchanged(index, Path(f.path))
     except OSError as exc:
         return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
-    if not unchanged:
+    if not unchanged or settings.ingest.reindex:
         return Plan(f.path, Outcome.NEW, f.meta, f.attempts)
     indexed = index.catalog.by_source(f.path)
     if settings.ingest.summaries and indexed is not None and _needs_summary(index, indexed):
         return Plan(f.path, Outcome.NEEDS_SUMMARY, f.meta, f.attempts, video_id=indexed.video_id)
+    if indexed is not None and indexed.analysis < ANALYSIS_VERSION:
+        return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason=EARLIER_ANALYSIS)
     return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")
 
 

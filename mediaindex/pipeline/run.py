@@ -34,7 +34,7 @@ from mediaindex.errors import StageError, reason_of
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import FileState, JobStore, crash_record, this_runner
 from mediaindex.pipeline.executor import Executor
-from mediaindex.pipeline.job import create_job, jobs_store, resumable, with_summaries
+from mediaindex.pipeline.job import create_job, jobs_store, resumable, with_choices
 from mediaindex.pipeline.plan import Outcome, Plan, plan_file
 from mediaindex.pipeline.progress import IngestStats, StageStats
 from mediaindex.pipeline.request import IngestHooks, IngestReport, IngestRequest
@@ -48,7 +48,7 @@ from mediaindex.pipeline.stages.summary import indexed_item
 from mediaindex.pipeline.write import FileOutcome, Status, write_item, write_summary
 
 __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "PipelineStarter", "StagePipeline", "Status",
-           "create_job", "ingest", "jobs_store", "start_in_process", "with_summaries"]
+           "create_job", "ingest", "jobs_store", "start_in_process", "with_choices"]
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
 from mediaindex.media.thumbnails import save_thumbnails
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import GENERATED_MODALITIES
+from mediaindex.segments import ANALYSIS_VERSION, GENERATED_MODALITIES
 
 
 class Status(StrEnum):
@@ -49,6 +49,7 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,
         segments=len(item.segments), probe=item.info.to_dict(), indexed_at=now(),
+        analysis=ANALYSIS_VERSION,
     )
     save_thumbnails(index.thumbs_dir, item.thumbnail_files)  # before the segments that name them
     index.replace_video(record, item.segments, item.vectors)

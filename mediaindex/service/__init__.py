@@ -21,7 +21,7 @@ from mediaindex.pipeline.run import (
     StagePipeline,
     Status,
     start_in_process,
-    with_summaries,
+    with_choices,
 )
 from mediaindex.pipeline.run import ingest as run_ingest
 from mediaindex.pipeline.small import in_process
@@ -30,7 +30,7 @@ from mediaindex.workers.pool import Pipeline
 log = logging.getLogger(__name__)
 
 __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "StagePipeline", "Status",
-           "ingest", "start_pipeline", "with_summaries"]
+           "ingest", "start_pipeline", "with_choices"]
 
 
 def start_pipeline(settings: Settings, todo: list[Plan]) -> StagePipeline:

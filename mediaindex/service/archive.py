@@ -24,7 +24,7 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job
-from mediaindex.segments import MODALITIES, Hit
+from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, Hit
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 from mediaindex.service import ingest as run_ingest
 
@@ -161,8 +161,11 @@ class Archive:
         return Searcher(self.index, self.embedder, self.settings.vision).image(picture, limit=limit, filters=filters)
 
     def stats(self) -> dict[str, Any]:
-        """Files, segments (in all and by kind), and the vector store's own numbers."""
-        stats = {"files": self.index.catalog.count(), **self.index.store.stats()}
+        """Files (and how many an earlier version of the stages indexed), segments (in all and by kind), and the
+        vector store's own numbers."""
+        catalog = self.index.catalog
+        stats = {"files": catalog.count(), "files_by_earlier_version": catalog.earlier_analysis(ANALYSIS_VERSION),
+                 **self.index.store.stats()}
         for modality in MODALITIES:
             stats[f"{modality}_segments"] = self.index.store.count(SearchFilters(modality=modality))
         return stats

@@ -123,15 +123,16 @@ class RemoteArchive:
         return self.server.request("GET", "/search", params=params)["hits"]
 
     def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
-               manifests: Sequence[Path] = (), include: Sequence[str] = (),
-               exclude: Sequence[str] = ()) -> dict[str, Any]:
+               manifests: Sequence[Path] = (), include: Sequence[str] = (), exclude: Sequence[str] = (),
+               reindex: bool = False) -> dict[str, Any]:
         """An ingest job on the server for these paths and the entries of these manifest files (read here, with
         their metadata; every file must lie in the server's media roots), followed to its end."""
         entries = [{"path": str(Path(p).expanduser().absolute()), "metadata": meta}
                    for manifest in manifests for p, meta in read_manifest(Path(manifest))]
         job = self.server.request("POST", "/ingest", body={
             "paths": [str(Path(p).expanduser().absolute()) for p in paths], "manifest": entries,
-            "include": list(include), "exclude": list(exclude), "summaries": summaries})
+            "include": list(include), "exclude": list(exclude), "summaries": summaries,
+            "reindex": reindex})
         if on_job:
             on_job(job["id"])
         return self.server.wait(job["id"])

@@ -81,11 +81,12 @@ def _queue(state: ApiState, kind: str, params: dict, files: list[tuple[str, dict
 
 
 def _create_ingest(state: ApiState, params: dict, files: list[tuple[Path, Meta]], summaries: bool | None,
-                   same_work: dict | None = None) -> tuple[Job, bool]:
+                   same_work: dict | None = None, reindex: bool = False) -> tuple[Job, bool]:
     state.index  # noqa: B018  (answers 503 before a job is created when the index is not open)
-    # The job's record holds the choice (None: the server's setting), so a job resumed after a restart keeps it.
-    params = {**params, "summaries": summaries}
-    work = {"files": sorted(str(p) for p, _ in files), "summaries": summaries, **(same_work or {})}
+    # The job's record holds the choices (None: the server's setting), so a job resumed after a restart keeps them.
+    params = {**params, "summaries": summaries, "reindex": reindex}
+    work = {"files": sorted(str(p) for p, _ in files), "summaries": summaries, "reindex": reindex,
+            **(same_work or {})}
     if any(meta for _, meta in files):
         work["metadata"] = sorted((str(p), sorted(meta.items(), key=str)) for p, meta in files if meta)
     return _queue(state, "ingest", params, files=[(str(p), meta) for p, meta in files], same_work=work)
@@ -101,12 +102,12 @@ def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
     state = get_state(request)
     entries: list[tuple[str, Meta]] = [(p, {}) for p in body.paths]
     entries += [(e.path, dict(e.metadata)) for e in body.manifest]
-    job, joined = ingest_job(state, entries, body.summaries, body.include, body.exclude)
+    job, joined = ingest_job(state, entries, body.summaries, body.include, body.exclude, body.reindex)
     return _accepted(state, job, joined)
 
 
 def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool | None,
-               include: Sequence[str] = (), exclude: Sequence[str] = ()) -> tuple[Job, bool]:
+               include: Sequence[str] = (), exclude: Sequence[str] = (), reindex: bool = False) -> tuple[Job, bool]:
     """The ingest job for server paths, each with its metadata (a waiting identical one is joined: True), not yet
     submitted to the runner; every path is confined to the media roots as files served are, and the first
     mention of a file wins."""
@@ -136,7 +137,7 @@ def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool
     params: dict = {"paths": [raw for raw, _ in entries]}
     if include or exclude:
         params.update(include=list(include), exclude=list(exclude))
-    return _create_ingest(state, params, list(files.items()), summaries)
+    return _create_ingest(state, params, list(files.items()), summaries, reindex=reindex)
 
 
 UPLOAD_NAME_BYTES = MAX_NAME_BYTES - 55  # room for the server's own suffixes beside it (e.g. ".partial")
