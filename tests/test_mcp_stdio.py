@@ -134,6 +134,7 @@ def test_bad_calls_get_clear_errors_and_the_server_keeps_serving(env: dict[str, 
                 session, "get_transcript", {"file": "jfk.flac", "from_seconds": 5, "to_seconds": 1})
             assert "outside the configured media roots" in await refusal(session, "ingest", {"paths": ["/etc/passwd"]})
             assert "climbs out" in await refusal(session, "ingest", {"paths": ["../video/manifesto.mp4"]})
+            assert "reindex" in await refusal(session, "ingest", {"paths": ["jfk.flac"], "reindex": "yes"})
             assert "no job with id" in await refusal(session, "job_status", {"job_id": "nope"})
             good = await session.call_tool("search", {"query": JFK, "limit": 1})
             assert not good.is_error and good.structured_content["moments"][0]["file"] == "jfk.flac"  # type: ignore[index]

@@ -234,6 +234,9 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                 "Media files or folders on the server, relative to a media root or absolute inside one"))],
         summaries: Annotated[bool | None, Field(description=(
             "Also summarise each file with chapters (slower; default: the server's setting)"))] = None,
+        reindex: Annotated[bool, Field(strict=True, description=(
+            "Index files again even when they are indexed and unchanged (files indexed by an earlier version "
+            "get what this one finds)"))] = False,
     ) -> models.Job:
         """Index media files or folders that lie under the server's media roots, as a background job: returns
         the job at once; follow it with job_status until its state is done, then search the new files. Only a
@@ -242,7 +245,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
             if not allow_ingest:
                 raise ToolError("this server is read-only: ingest needs a server started with write access "
                                 "(`mediaindex mcp --allow-ingest`, or api.mcp_allow_ingest for `serve`)")
-            return models.Job.model_validate(host.ingest(list(paths), summaries))
+            return models.Job.model_validate(host.ingest(list(paths), summaries, reindex))
 
     @server.tool(annotations=READ_ONLY)
     def job_status(
