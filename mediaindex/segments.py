@@ -37,6 +37,7 @@ def join_words(words: list[str], language: str | None) -> str:
 # lacks what later ones find, until `ingest --reindex` analyses it again. 2: pictures without words keep their
 # likeliest image classes and are placed in the text space (1: every file indexed before).
 ANALYSIS_VERSION = 2
+ANALYSIS_ADDS = "pictures without words become searchable"  # what re-indexing an earlier version's file gives
 
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"

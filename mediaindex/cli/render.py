@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mediaindex.jobs import Job
-from mediaindex.segments import MODALITIES
+from mediaindex.segments import ANALYSIS_ADDS, MODALITIES
 
 if TYPE_CHECKING:
     from mediaindex.pipeline.run import IngestReport
@@ -83,7 +83,7 @@ def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
         out.print(f"  by kind: {', '.join(kinds)}", highlight=False)
     if older := numbers.get("files_by_earlier_version"):
         out.print(f"  {plural(older, 'file')} indexed by an earlier version: `mediaindex ingest --reindex` with "
-                  "their files or folders indexes them again (pictures without words become searchable)",
+                  f"their files or folders indexes them again ({ANALYSIS_ADDS})",
                   highlight=False, soft_wrap=True)
     # The store's own words for its internals: "segments" there are storage segments, not ours.
     labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",

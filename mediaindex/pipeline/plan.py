@@ -13,11 +13,10 @@ from mediaindex.index.catalog import VideoRecord, content_hash
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobFile
-from mediaindex.segments import ANALYSIS_VERSION
+from mediaindex.segments import ANALYSIS_ADDS, ANALYSIS_VERSION
 
-# Said of an unchanged file that an earlier version of the stages indexed: what this version would add.
-EARLIER_ANALYSIS = ("already indexed, by an earlier version (--reindex indexes it again: pictures without words "
-                    "become searchable)")
+# Said of an unchanged file that an earlier version of the stages indexed.
+EARLIER_ANALYSIS = f"already indexed, by an earlier version (--reindex indexes it again: {ANALYSIS_ADDS})"
 
 
 class Outcome(StrEnum):
