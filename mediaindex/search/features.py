@@ -17,6 +17,12 @@ query and segment.
 
 Candidates without words (`judgeable`) get a row of their own (zeros but for the modality) and are left out of
 the query's distribution.
+
+With a CLIP model (`vision.clip`) the query also meets the shots' image vectors through its text tower; the
+picture model (`vision.clip_relevance`) reads `PICTURE_NAMES` of each candidate that has one:
+- `clip`: cosine of the query's CLIP text vector and the shot's image vector;
+- `clip_standing`: its z-score among the query's candidates with an image vector;
+- `clip_lead`: how far it lies below the best of them.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from mediaindex.index.store import TEXT_VECTOR, ScoredHit
-from mediaindex.search.ranking import Query, judgeable, letters
+from mediaindex.search.ranking import CLIP_VECTOR, Query, judgeable, letters
 
 NAMES = ("dense", "standing", "lead", "words", "cross_language", "visual", "ocr", "label")
+PICTURE_NAMES = ("clip", "clip_standing", "clip_lead")
 # A shared run of fewer letters turns up by chance in any caption ("Mozart" and "Communist" share "ist").
 MIN_OCR_LETTERS = 5
 
@@ -83,4 +90,23 @@ def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
         rows[i, 5] = float(modality == "visual")
         rows[i, 6] = float(modality == "ocr")
         rows[i, 7] = float(s.confidence or 0.0) if modality == "visual" else 0.0
+    return rows
+
+
+def pictured(found: list[ScoredHit]) -> np.ndarray:
+    """Which candidates have a CLIP image vector."""
+    return np.array([CLIP_VECTOR in s.dense for s in found], dtype=bool)
+
+
+def picture_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
+    """One row of PICTURE_NAMES per candidate (zeros where it has no image vector or the query no CLIP vector)."""
+    rows = np.zeros((len(found), len(PICTURE_NAMES)), dtype=np.float64)
+    has = pictured(found)
+    if q.clip_text is None or not has.any():
+        return rows
+    sims = np.array([_cos(q.clip_text, s.dense[CLIP_VECTOR]) for s, h in zip(found, has, strict=True) if h])
+    spread = float(sims.std())
+    rows[has, 0] = sims
+    rows[has, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
+    rows[has, 2] = sims.max() - sims
     return rows

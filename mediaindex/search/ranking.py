@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from mediaindex.index.sparse import SparseEncoder
     from mediaindex.models.text_embed import TextEmbedder
 
-IMAGE_VECTORS = ("frame", "image")  # models.vision's FRAME_VECTOR and IMAGE_VECTOR
+CLIP_VECTOR = "image"  # models.vision's IMAGE_VECTOR: a shot in a CLIP space, met by text through its text tower
+IMAGE_VECTORS = ("frame", CLIP_VECTOR)  # and models.vision's FRAME_VECTOR
 MAX_QUERY_CHARS = 2000
 # Visual segments read "a photo of a macaw, a bird, ...": the template's words are no evidence.
 TEMPLATE = "a photo of"
@@ -140,7 +141,7 @@ def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode:
             retrievers.append(Retriever(TEXT_VECTOR, q.dense, cfg.dense_weight))
         retrievers += [Retriever(name, vec, cfg.image_weight) for name, vec in q.images.items()]
         if q.clip_text is not None:
-            retrievers.append(Retriever("image", q.clip_text, cfg.image_weight))
+            retrievers.append(Retriever(CLIP_VECTOR, q.clip_text, cfg.image_weight))
     if q.words and mode != "dense":
         retrievers.append(Retriever(SPARSE_VECTOR, q.words, cfg.sparse_weight))
     if not retrievers:

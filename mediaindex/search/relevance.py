@@ -5,6 +5,11 @@ beside this file (`MODEL_FILES`), written by `benchmarks/fit_relevance.py` (the 
 recorded in the file). An embedder with no fitted model of its own is judged by the default embedder's model,
 with a warning. The reader picks how sure a hit must be to be returned (`min_confidence`): the cut points are
 fixed probabilities, not measured lines.
+
+Shots met through a CLIP model's text tower (`vision.clip`) are judged by a picture model of their own, fitted
+for that CLIP model (`benchmarks/fit_relevance.py --pictures`) and named by `vision.clip_relevance`: a candidate's
+probability is the higher of the two. No CLIP model ships, so none is fitted here; without one such shots are
+ranked, and a shot without words is never a confident match.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from mediaindex.config import EmbedSettings
-from mediaindex.search.features import NAMES
+from mediaindex.errors import ModelLoadError
+from mediaindex.search.features import NAMES, PICTURE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +86,10 @@ class RelevanceModel:
                 "coef": self.coef.tolist(), "intercept": self.intercept}
 
     @classmethod
-    def from_dict(cls, data: dict) -> RelevanceModel:
+    def from_dict(cls, data: dict, expected: tuple[str, ...] = NAMES) -> RelevanceModel:
         names = tuple(data["features"])
-        if names != NAMES:
-            raise ValueError(f"the relevance model reads {names}, the searcher computes {NAMES}: refit it")
+        if names != expected:
+            raise ValueError(f"the relevance model reads {names}, the searcher computes {expected}: refit it")
         return cls(names, np.asarray(data["mean"], dtype=np.float64), np.asarray(data["scale"], dtype=np.float64),
                    np.asarray(data["coef"], dtype=np.float64), float(data["intercept"]))
 
@@ -113,3 +119,25 @@ def load_model(path: Path | None = None, embedder: str | None = None) -> Relevan
 @lru_cache(maxsize=4)
 def _read(path: Path) -> RelevanceModel:
     return RelevanceModel.from_dict(json.loads(path.read_text(encoding="utf-8"))["model"])
+
+
+def load_picture_model(path: str | Path) -> RelevanceModel:
+    """The picture model at `path` (`vision.clip_relevance`), read once; a clear error for a missing, damaged or
+    foreign file."""
+    return _read_picture(Path(path).expanduser())
+
+
+@lru_cache(maxsize=4)
+def _read_picture(path: Path) -> RelevanceModel:
+    fix = "fit one with `python benchmarks/fit_relevance.py --pictures`, or unset vision.clip_relevance"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        model = RelevanceModel.from_dict(data["model"], PICTURE_NAMES)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read the picture relevance model {path} ({exc.strerror or exc}): {fix}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"the picture relevance model {path} is not one ({exc}): {fix}") from exc
+    if not (len(model.mean) == len(model.scale) == len(model.coef) == len(PICTURE_NAMES)):
+        raise ModelLoadError(f"the picture relevance model {path} has {len(model.coef)} coefficients for "
+                             f"{len(PICTURE_NAMES)} features: {fix}")
+    return model

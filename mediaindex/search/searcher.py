@@ -27,7 +27,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import ScoredHit
 from mediaindex.search import relevance
-from mediaindex.search.features import features
+from mediaindex.search.features import features, picture_features, pictured
 from mediaindex.search.moments import diversify, merge_moments
 from mediaindex.search.ranking import (
     MAX_QUERY_CHARS,
@@ -97,9 +97,11 @@ def judged(
     index: MediaIndex, embedder: TextEmbedder | None, query: str | None, limit: int = 10,
     filters: SearchFilters | None = None, *, mode: Mode = "hybrid",
     image_vectors: dict[str, np.ndarray] | None = None, clip_query: Callable[[str], np.ndarray] | None = None,
+    picture_model: relevance.RelevanceModel | None = None,
 ) -> list[Judged]:
     """Every candidate with its features and probability, band by band and within a band in the engine's fused
-    order (a picture alone: most similar first); nothing dropped."""
+    order (a picture alone: most similar first); nothing dropped. `picture_model` judges the shots met through
+    `clip_query` (their probability is the higher of its and the text model's)."""
     query = _check(query, limit, filters, mode)
     clip_text = clip_query(query) if clip_query is not None and query else None
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
@@ -111,6 +113,9 @@ def judged(
     if query:
         probabilities = relevance.load_model(embedder=embedder.name if embedder else None).probability(rows)
         probabilities[[not judgeable(s) for s in found]] = 0.0  # ranked, never a confident match
+        if picture_model is not None and q.clip_text is not None and (shots := pictured(found)).any():
+            by_picture = picture_model.probability(picture_features(q, found))
+            probabilities[shots] = np.maximum(probabilities[shots], by_picture[shots])
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
@@ -141,6 +146,7 @@ def search(
     mode: Mode = "hybrid",
     image_vectors: dict[str, np.ndarray] | None = None,
     clip_query: Callable[[str], np.ndarray] | None = None,
+    picture_model: relevance.RelevanceModel | None = None,
     moments: bool = True,
     min_confidence: str | None = None,
 ) -> list[Hit]:
@@ -149,11 +155,11 @@ def search(
 
     `image_vectors` (e.g. {"frame": feature} of a query picture) search those named vectors too, alone
     or fused with the text query; `clip_query` puts text through a CLIP text tower, searched against the
-    shots' "image" vectors.
+    shots' "image" vectors, and `picture_model` judges the shots it meets.
     """
     level = relevance.check_level(min_confidence)
     found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
-                   clip_query=clip_query)
+                   clip_query=clip_query, picture_model=picture_model)
     text = bool((query or "").strip())
     kept = [j for j in found if _passes(j, text, level)]
     hits = [replace(j.hit, score=round(j.probability, 6), band=relevance.band(j.probability) if text else None,
@@ -202,9 +208,11 @@ class Searcher:
         if not query:
             raise QueryError("the search query is empty")
         clip = self._clip() if mode != "sparse" and _visual_allowed(filters) else None
+        pictures = (relevance.load_picture_model(self.vision.clip_relevance)
+                    if clip is not None and self.vision is not None and self.vision.clip_relevance else None)
         return search(self.index, self.embedder, query, limit, filters, mode=mode,
-                      clip_query=clip.embed_query if clip is not None else None, moments=moments,
-                      min_confidence=min_confidence)
+                      clip_query=clip.embed_query if clip is not None else None, picture_model=pictures,
+                      moments=moments, min_confidence=min_confidence)
 
     def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
         """Shots that look like `picture`: through the classifier's "frame" vector and, when configured,
