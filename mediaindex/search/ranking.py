@@ -126,7 +126,8 @@ def judgeable(s: ScoredHit) -> bool:
     """Whether the relevance model judges a candidate: it has words. A picture without (placed in the text space
     by its likely classes, `models.label_space`) is ranked, but its place is too weak a likeness to decide by: on
     ../shared/media, held out by file, judging such places let as many off-archive descriptions through as the
-    right pictures they added (benchmarks/README.md)."""
+    right pictures they added (benchmarks/README.md). A shot met through a CLIP model is judged by its picture
+    model where one is fitted (`relevance.load_picture_model`)."""
     return bool(s.hit.text)
 
 
