@@ -25,6 +25,7 @@ import argparse
 import json
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,36 +38,60 @@ from mediaindex.config import default_cache_dir, load_settings
 from mediaindex.index.index import MediaIndex
 from mediaindex.models.text_embed import load_text_embedder
 from mediaindex.models.vision import load_clip, vector_dims
-from mediaindex.search.features import NAMES, PICTURE_NAMES, features, picture_features, pictured
-from mediaindex.search.ranking import candidates, judgeable, measure_background, prepare
-from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
+from mediaindex.search.features import (
+    NAMES,
+    PICTURE_NAMES,
+    SHOT_NAMES,
+    features,
+    picture_features,
+    pictured,
+    shot_features,
+    shots,
+)
+from mediaindex.search.ranking import candidates, judgeable, measure_background, measure_names, prepare
+from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel, band
 
 BINS = 10
 
 
-def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled],
-                   clip=None) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Features, labels and the query each row belongs to; with `clip` (a CLIP embedder), the picture features of
-    the candidates that have an image vector."""
-    rows, labels, owner = [], [], []
+@dataclass
+class Rows:
+    """One part's candidates: features, labels, the query each belongs to and its place in the query's fused list."""
+
+    x: np.ndarray
+    y: np.ndarray
+    owner: list[int]
+    rank: list[int]
+
+
+def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled], clip=None) -> tuple[Rows, Rows]:
+    """The text part's rows (candidates with words) and the shot part's (`shots`); with `clip` (a CLIP embedder),
+    the picture features of the candidates that have an image vector, as the first."""
+    parts = tuple({"x": [], "y": [], "owner": [], "rank": []} for _ in range(2))
     pool = index.settings.candidates
+
+    def add(part: dict, rows: np.ndarray, found: list, chosen: list[int], i: int, q: Labelled) -> None:
+        part["x"].append(rows[chosen])
+        part["y"] += [relevant(found[j].hit, q) for j in chosen]
+        part["owner"] += [i] * len(chosen)
+        part["rank"] += chosen
+
     for i, q in enumerate(queries):
         clip_text = clip.embed_query(q.query) if clip is not None else None
         prepared = prepare(index, embedder, q.query, "hybrid", clip_text=clip_text)
         found = candidates(index, prepared, None, "hybrid", pool)
         if clip is not None:
-            judged = [j for j, shot in enumerate(pictured(found)) if shot]
-            rows.append(picture_features(prepared, found)[judged])
-            labels += [relevant(found[j].hit, q) for j in judged]
-            owner += [i] * len(judged)
+            add(parts[0], picture_features(prepared, found), found, list(np.flatnonzero(pictured(found))), i, q)
             continue
         if len(found) < pool:
             measure_background(prepared, embedder, default_cache_dir())
-        judged = [j for j, s in enumerate(found) if judgeable(s)]  # the others are never judged
-        rows.append(features(prepared, found, pool)[judged])
-        labels += [relevant(found[j].hit, q) for j in judged]
-        owner += [i] * len(judged)
-    return np.vstack(rows), np.asarray(labels, dtype=int), owner
+        measure_names(prepared, embedder, default_cache_dir())
+        add(parts[0], features(prepared, found, pool), found, [j for j, s in enumerate(found) if judgeable(s)], i, q)
+        add(parts[1], shot_features(prepared, found), found, list(np.flatnonzero(shots(found))), i, q)
+    width = (len(PICTURE_NAMES) if clip is not None else len(NAMES), len(SHOT_NAMES))
+    text, shot = (Rows(np.vstack(p["x"]) if p["x"] else np.zeros((0, w)), np.asarray(p["y"], dtype=int),
+                       p["owner"], [int(r) for r in p["rank"]]) for p, w in zip(parts, width, strict=True))
+    return text, shot
 
 
 def fit(x: np.ndarray, y: np.ndarray, names: tuple[str, ...] = NAMES) -> RelevanceModel:
@@ -74,6 +99,15 @@ def fit(x: np.ndarray, y: np.ndarray, names: tuple[str, ...] = NAMES) -> Relevan
     scale[scale == 0] = 1.0
     lr = LogisticRegression(C=1.0, max_iter=2000).fit((x - mean) / scale, y)
     return RelevanceModel(names, mean, scale, lr.coef_[0], float(lr.intercept_[0]))
+
+
+def out_of_fold(rows: Rows, queries: list[Labelled], names: tuple[str, ...], folds: int) -> np.ndarray:
+    """Each row's probability from a model fitted without its fold (folds by the answering file)."""
+    groups = np.asarray([queries[i].group for i in rows.owner])
+    oof = np.zeros(len(rows.y))
+    for train, test in GroupKFold(n_splits=folds).split(rows.x, rows.y, groups):
+        oof[test] = fit(rows.x[train], rows.y[train], names).probability(rows.x[test])
+    return oof
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
@@ -87,24 +121,35 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
     return out
 
 
-def query_metrics(p: np.ndarray, y: np.ndarray, owner: list[int], queries: list[Labelled], cut: float) -> dict:
-    """Per query, over its candidate segments: the right one in the top 5 and first when ordered by `p`, and
-    whether an off-archive query has no candidate at `cut` or above."""
-    by_query: dict[int, list[int]] = {}
-    for row, i in enumerate(owner):
-        by_query.setdefault(i, []).append(row)
-    top5, first, empty, labelled, off = 0, 0, 0, 0, 0
-    for i, rows in by_query.items():
-        order = sorted(rows, key=lambda r: -p[r])
+def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: list[Labelled], cut: float) -> dict:
+    """Per query, its candidates as the searcher lists them (band by band, fused order within a band; a candidate
+    in both parts takes the later part's probability): the right one in the top 5 and first among those at `cut`
+    or above, and whether an off-archive query has none there."""
+    by_query: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in range(len(queries))}
+    for rows, p in zip(judged, probabilities, strict=True):
+        for r, (i, rank) in enumerate(zip(rows.owner, rows.rank, strict=True)):
+            by_query[i][rank] = (float(p[r]), bool(rows.y[r]))
+    top5 = first = empty = labelled = off = 0
+    for i, found in by_query.items():
+        kept = sorted((_BAND_ORDER[band(p)], rank, y) for rank, (p, y) in found.items() if p >= cut)
         if queries[i].off_archive:
             off += 1
-            empty += bool(p[order[0]] < cut)
+            empty += not kept
             continue
         labelled += 1
-        kept = [r for r in order if p[r] >= cut]
-        top5 += any(y[r] for r in kept[:5])
-        first += bool(kept and y[kept[0]])
+        top5 += any(y for _, _, y in kept[:5])
+        first += bool(kept and kept[0][2])
     return {"top5": top5 / max(labelled, 1), "rank1": first / max(labelled, 1), "off_empty": empty / max(off, 1)}
+
+
+_BAND_ORDER = {"high": 0, "medium": 1, "low": 2, None: 3}
+
+
+def print_curve(curve: list[dict]) -> None:
+    print("| predicted bin | candidates | mean predicted | observed relevant |")
+    print("|---|---|---|---|")
+    for b in curve:
+        print(f"| {b['bin']} | {b['n']} | {b['predicted']:.3f} | {b['observed']:.3f} |")
 
 
 def main() -> None:
@@ -136,58 +181,66 @@ def main() -> None:
         args.out = MODEL_FILES[embedder.name]
     dims = vector_dims(settings.vision) if clip is not None else None
     with MediaIndex(settings, embedder.dim, embedder.name, extra_dims=dims) as index:
-        x, y, owner = candidate_rows(index, embedder, queries, clip)
-    groups = np.asarray([queries[i].group for i in owner])
-    oof = np.zeros(len(y))
-    for train, test in GroupKFold(n_splits=args.folds).split(x, y, groups):
-        oof[test] = fit(x[train], y[train], names).probability(x[test])
-    model = fit(x, y, names)
-    curve = reliability(oof, y)
-    cv = {"folds": args.folds, "rows": len(y), "positives": int(y.sum()), "queries": len(queries),
-          "log_loss": float(log_loss(y, oof)), "brier": float(brier_score_loss(y, oof)), "reliability": curve}
-    print(f"{len(queries)} queries, {len(y)} candidates, {int(y.sum())} relevant; grouped {args.folds}-fold CV: "
-          f"log loss {cv['log_loss']:.3f}, Brier {cv['brier']:.4f}")
-    print("| predicted bin | candidates | mean predicted | observed relevant |")
-    print("|---|---|---|---|")
-    for b in curve:
-        print(f"| {b['bin']} | {b['n']} | {b['predicted']:.3f} | {b['observed']:.3f} |")
-    fused = np.asarray([1.0 / (1.0 + sum(1 for o in owner[:r] if o == owner[r])) for r in range(len(owner))])
-    for name, order in (("fused order, no cut", (fused, 0.0)), ("P order, no cut", (oof, 0.0)),
-                        ("P order, cut at low", (oof, LEVELS["low"])), ("fused order, cut at low", (None, 0.0))):
-        score, cut = order
-        if score is None:  # fused order, kept where the out-of-fold P passes
-            score, cut = np.where(oof >= LEVELS["low"], fused + 1.0, 0.0), 1.0
-        m = query_metrics(score, y, owner, queries, cut)
+        text, shot = candidate_rows(index, embedder, queries, clip)
+    oof = out_of_fold(text, queries, names, args.folds)
+    model = fit(text.x, text.y, names)
+    cv = summary(text, oof, queries, args.folds)
+    print(f"{len(queries)} queries, {len(text.y)} candidates, {int(text.y.sum())} relevant; grouped {args.folds}-fold "
+          f"CV: log loss {cv['log_loss']:.3f}, Brier {cv['brier']:.4f}")
+    print_curve(cv["reliability"])
+    record = {"command": "", "fitted_on": args.set, "embedder": embedder.name,
+              "clip": settings.vision.clip if clip else None, "cv": cv, "model": model.to_dict()}
+    parts, probabilities = [text], [oof]
+    if clip is None:
+        shot_oof = out_of_fold(shot, queries, SHOT_NAMES, args.folds)
+        shot_model = fit(shot.x, shot.y, SHOT_NAMES)
+        record["shots_cv"] = summary(shot, shot_oof, queries, args.folds)
+        record["shots"] = shot_model.to_dict()
+        print(f"shots: {len(shot.y)} candidates, {int(shot.y.sum())} relevant; CV log loss "
+              f"{record['shots_cv']['log_loss']:.3f}, Brier {record['shots_cv']['brier']:.4f}")
+        print_curve(record["shots_cv"]["reliability"])
+        parts, probabilities = [text, shot], [oof, shot_oof]
+    for name, chosen, cut in (("fused order, no cut", [text], 0.0), ("text part alone, at low", [text], LEVELS["low"]),
+                              ("the searcher, at low", parts, LEVELS["low"])):
+        fused = [np.ones(len(r.y)) for r in chosen] if cut == 0.0 else probabilities[:len(chosen)]
+        m = query_metrics(chosen, fused, queries, cut)
         cv[name] = m
-        print(f"CV, {name}: segment top5 {m['top5']:.2f}, rank1 {m['rank1']:.2f}, off-archive empty {m['off_empty']:.2f}")
-    print("coefficients (standardised features): " + ", ".join(
-        f"{n} {c:+.2f}" for n, c in zip(names, model.coef, strict=True)) + f", intercept {model.intercept:+.2f}")
+        print(f"CV, {name}: segment top5 {m['top5']:.2f}, rank1 {m['rank1']:.2f}, "
+              f"off-archive empty {m['off_empty']:.2f}")
+    fitted_parts = [("coefficients (standardised features)", model)]
+    if clip is None:
+        fitted_parts.append(("shot part", RelevanceModel.from_dict(record["shots"], SHOT_NAMES)))
+    for label, fitted in fitted_parts:
+        print(f"{label}: " + ", ".join(f"{n} {c:+.2f}" for n, c in zip(fitted.names, fitted.coef, strict=True))
+              + f", intercept {fitted.intercept:+.2f}")
     # Paths of this machine are left out of the record: the index folder is wherever the set was ingested.
-    command = "python benchmarks/fit_relevance.py " + " ".join(
+    record["command"] = "python benchmarks/fit_relevance.py " + " ".join(
         "PATH" if a.startswith("/") else shlex.quote(a) for a in sys.argv[1:])
-    args.out.write_text(json.dumps({
-        "command": command, "fitted_on": args.set, "embedder": embedder.name, "clip": settings.vision.clip if clip
-        else None, "cv": cv, "model": model.to_dict(),
-    }, indent=1) + "\n", encoding="utf-8")
+    args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     if args.check_set is not None and args.check_index is not None and clip is None:
-        check(model, args.check_set, args.check_index)
+        check(model, RelevanceModel.from_dict(record["shots"], SHOT_NAMES), args.check_set, args.check_index)
 
 
-def check(model: RelevanceModel, name: str, index_dir: Path) -> None:
+def summary(rows: Rows, oof: np.ndarray, queries: list[Labelled], folds: int) -> dict:
+    return {"folds": folds, "rows": len(rows.y), "positives": int(rows.y.sum()), "queries": len(queries),
+            "log_loss": float(log_loss(rows.y, oof)), "brier": float(brier_score_loss(rows.y, oof)),
+            "reliability": reliability(oof, rows.y)}
+
+
+def check(model: RelevanceModel, shot_model: RelevanceModel, name: str, index_dir: Path) -> None:
     """The model's reliability on a set it was not fitted on."""
     queries = load_set(name)
     settings = load_settings(index_dir=index_dir)
     embedder = load_text_embedder(settings.embed)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        x, y, _ = candidate_rows(index, embedder, queries)
-    p = model.probability(x)
-    print(f"on {name} (not fitted there): {len(y)} candidates, {int(y.sum())} relevant, log loss "
-          f"{log_loss(y, p):.3f}, Brier {brier_score_loss(y, p):.4f}")
-    print("| predicted bin | candidates | mean predicted | observed relevant |")
-    print("|---|---|---|---|")
-    for b in reliability(p, y):
-        print(f"| {b['bin']} | {b['n']} | {b['predicted']:.3f} | {b['observed']:.3f} |")
+        text, shot = candidate_rows(index, embedder, queries)
+    for part, fitted in (("text part", model), ("shot part", shot_model)):
+        rows = text if part == "text part" else shot
+        p = fitted.probability(rows.x)
+        print(f"on {name} (not fitted there), {part}: {len(rows.y)} candidates, {int(rows.y.sum())} relevant, log loss "
+              f"{log_loss(rows.y, p):.3f}, Brier {brier_score_loss(rows.y, p):.4f}")
+        print_curve(reliability(p, rows.y))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.search import relevance
-from mediaindex.search.features import NAMES
+from mediaindex.search.features import NAMES, SHOT_NAMES
 from mediaindex.search.moments import diversify, merge_moments
 from mediaindex.search.searcher import MAX_QUERY_CHARS, judged, search
 from mediaindex.segments import Hit, Segment
@@ -196,12 +196,28 @@ def test_the_relevance_model_says_how_it_was_fitted(embedder_name: str) -> None:
     assert data["embedder"] == embedder_name  # each embedder's similarities lie on a scale of their own
     model = relevance.load_model(embedder=embedder_name)
     assert model.names == NAMES and model.coef.shape == (len(NAMES),)
+    shot_model = relevance.load_shot_model(embedder=embedder_name)
+    assert shot_model is not None and shot_model.names == SHOT_NAMES and shot_model.coef.shape == (len(SHOT_NAMES),)
     # Reliability over held-out folds: what it predicts is what it sees, where it predicts much at all, within
     # 0.15 or what a bin's candidates leave to chance (three standard errors of a rate over so few).
-    for b in data["cv"]["reliability"]:
+    for b in data["cv"]["reliability"] + data["shots_cv"]["reliability"]:
         if b["n"] >= 40:
             chance = 3 * (b["predicted"] * (1 - b["predicted"]) / b["n"]) ** 0.5
             assert abs(b["predicted"] - b["observed"]) < max(0.15, chance), b
+
+
+def test_a_model_file_without_a_shot_part_leaves_pictures_unjudged(tmp_path: Path) -> None:
+    import json
+
+    data = json.loads(relevance.MODEL_FILE.read_text(encoding="utf-8"))
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps({k: v for k, v in data.items() if k not in ("shots", "shots_cv")}), encoding="utf-8")
+    assert relevance.load_shot_model(older) is None
+    assert relevance.load_model(older).names == NAMES
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({**data, "shots": data["model"]}), encoding="utf-8")  # the text part's features
+    with pytest.raises(ValueError, match="refit it"):
+        relevance.load_shot_model(foreign)
     assert relevance.band(0.9) == "high" and relevance.band(0.5) == "medium"
     assert relevance.band(0.2) == "low" and relevance.band(0.1) is None
 

@@ -3,7 +3,8 @@
 Talking heads and title cards have no ImageNet class; the classifier still names one at low
 probability ("a nematode", "a dust jacket"), which used to fill result lists. The bird, the deer and
 the airplane are real classes (or broad kinds of them) and must stay findable by words. A picture without
-words is placed among its likely classes in the text space: ranked for a query, never a confident match.
+words is placed among its likely classes in the text space: ranked for a query, and judged among the query's
+shots by the relevance model's shot part.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.pipeline.stages.embed import EmbedStage
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
-from mediaindex.search.features import NAMES
+from mediaindex.search import relevance
+from mediaindex.search.features import NAMES, SHOT_NAMES, shot_features, shots
+from mediaindex.search.ranking import candidates, measure_names, prepare
 from mediaindex.search.searcher import Searcher, judged
 from mediaindex.segments import CLASSES_FIELD
 from tests.conftest import make_settings, media
@@ -29,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 UNLABELLED = ["video/manifesto.mp4", "video/auto-editor_example.mp4", "video/issue-195-aspect-ratio.mp4"]
 FINDABLE = {"video/cockatoo.mp4": ("a cockatoo", (0.0, 14.0)), "video/testvideo.mp4": ("a deer", (6.0, 13.2)),
-            "video/video_with_failing_audio.mp4": ("an airplane in the sky", (0.0, 5.0))}
+            "video/video_with_failing_audio.mp4": ("an airplane in the sky", (0.0, 10.0))}  # still flying at 7 s
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +88,13 @@ def test_real_animals_and_aircraft_stay_findable(labelled, rel: str) -> None:
     assert Path(best.source).name == Path(rel).name and best.modality == "visual", hits
     assert best.start < end and best.end > start
     # The relevance model reads the label's probability: how sure the classifier is of what the shot shows.
-    top = found[0]
-    segment = next(s for s in _visual(items[rel]) if s.start == top.hit.start)
+    top = next(j for j in found if j.hit.text)  # the best labelled shot
+    segment = next(s for s in _visual(items[rel]) if s.start == top.hit.start and s.text)
     assert top.features[NAMES.index("label")] == pytest.approx(segment.confidence)
     assert top.features[NAMES.index("visual")] == 1.0
 
 
-def test_pictures_without_words_are_ranked_by_their_classes_but_never_judged(labelled) -> None:
+def test_pictures_without_words_are_placed_by_their_classes_and_judged_among_the_shots(labelled) -> None:
     settings, items, embedder = labelled
     placed = [s for rel in UNLABELLED for s in _visual(items[rel]) if not s.text]
     assert placed
@@ -103,11 +106,23 @@ def test_pictures_without_words_are_ranked_by_their_classes_but_never_judged(lab
         assert s.has_text_vector and s.confidence is None
     picture = placed[0]
     query = class_description(LABELS[picture.extra[CLASSES_FIELD][0][0]])  # what it looks most like
+    shot_model = relevance.load_shot_model(embedder=embedder.name)
+    assert shot_model is not None and shot_model.names == SHOT_NAMES
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        searcher = Searcher(index, embedder, settings.vision)
-        ranked = searcher.text(query, limit=10, min_confidence="none")
-        confident = searcher.text(query, limit=10)
+        ranked = Searcher(index, embedder, settings.vision).text(query, limit=10, min_confidence="none")
+        found = judged(index, embedder, query, 10)
+        q = prepare(index, embedder, query, "hybrid")
+        pool = candidates(index, q, None, "hybrid", max(index.settings.candidates, 50))
+        measure_names(q, embedder, settings.cache_dir)
     mine = [h for h in ranked if h.video_id == picture.video_id and h.modality == "visual" and not h.text]
     assert mine, (query, [(h.source, h.modality, h.text[:30]) for h in ranked])
-    assert all(h.score == 0.0 and h.band is None for h in mine)
-    assert not [h for h in confident if not h.text]
+    # Its probability is the shot part's, from its standing among the query's shots.
+    expected = shot_model.probability(shot_features(q, pool))
+    by_place = {(s.hit.video_id, s.hit.start): float(p) for s, p, shot in zip(pool, expected, shots(pool), strict=True)
+                if shot}
+    placed_found = [j for j in found if not j.hit.text and j.hit.modality == "visual"]
+    assert placed_found
+    for j in placed_found:
+        assert j.probability == pytest.approx(by_place[(j.hit.video_id, j.hit.start)], abs=1e-9)
+    assert q.nameable is not None and 0.0 < q.nameable <= 1.0 and shot_features(q, pool)[:, 3].max() == q.nameable
+    assert all(h.band == relevance.band(h.score) for h in ranked)

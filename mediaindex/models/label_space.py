@@ -11,7 +11,7 @@ normalised it resembles every query a little (with multilingual-e5, whose vector
 such places outranked the labelled shots for any query). The place is therefore the centre of the class names
 plus the weighted direction of its classes from that centre, at the distance one name lies from it on average.
 
-Such a place ranks the picture for a query; it is too weak a likeness to judge one by (`search.features`). A
+Such a place ranks the picture for a query and is judged among the query's other shots (`search.features`). A
 labelled picture keeps the embedding of its label text, and a text–image model, where one is configured,
 remains the better evidence (`models.clip`).
 """
@@ -45,7 +45,7 @@ class LabelSpace:
     @cached_property
     def _names(self) -> tuple[np.ndarray, np.ndarray, float]:
         """The centre of the class names, each name's offset from it, and a name's mean distance from it."""
-        names = embedded_once(self.embedder, [class_description(n) for n in LABELS], self.cache_dir, "class-names")
+        names = class_name_vectors(self.embedder, self.cache_dir)
         centre = names.mean(axis=0)
         offsets = names - centre
         return centre, offsets, float(np.linalg.norm(offsets, axis=1).mean())
@@ -64,6 +64,12 @@ class LabelSpace:
             place = centre + (distance / length) * direction if length > 0 else centre
             out[i] = place / np.linalg.norm(place)
         return out
+
+
+def class_name_vectors(embedder: TextEmbedder, cache_dir: Path | None = None) -> np.ndarray:
+    """The embedding of each class name ("a photo of a macaw"), normalised, in `LABELS` order; embedded once and
+    kept under `cache_dir`."""
+    return embedded_once(embedder, [class_description(n) for n in LABELS], cache_dir, "class-names")
 
 
 def _parse(classes: Sequence[Sequence[float]]) -> tuple[list[int], np.ndarray]:

@@ -18,6 +18,14 @@ query and segment.
 Candidates without words (`judgeable`) get a row of their own (zeros but for the modality) and are left out of
 the query's distribution.
 
+Shots (visual segments: a label's text, or a picture without words placed among its likely classes,
+`models.label_space`) are judged again among the query's shots, by the shot part of the model (`SHOT_NAMES`):
+- `shot`: cosine of the query's and the shot's text vectors;
+- `shot_standing`: its z-score among the query's shots; `shot_lead`: how far it lies below the best of them;
+- `nameable`: the query's similarity to the nearest name of a class the classifier sees
+  (`ranking.measure_names`): a query that resembles class names anyway resembles every labelled or placed shot
+  a little, so the same similarity says less for it.
+
 With a CLIP model (`vision.clip`) the query also meets the shots' image vectors through its text tower; the
 picture model (`vision.clip_relevance`) reads `PICTURE_NAMES` of each candidate that has one:
 - `clip`: cosine of the query's CLIP text vector and the shot's image vector;
@@ -35,6 +43,7 @@ from mediaindex.index.store import TEXT_VECTOR, ScoredHit
 from mediaindex.search.ranking import CLIP_VECTOR, Query, judgeable, letters
 
 NAMES = ("dense", "standing", "lead", "words", "cross_language", "visual", "ocr", "label")
+SHOT_NAMES = ("shot", "shot_standing", "shot_lead", "nameable")
 PICTURE_NAMES = ("clip", "clip_standing", "clip_lead")
 # A shared run of fewer letters turns up by chance in any caption ("Mozart" and "Communist" share "ist").
 MIN_OCR_LETTERS = 5
@@ -90,6 +99,26 @@ def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
         rows[i, 5] = float(modality == "visual")
         rows[i, 6] = float(modality == "ocr")
         rows[i, 7] = float(s.confidence or 0.0) if modality == "visual" else 0.0
+    return rows
+
+
+def shots(found: list[ScoredHit]) -> np.ndarray:
+    """Which candidates are shots with a text vector (a label's, or a place among classes)."""
+    return np.array([s.hit.modality == "visual" and TEXT_VECTOR in s.dense for s in found], dtype=bool)
+
+
+def shot_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
+    """One row of SHOT_NAMES per candidate (zeros where it is not a shot or the query has no dense vector)."""
+    rows = np.zeros((len(found), len(SHOT_NAMES)), dtype=np.float64)
+    seen = shots(found)
+    if q.dense is None or not seen.any():
+        return rows
+    sims = np.array([_cos(q.dense, s.dense[TEXT_VECTOR]) for s, shot in zip(found, seen, strict=True) if shot])
+    spread = float(sims.std())
+    rows[seen, 0] = sims
+    rows[seen, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
+    rows[seen, 2] = sims.max() - sims
+    rows[seen, 3] = q.nameable or 0.0
     return rows
 
 

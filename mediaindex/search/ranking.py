@@ -19,6 +19,7 @@ import numpy as np
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
+from mediaindex.models.label_space import class_name_vectors
 from mediaindex.models.passage_cache import embedded_once
 from mediaindex.search.querylang import query_language
 from mediaindex.search.wordweights import WordWeights
@@ -66,6 +67,7 @@ class Query:
     clip_text: np.ndarray | None = None
     language: str | None = None  # the query's language where its letters or words say it plainly
     background: np.ndarray | None = None  # its dense similarity to each passage of `background.txt`
+    nameable: float | None = None  # its dense similarity to the nearest name of a class the classifier sees
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
 
 
@@ -122,18 +124,30 @@ def measure_background(q: Query, embedder: TextEmbedder | None, cache_dir: Path 
         q.background = background_vectors(embedder, cache_dir) @ unit
 
 
+_NAMES: dict[str, np.ndarray] = {}
+
+
+def measure_names(q: Query, embedder: TextEmbedder | None, cache_dir: Path | None = None) -> None:
+    """Note how nearly the query names a class the classifier sees (only needed where shots are judged)."""
+    if q.dense is None or embedder is None or q.nameable is not None:
+        return
+    if embedder.name not in _NAMES:
+        _NAMES[embedder.name] = class_name_vectors(embedder, cache_dir)
+    unit = q.dense / max(float(np.linalg.norm(q.dense)), 1e-12)
+    q.nameable = float((_NAMES[embedder.name] @ unit).max())
+
+
 def judgeable(s: ScoredHit) -> bool:
-    """Whether the relevance model judges a candidate: it has words. A picture without (placed in the text space
-    by its likely classes, `models.label_space`) is ranked, but its place is too weak a likeness to decide by: on
-    ../shared/media, held out by file, judging such places let as many off-archive descriptions through as the
-    right pictures they added (benchmarks/README.md). A shot met through a CLIP model is judged by its picture
-    model where one is fitted (`relevance.load_picture_model`)."""
+    """Whether the text part of the relevance model judges a candidate, among the query's candidates with words
+    (its distribution of similarities is theirs). Shots are judged again among the query's shots, their labels and
+    pictures without words alike (`features.shot_features`), and a shot met through a CLIP model by that model's
+    picture model where one is fitted (`relevance.load_picture_model`)."""
     return bool(s.hit.text)
 
 
 def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode: str, pool: int) -> list[ScoredHit]:
     """The engine's fused candidate list for a prepared query, best fused rank first: for a text query, `pool`
-    candidates the model judges and the pictures without words (`judgeable`) ranked among them."""
+    candidates with words and the pictures without words (`judgeable`) ranked among them."""
     cfg, store = index.settings, index.store
     wanted = [SPARSE_VECTOR, TEXT_VECTOR, *(n for n in IMAGE_VECTORS if n in store.dims)]
     retrievers: list[Retriever] = []
@@ -151,8 +165,8 @@ def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode:
     found = store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
     placed = sum(not judgeable(s) for s in found)
     if q.text and placed and len(found) == pool:
-        # Pictures without words (ranked, never judged) took places in the pool: as many more are asked for,
-        # so that the candidates the model judges, and their distribution, stay the pool's.
+        # Pictures without words took places in the pool: as many more are asked for, so that the candidates
+        # with words, and their distribution, stay the pool's.
         more = pool + placed
         found = store.query(retrievers, more, filters, candidates=more, rrf_k=cfg.rrf_k, with_vectors=wanted)
     return found

@@ -6,10 +6,13 @@ recorded in the file). An embedder with no fitted model of its own is judged by 
 with a warning. The reader picks how sure a hit must be to be returned (`min_confidence`): the cut points are
 fixed probabilities, not measured lines.
 
+The file also holds the model's shot part (`features.SHOT_NAMES`, fitted by the same script over the visual
+candidates): a shot, labelled or a picture without words, is judged among the query's shots; a file without
+that part (fitted before) leaves pictures without words unjudged.
+
 Shots met through a CLIP model's text tower (`vision.clip`) are judged by a picture model of their own, fitted
 for that CLIP model (`benchmarks/fit_relevance.py --pictures`) and named by `vision.clip_relevance`: a candidate's
-probability is the higher of the two. No CLIP model ships, so none is fitted here; without one such shots are
-ranked, and a shot without words is never a confident match.
+probability is the higher of the two. No CLIP model ships, so none is fitted here.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 from mediaindex.config import EmbedSettings
 from mediaindex.errors import ModelLoadError
-from mediaindex.search.features import NAMES, PICTURE_NAMES
+from mediaindex.search.features import NAMES, PICTURE_NAMES, SHOT_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,17 @@ def load_model(path: Path | None = None, embedder: str | None = None) -> Relevan
 @lru_cache(maxsize=4)
 def _read(path: Path) -> RelevanceModel:
     return RelevanceModel.from_dict(json.loads(path.read_text(encoding="utf-8"))["model"])
+
+
+def load_shot_model(path: Path | None = None, embedder: str | None = None) -> RelevanceModel | None:
+    """The shot part beside the fitted model (as `load_model` finds it); None where the file has none."""
+    return _read_shots(path or model_file(embedder))
+
+
+@lru_cache(maxsize=4)
+def _read_shots(path: Path) -> RelevanceModel | None:
+    data = json.loads(path.read_text(encoding="utf-8")).get("shots")
+    return RelevanceModel.from_dict(data, SHOT_NAMES) if data is not None else None
 
 
 def load_picture_model(path: str | Path) -> RelevanceModel:

@@ -2,8 +2,9 @@
 
 Ranking (`ranking`): the engine's hybrid candidates (dense meaning, exact words, pictures), nothing dropped.
 Deciding (`relevance`): one fitted model gives each candidate P(relevant) from a handful of features
-(`features`); that probability is the hit's score and its band. A candidate without words (a picture placed
-among its likely classes) is ranked but not judged: its probability is 0. The reader chooses how sure a hit must be
+(`features`); that probability is the hit's score and its band. Shots, labelled or pictures without words
+placed among their likely classes, are judged among the query's shots by the model's shot part. The reader
+chooses how sure a hit must be
 (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
 nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
 band by band, and within a band in the engine's fused order (over the sample media's queries, held out
@@ -27,7 +28,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import ScoredHit
 from mediaindex.search import relevance
-from mediaindex.search.features import features, picture_features, pictured
+from mediaindex.search.features import features, picture_features, pictured, shot_features, shots
 from mediaindex.search.moments import diversify, merge_moments
 from mediaindex.search.ranking import (
     MAX_QUERY_CHARS,
@@ -37,6 +38,7 @@ from mediaindex.search.ranking import (
     check_query,
     judgeable,
     measure_background,
+    measure_names,
     prepare,
 )
 from mediaindex.segments import Hit
@@ -101,7 +103,7 @@ def judged(
 ) -> list[Judged]:
     """Every candidate with its features and probability, band by band and within a band in the engine's fused
     order (a picture alone: most similar first); nothing dropped. `picture_model` judges the shots met through
-    `clip_query` (their probability is the higher of its and the text model's)."""
+    `clip_query` (their probability is the higher of its and the relevance model's)."""
     query = _check(query, limit, filters, mode)
     clip_text = clip_query(query) if clip_query is not None and query else None
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
@@ -111,11 +113,18 @@ def judged(
         measure_background(q, embedder, default_cache_dir())
     rows = features(q, found, pool)
     if query:
-        probabilities = relevance.load_model(embedder=embedder.name if embedder else None).probability(rows)
-        probabilities[[not judgeable(s) for s in found]] = 0.0  # ranked, never a confident match
-        if picture_model is not None and q.clip_text is not None and (shots := pictured(found)).any():
+        name = embedder.name if embedder else None
+        probabilities = relevance.load_model(embedder=name).probability(rows)
+        judged_rows = np.array([judgeable(s) for s in found], dtype=bool)
+        shot_model = relevance.load_shot_model(embedder=name)
+        if shot_model is not None and (seen := shots(found)).any():
+            measure_names(q, embedder, default_cache_dir())
+            probabilities[seen] = shot_model.probability(shot_features(q, found))[seen]
+            judged_rows |= seen
+        probabilities[~judged_rows] = 0.0  # no part of the model reads it (a shot met by a picture vector alone)
+        if picture_model is not None and q.clip_text is not None and (met := pictured(found)).any():
             by_picture = picture_model.probability(picture_features(q, found))
-            probabilities[shots] = np.maximum(probabilities[shots], by_picture[shots])
+            probabilities[met] = np.maximum(probabilities[met], by_picture[met])
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
