@@ -109,16 +109,10 @@ def shots(found: list[ScoredHit]) -> np.ndarray:
 
 def shot_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
     """One row of SHOT_NAMES per candidate (zeros where it is not a shot or the query has no dense vector)."""
-    rows = np.zeros((len(found), len(SHOT_NAMES)), dtype=np.float64)
     seen = shots(found)
-    if q.dense is None or not seen.any():
-        return rows
-    sims = np.array([_cos(q.dense, s.dense[TEXT_VECTOR]) for s, shot in zip(found, seen, strict=True) if shot])
-    spread = float(sims.std())
-    rows[seen, 0] = sims
-    rows[seen, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
-    rows[seen, 2] = sims.max() - sims
-    rows[seen, 3] = q.nameable or 0.0
+    rows = _among(q.dense, found, seen, TEXT_VECTOR, len(SHOT_NAMES))
+    if q.dense is not None:
+        rows[seen, 3] = q.nameable or 0.0
     return rows
 
 
@@ -129,13 +123,18 @@ def pictured(found: list[ScoredHit]) -> np.ndarray:
 
 def picture_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
     """One row of PICTURE_NAMES per candidate (zeros where it has no image vector or the query no CLIP vector)."""
-    rows = np.zeros((len(found), len(PICTURE_NAMES)), dtype=np.float64)
-    has = pictured(found)
-    if q.clip_text is None or not has.any():
+    return _among(q.clip_text, found, pictured(found), CLIP_VECTOR, len(PICTURE_NAMES))
+
+
+def _among(query: np.ndarray | None, found: list[ScoredHit], chosen: np.ndarray, vector: str, width: int) -> np.ndarray:
+    """Rows of `width` columns, the first three for the `chosen` candidates: the query's cosine with their `vector`,
+    its z-score among them, and how far it lies below the best of them."""
+    rows = np.zeros((len(found), width), dtype=np.float64)
+    if query is None or not chosen.any():
         return rows
-    sims = np.array([_cos(q.clip_text, s.dense[CLIP_VECTOR]) for s, h in zip(found, has, strict=True) if h])
+    sims = np.array([_cos(query, s.dense[vector]) for s, c in zip(found, chosen, strict=True) if c])
     spread = float(sims.std())
-    rows[has, 0] = sims
-    rows[has, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
-    rows[has, 2] = sims.max() - sims
+    rows[chosen, 0] = sims
+    rows[chosen, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
+    rows[chosen, 2] = sims.max() - sims
     return rows
