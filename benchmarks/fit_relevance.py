@@ -123,12 +123,13 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
 
 def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: list[Labelled], cut: float) -> dict:
     """Per query, its candidates as the searcher lists them (band by band, fused order within a band; a candidate
-    in both parts takes the later part's probability): the right one in the top 5 and first among those at `cut`
-    or above, and whether an off-archive query has none there."""
+    in both parts takes the higher probability, as the searcher does): the right one in the top 5 and first among
+    those at `cut` or above, and whether an off-archive query has none there."""
     by_query: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in range(len(queries))}
     for rows, p in zip(judged, probabilities, strict=True):
         for r, (i, rank) in enumerate(zip(rows.owner, rows.rank, strict=True)):
-            by_query[i][rank] = (float(p[r]), bool(rows.y[r]))
+            before = by_query[i].get(rank, (0.0, False))[0]
+            by_query[i][rank] = (max(before, float(p[r])), bool(rows.y[r]))
     top5 = first = empty = labelled = off = 0
     for i, found in by_query.items():
         kept = sorted((_BAND_ORDER[band(p)], rank, y) for rank, (p, y) in found.items() if p >= cut)

@@ -83,11 +83,13 @@ def test_shots_are_described_by_what_they_mostly_show(vision_index) -> None:
 @pytest.mark.parametrize("query", ["ein Vogel", "un oiseau", "un pájaro"])
 def test_other_languages_find_the_bird_near_the_top(vision_index, embedder, query: str) -> None:
     # The 4-bit multilingual-e5-small separates short non-English queries from English labels by
-    # little (see benchmarks/README.md): the bird shot must be among the first two ranked; how sure the
+    # little (see benchmarks/README.md): a bird shot must be among the first two ranked; how sure the
     # relevance model is of it varies (French and Spanish fall below "low").
     _, index = vision_index
+    # A shot of the bird: labelled ("a parrot") or a picture without words placed among its likely classes (the
+    # cockatoo fills the whole video).
     hits = search(index, embedder, query, limit=2, filters=SearchFilters(modality="visual"), min_confidence="none")
-    assert any(Path(h.source).name == "cockatoo.mp4" and "parrot" in h.text for h in hits), hits
+    assert any(Path(h.source).name == "cockatoo.mp4" and ("parrot" in h.text or not h.text) for h in hits), hits
 
 
 def test_bird_shot_outranks_other_modalities_too(vision_index, embedder) -> None:

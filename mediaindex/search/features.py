@@ -19,7 +19,8 @@ Candidates without words (`judgeable`) get a row of their own (zeros but for the
 the query's distribution.
 
 Shots (visual segments: a label's text, or a picture without words placed among its likely classes,
-`models.label_space`) are judged again among the query's shots, by the shot part of the model (`SHOT_NAMES`):
+`models.label_space`) are judged again among the query's shots, by the shot part of the model (`SHOT_NAMES`; a
+labelled shot keeps the higher of its two probabilities):
 - `shot`: cosine of the query's and the shot's text vectors;
 - `shot_standing`: its z-score among the query's shots; `shot_lead`: how far it lies below the best of them;
 - `nameable`: the query's similarity to the nearest name of a class the classifier sees

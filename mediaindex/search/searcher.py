@@ -3,7 +3,8 @@
 Ranking (`ranking`): the engine's hybrid candidates (dense meaning, exact words, pictures), nothing dropped.
 Deciding (`relevance`): one fitted model gives each candidate P(relevant) from a handful of features
 (`features`); that probability is the hit's score and its band. Shots, labelled or pictures without words
-placed among their likely classes, are judged among the query's shots by the model's shot part. The reader
+placed among their likely classes, are judged among the query's shots by the model's shot part (a labelled shot keeps
+the higher of its two probabilities: its words may match the query's). The reader
 chooses how sure a hit must be
 (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
 nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
@@ -115,13 +116,12 @@ def judged(
     if query:
         name = embedder.name if embedder else None
         probabilities = relevance.load_model(embedder=name).probability(rows)
-        judged_rows = np.array([judgeable(s) for s in found], dtype=bool)
+        probabilities[[not judgeable(s) for s in found]] = 0.0  # the text part reads candidates with words
         shot_model = relevance.load_shot_model(embedder=name)
         if shot_model is not None and (seen := shots(found)).any():
             measure_names(q, embedder, default_cache_dir())
-            probabilities[seen] = shot_model.probability(shot_features(q, found))[seen]
-            judged_rows |= seen
-        probabilities[~judged_rows] = 0.0  # no part of the model reads it (a shot met by a picture vector alone)
+            by_shot = shot_model.probability(shot_features(q, found))
+            probabilities[seen] = np.maximum(probabilities[seen], by_shot[seen])
         if picture_model is not None and q.clip_text is not None and (met := pictured(found)).any():
             by_picture = picture_model.probability(picture_features(q, found))
             probabilities[met] = np.maximum(probabilities[met], by_picture[met])
