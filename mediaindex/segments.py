@@ -100,6 +100,8 @@ class Hit:
     # Where playing this moment should begin: its first spoken word that is one of the query's words
     # (None: at start).
     seek: float | None = None
+    # A picture without words: the classes it looks most like, likeliest first (what placed it; empty for others).
+    looks_like: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -193,7 +193,7 @@ def test_search_json_gives_absolute_thumbnails(cli_index: dict[str, str]) -> Non
 
 
 def test_a_picture_without_words_says_so_in_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from mediaindex.cli.render import hits
+    from mediaindex.cli.render import hits, picture_without_words
 
     picture = {"source": "/media/street.mp4", "start": 20.1, "end": 37.7, "modality": "visual", "text": "",
                "score": 0.0, "band": None, "thumbnail": None}
@@ -202,3 +202,11 @@ def test_a_picture_without_words_says_so_in_the_table(capsys: pytest.CaptureFixt
     shown = capsys.readouterr().out
     assert "no confident match" in shown and "street.mp4" in shown
     assert shown.count("(picture without words)") == 1  # a moment of speech without text is not a picture
+    # With the classes that placed it, the table says what it looks like.
+    hits([{**picture, "score": 0.3, "band": "low", "looks_like": ["hay", "military aircraft", "radio telescope"]}],
+         False, tmp_path)
+    table = capsys.readouterr().out
+    assert "looks like" in table and "hay," in table and "military" in table and "telescope)" in table
+    expected = "(picture without words; looks like hay, radio telescope)"
+    assert picture_without_words(["hay", "radio telescope"]) == expected
+    assert picture_without_words([]) == picture_without_words(None) == "(picture without words)"

@@ -24,7 +24,7 @@ from mediaindex.pipeline.write import write_item
 from mediaindex.search import relevance
 from mediaindex.search.features import NAMES, SHOT_NAMES, shot_features, shots
 from mediaindex.search.ranking import candidates, measure_names, prepare
-from mediaindex.search.searcher import Searcher, judged
+from mediaindex.search.searcher import LOOKS_LIKE, Searcher, judged
 from mediaindex.segments import CLASSES_FIELD
 from tests.conftest import make_settings, media
 
@@ -122,7 +122,12 @@ def test_pictures_without_words_are_placed_by_their_classes_and_judged_among_the
                 if shot}
     placed_found = [j for j in found if not j.hit.text and j.hit.modality == "visual"]
     assert placed_found
+    segments = {(s.video_id, s.start): s for item in items.values() for s in _visual(item) if not s.text}
     for j in placed_found:
         assert j.probability == pytest.approx(by_place[(j.hit.video_id, j.hit.start)], abs=1e-9)
+        # A hit names what the picture looks like: the classes that placed it, likeliest first.
+        classes = segments[(j.hit.video_id, j.hit.start)].extra[CLASSES_FIELD]
+        assert j.hit.looks_like == [LABELS[k] for k, _ in classes[:LOOKS_LIKE]]
+    assert all(h.looks_like for h in mine) and not [h for h in ranked if h.text and h.looks_like]
     assert q.nameable is not None and 0.0 < q.nameable <= 1.0 and shot_features(q, pool)[:, 3].max() == q.nameable
     assert all(h.band == relevance.band(h.score) for h in ranked)

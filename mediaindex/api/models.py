@@ -57,12 +57,12 @@ class HitOut(BaseModel):
         default=None, description="How sure the search is that this moment matches (hits below low are not returned)")
     seek: float | None = Field(default=None, description="Where play_url starts: the first matched spoken word, "
                                                          "when the moment has one (else start)")
+    looks_like: list[str] = Field(default_factory=list, description="A picture without words (empty text): the "
+                                  "classes it looks most like, likeliest first")
 
 
 class SearchResponse(BaseModel):
     query: str
-    # What the search looked for when the query is a question or a request ("Where does someone say X?": X);
-    # None when it searched the query as typed.
     took_ms: float
     hits: list[HitOut]
 

@@ -62,12 +62,16 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     for col in ("match" if bands else "score", "file", "time", "kind", "text"):
         table.add_column(col, overflow="fold")
     for h in found:
-        # A picture without words (ranked by the classes it looks like) is shown as what it is.
-        said = h["text"][:120] or ("(picture without words)" if h["modality"] == "visual" else "")
+        # A picture without words is shown as what it is, with the classes it looks like (which placed it).
+        said = h["text"][:120] or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
         text = (f"{h['speaker']}: " if h.get("speaker") else "") + said
         table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
                       Path(h["source"]).name, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"], text)
     out.print(table)
+
+
+def picture_without_words(looks_like: list[str] | None) -> str:
+    return f"(picture without words; looks like {', '.join(looks_like)})" if looks_like else "(picture without words)"
 
 
 def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mediaindex.index.filters import SearchFilters
-from mediaindex.segments import Hit, Segment
+from mediaindex.segments import CLASSES_FIELD, Hit, Segment
 
 __all__ = ["PAYLOAD_INDEXES", "SPARSE_VECTOR", "TEXT_VECTOR", "Retriever", "SearchFilters", "SparseVec",
            "VectorStore", "hit_from_payload"]
@@ -27,7 +27,7 @@ PAYLOAD_INDEXES = {"video_id": "keyword", "source": "keyword", "modality": "keyw
                    "speaker": "keyword", "start": "float", "end": "float"}
 # Payload fields a hit needs; the rest (e.g. "extra") stays in the engine.
 HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail", "speaker",
-              "confidence", "extra.words"]
+              "confidence", "extra.words", f"extra.{CLASSES_FIELD}"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ScoredHit:
     dense: dict[str, np.ndarray] = field(default_factory=dict)
     confidence: float | None = None  # the segment's own: a visual label's probability, OCR's, speech's
     spoken: list[list] = field(default_factory=list)  # speech: [start, end, word] of each word
+    classes: list[list] = field(default_factory=list)  # a picture without words: [class index, probability], ...
 
 
 def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> ScoredHit:
@@ -73,7 +74,8 @@ def scored_hit(payload: dict[str, Any] | None, score: float, vectors: Any) -> Sc
     conf = payload.get("confidence")
     return ScoredHit(hit_from_payload(payload, score), words, dense,
                      float(conf) if isinstance(conf, int | float) else None,
-                     list(extra.get("words") or []) if isinstance(extra, dict) else [])
+                     list(extra.get("words") or []) if isinstance(extra, dict) else [],
+                     list(extra.get(CLASSES_FIELD) or []) if isinstance(extra, dict) else [])
 
 
 def check_retrievers(retrievers: list[Retriever], dims: dict[str, int]) -> None:

@@ -28,6 +28,7 @@ from mediaindex.config import default_cache_dir
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import ScoredHit
+from mediaindex.models.imagenet_labels import LABELS
 from mediaindex.search import relevance
 from mediaindex.search.features import features, picture_features, pictured, shot_features, shots
 from mediaindex.search.moments import diversify, merge_moments
@@ -128,7 +129,7 @@ def judged(
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
-    out = [Judged(s.hit, rows[i], float(probabilities[i]), i, float(s.hit.score), _first_matched_word(s, q))
+    out = [Judged(_with_looks(s), rows[i], float(probabilities[i]), i, float(s.hit.score), _first_matched_word(s, q))
            for i, s in enumerate(found)]
     if not query:
         return sorted(out, key=lambda j: -j.probability)
@@ -138,6 +139,15 @@ def judged(
 
 
 _BAND_ORDER = {"high": 0, "medium": 1, "low": 2, None: 3}
+LOOKS_LIKE = 3  # how many of a picture's likeliest classes a hit names
+
+
+def _with_looks(s: ScoredHit) -> Hit:
+    """The hit, naming what a picture without words looks like (its likeliest classes, which placed it)."""
+    if s.hit.text or not s.classes:
+        return s.hit
+    names = [LABELS[int(k)] for k, _ in s.classes[:LOOKS_LIKE] if 0 <= int(k) < len(LABELS)]
+    return replace(s.hit, looks_like=names)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -356,9 +356,10 @@ function hitItem(hit) {
     hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
                   BANDS[hit.band] || hit.band) : null,
     hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null);
-  // A picture without words (ranked by the classes it looks like) says so instead of showing nothing.
+  // A picture without words says so, with the classes it looks like (which placed it), instead of showing nothing.
   const unnamed = !hit.text && hit.modality === "visual";
-  const snippet = unnamed ? el("p", { class: "snippet hint" }, "picture without words")
+  const looks = (hit.looks_like || []).length ? `; looks like ${hit.looks_like.join(", ")}` : "";
+  const snippet = unnamed ? el("p", { class: "snippet hint" }, `picture without words${looks}`)
                           : el("p", { class: "snippet", lang: hit.language || undefined },
                                highlighted(hit.text || "", hit.highlights));
   const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
