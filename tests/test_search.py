@@ -222,6 +222,21 @@ def test_a_model_file_without_a_shot_part_leaves_pictures_unjudged(tmp_path: Pat
     assert relevance.band(0.2) == "low" and relevance.band(0.1) is None
 
 
+def test_a_picture_names_what_it_looks_like_and_damaged_classes_name_nothing() -> None:
+    from mediaindex.index.store import scored_hit
+    from mediaindex.models.imagenet_labels import LABELS
+    from mediaindex.search.searcher import _with_looks
+
+    payload = {"source": "/m/a.mp4", "video_id": "a", "start": 0.0, "end": 2.0, "modality": "visual", "text": "",
+               "extra": {"classes": [[404, 0.5], [895, 0.2], [908, 0.1], [9, 0.05]]}}
+    assert _with_looks(scored_hit(payload, 0.1, None)).looks_like == [LABELS[404], LABELS[895], LABELS[908]]
+    for damaged in ([["x", 0.5], [404, 0.2]], [[5000, 0.5]], [[]], "classes", [None]):
+        looks = _with_looks(scored_hit({**payload, "extra": {"classes": damaged}}, 0.1, None)).looks_like
+        assert looks in ([], [LABELS[404]]), (damaged, looks)
+    labelled = {**payload, "text": "a photo of an airliner"}  # a labelled shot says what it is in its text
+    assert _with_looks(scored_hit(labelled, 0.1, None)).looks_like == []
+
+
 def test_an_embedder_with_no_fitted_model_is_judged_by_the_default_ones(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="mediaindex.search.relevance"):
         assert relevance.model_file("someone/else-embedder") == relevance.MODEL_FILE

@@ -3,10 +3,9 @@
 Ranking (`ranking`): the engine's hybrid candidates (dense meaning, exact words, pictures), nothing dropped.
 Deciding (`relevance`): one fitted model gives each candidate P(relevant) from a handful of features
 (`features`); that probability is the hit's score and its band. Shots, labelled or pictures without words
-placed among their likely classes, are judged among the query's shots by the model's shot part (a labelled shot keeps
-the higher of its two probabilities: its words may match the query's). The reader
-chooses how sure a hit must be
-(`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
+placed among their likely classes, are judged among the query's shots by the model's shot part (a labelled shot
+keeps the higher of its two probabilities: its words may match the query's). The reader chooses how sure a hit
+must be (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
 nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
 band by band, and within a band in the engine's fused order (over the sample media's queries, held out
 by file, this kept the fused order's top 5 and raised its rank 1).
@@ -146,8 +145,9 @@ def _with_looks(s: ScoredHit) -> Hit:
     """The hit, naming what a picture without words looks like (its likeliest classes, which placed it)."""
     if s.hit.text or not s.classes:
         return s.hit
-    names = [LABELS[int(k)] for k, _ in s.classes[:LOOKS_LIKE] if 0 <= int(k) < len(LABELS)]
-    return replace(s.hit, looks_like=names)
+    ks = [pair[0] for pair in s.classes[:LOOKS_LIKE] if isinstance(pair, list | tuple) and pair]
+    names = [LABELS[int(k)] for k in ks if isinstance(k, int | float) and 0 <= int(k) < len(LABELS)]
+    return replace(s.hit, looks_like=names)  # a damaged payload names nothing rather than failing the search
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
