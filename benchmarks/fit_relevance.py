@@ -49,7 +49,7 @@ from mediaindex.search.features import (
     shots,
 )
 from mediaindex.search.ranking import candidates, judgeable, measure_background, measure_names, prepare
-from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel, band
+from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel, band, band_order
 
 BINS = 10
 
@@ -132,7 +132,7 @@ def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: 
             by_query[i][rank] = (max(before, float(p[r])), bool(rows.y[r]))
     top5 = first = empty = labelled = off = 0
     for i, found in by_query.items():
-        kept = sorted((_BAND_ORDER[band(p)], rank, y) for rank, (p, y) in found.items() if p >= cut)
+        kept = sorted((band_order(band(p)), rank, y) for rank, (p, y) in found.items() if p >= cut)
         if queries[i].off_archive:
             off += 1
             empty += not kept
@@ -141,9 +141,6 @@ def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: 
         top5 += any(y for _, _, y in kept[:5])
         first += bool(kept and kept[0][2])
     return {"top5": top5 / max(labelled, 1), "rank1": first / max(labelled, 1), "off_empty": empty / max(off, 1)}
-
-
-_BAND_ORDER = {"high": 0, "medium": 1, "low": 2, None: 3}
 
 
 def print_curve(curve: list[dict]) -> None:

@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from mediaindex.search.relevance import band_order
 from mediaindex.segments import Hit
 
 # A neighbouring hit widens a moment only when it matches nearly as well as the moment's best hit;
 # weaker neighbours (every sentence of a file is some candidate) are absorbed without stretching it,
 # so sentence-sized hits do not grow back into paragraphs.
 STRETCH_RATIO = 0.85
-# Moments are listed band by band: a file's second "high" moment still comes before any "medium" one.
-_BAND_RANK = {"high": 0, "medium": 1, "low": 2}
 
 
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
@@ -54,5 +53,6 @@ def diversify(moments: list[Hit], decay: float, strength: Callable[[Hit], float]
     for m in sorted(moments, key=lambda h: -strength(h)):
         n = seen.get(m.video_id, 0)
         seen[m.video_id] = n + 1
-        ranked.append((_BAND_RANK.get(m.band or "", len(_BAND_RANK)), -strength(m) * decay**n, m))
+        # Band by band: a file's second "high" moment still comes before any "medium" one.
+        ranked.append((band_order(m.band), -strength(m) * decay**n, m))
     return [m for *_, m in sorted(ranked, key=lambda r: (r[0], r[1]))]

@@ -64,6 +64,11 @@ def band(probability: float) -> str | None:
     return None
 
 
+def band_order(name: str | None) -> int:
+    """Where a band is listed: high first, a hit without a band last."""
+    return ("high", "medium", "low").index(name) if name in ("high", "medium", "low") else 3
+
+
 def passes(probability: float, level: str) -> bool:
     return probability >= LEVELS[level]
 
@@ -120,8 +125,13 @@ def load_model(path: Path | None = None, embedder: str | None = None) -> Relevan
 
 
 @lru_cache(maxsize=4)
+def _file(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=4)
 def _read(path: Path) -> RelevanceModel:
-    return RelevanceModel.from_dict(json.loads(path.read_text(encoding="utf-8"))["model"])
+    return RelevanceModel.from_dict(_file(path)["model"])
 
 
 def load_shot_model(path: Path | None = None, embedder: str | None = None) -> RelevanceModel | None:
@@ -131,7 +141,7 @@ def load_shot_model(path: Path | None = None, embedder: str | None = None) -> Re
 
 @lru_cache(maxsize=4)
 def _read_shots(path: Path) -> RelevanceModel | None:
-    data = json.loads(path.read_text(encoding="utf-8")).get("shots")
+    data = _file(path).get("shots")
     return RelevanceModel.from_dict(data, SHOT_NAMES) if data is not None else None
 
 

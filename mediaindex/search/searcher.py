@@ -134,10 +134,10 @@ def judged(
         return sorted(out, key=lambda j: -j.probability)
     # Band by band (the decision), and within a band the engine's fused order (the ranking); the engine breaks
     # ties of its fused score as it likes, the probability breaks them here, so an answer is the same each time.
-    return sorted(out, key=lambda j: (_BAND_ORDER[relevance.band(j.probability)], -j.fused_score, -j.probability))
+    return sorted(out, key=lambda j: (relevance.band_order(relevance.band(j.probability)), -j.fused_score,
+                                      -j.probability))
 
 
-_BAND_ORDER = {"high": 0, "medium": 1, "low": 2, None: 3}
 LOOKS_LIKE = 3  # how many of a picture's likeliest classes a hit names
 
 
