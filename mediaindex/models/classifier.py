@@ -97,7 +97,7 @@ class ImageClassifier:
     """EfficientNet-Lite0; `predict` runs batches of frames and returns labels and features."""
 
     def __init__(self, name: str = "efficientnet-lite0", device: str = "cpu", batch_size: int = 16,
-                 threshold: float = 0.15, max_labels: int = 3) -> None:
+                 threshold: float = 0.15, max_labels: int = 3, view: str = "whole") -> None:
         import torch
 
         from mediaindex.models.efficientnet_lite import FEATURE_DIM, EfficientNetLite0
@@ -123,13 +123,13 @@ class ImageClassifier:
         self.batch_size = batch_size
         self.threshold = threshold
         self.max_labels = max_labels
+        self.view = view
 
-    def _tensor(self, images: list[np.ndarray]) -> torch.Tensor:
+    def _tensor(self, crops: list[np.ndarray]) -> torch.Tensor:
         import torch
 
-        crops = np.stack([resize_center_crop(check_image(im), INPUT_SIZE) for im in images])
         # The weights come from TensorFlow, trained on (x - 127) / 128 inputs.
-        x = torch.from_numpy(crops).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
+        x = torch.from_numpy(np.stack(crops)).permute(0, 3, 1, 2).float().sub_(127.0).div_(128.0)
         return x.to(self.device)
 
     def scores(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -138,10 +138,15 @@ class ImageClassifier:
 
         probs, feats = [np.zeros((0, len(LABELS)), np.float32)], [np.zeros((0, self.dim), np.float32)]
         for i in range(0, len(images), self.batch_size):
+            batch = [check_image(im) for im in images[i : i + self.batch_size]]
+            views = [view for im in batch for view in image_views(im, self.view)]
             with torch.inference_mode():
-                f, logits = self.model(self._tensor(images[i : i + self.batch_size]))
-                probs.append(torch.softmax(logits.float(), dim=1).cpu().numpy())
-                feats.append(torch.nn.functional.normalize(f.float(), dim=1).cpu().numpy())
+                f, logits = self.model(self._tensor(views))
+            p = torch.softmax(logits.float(), dim=1).cpu().numpy().reshape(len(batch), -1, len(LABELS))
+            probs.append(p.mean(axis=1))
+            # The first view of each image is its centre crop: its feature is the picture's.
+            f = torch.nn.functional.normalize(f.float(), dim=1).cpu().numpy().reshape(len(batch), -1, self.dim)
+            feats.append(f[:, 0])
         return np.concatenate(probs), np.concatenate(feats)
 
     def describe(self, probs: np.ndarray, feature: np.ndarray) -> Prediction:
@@ -167,6 +172,23 @@ class ImageClassifier:
     def probabilities(self, images: list[np.ndarray]) -> np.ndarray:
         """Full class probabilities (N, 1000), for tests and inspection."""
         return self.scores(images)[0]
+
+
+def image_views(image: np.ndarray, view: str) -> list[np.ndarray]:
+    """What the classifier looks at in one picture: its centre crop, and with `view` "whole" also the
+    squares at either end of its longer side, so a wide frame's edges are seen too."""
+    centre = resize_center_crop(image, INPUT_SIZE)
+    if view == "centre":
+        return [centre]
+    from PIL import Image
+
+    h, w = image.shape[:2]
+    long_side = max(INPUT_SIZE, round(max(h, w) * INPUT_SIZE / min(h, w)))
+    size = (long_side, INPUT_SIZE) if w >= h else (INPUT_SIZE, long_side)
+    arr = np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BICUBIC))
+    if w >= h:
+        return [centre, arr[:, :INPUT_SIZE], arr[:, -INPUT_SIZE:]]
+    return [centre, arr[:INPUT_SIZE], arr[-INPUT_SIZE:]]
 
 
 def _device(device: str) -> str:

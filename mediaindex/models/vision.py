@@ -39,9 +39,10 @@ def load_classifier(settings: VisionSettings) -> ImageClassifier | None:
     if not (settings.enabled and classifier):
         return None
     key = ("classifier", classifier, settings.device, settings.batch_size, settings.label_threshold,
-           settings.max_labels)
+           settings.max_labels, settings.classifier_view)
     return cached(key, lambda: ImageClassifier(classifier, settings.device, settings.batch_size,
-                                               settings.label_threshold, settings.max_labels))
+                                               settings.label_threshold, settings.max_labels,
+                                               settings.classifier_view))
 
 
 def load_text_reader(settings: VisionSettings) -> TextReader | None:
