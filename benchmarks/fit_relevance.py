@@ -49,7 +49,7 @@ from mediaindex.search.features import (
     shots,
 )
 from mediaindex.search.ranking import candidates, judgeable, measure_background, measure_names, prepare
-from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel, band, band_order
+from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
 
 BINS = 10
 
@@ -122,7 +122,7 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
 
 
 def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: list[Labelled], cut: float) -> dict:
-    """Per query, its candidates as the searcher lists them (band by band, fused order within a band; a candidate
+    """Per query, its candidates as the searcher lists them (most probable first, ties in fused order; a candidate
     in both parts takes the higher probability, as the searcher does): the right one in the top 5 and first among
     those at `cut` or above, and whether an off-archive query has none there."""
     by_query: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in range(len(queries))}
@@ -132,7 +132,7 @@ def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: 
             by_query[i][rank] = (max(before, float(p[r])), bool(rows.y[r]))
     top5 = first = empty = labelled = off = 0
     for i, found in by_query.items():
-        kept = sorted((band_order(band(p)), rank, y) for rank, (p, y) in found.items() if p >= cut)
+        kept = sorted((-p, rank, y) for rank, (p, y) in found.items() if p >= cut)
         if queries[i].off_archive:
             off += 1
             empty += not kept

@@ -167,6 +167,9 @@ def test_scores_are_probabilities_and_sorted(index: MediaIndex, embedder) -> Non
     assert all(h.band == relevance.band(h.score) and h.score >= relevance.LEVELS["low"] for h in good)
     found = judged(index, embedder, "ask not what your country can do for you", 10)
     assert [j.hit.text for j in found][:1] == [good[0].text] and found[0].features.shape == (len(NAMES),)
+    # Most probable first; candidates of equal probability keep the ranking's (fused) order.
+    order = [(-j.probability, -j.fused_score) for j in found]
+    assert order == sorted(order) and [h.score for h in good] == sorted((h.score for h in good), reverse=True)
 
 
 def test_the_reader_chooses_how_sure_a_hit_must_be(index: MediaIndex, embedder) -> None:

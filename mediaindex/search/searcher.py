@@ -7,8 +7,8 @@ placed among their likely classes, are judged among the query's shots by the mod
 keeps the higher of its two probabilities: its words may match the query's). The reader chooses how sure a hit
 must be (`min_confidence`: high, medium, low or none); a query about something the archive does not hold returns
 nothing because no candidate is likely enough, not because of a rule about that query. Hits are listed
-band by band, and within a band in the engine's fused order (over the sample media's queries, held out
-by file, this kept the fused order's top 5 and raised its rank 1).
+most probable first, the engine's fused order breaking ties (over the sample media's queries, held out by
+file, this kept the fused order's top 5 and raised its rank 1 more than listing band by band in fused order).
 
 A search by picture alone has no fitted model: its shots carry their picture similarity (cosine of the
 query's and the shot's "frame" vectors) as score, without a band, and below PICTURE_MATCH a shot is returned
@@ -102,8 +102,8 @@ def judged(
     image_vectors: dict[str, np.ndarray] | None = None, clip_query: Callable[[str], np.ndarray] | None = None,
     picture_model: relevance.RelevanceModel | None = None,
 ) -> list[Judged]:
-    """Every candidate with its features and probability, band by band and within a band in the engine's fused
-    order (a picture alone: most similar first); nothing dropped. `picture_model` judges the shots met through
+    """Every candidate with its features and probability, most probable first (ties in the engine's fused order;
+    a picture alone: most similar first); nothing dropped. `picture_model` judges the shots met through
     `clip_query` (their probability is the higher of its and the relevance model's)."""
     query = _check(query, limit, filters, mode)
     clip_text = clip_query(query) if clip_query is not None and query else None
@@ -130,12 +130,8 @@ def judged(
                                       default=0.0) for s in found])
     out = [Judged(_with_looks(s), rows[i], float(probabilities[i]), i, float(s.hit.score), _first_matched_word(s, q))
            for i, s in enumerate(found)]
-    if not query:
-        return sorted(out, key=lambda j: -j.probability)
-    # Band by band (the decision), and within a band the engine's fused order (the ranking); the engine breaks
-    # ties of its fused score as it likes, the probability breaks them here, so an answer is the same each time.
-    return sorted(out, key=lambda j: (relevance.band_order(relevance.band(j.probability)), -j.fused_score,
-                                      -j.probability))
+    # The fused score breaks ties of probability (shots the model cannot tell apart keep the ranking's order).
+    return sorted(out, key=lambda j: (-j.probability, -j.fused_score))
 
 
 LOOKS_LIKE = 3  # how many of a picture's likeliest classes a hit names
@@ -186,17 +182,7 @@ def search(
     if not moments:
         return hits[:limit]
     cfg = index.settings
-    merged = merge_moments(hits, cfg.merge_gap, cfg.max_moment)
-    if not text:
-        return diversify(merged, cfg.per_video_decay)[:limit]
-
-    def fused(m: Hit) -> float:  # the best fused score of a hit inside the moment (its probability breaks ties)
-        inside = [(j.fused_score, j.probability) for j, h in zip(kept, hits, strict=True)
-                  if h.video_id == m.video_id and h.start < m.end and h.end > m.start]
-        best = max(inside, default=(0.0, 0.0))
-        return best[0] + 1e-9 * best[1]
-
-    return diversify(merged, cfg.per_video_decay, fused)[:limit]
+    return diversify(merge_moments(hits, cfg.merge_gap, cfg.max_moment), cfg.per_video_decay)[:limit]
 
 
 def _passes(j: Judged, text: bool, level: str) -> bool:
