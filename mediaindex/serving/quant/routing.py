@@ -34,7 +34,9 @@ def sort_by_expert(top_k_index: Tensor, top_k_weights: Tensor, num_experts: int)
     expert = torch.where(valid, expert, torch.full_like(expert, num_experts))
     # Stable: within an expert, slots keep token order (the order the reference loop adds them in).
     order = torch.argsort(expert, stable=True)
-    counts = torch.bincount(expert, minlength=num_experts + 1)[:num_experts]
+    # scatter_add, not bincount: bincount on CUDA reads the largest index back to size its output (a host sync).
+    counts = torch.zeros(num_experts + 1, dtype=torch.long, device=expert.device)
+    counts = counts.scatter_add_(0, expert, torch.ones_like(expert))[:num_experts]
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.shape[0], device=order.device)
     return SortedSlots(
