@@ -235,6 +235,14 @@ def test_bad_vision_settings_are_refused(monkeypatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_VISION__LABEL_THRESHOLD", "2")
     with pytest.raises(ConfigError, match="label_threshold"):
         load_settings("cpu")
+    monkeypatch.delenv("MEDIAINDEX_VISION__LABEL_THRESHOLD")
+    monkeypatch.setenv("MEDIAINDEX_VISION__CLASSIFIER_VIEW", "sides")
+    with pytest.raises(ConfigError, match="classifier_view"):
+        load_settings("cpu")
+    from mediaindex.models.classifier import ImageClassifier
+
+    with pytest.raises(ModelLoadError, match="unknown classifier view 'sides'"):
+        ImageClassifier(view="sides")  # type: ignore[arg-type]
     with pytest.raises(ModelLoadError, match="unknown image classifier"):
         vector_dims(VisionSettings(classifier="resnet-9000"))
     with pytest.raises(ModelLoadError, match="does not exist"):

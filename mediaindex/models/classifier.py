@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -97,7 +97,7 @@ class ImageClassifier:
     """EfficientNet-Lite0; `predict` runs batches of frames and returns labels and features."""
 
     def __init__(self, name: str = "efficientnet-lite0", device: str = "cpu", batch_size: int = 16,
-                 threshold: float = 0.15, max_labels: int = 3, view: str = "whole") -> None:
+                 threshold: float = 0.15, max_labels: int = 3, view: Literal["centre", "whole"] = "whole") -> None:
         import torch
 
         from mediaindex.models.efficientnet_lite import FEATURE_DIM, EfficientNetLite0
@@ -123,6 +123,8 @@ class ImageClassifier:
         self.batch_size = batch_size
         self.threshold = threshold
         self.max_labels = max_labels
+        if view not in ("centre", "whole"):
+            raise ModelLoadError(f"unknown classifier view {view!r}: choose centre or whole")
         self.view = view
 
     def _tensor(self, crops: list[np.ndarray]) -> torch.Tensor:
@@ -174,7 +176,7 @@ class ImageClassifier:
         return self.scores(images)[0]
 
 
-def image_views(image: np.ndarray, view: str) -> list[np.ndarray]:
+def image_views(image: np.ndarray, view: Literal["centre", "whole"]) -> list[np.ndarray]:
     """What the classifier looks at in one picture: its centre crop, and with `view` "whole" also the
     squares at either end of its longer side, so a wide frame's edges are seen too."""
     centre = resize_center_crop(image, INPUT_SIZE)

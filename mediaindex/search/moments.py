@@ -6,7 +6,6 @@ sentences and no more.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from mediaindex.search.relevance import band_order
@@ -43,16 +42,15 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
     return sorted((m for ms in moments.values() for m in ms), key=lambda h: -h.score)
 
 
-def diversify(moments: list[Hit], decay: float, strength: Callable[[Hit], float] | None = None) -> list[Hit]:
-    """Best first: by band, and within a band by `strength` (default: the score), the n-th strongest moment
-    of a file counting decay**n as much, so other files get a turn near the top. Only the order is
-    discounted: each moment keeps its own score, which is its confidence and agrees with its band."""
-    strength = strength or (lambda h: h.score)
+def diversify(moments: list[Hit], decay: float) -> list[Hit]:
+    """Best first: by band, and within a band by score, the n-th best moment of a file counting decay**n as
+    much, so other files get a turn near the top. Only the order is discounted: each moment keeps its own
+    score, which is its confidence and agrees with its band."""
     seen: dict[str, int] = {}
     ranked: list[tuple[int, float, Hit]] = []
-    for m in sorted(moments, key=lambda h: -strength(h)):
+    for m in sorted(moments, key=lambda h: -h.score):
         n = seen.get(m.video_id, 0)
         seen[m.video_id] = n + 1
         # Band by band: a file's second "high" moment still comes before any "medium" one.
-        ranked.append((band_order(m.band), -strength(m) * decay**n, m))
+        ranked.append((band_order(m.band), -m.score * decay**n, m))
     return [m for *_, m in sorted(ranked, key=lambda r: (r[0], r[1]))]
