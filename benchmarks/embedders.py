@@ -125,6 +125,9 @@ class Embedded:
     def embed_passages(self, texts: list[str]) -> np.ndarray:
         return self._embedder.embed_passages(texts)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._embedder.embed_queries(texts)
+
 
 def as_hit(seg: Segment, score: float) -> Hit:
     return Hit(source=seg.source, video_id=seg.video_id, start=seg.start, end=seg.end, score=score,

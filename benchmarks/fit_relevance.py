@@ -48,7 +48,7 @@ from mediaindex.search.features import (
     shot_features,
     shots,
 )
-from mediaindex.search.ranking import candidates, judgeable, measure_background, measure_names, prepare
+from mediaindex.search.ranking import candidates, judgeable, measure_background, measure_shots, prepare
 from mediaindex.search.relevance import LEVELS, MODEL_FILES, RelevanceModel
 
 BINS = 10
@@ -85,7 +85,7 @@ def candidate_rows(index: MediaIndex, embedder, queries: list[Labelled], clip=No
             continue
         if len(found) < pool:
             measure_background(prepared, embedder, default_cache_dir())
-        measure_names(prepared, embedder, default_cache_dir())
+        measure_shots(prepared, embedder, default_cache_dir())
         add(parts[0], features(prepared, found, pool), found, [j for j, s in enumerate(found) if judgeable(s)], i, q)
         add(parts[1], shot_features(prepared, found), found, list(np.flatnonzero(shots(found))), i, q)
     width = (len(PICTURE_NAMES) if clip is not None else len(NAMES), len(SHOT_NAMES))

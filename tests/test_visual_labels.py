@@ -23,7 +23,7 @@ from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.pipeline.write import write_item
 from mediaindex.search import relevance
 from mediaindex.search.features import NAMES, SHOT_NAMES, shot_features, shots
-from mediaindex.search.ranking import candidates, measure_names, prepare
+from mediaindex.search.ranking import candidates, measure_shots, prepare
 from mediaindex.search.searcher import LOOKS_LIKE, Searcher, judged
 from mediaindex.segments import CLASSES_FIELD
 from tests.conftest import make_settings, media
@@ -115,7 +115,7 @@ def test_pictures_without_words_are_placed_by_their_classes_and_judged_among_the
         found = judged(index, embedder, query, 10)
         q = prepare(index, embedder, query, "hybrid")
         pool = candidates(index, q, None, "hybrid", max(index.settings.candidates, 50))
-        measure_names(q, embedder, settings.cache_dir)
+        measure_shots(q, embedder, settings.cache_dir)
     mine = [h for h in ranked if h.video_id == picture.video_id and h.modality == "visual" and not h.text]
     assert mine, (query, [(h.source, h.modality, h.text[:30]) for h in ranked])
     # Its probability is the shot part's, from its standing among the query's shots.

@@ -48,6 +48,10 @@ class LockedEmbedder:
         with self._lock:
             return self._embedder.embed_passages(texts)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return self._embedder.embed_queries(texts)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._embedder, name)
 

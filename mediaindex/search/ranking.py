@@ -68,6 +68,7 @@ class Query:
     language: str | None = None  # the query's language where its letters or words say it plainly
     background: np.ndarray | None = None  # its dense similarity to each passage of `background.txt`
     nameable: float | None = None  # its dense similarity to the nearest name of a class the classifier sees
+    word_vectors: np.ndarray | None = None  # its words embedded one by one (rows normalised), where shots are judged
     encoder: SparseEncoder | None = None  # tells which spoken word is which query word
 
 
@@ -127,14 +128,31 @@ def measure_background(q: Query, embedder: TextEmbedder | None, cache_dir: Path 
 _NAMES: dict[str, np.ndarray] = {}
 
 
-def measure_names(q: Query, embedder: TextEmbedder | None, cache_dir: Path | None = None) -> None:
-    """Note how nearly the query names a class the classifier sees (only needed where shots are judged)."""
-    if q.dense is None or embedder is None or q.nameable is not None:
+def measure_shots(q: Query, embedder: TextEmbedder | None, cache_dir: Path | None = None) -> None:
+    """What the shot part reads of the query beyond its vector (only needed where shots are judged): how nearly it
+    names a class the classifier sees, and its words, each embedded alone."""
+    if q.dense is None or embedder is None:
         return
-    if embedder.name not in _NAMES:
-        _NAMES[embedder.name] = class_name_vectors(embedder, cache_dir)
-    unit = q.dense / max(float(np.linalg.norm(q.dense)), 1e-12)
-    q.nameable = float((_NAMES[embedder.name] @ unit).max())
+    if q.nameable is None:
+        if embedder.name not in _NAMES:
+            _NAMES[embedder.name] = class_name_vectors(embedder, cache_dir)
+        unit = q.dense / max(float(np.linalg.norm(q.dense)), 1e-12)
+        q.nameable = float((_NAMES[embedder.name] @ unit).max())
+    if q.word_vectors is None:
+        words = query_words(q.text)
+        vectors = embedder.embed_queries(words) if words else np.zeros((0, len(q.dense)), dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        q.word_vectors = vectors / np.where(norms > 0, norms, 1.0)
+
+
+# A bound on the cost of embedding a long query word by word; descriptions people type are far shorter.
+MAX_QUERY_WORDS = 32
+_QUERY_WORD = re.compile(r"[^\W_]+")
+
+
+def query_words(text: str) -> list[str]:
+    """The query's distinct words (runs of letters and digits), in order, at most MAX_QUERY_WORDS."""
+    return list(dict.fromkeys(_QUERY_WORD.findall(text)))[:MAX_QUERY_WORDS]
 
 
 def judgeable(s: ScoredHit) -> bool:

@@ -39,7 +39,7 @@ from mediaindex.search.ranking import (
     check_query,
     judgeable,
     measure_background,
-    measure_names,
+    measure_shots,
     prepare,
 )
 from mediaindex.segments import Hit
@@ -119,7 +119,7 @@ def judged(
         probabilities[[not judgeable(s) for s in found]] = 0.0  # the text part reads candidates with words
         shot_model = relevance.load_shot_model(embedder=name)
         if shot_model is not None and (seen := shots(found)).any():
-            measure_names(q, embedder, default_cache_dir())
+            measure_shots(q, embedder, default_cache_dir())
             by_shot = shot_model.probability(shot_features(q, found))
             probabilities[seen] = np.maximum(probabilities[seen], by_shot[seen])
         if picture_model is not None and q.clip_text is not None and (met := pictured(found)).any():
