@@ -52,3 +52,32 @@ def test_without_words_or_with_one_shot_the_word_standing_is_zero(embedder) -> N
     assert shot_features(q, shots)[:, WORDS].tolist() == [0.0, 0.0]
     q.word_vectors = np.zeros((0, embedder.dim), dtype=np.float32)
     assert shot_features(q, shots)[:, WORDS].tolist() == [0.0, 0.0]
+
+
+def test_a_one_word_query_is_its_own_word(embedder) -> None:  # noqa: ANN001
+    from mediaindex.search.ranking import measure_shots
+
+    class Counting:
+        name, dim = embedder.name, embedder.dim
+
+        def __init__(self) -> None:
+            self.batches: list[list[str]] = []
+
+        def embed_query(self, text: str) -> np.ndarray:
+            return embedder.embed_query(text)
+
+        def embed_passages(self, texts: list[str]) -> np.ndarray:
+            return embedder.embed_passages(texts)
+
+        def embed_queries(self, texts: list[str]) -> np.ndarray:
+            self.batches.append(texts)
+            return embedder.embed_queries(texts)
+
+    counting = Counting()
+    one = Query("cockatoo", dense=embedder.embed_query("cockatoo"))
+    measure_shots(one, counting)
+    assert counting.batches == [] and one.word_vectors is not None and one.word_vectors.shape == (1, embedder.dim)
+    np.testing.assert_allclose(np.linalg.norm(one.word_vectors, axis=1), 1.0, rtol=1e-5)
+    two = Query("a cockatoo, a cockatoo", dense=embedder.embed_query("a cockatoo, a cockatoo"))
+    measure_shots(two, counting)
+    assert counting.batches == [["a", "cockatoo"]] and two.word_vectors is not None and two.word_vectors.shape == (2, embedder.dim)

@@ -140,7 +140,10 @@ def measure_shots(q: Query, embedder: TextEmbedder | None, cache_dir: Path | Non
         q.nameable = float((_NAMES[embedder.name] @ unit).max())
     if q.word_vectors is None:
         words = query_words(q.text)
-        vectors = embedder.embed_queries(words) if words else np.zeros((0, len(q.dense)), dtype=np.float32)
+        if words == [q.text]:  # a one-word query is its own word: its vector is at hand
+            vectors = q.dense[None, :]
+        else:
+            vectors = embedder.embed_queries(words) if words else np.zeros((0, len(q.dense)), dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         q.word_vectors = vectors / np.where(norms > 0, norms, 1.0)
 
