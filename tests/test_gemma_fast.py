@@ -149,6 +149,14 @@ def test_odd_queries_make_unit_vectors(gemma_onnx: object) -> None:
     assert gemma_onnx.embed_passages([]).shape == (0, 768)
 
 
+@pytest.mark.slow
+def test_queries_embedded_at_once_are_each_query(gemma_onnx: object) -> None:
+    """A query's words go through the graph in one padded batch; each row is that word's query vector."""
+    from tests.test_embedders import _queries_at_once_are_each_query
+
+    _queries_at_once_are_each_query(gemma_onnx)
+
+
 @pytest.fixture(scope="module")
 def tiny_gemma_folder(gemma_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sentence-transformers EmbeddingGemma folder of the real layout and tokenizer (so token ids are real) but

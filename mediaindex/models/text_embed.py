@@ -116,27 +116,22 @@ class SentenceTransformerEmbedder:
         self._e5 = not self._prompts and "e5" in Path(model).name.lower()
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        if self._prompts:
-            return self._model.encode(texts, prompt_name="document", batch_size=self.batch_size,
-                                      normalize_embeddings=True).astype(np.float32)
-        texts = [f"passage: {t}" for t in texts] if self._e5 else texts
-        return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
+        return self._encode(texts, "document", "passage: ")
 
     def embed_query(self, text: str) -> np.ndarray:
-        if self._prompts:
-            return self._model.encode([text], prompt_name="query", normalize_embeddings=True)[0].astype(np.float32)
-        text = f"query: {text}" if self._e5 else text
-        return self._model.encode([text], normalize_embeddings=True)[0].astype(np.float32)
+        return self._encode([text], "query", "query: ")[0]
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._encode(texts, "query", "query: ")
+
+    def _encode(self, texts: list[str], prompt: str, e5_prefix: str) -> np.ndarray:
+        """The model's own prompt where it carries one, e5's prefix for e5 models, else the text as it is."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self._prompts:
-            return self._model.encode(texts, prompt_name="query", batch_size=self.batch_size,
+            return self._model.encode(texts, prompt_name=prompt, batch_size=self.batch_size,
                                       normalize_embeddings=True).astype(np.float32)
-        texts = [f"query: {t}" for t in texts] if self._e5 else texts
+        texts = [e5_prefix + t for t in texts] if self._e5 else texts
         return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
 
 
