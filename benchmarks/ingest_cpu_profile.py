@@ -128,6 +128,8 @@ def profile_mediaindex(files: list[str], ledger: Ledger) -> dict[str, float]:
                 ledger.wrap(vision.classifier, "scores", "vision: classifier")
             if vision.reader is not None:
                 ledger.wrap(vision.reader, "read", "vision: OCR")
+            if vision.people is not None:
+                ledger.wrap(vision.people, "best", "vision: people")
         embed = stages[StageName.EMBED]
         ledger.wrap(embed.embedder, "embed_passages", "embed: embedder")
         for path in files:

@@ -123,9 +123,10 @@ class VisionSettings(_Section):
     ocr: bool = True
     # "efficientnet-lite0" (bundled, ImageNet-1k) for visual concepts and the "frame" vector; None = off.
     classifier: str | None = "efficientnet-lite0"
-    # Faces and people (MediaPipe's detectors, `mediaindex models fetch mediapipe-detectors`): a shot with
-    # someone in it is indexed as such ("a photo of two people"); ImageNet's classes have no person.
-    people: bool = True
+    # Faces and people (MediaPipe's detectors, `mediaindex models fetch mediapipe-detectors`): a shot's words name
+    # who is in it first ("a photo of two people, a library"); ImageNet's classes have no person. Off by default:
+    # held out by file over ../shared/media it lowered the labelled queries' numbers a little (benchmarks/README.md).
+    people: bool = False
     clip: str | None = None  # local path or hub id of a CLIP / SigLIP model for the "image" vector; None = off
     # The picture relevance model fitted for that CLIP model (benchmarks/fit_relevance.py --pictures): it judges
     # the shots text queries meet through CLIP. None: those shots are ranked, and one without words never passes.

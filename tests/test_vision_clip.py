@@ -22,7 +22,6 @@ from mediaindex.pipeline.write import write_item
 from mediaindex.search.features import PICTURE_NAMES
 from mediaindex.search.relevance import LEVELS, RelevanceModel, load_picture_model
 from mediaindex.search.searcher import PICTURE_MATCH, Searcher, judged
-from mediaindex.segments import PEOPLE_FIELD
 from tests.conftest import make_settings, media
 
 PROJECTION = 24
@@ -130,8 +129,7 @@ def test_store_and_query_round_trip(clip_settings: Settings) -> None:
     item = decode_media(str(media("video/testvideo.mp4")), clip_settings)
     pictures = [(k.time, k.image.copy()) for k in item.keyframes]
     item = embed.process(stage.process(item))
-    # Pictures carry their vectors in their classes' segments (a people segment is found by its words alone).
-    visual = [s for s in item.segments if s.modality == "visual" and PEOPLE_FIELD not in s.extra]
+    visual = [s for s in item.segments if s.modality == "visual"]
     assert visual and all(len(s.vectors[IMAGE_VECTOR]) == PROJECTION for s in visual)
     assert all(len(s.vectors[FRAME_VECTOR]) == 1280 for s in visual)
 

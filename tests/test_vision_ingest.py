@@ -21,7 +21,7 @@ from mediaindex.media.probe import probe
 from mediaindex.models.vision import FRAME_VECTOR, vector_dims
 from mediaindex.pipeline.stages.vision import VisionStage
 from mediaindex.search.searcher import PICTURE_MATCH, Searcher, search
-from mediaindex.segments import PEOPLE_FIELD
+from mediaindex.segments import CLASSES_FIELD, PEOPLE_FIELD
 from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import REPO, make_settings, media
 
@@ -164,7 +164,7 @@ def test_unusable_keyframes_are_noted_not_fatal(settings: Settings) -> None:
     good = len(item.keyframes)
     item.keyframes.insert(1, Keyframe(item.keyframes[0].end, item.keyframes[0].end, np.zeros((1, 1, 3), np.uint8), None))
     VisionStage(settings).process(item)
-    visual = [s for s in item.segments if s.modality == "visual" and PEOPLE_FIELD not in s.extra]
+    visual = [s for s in item.segments if s.modality == "visual"]
     assert 1 <= len(visual) <= good and all(FRAME_VECTOR in s.vectors for s in visual)
     assert any("1 keyframes not usable" in n and "too small" in n for n in item.notes)
 
@@ -179,7 +179,7 @@ def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Se
     stage.process(item)
     # 18 parts of the same picture: one picture, its near-identical frames classified once each.
     assert stage.frames_classified <= settings.frames.samples + 1
-    visual = [s for s in item.segments if s.modality == "visual" and PEOPLE_FIELD not in s.extra]
+    visual = [s for s in item.segments if s.modality == "visual"]
     assert len(visual) == 1 and visual[0].start == 0.0 and visual[0].end > 88
     assert all(k.image.size == 0 and not k.samples for k in item.keyframes)  # pixels dropped
 
@@ -203,21 +203,20 @@ def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> N
     assert any("PEACH OPEN MOVIE PROJECT" in s.text and s.end <= title[0].start + 1e-3 for s in ocr)
 
 
-def test_shots_with_people_in_them_are_indexed_as_such(settings: Settings) -> None:
+def test_shots_with_people_in_them_say_so_first(settings: Settings) -> None:
     from mediaindex.pipeline.stages.decode import decode_media
 
-    stage = VisionStage(settings)
-    item = stage.process(decode_media(str(media("video/chaplin.mp4")), settings))
-    people = [s for s in item.segments if PEOPLE_FIELD in s.extra]
-    # Two men on a sidewalk, in both shots of the clip: a visual segment of their own beside the classes' ones,
-    # found by words (no picture vectors: image search finds the shot by its classes' segment).
-    assert people and all(s.modality == "visual" and s.text.startswith("a photo of") for s in people), people
-    assert {round(s.start, 1) for s in people} == {0.0, 5.0}
-    assert all(s.confidence is not None and 0.7 <= s.confidence <= 1 and not s.vectors for s in people)
-    assert all("Person" in s.extra["aliases"] or "Menschen" in s.extra["aliases"] for s in people)
-    labelled = [s for s in item.segments if s.modality == "visual" and PEOPLE_FIELD not in s.extra]
-    assert labelled and all(FRAME_VECTOR in s.vectors for s in labelled)
+    assert not settings.vision.people  # off by default
+    on = settings.model_copy(update={"vision": settings.vision.model_copy(update={"people": True})})
+    item = VisionStage(on).process(decode_media(str(media("video/chaplin.mp4")), on))
+    visual = [s for s in item.segments if s.modality == "visual"]
+    # Two men on a sidewalk, in both shots of the clip: each shot's words name them first, its picture vectors stay.
+    assert [round(s.start, 1) for s in visual] == [0.0, 5.0]
+    assert all(s.text.startswith("a photo of a person") or s.text.startswith("a photo of two people") for s in visual)
+    assert all(PEOPLE_FIELD in s.extra and FRAME_VECTOR in s.vectors and CLASSES_FIELD not in s.extra for s in visual)
+    assert all(s.confidence is not None and 0.7 <= s.confidence <= 1 for s in visual)
+    assert all({"Person", "사람"} <= set(s.extra["aliases"]) or "Menschen" in s.extra["aliases"] for s in visual)
 
-    off = settings.model_copy(update={"vision": settings.vision.model_copy(update={"people": False})})
-    again = VisionStage(off).process(decode_media(str(media("video/chaplin.mp4")), off))
-    assert not [s for s in again.segments if PEOPLE_FIELD in s.extra]
+    again = VisionStage(settings).process(decode_media(str(media("video/chaplin.mp4")), settings))
+    assert [s for s in again.segments if s.modality == "visual"] and not [
+        s for s in again.segments if PEOPLE_FIELD in s.extra or "person" in s.text]

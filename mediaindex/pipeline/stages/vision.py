@@ -1,6 +1,6 @@
 """The vision stage: parts of the video (shots, pieces of long shots) become `ocr` segments (on-screen
 text) and `visual` segments (what is in the shot, as words for the text embedder and as "frame" /
-"image" vectors for image search; and, apart, who is in it: faces and people).
+"image" vectors for image search; with `vision.people`, who is in it, named first).
 
 The classifier looks at several frames of each part and averages their class probabilities; OCR,
 the thumbnail and the CLIP vector use the part's middle frame. Consecutive parts that look the same
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mediaindex.config import Settings
-from mediaindex.models.classifier import LABEL_MIN
+from mediaindex.models.classifier import DESCRIPTION_PREFIX, LABEL_MIN
 from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import (
     FRAME_VECTOR,
@@ -32,6 +32,7 @@ from mediaindex.segments import CLASSES_FIELD, PEOPLE_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.classifier import Prediction
+    from mediaindex.models.people import People
 
 
 @dataclass
@@ -128,17 +129,18 @@ class VisionStage:
         if unusable:
             item.notes.append(f"{len(unusable)} keyframes not usable for vision ({unusable[0]})")
         pictures = group_pictures(parts, self.settings.duplicate_distance, self.max_samples)
-        item.segments += (self.visual_segments(item, pictures) + self.people_segments(item, pictures)
-                          + self.ocr_segments(item, pictures))
+        item.segments += self.visual_segments(item, pictures) + self.ocr_segments(item, pictures)
         # The pixels are not needed downstream; only times and thumbnails travel on.
         item.keyframes = [k.without_pixels() for k in item.keyframes]
         return item
 
     def visual_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
-        if not pictures or (self.classifier is None and self.clip is None):
+        if not pictures or (self.classifier is None and self.clip is None and self.people is None):
             return []
         preds = self.describe(item, pictures) if self.classifier is not None else None
         clips = self.clip.embed_images([p.image for p in pictures]) if self.clip else None
+        # Who is in each picture: its frame with the most confident detection says.
+        people = [self.people.best(p.samples or [p.image]) for p in pictures] if self.people is not None else None
         out = []
         for i, pic in enumerate(pictures):
             vectors: dict[str, list[float]] = {}
@@ -158,32 +160,16 @@ class VisionStage:
                     extra["aliases"] = pred.aliases()
                 else:
                     extra[CLASSES_FIELD] = [[k, round(p, 4)] for k, p in pred.classes]
+            if people is not None and people[i].count:
+                text, confidence, extra = _with_people(people[i], text, confidence, extra)
             if clips is not None:
                 vectors[IMAGE_VECTOR] = clips[i].tolist()
+            if not text and not vectors and CLASSES_FIELD not in extra:
+                continue  # nothing to find it by
             out.append(Segment(
                 video_id=item.video_id, source=item.source, start=pic.start, end=pic.end, modality="visual",
                 text=text, language="en" if text else None, confidence=confidence, thumbnail=pic.thumbnail,
                 extra=extra, vectors=vectors,
-            ))
-        return out
-
-    def people_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
-        """A visual segment of its own for each picture with someone in it ("a photo of two people"),
-        beside its classes' one: the relevance model judges it as it judges a label, the detector's score standing
-        for the label's probability. Its frame with the most confident detection describes it."""
-        if self.people is None:
-            return []
-        out = []
-        for pic in pictures:
-            seen = self.people.best(pic.samples or [pic.image])
-            if not seen.count:
-                continue
-            score = round(seen.score, 4)
-            out.append(Segment(
-                video_id=item.video_id, source=item.source, start=pic.start, end=pic.end, modality="visual",
-                text=seen.description(), language="en", confidence=score, thumbnail=pic.thumbnail,
-                extra={"labels": [[name, score] for name in seen.names()], "aliases": seen.aliases(),
-                       PEOPLE_FIELD: {"faces": seen.faces, "persons": seen.persons}},
             ))
         return out
 
@@ -245,6 +231,21 @@ class VisionStage:
                 thumbnail=pic.thumbnail, extra={"raw": [ln.raw for ln in lines]},
             ))
         return out
+
+
+def _with_people(seen: People, text: str, confidence: float | None,
+                 extra: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
+    """A picture's words name who is in it first ("a photo of two people, a suit, a bow tie"); a picture the
+    classifier had no words for is described by its people alone. The detector's score stands for the label's
+    probability where it is the higher."""
+    score = round(seen.score, 4)
+    rest = text.removeprefix(DESCRIPTION_PREFIX) if text else ""
+    described = seen.description() + (f", {rest}" if rest else "")
+    labels = [[name, score] for name in seen.names()] + list(extra.get("labels") or [])
+    aliases = seen.aliases() + list(extra.get("aliases") or [])
+    kept = {k: v for k, v in extra.items() if k != CLASSES_FIELD}  # classes place only a picture without words
+    return described, max(confidence or 0.0, score), {
+        **kept, "labels": labels, "aliases": aliases, PEOPLE_FIELD: {"faces": seen.faces, "persons": seen.persons}}
 
 
 def _shot_of(t: float, shots: list[tuple[float, float]], picture: int) -> int:
