@@ -138,11 +138,13 @@ def test_index_stats_and_models_take_the_index(archive: tuple[Path, dict[str, st
     models = run("models", "--index", index_dir, env=other)
     assert models.returncode == 0, models.stdout + models.stderr
     rows = {line.split("│")[1].strip(): line for line in models.stdout.splitlines() if line.count("│") >= 3}
-    for role in ("speech", "text embedding", "ocr", "image classes", "text-image (CLIP)"):
+    for role in ("speech", "text embedding", "ocr", "image classes", "people", "text-image (CLIP)"):
         assert role in rows, models.stdout
     language = next(line for role, line in rows.items() if role.startswith("language"))
     assert "smollm2" in language and "ok" in language, models.stdout
-    assert "off" in rows["text-image (CLIP)"]
+    assert "off" in rows["text-image (CLIP)"] and "off (vision.people)" in rows["people"]
+    on = run("models", "--index", index_dir, env={**other, "MEDIAINDEX_VISION__PEOPLE": "true"})
+    assert on.returncode == 0 and "BlazeFace" in on.stdout, on.stdout + on.stderr
     assert numbers["files_by_earlier_version"] == 0 and "earlier version" not in stats.stdout
 
 

@@ -18,7 +18,7 @@ def _try(load: Callable[[], object]) -> str:
 def check_models(settings: Settings) -> list[tuple[str, str, str]]:
     from mediaindex.models.speech import SpeechModel
     from mediaindex.models.text_embed import load_text_embedder
-    from mediaindex.models.vision import load_classifier, load_clip, load_text_reader
+    from mediaindex.models.vision import load_classifier, load_clip, load_people, load_text_reader
 
     rows = [
         ("speech", f"{settings.speech.model} ({settings.speech.device}, {settings.speech.compute_type})",
@@ -37,6 +37,10 @@ def check_models(settings: Settings) -> list[tuple[str, str, str]]:
         rows.append(("image classes", f"{v.classifier} ({v.device})", _try(lambda: load_classifier(v))))
     else:
         rows.append(("image classes", "none", "off (vision.classifier)"))
+    if v.enabled and v.people:
+        rows.append(("people", "BlazeFace + BlazePose (MediaPipe)", _try(lambda: load_people(v, settings.cache_dir))))
+    else:
+        rows.append(("people", "none", "off (vision.people)"))
     if v.enabled and v.clip:
         rows.append(("text-image (CLIP)", f"{v.clip} ({v.device})", _try(lambda: load_clip(v))))
     else:
