@@ -140,3 +140,22 @@ def test_a_wrong_or_broken_wheel_is_refused(tmp_path: Path) -> None:
         extract_wheel_files(_spec_for(wheel), tmp_path / "cache", wheels)
     assert not (tmp_path / "cache" / MEDIAPIPE_DETECTORS.name).exists()
     assert [p.name for p in (tmp_path / "cache").iterdir()] == []  # no staging folder left behind
+
+
+def test_switched_on_without_its_files_names_the_fetch(tmp_path: Path) -> None:
+    from mediaindex.config import VisionSettings
+    from mediaindex.models.vision import load_people
+
+    assert load_people(VisionSettings(), tmp_path) is None  # off by default: nothing is looked for
+    with pytest.raises(ModelLoadError, match="models fetch mediapipe-detectors"):
+        load_people(VisionSettings(people=True), tmp_path)
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, [True]])
+def test_a_setting_that_is_not_a_yes_or_no_is_refused(value: object) -> None:
+    from pydantic import ValidationError
+
+    from mediaindex.config import VisionSettings
+
+    with pytest.raises(ValidationError, match="people"):
+        VisionSettings(people=value)

