@@ -24,6 +24,7 @@ import numpy as np
 
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import MEDIAPIPE_DETECTORS, wheel_files_dir
+from mediaindex.models.classifier import DESCRIPTION_PREFIX
 from mediaindex.models.gemma_export import file_sha256
 from mediaindex.models.images import check_image
 
@@ -74,7 +75,7 @@ class People:
         an eye towards these shots."""
         if not self.count:
             return ""
-        return "a photo of " + {1: "a person", 2: "two people"}.get(self.count, "a group of people")
+        return DESCRIPTION_PREFIX + {1: "a person", 2: "two people"}.get(self.count, "a group of people")
 
     def aliases(self) -> list[str]:
         return [word for name in self.names() for word in ALIASES[name]]
