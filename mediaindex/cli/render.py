@@ -9,13 +9,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from mediaindex.jobs import Job
 from mediaindex.segments import ANALYSIS_ADDS, MODALITIES
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 
 out = Console()
 err = Console(stderr=True)
+# Below this many columns moments are listed, not tabled.
+NARROW = 100
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -58,16 +63,37 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
         out.print("no confident match; the closest moments (not confident matches):", highlight=False)
         found = [{**h, "band": f"closest ({h['band']})" if h.get("band") else "closest"} for h in closest]
     bands = any(h.get("band") for h in found)
-    table = Table(show_lines=False)
-    for col in ("match" if bands else "score", "file", "time", "kind", "text"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for h in found:
         # A picture without words is shown as what it is, with the classes it looks like (which placed it).
-        said = h["text"][:120] or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
-        text = (f"{h['speaker']}: " if h.get("speaker") else "") + said
-        table.add_row(f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
-                      Path(h["source"]).name, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"], text)
+        said = clip_words(h["text"], 120) or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
+        rows.append((f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+                     Path(h["source"]).name, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"],
+                     (f"{h['speaker']}: " if h.get("speaker") else "") + said))
+    if out.width < NARROW:  # a table's text column would be a few words wide: one heading line per moment
+        for match, name, span, kind, text in rows:
+            out.print(f"[bold]{escape(match)}[/bold]  {escape(name)}  {span}  {kind}", highlight=False)
+            for line in textwrap.wrap(text, max(20, out.width - 4)):
+                out.print("    " + line, highlight=False, markup=False)
+        return
+    table = Table(show_lines=False)
+    # The short columns keep their one line; the text takes what is left.
+    table.add_column("match" if bands else "score", no_wrap=True)
+    table.add_column("file", overflow="fold", max_width=32)
+    table.add_column("time", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("text", overflow="fold", ratio=1)
+    for row in rows:  # as plain text: file names and speech may hold brackets ("[Music]")
+        table.add_row(*(Text(cell) for cell in row))
     out.print(table)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """The text up to `limit` characters, cut after a whole word and marked as cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def picture_without_words(looks_like: list[str] | None) -> str:
@@ -196,8 +222,8 @@ def models(rows: list[tuple[str, str, str]]) -> None:
     table = Table()
     for col in ("role", "configured", "status"):
         table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # as plain text: file names and speech may hold brackets ("[Music]")
+        table.add_row(*(Text(cell) for cell in row))
     out.print(table)
 
 

@@ -1,0 +1,63 @@
+"""How moments read in a terminal: a table where there is room, a heading line per moment where there is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mediaindex.cli import render
+
+SAID = ("and then you let it go, you swing it, thereby converting gravitational potential energy into kinetic "
+        "energy, and that was the whole idea of the demonstration")
+MOMENTS = [
+    {"source": "/media/pendulum_lecture.webm", "start": 54.5, "end": 65.1, "modality": "speech", "text": SAID,
+     "speaker": "S1", "score": 0.23, "band": "low", "thumbnail": None},
+    {"source": "/media/[bold]odd name.mp4", "start": 0.0, "end": 37.7, "modality": "visual", "text": "",
+     "looks_like": ["limousine", "golf cart"], "score": 0.91, "band": "high", "thumbnail": None},
+]
+
+
+def shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, width: int, moments: list[dict] = MOMENTS) -> str:
+    with open(tmp_path / "out.txt", "w") as sink:
+        console = Console(width=width, record=True, color_system=None, file=sink)
+        monkeypatch.setattr(render, "out", console)
+        render.hits([dict(m) for m in moments], False, tmp_path)
+    return console.export_text()
+
+
+def shown_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, width: int, said: str) -> str:
+    return shown(monkeypatch, tmp_path, width, [{**MOMENTS[0], "text": said}])
+
+
+def test_a_narrow_terminal_lists_each_moment_under_a_heading_line(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    lines = shown(monkeypatch, tmp_path, 80).splitlines()
+    assert lines[0] == "low 0.23  pendulum_lecture.webm  0:54.5–1:05.1  speech"
+    body = [ln for ln in lines[1:] if ln.startswith("    ")]
+    assert body[0].startswith("    S1: and then you let it go") and all(len(ln) <= 80 for ln in lines)
+    assert all(ln == ln.rstrip() for ln in lines)  # no padding to the terminal's width
+    said = " ".join(ln.strip() for ln in body[:-1])
+    # Cut after a whole word, and marked as cut.
+    assert said.endswith("…") and said[:-1] in "S1: " + SAID and not said.endswith(" …")
+    # A file name is printed as it is, never read as markup.
+    assert "high 0.91  [bold]odd name.mp4  0:00.0–0:37.7  visual" in lines
+    assert lines[-1] == "    (picture without words; looks like limousine, golf cart)"
+    assert "    S1: [Music] la la" in shown_with(monkeypatch, tmp_path, 80, "[Music] la la").splitlines()
+
+
+def test_a_wide_terminal_gets_a_table_with_one_line_per_short_field(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    text = shown(monkeypatch, tmp_path, 160)
+    assert "┃ match" in text and "┃ text" in text
+    row = next(ln for ln in text.splitlines() if "pendulum_lecture.webm" in ln)
+    assert "low 0.23" in row and "0:54.5–1:05.1" in row and "speech" in row and "S1: and then" in row
+    assert "[bold]odd name.mp4" in text  # never read as markup
+    assert "[Music]" in shown_with(monkeypatch, tmp_path, 160, "[Music] la la")
+
+
+def test_clip_words_cuts_after_a_whole_word() -> None:
+    assert render.clip_words("short text", 120) == "short text"
+    assert render.clip_words("one two three four", 12) == "one two…"
+    assert render.clip_words("x" * 30, 10) == "x" * 10 + "…"
