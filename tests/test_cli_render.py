@@ -61,3 +61,21 @@ def test_clip_words_cuts_after_a_whole_word() -> None:
     assert render.clip_words("short text", 120) == "short text"
     assert render.clip_words("one two three four", 12) == "one two…"
     assert render.clip_words("x" * 30, 10) == "x" * 10 + "…"
+
+
+def test_errors_and_job_tables_show_bracketed_names_as_written(monkeypatch: pytest.MonkeyPatch,
+                                                                tmp_path: Path) -> None:
+    from mediaindex.jobs import Job, JobFile
+
+    with open(tmp_path / "out.txt", "w") as sink, open(tmp_path / "err.txt", "w") as err_sink:
+        console = Console(width=160, record=True, color_system=None, file=sink)
+        errors = Console(width=160, record=True, color_system=None, file=err_sink)
+        monkeypatch.setattr(render, "out", console)
+        monkeypatch.setattr(render, "err", errors)
+        render.fail("/tmp/[bold]clip.mp4: image file not found")
+        job = Job("j1", "ingest", "done", {}, None, None, 0.0, 0.0)
+        render.job_files(job, {"failed": 1}, [JobFile("/media/[red]take 2.mp4", "failed", "no audio [dim]", 1, None, {})],
+                         False)
+    assert "error: /tmp/[bold]clip.mp4: image file not found" in errors.export_text()
+    table = console.export_text()
+    assert "/media/[red]take 2.mp4" in table and "no audio [dim]" in table

@@ -705,5 +705,5 @@ def main() -> None:
     try:
         app()
     except MediaIndexError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        fail(str(exc))  # printed, not raised: outside typer's app
         sys.exit(2)

@@ -34,7 +34,7 @@ NARROW = 100
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Say what went wrong on stderr; the exit to raise (2: a usage or input error)."""
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -83,8 +83,8 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     table.add_column("time", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("text", overflow="fold", ratio=1)
-    for row in rows:  # as plain text: file names and speech may hold brackets ("[Music]")
-        table.add_row(*(Text(cell) for cell in row))
+    for row in rows:
+        plain_row(table, *row)
     out.print(table)
 
 
@@ -94,6 +94,11 @@ def clip_words(text: str, limit: int) -> str:
         return text
     cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
     return cut.rstrip(" ,;:") + "…"
+
+
+def plain_row(table: Table, *cells: str) -> None:
+    """A row shown as written: file names, speech and key names may hold brackets rich would read as markup."""
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def picture_without_words(looks_like: list[str] | None) -> str:
@@ -142,7 +147,7 @@ def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool)
     for col in ("state", "attempts", "file", "reason"):
         table.add_column(col)
     for f in files:
-        table.add_row(f.state, str(f.attempts), f.path, f.reason)
+        plain_row(table, f.state, str(f.attempts), f.path, f.reason or "")
     out.print(table)
 
 
@@ -214,7 +219,7 @@ def keys(listed: list[Any]) -> None:
         table.add_column(col)
     for k in listed:
         created = dt.datetime.fromtimestamp(k.created, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        table.add_row(k.id, k.name, created, "revoked" if k.revoked else "active")
+        plain_row(table, k.id, k.name, created, "revoked" if k.revoked else "active")
     out.print(table)
 
 
@@ -222,8 +227,8 @@ def models(rows: list[tuple[str, str, str]]) -> None:
     table = Table()
     for col in ("role", "configured", "status"):
         table.add_column(col)
-    for row in rows:  # as plain text: file names and speech may hold brackets ("[Music]")
-        table.add_row(*(Text(cell) for cell in row))
+    for row in rows:
+        plain_row(table, *row)
     out.print(table)
 
 
