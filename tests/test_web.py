@@ -204,6 +204,9 @@ def test_the_reader_chooses_how_sure_a_match_must_be(page: Page, server: LiveSer
     closest = page.p.locator("#results .hit")
     assert 1 <= closest.count() <= 3
     assert all(closest.nth(i).locator(".band.closest").inner_text() == "closest" for i in range(closest.count()))
+    # The page says there is no confident match before it lists what comes closest.
+    assert page.p.evaluate("document.getElementById('empty').compareDocumentPosition("
+                           "document.getElementById('results')) & Node.DOCUMENT_POSITION_FOLLOWING")
     page.fits()
     page.shot("closest")
     # Asking for every ranked moment (the select in the header) lists them, with no empty state.
