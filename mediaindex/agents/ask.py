@@ -22,7 +22,15 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
-from mediaindex.agents.citations import CitationRef, check, cite, from_hit, parse_citations, strip_citations
+from mediaindex.agents.citations import (
+    CitationRef,
+    check,
+    cite,
+    from_hit,
+    parse_citations,
+    strip_citations,
+    without_video_ids,
+)
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.grounding import adds_to, first_words, grounded, numbers_from, relevant, repetitive
 from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
@@ -40,6 +48,7 @@ from mediaindex.agents.toolcall import (
 from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
 from mediaindex.errors import MediaIndexError
+from mediaindex.search.querylang import query_language
 from mediaindex.segments import Hit
 
 MAX_QUESTION_CHARS = 1000
@@ -415,23 +424,34 @@ def _final(run: _Run, content: str) -> Answer:
         raise _Retry("the answer is too short to say anything", "Answer in a whole sentence.", shown)
     if not adds_to(words, run.question):
         raise _Retry("the answer only restates the question", "Your answer only repeated the question.", shown)
-    return _finish(run, "answered", content.strip(), shown, "agent")
+    return _finish(run, "answered", without_video_ids(content.strip(), {h.video_id for h in run.seen}), shown, "agent")
 
 
 def _quoted(run: _Run, cited: list[Citation], reason: str) -> Answer:
     """The model found and cited moments related to the question but, corrected once, still could not put what
     they say in its own words: what it cited answers, in the moments' own words (an extractive answer)."""
     quotes: list[str] = []
+    asked_in = query_language(run.question)
     for c in cited:
         # The moment as the model was shown it (the cited number's moment, with its context).
         h = min(_moments(run.seen, c), key=lambda h: abs(h.start - c.start) + abs(h.end - c.end))
         words = first_words(" ".join(h.text.split()), QUOTE_WORDS)
+        # A quote in another language than the question's says which (the reader may not know it by sight).
+        other = f" in {language_name(h.language)}" if asked_in and h.language and h.language != asked_in else ""
         if words and not any(words in q for q in quotes):
-            quotes.append(f"“{words}” ({SHOWN_AS.get(h.modality, h.modality)} in {run.file_name(h.video_id)} at "
-                          f"{ts(h.start)})")
+            quotes.append(f"“{words}” ({SHOWN_AS.get(h.modality, h.modality)}{other} in {run.file_name(h.video_id)} "
+                          f"at {ts(h.start)})")
     run.log("error", f"{reason}; answering with the cited moments' own words")
     text = " … ".join(quotes) + " " + " ".join(cite(c.video_id, c.start, c.end) for c in cited)
     return _finish(run, "answered", text, cited, "agent")
+
+
+def language_name(code: str) -> str:
+    """A language's English name from Whisper's list of them ("ko" → "Korean"); the code where it has none."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    name = LANGUAGES.get(code)
+    return name.title() if name else code
 
 
 def _shown_text(run: _Run, h: Hit) -> str:

@@ -41,6 +41,14 @@ def strip_citations(text: str) -> str:
     return re.sub(r"\s+", " ", _CITE.sub("", text)).strip()
 
 
+def without_video_ids(text: str, video_ids: set[str]) -> str:
+    """The answer's prose without the internal ids it copied from the moments' labels ("said in a.mp4, video
+    66ea5dae, 70.5-73.7 s" reads "said in a.mp4, 70.5-73.7 s"); its citations keep theirs."""
+    for vid in sorted(video_ids, key=len, reverse=True):
+        text = re.sub(rf"(?:\s*,)?\s*\bvideo(?:\s+ID)?:?\s+{re.escape(vid)}\b(?!\s*@)", "", text, flags=re.IGNORECASE)
+    return text
+
+
 def from_hit(hit: Hit) -> Citation:
     return Citation(video_id=hit.video_id, start=round(hit.start, 2), end=round(hit.end, 2), modality=hit.modality,
                     text=hit.text, source=hit.source)
