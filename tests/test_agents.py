@@ -581,6 +581,7 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
     s = summarize("manifesto.mp4", archive, model, settings)
     assert s.status == "summarised" and s.windows >= 2
     assert len(model.calls[0]) == s.windows  # every map window in one batch to the engine
+    assert f"{s.windows} windows of the transcript, " in " ".join(s.notes)
     duration = archive.resolve("manifesto.mp4").duration
     # A window whose reply fails the grounding check falls back to the transcript's own words.
     assert any(ch.generated for ch in s.chapters)

@@ -258,7 +258,8 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         on_event(AgentEvent("stage", f"merging {len(chapters)} chapter summaries", tokens=tokens))
     summary, reduce_tokens = _reduce(chapters, [w.text for _, w in windows], llm, settings)
     on_event(AgentEvent("final", "summary done", tokens=tokens + reduce_tokens))
-    notes.append(f"{len(windows)} windows, {tokens + reduce_tokens} generated tokens")
+    read = f"{len(windows)} window" + ("" if len(windows) == 1 else "s")
+    notes.append(f"{read} of the transcript, {tokens + reduce_tokens} generated tokens")
     return VideoSummary(
         video_id=video.video_id, source=video.source, duration=video.duration, status="summarised",
         summary=summary, citations=[Citation(**c.citations[0].model_dump()) for c in chapters],
