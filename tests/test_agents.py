@@ -185,6 +185,12 @@ def test_citations_must_exist_and_lie_within_the_video(archive: Archive) -> None
     assert any("no such video" in r for r in reasons)
     assert any("empty or negative" in r for r in reasons)
     assert check(archive, [CitationRef(jfk, 0, 1e9)])[0] == []
+    # A moment with speech, on-screen text and a picture reads as it sounds: what was said comes first.
+    [said] = check(archive, [CitationRef(auto, 0.0, 10.0)])[0]
+    kinds = {h.modality for h in archive.segments(auto) if h.start < 10.0 and h.end > 0.0}
+    assert {"speech", "ocr"} <= kinds and said.modality == "speech"
+    first_spoken = next(h.text.strip() for h in archive.segments(auto) if h.modality == "speech" and h.start < 10.0)
+    assert said.text.startswith(first_spoken)
 
 
 def test_relevance_needs_score_or_shared_words() -> None:

@@ -77,6 +77,8 @@ def check(archive: Archive, refs: list[CitationRef]) -> tuple[list[Citation], li
         if not overlapping:
             reject(ref, "no indexed moment in this range")
             continue
+        # What was said first, then what is on screen, then what the picture shows: the moment reads as it sounds.
+        overlapping.sort(key=lambda h: (MEDIA_MODALITIES.index(h.modality), h.start))
         text = " ".join(h.text.strip() for h in overlapping if h.text.strip())
         valid.append(Citation(video_id=ref.video_id, start=ref.start, end=ref.end, modality=overlapping[0].modality,
                               text=text[:500], source=record.source))
