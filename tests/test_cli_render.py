@@ -61,6 +61,7 @@ def test_clip_words_cuts_after_a_whole_word() -> None:
     assert render.clip_words("short text", 120) == "short text"
     assert render.clip_words("one two three four", 12) == "one two…"
     assert render.clip_words("x" * 30, 10) == "x" * 10 + "…"
+    assert render.clip_words("砸自己的脚" * 4, 8) == "砸自己的脚砸自己…"
 
 
 def test_errors_and_job_tables_show_bracketed_names_as_written(monkeypatch: pytest.MonkeyPatch,

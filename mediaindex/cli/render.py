@@ -89,7 +89,8 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
 
 
 def clip_words(text: str, limit: int) -> str:
-    """The text up to `limit` characters, cut after a whole word and marked as cut."""
+    """The text up to `limit` characters, cut after a whole word and marked as cut (`textwrap.shorten` would leave
+    nothing but its placeholder of a text without spaces: Chinese, Japanese, a long URL on screen)."""
     if len(text) <= limit:
         return text
     cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
