@@ -20,7 +20,14 @@ import pytest
 from mediaindex import agents
 from mediaindex.agents import Archive, ask, summarize
 from mediaindex.agents.citations import CitationRef, check, parse_citations
-from mediaindex.agents.grounding import content_words, grounded, relevant
+from mediaindex.agents.grounding import (
+    content_words,
+    distinct,
+    finished_sentences,
+    grounded,
+    relevant,
+    said_once,
+)
 from mediaindex.agents.guides import MAX_QUERY_CHARS, first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
@@ -67,7 +74,8 @@ class ScriptedModel:
     name = "scripted"
     max_context = 2048
 
-    def __init__(self, replies: list[str | Callable[[list[Message]], str]], tokens: int = 10) -> None:
+    def __init__(self, replies: list[str | Completion | Callable[[list[Message]], str | Completion]],
+                 tokens: int = 10) -> None:
         self.replies = list(replies)
         self.tokens = tokens
         self.calls: list[list[list[Message]]] = []
@@ -81,6 +89,9 @@ class ScriptedModel:
         for conv in conversations:
             reply = self.replies.pop(0) if self.replies else "I have nothing more to say."
             text = reply(conv) if callable(reply) else reply
+            if isinstance(text, Completion):  # a reply as the engine ended it (cut at its token limit)
+                outs.append(text)
+                continue
             reason = "stop"
             if stop and any(s in text for s in stop):  # behave like the engine: cut at the stop string
                 text = text[: min(text.index(s) for s in stop if s in text)]
@@ -651,6 +662,58 @@ def test_key_word_titles_take_the_chapters_distinctive_words_in_order() -> None:
     elsewhere = "Workers of the world unite. The workers have nothing to lose but their chains, the workers say."
     assert keyword_title(text, elsewhere) == "Bourgeoisie, played, revolutionary, relations"
     assert keyword_title("", elsewhere) == "Untitled"
+
+
+def test_summaries_drop_a_sentence_cut_at_the_token_limit_and_sentences_said_twice(archive: Archive) -> None:
+    settings = FAST.model_copy(update={"summary_window_chars": 300})
+    said = "The specter of communism is haunting Europe."
+    again = "A specter of communism is haunting all of Europe."
+    cut = "Communism is already acknowledged by all European"
+
+    def reply(conv: list[Message]) -> str | Completion:
+        if "in one sentence:" in conv[-1]["content"]:  # every window: the first cut off before its sentence ends
+            return Completion("Workers of the world unite and", "length", 64) if "Workers of the world" in \
+                conv[-1]["content"] else grounded_map_reply(conv)
+        if "Chapter summaries:" in conv[-1]["content"]:
+            return Completion(f"{said} {again} {cut}", "length", 96)
+        return "Communism"
+    s = summarize("manifesto.mp4", archive, ScriptedModel([reply] * 60), settings)
+    assert len(s.chapters) >= 2
+    assert s.summary == said, s.summary  # the repeat and the unfinished sentence are left out
+    first = next(c for c in s.chapters if c.start < 10.0)
+    assert "Workers of the world unite and" not in first.summary and not first.generated
+    for chapter in s.chapters:
+        parts = [p for p in chapter.summary.split(". ") if p]
+        assert len(parts) == len(set(parts)), chapter.summary
+
+
+@pytest.mark.parametrize(("text", "cut_short", "kept"), [
+    ("One whole sentence. And then a half", True, ["One whole sentence."]),
+    ("One whole sentence. And then a half", False, ["One whole sentence.", "And then a half"]),
+    ("Said in full. Quoted in full.\u201d", True, ["Said in full.", "Quoted in full.\u201d"]),
+    ("Stopped mid", True, []),
+])
+def test_a_reply_cut_at_the_token_limit_loses_its_unfinished_sentence(text: str, cut_short: bool,
+                                                                      kept: list[str]) -> None:
+    assert finished_sentences(text, cut_short) == kept
+
+
+@pytest.mark.parametrize(("text", "once"), [
+    ("Zata begins with the need for unseen shores deep in our marrow, and the need for unseen shores deep in our "
+     "marrow.", "Zata begins with the need for unseen shores deep in our marrow."),
+    ("It began long before us, it began long before us, it began long before us.", "It began long before us."),
+    ("Workers of the world unite and workers of the world unite", "Workers of the world unite"),
+    ("He said no, no, no.", "He said no, no, no."),  # short words said again are speech, not a loop
+    ("The party of order and the party of progress.", "The party of order and the party of progress."),
+])
+def test_a_phrase_a_model_repeats_at_once_is_said_once(text: str, once: str) -> None:
+    assert said_once(text) == once
+
+
+def test_a_sentence_an_earlier_one_holds_is_said_once() -> None:
+    assert distinct(["The specter of communism haunts Europe.", "Workers of the world unite.",
+                     "Europe is haunted by the specter of communism.", "A specter haunts Europe."]) == [
+        "The specter of communism haunts Europe.", "Workers of the world unite."]
 
 
 def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> None:

@@ -138,6 +138,40 @@ def unsupported(text: str, source: str) -> list[str]:
     return [s for s in sentences(text) if not supported(s, source)]
 
 
+_ENDS = (".", "!", "?", "…")
+
+
+def finished_sentences(text: str, cut_short: bool) -> list[str]:
+    """A reply's sentences; when the model was stopped at its token limit, without the last one if it ends
+    mid-sentence ("The video begins with a long")."""
+    found = sentences(text)
+    if cut_short and found and not found[-1].rstrip("\"'”’)*").endswith(_ENDS):
+        found.pop()
+    return found
+
+
+# A phrase of four or more words said again at once, after a comma or "and": a small model's loop.
+_SAID_AGAIN = re.compile(r"\b((?:\w+\W+){3,}?\w+)(,?\s+(?:and\s+)?)\1\b", re.IGNORECASE | re.UNICODE)
+
+
+def said_once(text: str) -> str:
+    """The text with a phrase repeated at once said once ("the need for shores, and the need for shores")."""
+    while (shorter := _SAID_AGAIN.sub(r"\1", text)) != text:
+        text = shorter
+    return text
+
+
+def distinct(sentences_: list[str]) -> list[str]:
+    """The sentences that say something the earlier ones did not: one whose content words an earlier sentence
+    holds (by SUPPORT, as `supported` weighs a source) repeats it. Small models loop across a batch: "The video
+    begins with ..." three times in one summary."""
+    kept: list[str] = []
+    for sentence in sentences_:
+        if not any(overlap(sentence, k) >= SUPPORT for k in kept):
+            kept.append(sentence)
+    return kept
+
+
 def first_words(text: str, n: int) -> str:
     words = text.split()
     return " ".join(words[:n]) + (" …" if len(words) > n else "")

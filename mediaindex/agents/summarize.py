@@ -26,7 +26,14 @@ import numpy as np
 
 from mediaindex.agents.citations import from_hit
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.grounding import content_words, first_words, sentences, supported
+from mediaindex.agents.grounding import (
+    content_words,
+    distinct,
+    finished_sentences,
+    first_words,
+    said_once,
+    supported,
+)
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
@@ -156,9 +163,12 @@ def _windows(span: _Span, max_chars: int) -> list[_Span]:
 
 
 # -- map-reduce -------------------------------------------------------------------------------------------------
-def _first_sentence(text: str) -> str:
-    text = re.sub(r"\s+", " ", text).strip().strip("\"'")
+def _first_sentence(text: str, cut_short: bool = False) -> str:
+    """The reply's first sentence; "" when the model was stopped at its token limit before ending one."""
+    text = said_once(re.sub(r"\s+", " ", text).strip().strip("\"'"))
     match = re.match(r"(.+?[.!?])(\s|$)", text)
+    if match is None and cut_short:
+        return ""
     return (match.group(1) if match else text)[:400]
 
 
@@ -232,7 +242,7 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         parts = [(w, o) for (c, w), o in zip(windows, outs, strict=True) if c == ci]
         sums, generated = [], True
         for w, o in parts:
-            summary = "" if o.error else _first_sentence(o.text)
+            summary = "" if o.error else _first_sentence(o.text, o.finish_reason == "length")
             # Every name, number and most words of the sentence must be in its window: otherwise it is dropped
             # and the window's own words stand in.
             if not (summary and supported(summary, w.text)):
@@ -244,7 +254,7 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
         if ci + 1 < len(spans) and spans[ci + 1].start > span.start:
             end = min(end, spans[ci + 1].start)
         chapters.append(Chapter(
-            title="", start=round(span.start, 2), end=round(end, 2), summary=" ".join(sums),
+            title="", start=round(span.start, 2), end=round(end, 2), summary=" ".join(distinct(sums)),
             citations=_chapter_citations(video, [w for w, _ in parts]), generated=generated))
     sources = [" ".join(w.text for (c, w) in windows if c == ci) for ci in range(len(spans))]
     titles, title_tokens = _titles([(c.summary, src) for c, src in zip(chapters, sources, strict=True)], llm,
@@ -276,7 +286,8 @@ def _reduce(chapters: list[Chapter], sources: list[str], llm: ChatModel, setting
                    max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
     # The summary cites every chapter's moments: each sentence must stand on what those moments hold.
     source = " ".join(c.summary for c in chapters) + " " + " ".join(sources)
-    kept = [] if out.error else [s for s in sentences(out.text) if supported(s, source)]
+    kept = [] if out.error else distinct(
+        [said_once(s) for s in finished_sentences(out.text, out.finish_reason == "length") if supported(s, source)])
     if not kept:
         return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
     return " ".join(kept), out.tokens
