@@ -189,6 +189,27 @@ def test_classified_frames_are_bounded_and_look_alikes_counted_once(settings: Se
     assert 0 < stage.frames_classified - before <= settings.frames.samples * len(item.keyframes) + len(item.keyframes)
 
 
+def test_the_stage_tells_how_far_it_has_looked_at_a_video_while_it_runs(settings: Settings) -> None:
+    import threading
+    import time
+
+    from mediaindex.pipeline.stages.decode import decode_media
+
+    stage = VisionStage(settings)
+    item = decode_media(str(media("video/auto-editor_example.mp4")), settings)  # a timecode: many pictures
+    worker = threading.Thread(target=stage.process, args=(item,))
+    worker.start()
+    seen = []
+    while worker.is_alive():
+        if (share := stage.progress()) is not None:
+            seen.append(share)
+        time.sleep(0.002)
+    worker.join()
+    assert seen == sorted(seen) and all(0.0 <= s <= 1.0 for s in seen), seen
+    assert any(0.0 < s < 1.0 for s in seen) and stage.progress() is None, sorted(set(seen))
+    assert any(s.modality == "ocr" for s in item.segments)
+
+
 def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> None:
     from mediaindex.pipeline.stages.decode import decode_media
 

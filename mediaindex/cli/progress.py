@@ -8,11 +8,14 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mediaindex.cli.render import clip_words
 from mediaindex.pipeline.discover import NOT_MEDIA, shown
 from mediaindex.pipeline.progress import IngestStats, _dur
 from mediaindex.pipeline.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
+BAR = 20  # characters of the live display's bar
+MIN_NOW = 16  # characters below which the files in the stages are not shown (the counts always are)
 
 
 def plural(n: int, noun: str, many: str | None = None) -> str:
@@ -51,9 +54,10 @@ class IngestDisplay:
         self.interactive = console.is_terminal
         self.job_id: str | None = None
         self._last_line = 0.0
+        # The description holds file names: shown as written, never read as markup ("talk [final].mp4").
         self.progress = Progress(
-            TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.description}"), console=console, disable=not self.interactive,
+            TextColumn("[bold]ingest"), BarColumn(bar_width=BAR), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}", markup=False), console=console, disable=not self.interactive,
         )
         self.task = self.progress.add_task("", total=None)
 
@@ -100,7 +104,15 @@ class IngestDisplay:
         if self.interactive:
             speeds = " ".join(stats.speeds())
             eta = f"ETA {_dur(stats.eta)} " if stats.eta is not None else ""
-            self.progress.update(self.task, description=f"{stats.media / 3600:.2f} media h {eta}{speeds}")
+            status = f"{stats.media / 3600:.2f} media h {eta}{speeds}".rstrip()
+            # The counts, the bar and the time stay whole; the stages' speeds and then the files in the stages
+            # take the room the line has left.
+            room = self.console.width - len("ingest") - BAR - 2 * len(str(stats.total)) - 1 - len("0:00:00") - 10
+            if len(status) > room:
+                status = f"{stats.media / 3600:.2f} media h {eta}".rstrip()
+            room -= len(status) + 3
+            now = clip_words(stats.now(), room) if stats.working and room >= MIN_NOW else ""
+            self.progress.update(self.task, description=status + (f" · {now}" if now else ""))
             return
         finished = stats.finished >= stats.total
         if finished or time.monotonic() - self._last_line >= PLAIN_EVERY:

@@ -54,6 +54,10 @@ class Executor(Protocol[TaskT]):
         """The tasks among `tasks` that have finished (with a result or an error), waiting up to `timeout`
         seconds for the first."""
 
+    def progress(self, tasks: Collection[TaskT]) -> dict[TaskT, float]:
+        """How far each running task whose stage can tell (`progress()`) has got, as a share of its call; waits
+        at most a moment: a task that does not answer at once is left out."""
+
     def cancel(self, task: TaskT) -> None:
         """Forget a task (its file failed or the run stops); its worker is free again."""
 

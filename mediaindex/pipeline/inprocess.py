@@ -185,6 +185,15 @@ class InProcessExecutor:
             self.changed.wait_for(ready, timeout=timeout)
             return [t for t in tasks if t.result.done]
 
+    def progress(self, tasks: Collection[Call]) -> dict[Call, float]:
+        shares = {}
+        for task in tasks:
+            read = getattr(task.worker, "progress", None)
+            share = read() if read is not None and not task.result.done else None
+            if share is not None:
+                shares[task] = share
+        return shares
+
     def cancel(self, task: Call) -> None:
         # A thread cannot be stopped: the worker comes back when its call ends, and nothing waits for it.
         pass

@@ -1,9 +1,13 @@
-"""Running counts of an ingest job: files and media hours done, per-stage speed, an ETA."""
+"""Running counts of an ingest job: files and media hours done, per-stage speed, the files in the stages now and
+how far each stage has got with them, an ETA."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from mediaindex.pipeline.discover import shown
 
 # A stage's speed is shown once it has been busy long enough for its real-time factor to say something:
 # a stage that had almost nothing to do (the pictures of audio files, the decode of a short clip) would
@@ -41,6 +45,9 @@ class IngestStats:
     failed: int = 0
     media: float = 0.0  # media seconds indexed in this run
     started: float = field(default_factory=time.monotonic)
+    # The files in the stages now: path -> each stage working on it -> the share of its call done (None: the
+    # stage cannot tell). A long file shows its progress before it is finished.
+    working: dict[str, dict[str, float | None]] = field(default_factory=dict)
 
     @property
     def finished(self) -> int:
@@ -51,10 +58,26 @@ class IngestStats:
         return time.monotonic() - self.started
 
     @property
+    def under_way(self) -> float:
+        """The files in the stages counted by how far they are: each by the least share its stages tell."""
+        return sum(min(known) for stages in self.working.values()
+                   if (known := [share for share in stages.values() if share is not None]))
+
+    @property
     def eta(self) -> float | None:
-        if self.finished == 0 or self.finished >= self.total:
+        progress = self.finished + min(self.under_way, self.total - self.finished)
+        if progress <= 0 or self.finished >= self.total:
             return None
-        return self.elapsed / self.finished * (self.total - self.finished)
+        return self.elapsed / progress * (self.total - progress)
+
+    def now(self, most: int = 2) -> str:
+        """The files in the stages now, with how far each stage has got: "talk.mp4 speech 43% vision 80%"."""
+        parts = []
+        for path, stages in list(self.working.items())[:most]:
+            calls = " ".join(stage if share is None else f"{stage} {share:.0%}" for stage, share in stages.items())
+            parts.append(f"{shown(Path(path).name)} {calls}")
+        more = len(self.working) - most
+        return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
     def speeds(self) -> list[str]:
         """Each stage whose speed is worth showing, as "speech 6.0x" (media seconds per second of its pool)."""
@@ -65,8 +88,10 @@ class IngestStats:
         """One plain line for logs and non-terminal output."""
         eta = f", ETA {_dur(self.eta)}" if self.eta is not None else ""
         speeds = ", ".join(self.speeds())
+        now = self.now()
         return (f"job {self.job_id}: {self.finished}/{self.total} files ({self.failed} failed), "
-                f"{self.media / 3600:.2f} media h in {_dur(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else ""))
+                f"{self.media / 3600:.2f} media h in {_dur(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
+                + (f"; now {now}" if now else ""))
 
 
 def _dur(seconds: float) -> str:

@@ -193,11 +193,11 @@ class _Run:
                 for finished in scheduler.step():
                     self._close(finished.plan, self._write(executor, finished), finished.busy)
                     clock.written()
-                self._tick()
+                self._tick(scheduler, executor)
         finally:
             scheduler.stop()
         clock.report()
-        self._tick(force=True)
+        self._tick(scheduler, executor, force=True)
 
     def _scheduler(self, executor: Executor[Any], pipeline: StagePipeline, files: int, clock: _Clock) -> Scheduler:
         names = [s.name for s in pipeline.stages]
@@ -274,10 +274,18 @@ class _Run:
         self.report.outcomes.append(outcome)
         self.hooks.on_file(outcome)
 
-    def _tick(self, force: bool = False) -> None:
-        if self.stats is not None and (force or time.monotonic() - self.last_tick >= 1.0):
-            self.last_tick = time.monotonic()
-            self.hooks.on_tick(self.stats)
+    def _tick(self, scheduler: Scheduler, executor: Executor[Any], force: bool = False) -> None:
+        """About once a second: the counts, and how far the stages are with the files in them, to the hooks."""
+        if self.stats is None or not (force or time.monotonic() - self.last_tick >= 1.0):
+            return
+        calls = scheduler.in_flight()
+        shares = executor.progress([task for task, _ in calls]) if calls else {}
+        working: dict[str, dict[str, float | None]] = {}
+        for task, plan in sorted(calls, key=lambda call: list(StageName).index(call[0].stage)):
+            working.setdefault(plan.path, {})[task.stage.value] = shares.get(task)
+        self.stats.working = working
+        self.last_tick = time.monotonic()
+        self.hooks.on_tick(self.stats)
 
     def _cancelled(self) -> bool:
         return self.hooks.cancelled() or self.jobs.is_cancel_requested(self.job_id)

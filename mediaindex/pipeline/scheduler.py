@@ -85,6 +85,10 @@ class Scheduler:
         finished, self.finished = self.finished, []
         return finished
 
+    def in_flight(self) -> list[tuple[Task, Plan]]:
+        """The calls running now, each with its file's plan."""
+        return [(task, flight.plan) for task, flight in self.running.items()]
+
     def stop(self) -> list[Plan]:
         """Drop every call and queued file (the run stops); returns the plans that were in flight."""
         for task in self.running:

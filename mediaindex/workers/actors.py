@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 # Ray restarts a dead stage actor (crash, out-of-memory kill) without limit, and re-runs the call it
 # lost at most ingest.max_retries times (start_actor), so a poison file cannot loop forever. Calls sent
 # while the actor restarts wait for it instead of failing.
-@ray.remote(max_restarts=-1)
+# `progress` runs in a concurrency group of its own (a thread beside the one that processes), so that it answers
+# while a call runs; `process` keeps the default group, one call at a time.
+@ray.remote(max_restarts=-1, concurrency_groups={"progress": 1})  # type: ignore[call-overload]  # Ray's stubs lack it
 class StageActor:
     def __init__(self, spec: StageSpec, settings: Settings) -> None:
         self.name = spec.name
@@ -32,6 +34,12 @@ class StageActor:
     def process(self, *inputs: Any) -> Any:
         # Several inputs are the results of a route's branches: they merge into one item here, where they are.
         return self.stage.process(merge(inputs) if len(inputs) > 1 else inputs[0])
+
+    @ray.method(concurrency_group="progress")
+    def progress(self) -> float | None:
+        """The share of the call in hand done, where the stage can tell (`StageContract`)."""
+        read = getattr(self.stage, "progress", None)
+        return read() if read is not None else None
 
     def ready(self) -> tuple[str, float]:
         """The stage's name and the seconds its build (model loads) took in this actor."""

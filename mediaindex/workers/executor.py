@@ -15,6 +15,8 @@ from typing import Any
 from mediaindex.errors import StageError, reason_of
 from mediaindex.pipeline.stages.registry import StageName
 
+PROGRESS_WAIT = 0.2  # seconds: a busy actor's progress thread answers in milliseconds
+
 
 @dataclass(eq=False)
 class RayCall:
@@ -51,6 +53,21 @@ class RayExecutor:
         for ref in ready:
             self.idle_actors[by_ref[ref].stage].append(by_ref[ref].actor)
         return [by_ref[ref] for ref in ready]
+
+    def progress(self, tasks: Collection[RayCall]) -> dict[RayCall, float]:
+        import ray
+
+        by_ref = {t.actor.progress.remote(): t for t in tasks}
+        ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=PROGRESS_WAIT) if by_ref else ([], [])
+        shares = {}
+        for ref in ready:
+            try:
+                share = ray.get(ref)
+            except Exception:  # the actor died or restarts: its call's own result says so
+                continue
+            if share is not None:
+                shares[by_ref[ref]] = share
+        return shares
 
     def cancel(self, task: RayCall) -> None:
         import ray

@@ -3,7 +3,9 @@ its actor pool's resources and its CPU threads. The registry (`registry.py`) is 
 declarations; nothing else names a stage's settings.
 
 A stage is a plain class built as ``Class(settings)`` whose ``process(x)`` returns the next stage's input:
-decode and speech take a file path, every later one a MediaItem.
+decode and speech take a file path, every later one a MediaItem. A stage whose calls run long on a long file
+also offers ``progress()``: the share (0 to 1) of the call in hand done, or None; it is read from another thread
+while the call runs, for the ingest's progress display.
 """
 
 from __future__ import annotations

@@ -76,16 +76,35 @@ class SpeechStage:
             self.model = SpeechModel(settings.speech, settings.cache_dir)
         finally:
             self.speakers = speakers.result() if speakers is not None else None
+        self._share: float | None = None
+
+    def progress(self) -> float | None:
+        """The share of the file in hand transcribed so far (None between files): read from another thread
+        while `process` runs, for the ingest's progress display."""
+        return self._share
+
+    def _heard(self, duration: float) -> Callable[[float], None]:
+        self._share = 0.0
+
+        def heard(seconds: float) -> None:
+            self._share = min(1.0, seconds / duration) if duration > 0 else None
+        return heard
 
     def process(self, item: MediaItem | str) -> MediaItem | SpeechResult:
         """A file path gives its `SpeechResult`; a decoded item comes back with its speech segments
         (from `item.audio` when a caller decoded it already, else streamed from the file)."""
+        try:
+            return self._process(item)
+        finally:
+            self._share = None
+
+    def _process(self, item: MediaItem | str) -> MediaItem | SpeechResult:
         if isinstance(item, str):
             try:
                 info = probe(item)
             except MediaError as exc:  # the decode beside this fails the file with its own reason
                 return SpeechResult(failure=exc.reason)
-            return self.transcribe_file(item, info)
+            return self.transcribe_file(item, info, self._heard(info.duration))
         if item.audio is not None:
             track = self._track()
             transcript = self.model.transcribe_stream([item.audio], on_part=track.add if track else None,
@@ -93,7 +112,7 @@ class SpeechStage:
             result = self._result(transcript, item.source, self._turns(track))
             item.audio = None
         else:
-            result = self.transcribe_file(item.source, item.info)
+            result = self.transcribe_file(item.source, item.info, self._heard(item.info.duration))
         return result.join(item)
 
     def transcribe_file(self, path: str, info: MediaInfo,

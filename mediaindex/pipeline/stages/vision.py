@@ -99,6 +99,17 @@ class VisionStage:
         self.people = load_people(v, settings.cache_dir)
         self.frames_classified = 0  # running count, for benchmarks
         self._warm_up()
+        self._work: tuple[int, int] | None = None  # (steps done, steps) of the file in hand
+
+    def progress(self) -> float | None:
+        """The share of the file in hand looked at (frames classified and pictures read, one step each; None
+        between files): read from another thread while `process` runs, for the ingest's progress display."""
+        work = self._work
+        return min(1.0, work[0] / work[1]) if work is not None and work[1] > 0 else None
+
+    def _stepped(self, n: int = 1) -> None:
+        if self._work is not None:
+            self._work = (self._work[0] + n, self._work[1])
 
     def _warm_up(self) -> None:
         """One pass of each model over a grey picture: their first call's set-up is paid with the load."""
@@ -109,6 +120,12 @@ class VisionStage:
             self.reader.read(grey)
 
     def process(self, item: MediaItem) -> MediaItem:
+        try:
+            return self._process(item)
+        finally:
+            self._work = None
+
+    def _process(self, item: MediaItem) -> MediaItem:
         if not item.keyframes or not self.settings.enabled:
             return item
         parts: list[tuple[Keyframe, np.ndarray, list[np.ndarray]]] = []
@@ -129,6 +146,8 @@ class VisionStage:
         if unusable:
             item.notes.append(f"{len(unusable)} keyframes not usable for vision ({unusable[0]})")
         pictures = group_pictures(parts, self.settings.duplicate_distance, self.max_samples)
+        classified = sum(len(p.samples) + 1 for p in pictures) if self.classifier is not None else 0
+        self._work = (0, classified + (len(pictures) if self.reader is not None else 0))
         item.segments += self.visual_segments(item, pictures) + self.ocr_segments(item, pictures)
         # The pixels are not needed downstream; only times and thumbnails travel on.
         item.keyframes = [k.without_pixels() for k in item.keyframes]
@@ -196,7 +215,7 @@ class VisionStage:
             own.append(first[-1] + at if at is not None else len(images))
             if at is None:  # its samples were folded into look-alikes: classify it for its feature
                 images.append(pic.image)
-        probs, feats = self.classifier.scores(images)
+        probs, feats = self._scores(images)
         self.frames_classified += len(images)
         mass, weight = [], []  # per picture: weighted sum of its samples' probabilities, sum of weights
         for pic, i in zip(pictures, first, strict=True):
@@ -212,12 +231,25 @@ class VisionStage:
             out.append(self.classifier.describe(pooled, feats[own[k]]))
         return out
 
+    def _scores(self, images: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The classifier's scores, a batch of its at a time, each counted as done when it is."""
+        assert self.classifier is not None
+        step = self.classifier.batch_size
+        probs, feats = [], []
+        for i in range(0, max(len(images), 1), step):
+            p, f = self.classifier.scores(images[i : i + step])
+            probs.append(p)
+            feats.append(f)
+            self._stepped(len(p))
+        return np.concatenate(probs), np.concatenate(feats)
+
     def ocr_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
         if self.reader is None:
             return []
         out: list[Segment] = []
         for pic in pictures:
             lines = self.reader.read(pic.image)
+            self._stepped()
             if not lines:
                 continue
             text = " / ".join(ln.text for ln in lines)
