@@ -62,11 +62,27 @@ _ADDED_COLUMNS = {
     "request_key": "TEXT",
     # The process running the job ("pid:start time"): a running job whose process is gone was interrupted.
     "runner": "TEXT",
+    # How far a running ingest is (JSON: the files in its stages, each stage's share done, the ETA), written
+    # every few seconds by the run; cleared when the job leaves "running".
+    "progress": "TEXT",
 }
 _ADDED_FILE_COLUMNS = {
     # Stage calls on the file in progress (not attempts): what a run that died was doing with the file.
     "working": "INTEGER NOT NULL DEFAULT 0",
 }
+
+
+def _progress_record(text: str | None) -> dict[str, Any] | None:
+    """A running job's progress as written by its run; None when there is none or it cannot be read (a report
+    that was cut or garbled says nothing the next one will not: it is not worth an error)."""
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        return None
+    now = record.get("now") if isinstance(record, dict) else None
+    if not isinstance(now, dict) or not all(isinstance(stages, dict) for stages in now.values()):
+        return None
+    return record
 
 
 class JobStoreError(MediaIndexError):
@@ -153,6 +169,8 @@ class Job:
     updated: float
     cancel_requested: float | None = None
     runner: str | None = None
+    # A running ingest's last report: {"now": {path: {stage: share or None}}, "eta": seconds or None, ...}.
+    progress: dict[str, Any] | None = None
 
     @property
     def active(self) -> bool:
@@ -238,6 +256,7 @@ class JobStore:
         data = dict(row)
         data["params"] = json.loads(data["params"])
         data["result"] = json.loads(data["result"]) if data["result"] is not None else None
+        data["progress"] = _progress_record(data["progress"]) if data["state"] == "running" else None
         data.pop("request_key", None)
         return Job(**data)
 
@@ -324,13 +343,19 @@ class JobStore:
             self.interrupted_work(job_id)
         with self._db:
             cur = self._db.execute(
-                "UPDATE jobs SET state = ?, result = COALESCE(?, result), error = ?, updated = ?, "
+                "UPDATE jobs SET state = ?, result = COALESCE(?, result), error = ?, updated = ?, progress = NULL, "
                 "runner = CASE WHEN ? = 'running' THEN ? ELSE runner END WHERE id = ?",
                 (state, json.dumps(result) if result is not None else None, error, time.time(), state, this_runner(),
                  job_id),
             )
         if cur.rowcount == 0:
             raise JobNotFound(job_id)
+
+    def set_progress(self, job_id: str, progress: dict[str, Any]) -> None:
+        """A running job's report of how far it is (see `Job.progress`); nothing else of the job changes."""
+        with self._db:
+            self._db.execute("UPDATE jobs SET progress = ? WHERE id = ? AND state = 'running'",
+                             (json.dumps(progress), job_id))
 
     def files(self, job_id: str, states: tuple[str, ...] | None = None) -> builtins.list[JobFile]:
         self.get(job_id)

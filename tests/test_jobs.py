@@ -223,3 +223,39 @@ def test_the_api_shows_a_killed_run_as_interrupted(tmp_path: Path) -> None:
         assert job_out(state, state.jobs.get(job_id)).state == "interrupted"  # not "running" forever
     finally:
         state.close()
+
+
+def test_a_running_ingest_reports_how_far_it_is_to_jobs_and_the_api(tmp_path: Path) -> None:
+    from mediaindex.api.routes.jobs import job_out
+    from mediaindex.api.state import ApiState
+
+    store = JobStore(tmp_path / "jobs.db")
+    job = store.create("ingest", {"paths": ["m"]}, files=[("/m/a talk.mp4", {}), ("/m/b.mp4", {})])
+    report = {"now": {"/m/a talk.mp4": {"decode": None, "speech": 0.25}}, "eta": 90.0, "finished": 0, "total": 2,
+              "media_seconds": 0.0, "updated": time.time()}
+    store.set_progress(job.id, report)
+    assert store.get(job.id).progress is None  # a pending job has no run to report
+    store.set_state(job.id, "running")
+    store.set_file(job.id, "/m/a talk.mp4", "running")
+    store.set_progress(job.id, report)
+    assert store.get(job.id).progress == report
+
+    env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path), "COLUMNS": "120"}
+    shown = subprocess.run([sys.executable, "-m", "mediaindex", "jobs", job.id], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert f"job {job.id} (ingest): running, ETA 0:01:30" in shown.stdout
+    assert "decode speech 25%" in shown.stdout  # the file in the stages, in its reason column
+    state = ApiState(load_settings("cpu", index_dir=tmp_path, cache_dir=tmp_path / "cache"))
+    try:
+        out = job_out(state, state.jobs.get(job.id))
+        assert out.progress is not None and out.progress.eta == 90.0
+        assert list(out.progress.now.values()) == [{"decode": None, "speech": 0.25}]
+        with sqlite3.connect(tmp_path / "jobs.db") as db:  # a report cut short on disk: no progress, no error
+            db.execute("UPDATE jobs SET progress = ? WHERE id = ?", ('{"now": {"/m/a talk.mp4": 0.2', job.id))
+        assert job_out(state, state.jobs.get(job.id)).progress is None
+    finally:
+        state.close()
+    store.set_state(job.id, "done", result={"indexed": 2})
+    store.set_progress(job.id, report)  # a late report of a run that ended changes nothing
+    assert store.get(job.id).progress is None

@@ -167,6 +167,15 @@ class JobFileOut(BaseModel):
     video_id: str | None
 
 
+class JobProgressOut(BaseModel):
+    now: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+    eta: float | None = None
+    finished: int = 0
+    total: int = 0
+    media_seconds: float = 0.0
+    updated: float | None = None
+
+
 class JobOut(BaseModel):
     id: str
     kind: str
@@ -182,6 +191,9 @@ class JobOut(BaseModel):
     url: str
     # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files.
     cancel_requested: bool = False
+    # A running ingest: the files in its stages with each stage's share done ({path: {"speech": 0.43}}; null
+    # where a stage cannot tell), its ETA in seconds, and when this was written (every few seconds).
+    progress: JobProgressOut | None = None
 
 
 class HealthOut(BaseModel):

@@ -133,7 +133,7 @@ def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
 
 def job_dict(job: Job, counts: dict[str, int]) -> dict:
     return {"id": job.id, "kind": job.kind, "state": job.shown_state, "error": job.error, "created": job.created,
-            "updated": job.updated, "params": job.params, "counts": counts}
+            "updated": job.updated, "params": job.params, "counts": counts, "progress": job.progress}
 
 
 def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool) -> None:
@@ -141,14 +141,22 @@ def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool)
         print(json.dumps({**job_dict(job, counts), "files": [f.__dict__ for f in files]}, ensure_ascii=False,
                          indent=2))
         return
+    from mediaindex.pipeline.progress import _dur, stage_shares
+
+    progress = job.progress or {}
+    eta = progress.get("eta")
     out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "")
+              + (f", ETA {_dur(eta)}" if isinstance(eta, int | float) and not job.interrupted else "")
               + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
-                 if job.interrupted and job.kind == "ingest" else ""), highlight=False)
+                 if job.interrupted and job.kind == "ingest" else ""), highlight=False, markup=False)
+    under_way = progress.get("now") or {} if not job.interrupted else {}
     table = Table()
     for col in ("state", "attempts", "file", "reason"):
         table.add_column(col)
     for f in files:
-        plain_row(table, f.state, str(f.attempts), f.path, f.reason or "")
+        # A file in the stages now says how far each has got with it.
+        reason = stage_shares(under_way[f.path]) if f.state == "running" and f.path in under_way else f.reason
+        plain_row(table, f.state, str(f.attempts), f.path, reason or "")
     out.print(table)
 
 

@@ -70,12 +70,17 @@ class IngestStats:
             return None
         return self.elapsed / progress * (self.total - progress)
 
+    def record(self) -> dict[str, object]:
+        """What the job records keep of it while it runs (`JobStore.set_progress`), for `jobs` and the API."""
+        eta = self.eta
+        now = {path: {stage: None if share is None else round(share, 3) for stage, share in stages.items()}
+               for path, stages in self.working.items()}
+        return {"now": now, "eta": round(eta, 1) if eta is not None else None, "finished": self.finished,
+                "total": self.total, "media_seconds": round(self.media, 1), "updated": time.time()}
+
     def now(self, most: int = 2) -> str:
         """The files in the stages now, with how far each stage has got: "talk.mp4 speech 43% vision 80%"."""
-        parts = []
-        for path, stages in list(self.working.items())[:most]:
-            calls = " ".join(stage if share is None else f"{stage} {share:.0%}" for stage, share in stages.items())
-            parts.append(f"{shown(Path(path).name)} {calls}")
+        parts = [f"{shown(Path(path).name)} {stage_shares(stages)}" for path, stages in list(self.working.items())[:most]]
         more = len(self.working) - most
         return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
@@ -92,6 +97,11 @@ class IngestStats:
         return (f"job {self.job_id}: {self.finished}/{self.total} files ({self.failed} failed), "
                 f"{self.media / 3600:.2f} media h in {_dur(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
                 + (f"; now {now}" if now else ""))
+
+
+def stage_shares(stages: dict[str, float | None]) -> str:
+    """The stages working on a file with the share each has done: "decode speech 43% vision 80%"."""
+    return " ".join(stage if share is None else f"{stage} {share:.0%}" for stage, share in stages.items())
 
 
 def _dur(seconds: float) -> str:

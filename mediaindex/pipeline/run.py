@@ -52,6 +52,8 @@ __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipel
 
 log = logging.getLogger(__name__)
 
+RECORD_EVERY = 5.0  # seconds between the progress reports written to the job records (`jobs`, the API read them)
+
 
 class StagePipeline(Protocol):
     """Stages started and ready to run: a `Pipeline` of Ray actors or an `InProcessPipeline`."""
@@ -119,7 +121,7 @@ class _Run:
         for f in skipped:
             self._record(FileOutcome(f.path, Status.SKIPPED, f.reason))
         self.stats: IngestStats | None = None
-        self.last_tick = 0.0
+        self.last_tick = self.last_record = 0.0
 
     def execute(self, pipeline: StagePipeline | None, start: PipelineStarter) -> None:
         todo = self.plan()
@@ -286,6 +288,9 @@ class _Run:
         self.stats.working = working
         self.last_tick = time.monotonic()
         self.hooks.on_tick(self.stats)
+        if force or self.last_tick - self.last_record >= RECORD_EVERY:
+            self.last_record = self.last_tick
+            self.jobs.set_progress(self.job_id, self.stats.record())
 
     def _cancelled(self) -> bool:
         return self.hooks.cancelled() or self.jobs.is_cancel_requested(self.job_id)

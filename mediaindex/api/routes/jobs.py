@@ -13,10 +13,12 @@ import shutil
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
@@ -27,6 +29,7 @@ from mediaindex.api.models import (
     IngestRequest,
     JobFileOut,
     JobOut,
+    JobProgressOut,
     SummarizeRequest,
 )
 from mediaindex.api.paths import MAX_NAME_BYTES, quoted
@@ -50,7 +53,18 @@ def job_out(state: ApiState, job: Job) -> JobOut:
                   created=job.created, updated=job.updated, counts=counts,
                   files=[JobFileOut(path=state.shown(f.path), state=f.state, reason=state.public(f.reason),
                                     video_id=f.video_id) for f in files],
-                  url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None)
+                  url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None,
+                  progress=_progress(state, job.progress) if job.progress else None)
+
+
+def _progress(state: ApiState, progress: dict[str, Any]) -> JobProgressOut | None:
+    """A running ingest's report, its paths shown as everywhere in answers; None for a record not understood."""
+    try:
+        report = JobProgressOut.model_validate(progress)
+    except ValidationError:
+        return None
+    report.now = {state.shown(path): stages for path, stages in report.now.items()}
+    return report
 
 
 QUEUE_RETRY_AFTER_S = 30  # a job takes tens of seconds to minutes: a sooner retry would meet a full queue again
