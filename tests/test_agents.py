@@ -723,6 +723,8 @@ def test_invented_summaries_are_replaced_by_the_transcript(archive: Archive) -> 
     assert "dinosaur" not in text and "mars" not in text
     assert not any(c.generated for c in s.chapters) and any("not grounded" in n for n in s.notes)
     assert "example video" in text
+    # The stand-ins read as the speech does: not the timecode burned into every frame ("01:00:02:12").
+    assert not re.search(r"\d\d:\d\d:\d\d:\d\d", " ".join(c.summary for c in s.chapters)), s.chapters
     # The long silence (17-39 s) separates the last utterance from the rest.
     assert any(abs(c.start - 39.77) < 0.5 for c in s.chapters)
 

@@ -72,6 +72,13 @@ class _Span:
     def text(self) -> str:
         return " ".join(s.text.strip() for s in self.segments if s.text.strip())
 
+    @property
+    def spoken(self) -> str:
+        """What was said in the span, or its on-screen text where nothing was: a stand-in for a summary reads as
+        the speech does, not as the timecodes, captions and file names on screen around it."""
+        said = " ".join(s.text.strip() for s in self.segments if s.modality == "speech" and s.text.strip())
+        return said or self.text
+
 
 @dataclass(frozen=True)
 class VideoRef:
@@ -247,7 +254,7 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
             # and the window's own words stand in.
             if not (summary and supported(summary, w.text)):
                 generated = False
-                summary = first_words(w.text, 30)
+                summary = first_words(w.spoken, 30)
             sums.append(summary)
         # On-screen text can last the whole video: a chapter ends where the next one starts.
         end = span.end
