@@ -469,6 +469,25 @@ def test_words_not_in_the_cited_moment_twice_answer_with_the_moments_own_words(a
     validate_output(ans)
 
 
+def test_a_quote_of_a_cited_title_card_is_the_sentence_said_over_it(archive: Archive) -> None:
+    """The model cites the title card on screen for the whole video (its letters run together, "by Karl Marx &
+    Friedrich Engels") and twice writes words of its own: the moment quoted is what was said in the cited span
+    that holds most of the question's words, before what was on screen."""
+    number: list[str] = []
+
+    def cites_the_card(conv: list[Message]) -> str:  # the same number again when asked to correct itself
+        number[:] = number or [next(n for n, _, shown, name, *_ in MOMENT.findall(conv[-1]["content"])
+                                    if shown == "on screen" and name == "manifesto.mp4")]
+        return f"Bananas grow in Ecuador. [{number[0]}]"
+
+    model = ScriptedModel([search_call("Manifesto of the Communist Party"), cites_the_card, cites_the_card])
+    ans = ask("Who wrote the Manifesto of the Communist Party?", archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert ans.answer.startswith("“Manifesto of the Communist Party by Karl Marx and Frederick Engels.” (said in "
+                                 "manifesto.mp4 at 0:13."), ans.answer
+    validate_output(ans)
+
+
 def test_a_query_that_misses_the_question_shows_the_questions_own_results(archive: Archive) -> None:
     """The 0.5B model searched "search for videos in the archive, limit to 10 videos, speech" for a question the
     archive answers: what the question's own search found is the tool result it sees, and it can cite it."""

@@ -32,7 +32,15 @@ from mediaindex.agents.citations import (
     without_video_ids,
 )
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.grounding import adds_to, first_words, grounded, numbers_from, relevant, repetitive
+from mediaindex.agents.grounding import (
+    adds_to,
+    first_words,
+    grounded,
+    numbers_from,
+    overlap,
+    relevant,
+    repetitive,
+)
 from mediaindex.agents.guides import first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import ChatModel, Completion, Message
 from mediaindex.agents.render import ts
@@ -49,7 +57,7 @@ from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, A
 from mediaindex.config import LLMSettings
 from mediaindex.errors import MediaIndexError
 from mediaindex.search.querylang import query_language
-from mediaindex.segments import Hit
+from mediaindex.segments import MEDIA_MODALITIES, Hit
 
 MAX_QUESTION_CHARS = 1000
 NOT_FOUND = "NOT FOUND"
@@ -433,8 +441,13 @@ def _quoted(run: _Run, cited: list[Citation], reason: str) -> Answer:
     quotes: list[str] = []
     asked_in = query_language(run.question)
     for c in cited:
-        # The moment as the model was shown it (the cited number's moment, with its context).
-        h = min(_moments(run.seen, c), key=lambda h: abs(h.start - c.start) + abs(h.end - c.end))
+        # Of what the model was shown at the cited time, the moment that holds most of the question's words, then
+        # the one most about them (the larger share of its own words in the question), then what was said before
+        # what was on screen, then the closest to the cited span: speech and a subtitle burned over it overlap,
+        # and the subtitle's shorter line (or its file names) answers less.
+        h = min(_moments(run.seen, c), key=lambda h: (
+            -overlap(run.question, h.text), -overlap(h.text, run.question), _modality_order(h.modality),
+            abs(h.start - c.start) + abs(h.end - c.end)))
         words = first_words(" ".join(h.text.split()), QUOTE_WORDS)
         # A quote in another language than the question's says which (the reader may not know it by sight).
         other = f" in {language_name(h.language)}" if asked_in and h.language and h.language != asked_in else ""
@@ -444,6 +457,10 @@ def _quoted(run: _Run, cited: list[Citation], reason: str) -> Answer:
     run.log("error", f"{reason}; answering with the cited moments' own words")
     text = " … ".join(quotes) + " " + " ".join(cite(c.video_id, c.start, c.end) for c in cited)
     return _finish(run, "answered", text, cited, "agent")
+
+
+def _modality_order(modality: str) -> int:
+    return MEDIA_MODALITIES.index(modality) if modality in MEDIA_MODALITIES else len(MEDIA_MODALITIES)
 
 
 def language_name(code: str) -> str:
