@@ -339,13 +339,13 @@ class SpeechModel:
         return self.transcribe_stream([np.asarray(audio, dtype=np.float32)], narrowband=narrowband)
 
     def transcribe_stream(self, chunks: Iterable[np.ndarray], on_part: PartHook | None = None,
-                          narrowband: bool = False) -> Transcript:
+                          narrowband: bool = False, on_done: Callable[[float], None] | None = None) -> Transcript:
         """Transcribe audio arriving in chunks; at most about two chunks are held at a time.
 
         Each part handed to the model ends in a pause; the language is found per window of speech.
         `on_part(audio, offset, regions)` sees every part with its speech regions (e.g. for speakers).
         `narrowband` audio (`is_narrowband`) gets the VAD's `narrowband_vad_threshold` and is decoded
-        without temperature fallback.
+        without temperature fallback. `on_done(seconds)` hears how much of the audio is transcribed, part by part.
         """
         s = self.settings
         part_samples = int(s.chunk_seconds * SAMPLE_RATE)
@@ -360,8 +360,12 @@ class SpeechModel:
                 self._transcribe_part(buffer[:cut], offset, out, on_part, narrowband)
                 offset += cut / SAMPLE_RATE
                 buffer = buffer[cut:]
+                if on_done is not None:
+                    on_done(offset)
         if len(buffer):
             self._transcribe_part(buffer, offset, out, on_part, narrowband)
+        if on_done is not None:
+            on_done(out.duration)
         spoken = {seg.language for seg in out.segments}
         languages = [lang for lang in out.languages if lang in spoken]
         if languages:

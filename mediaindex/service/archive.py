@@ -325,7 +325,7 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
                    on_progress: Callable[[float], None] | None = None,
                    on_start: Callable[[float], None] | None = None) -> FreshTranscript:
     """Transcribe a file that is not indexed; nothing is written. `on_start` hears the file's duration,
-    `on_loading` that the model loads, `on_progress` the seconds of audio read so far."""
+    `on_loading` that the model loads, `on_progress` the seconds of audio transcribed so far."""
     from mediaindex.media.probe import probe
     from mediaindex.pipeline.stages.speech import SpeechStage
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ import numpy as np
 
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
-from mediaindex.media.decode import SAMPLE_RATE, AudioStream, channel_look
+from mediaindex.media.decode import AudioStream, channel_look
 from mediaindex.media.probe import MediaInfo, probe
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
@@ -117,7 +117,7 @@ class SpeechStage:
 
     def transcribe_file(self, path: str, info: MediaInfo,
                         on_progress: Callable[[float], None] | None = None) -> SpeechResult:
-        """The file's transcript; `on_progress` hears the seconds of audio read so far, chunk by chunk."""
+        """The file's transcript; `on_progress` hears the seconds of audio transcribed so far, part by part."""
         if not info.has_audio:
             return SpeechResult()
         if (info.channels or 1) >= 2:
@@ -131,9 +131,8 @@ class SpeechStage:
                              timeout=self.settings.ingest.file_timeout)
         track = self._track()
         try:
-            transcript = self.model.transcribe_stream(_reporting(stream, on_progress) if on_progress else stream,
-                                                      on_part=track.add if track else None,
-                                                      narrowband=self._narrowband(info))
+            transcript = self.model.transcribe_stream(stream, on_part=track.add if track else None,
+                                                      narrowband=self._narrowband(info), on_done=on_progress)
         except MediaError as exc:
             return SpeechResult(failure=exc.reason)
         result = self._result(transcript, path, self._turns(track))
@@ -151,10 +150,10 @@ class SpeechStage:
             stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
                                  timeout=self.settings.ingest.file_timeout, channels=2)
             chunks: Iterable[np.ndarray] = (chunk[:, channel].copy() for chunk in stream)
-            if on_progress is not None:  # both passes together read the file's length once
-                chunks = _reporting(chunks, functools.partial(_halved, on_progress, channel * info.duration))
+            # Both passes together transcribe the file's length once.
+            done = functools.partial(_halved, on_progress, channel * info.duration) if on_progress else None
             try:
-                transcript = self.model.transcribe_stream(chunks, narrowband=self._narrowband(info))
+                transcript = self.model.transcribe_stream(chunks, narrowband=self._narrowband(info), on_done=done)
             except MediaError as exc:
                 return SpeechResult(failure=exc.reason)
             result = self._result(transcript, path)
@@ -246,13 +245,6 @@ def _same_speech(a: Segment, b: Segment) -> bool:
 def _halved(on_progress: Callable[[float], None], before: float, done: float) -> None:
     on_progress((before + done) / 2)
 
-
-def _reporting(chunks: Iterable[np.ndarray], on_progress: Callable[[float], None]) -> Iterator[np.ndarray]:
-    done = 0.0
-    for chunk in chunks:
-        yield chunk
-        done += len(chunk) / SAMPLE_RATE
-        on_progress(done)
 
 STAGE = StageContract(
     StageName.SPEECH, SpeechStage, resources=lambda s: s.ray.stages.speech, on_cpu=lambda s: s.speech.device == "cpu",
