@@ -58,7 +58,13 @@ def test_the_progress_line_names_the_files_in_the_stages_and_counts_them_in_the_
     stats.started -= 60.0
     assert stats.eta is None and stats.now() == ""
     stats.working = {"/archive/talk one.mp4": {"decode": None, "speech": 0.25}}
+    stats.began = {"/archive/talk one.mp4": {"decode": stats.started, "speech": stats.started}}
     assert stats.eta == pytest.approx(60.0 / 0.25 * 1.75, rel=0.01)  # a quarter of one file in a minute
+    # Its pictures, started 50 s later, are 5 % through in 10 s: 190 s left, more than speech's 180 s.
+    stats.working["/archive/talk one.mp4"]["vision"] = 0.05
+    stats.began["/archive/talk one.mp4"]["vision"] = stats.started + 50.0
+    assert stats.under_way == pytest.approx(60.0 / 250.0, rel=0.01)
+    del stats.working["/archive/talk one.mp4"]["vision"]
     assert stats.line().endswith("; now talk one.mp4 decode speech 25%")
     stats.working = {f"/a/{n}.mp4": {"vision": 0.5} for n in ("a", "b", "c\nd")}
     assert stats.now() == "a.mp4 vision 50%; b.mp4 vision 50% (+1 more)"

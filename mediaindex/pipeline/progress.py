@@ -48,6 +48,7 @@ class IngestStats:
     # The files in the stages now: path -> each stage working on it -> the share of its call done (None: the
     # stage cannot tell). A long file shows its progress before it is finished.
     working: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    began: dict[str, dict[str, float]] = field(default_factory=dict)  # when those calls started (time.monotonic)
 
     @property
     def finished(self) -> int:
@@ -59,9 +60,18 @@ class IngestStats:
 
     @property
     def under_way(self) -> float:
-        """The files in the stages counted by how far they are: each by the least share its stages tell."""
-        return sum(min(known) for stages in self.working.values()
-                   if (known := [share for share in stages.values() if share is not None]))
+        """The files in the stages counted by how far they are in time: each stage that tells its share and
+        has run t seconds has t·(1 − share)/share left; a file's slowest stage says when it will be done (its
+        branches run side by side, and one that started later at 2 % is not behind one at 11 %)."""
+        now, count = time.monotonic(), 0.0
+        for path, stages in self.working.items():
+            started = self.began.get(path, {})
+            left = [(now - started[stage]) * (1 - share) / share for stage, share in stages.items()
+                    if share and stage in started]
+            if left:
+                spent = now - min(started.values())
+                count += spent / (spent + max(left)) if spent + max(left) > 0 else 0.0
+        return count
 
     @property
     def eta(self) -> float | None:

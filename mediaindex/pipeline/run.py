@@ -283,9 +283,11 @@ class _Run:
         calls = scheduler.in_flight()
         shares = executor.progress([task for task, _ in calls]) if calls else {}
         working: dict[str, dict[str, float | None]] = {}
+        began: dict[str, dict[str, float]] = {}
         for task, plan in sorted(calls, key=lambda call: list(StageName).index(call[0].stage)):
             working.setdefault(plan.path, {})[task.stage.value] = shares.get(task)
-        self.stats.working = working
+            began.setdefault(plan.path, {})[task.stage.value] = task.started
+        self.stats.working, self.stats.began = working, began
         self.last_tick = time.monotonic()
         self.hooks.on_tick(self.stats)
         if force or self.last_tick - self.last_record >= RECORD_EVERY:
