@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -71,20 +70,3 @@ def test_the_progress_line_names_the_files_in_the_stages_and_counts_them_in_the_
     assert stats.now(most=3).endswith("c\\nd.mp4 vision 50%")  # a name is shown on one line
     stats.working, stats.done = {}, 2
     assert stats.eta is None and "now" not in stats.line()
-
-
-def test_an_ingest_reports_the_files_in_the_stages_while_it_runs(tmp_path: Path, cache_dir: Path, embedder) -> None:
-    from mediaindex.index.index import MediaIndex
-    from mediaindex.service import IngestHooks, IngestRequest, ingest
-    from tests.conftest import make_settings
-
-    settings = make_settings(tmp_path / "index", cache_dir, speech={"model": "tiny.en", "diarize": False})
-    ticks: list[dict[str, dict[str, float | None]]] = []
-    hooks = IngestHooks(on_tick=lambda stats: ticks.append({p: dict(s) for p, s in stats.working.items()}))
-    with MediaIndex(settings, embedder.dim, embedder.name) as index:
-        report = ingest(IngestRequest(settings, [media("video/manifesto.mp4")]), index, hooks=hooks)
-    assert [o.status for o in report.outcomes] == ["indexed"]
-    path = str(media("video/manifesto.mp4"))
-    during = [t[path] for t in ticks if path in t]
-    assert during and {stage for t in during for stage in t} <= {s.value for s in StageName}
-    assert ticks[-1] == {}  # the last tick: nothing left in the stages

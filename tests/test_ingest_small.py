@@ -17,7 +17,8 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.models.vision import vector_dims
 from mediaindex.pipeline.plan import Outcome, Plan
 from mediaindex.pipeline.small import has_pictures, in_process
-from mediaindex.service import IngestRequest, ingest
+from mediaindex.pipeline.stages.registry import StageName
+from mediaindex.service import IngestHooks, IngestRequest, ingest
 from mediaindex.workers.pool import StageStartError
 from tests.conftest import REPO, make_settings, media
 
@@ -38,12 +39,20 @@ def _segments(index: MediaIndex, video_id: str) -> list[tuple[str, float, float,
 def _run(settings: Settings, embedder, caplog: pytest.LogCaptureFixture) -> tuple[dict, list[str]]:
     settings.index_dir.mkdir(parents=True, exist_ok=True)
     caplog.clear()
+    ticks: list[dict[str, dict[str, float | None]]] = []  # the files in the stages, as each tick saw them
+    hooks = IngestHooks(on_tick=lambda stats: ticks.append({p: dict(s) for p, s in stats.working.items()}))
     with caplog.at_level(logging.INFO, logger="mediaindex"), \
             MediaIndex(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision)) as index:
-        report = ingest(IngestRequest(settings, [media(f) for f in FILES]), index)
+        report = ingest(IngestRequest(settings, [media(f) for f in FILES]), index, hooks=hooks)
         assert sorted(Path(o.path).name for o in report.indexed) == sorted(Path(f).name for f in FILES), \
             report.outcomes
         found = {Path(o.path).name: _segments(index, o.video_id or "") for o in report.indexed}
+    # While it ran, the progress named files of the job and stages of the pipeline, with shares between 0 and 1;
+    # the last tick has nothing left in the stages.
+    during = [stages for tick in ticks for path, stages in tick.items() if path in {str(media(f)) for f in FILES}]
+    assert during and {stage for stages in during for stage in stages} <= {s.value for s in StageName}, ticks
+    assert all(0.0 <= share <= 1.0 for stages in during for share in stages.values() if share is not None)
+    assert ticks[-1] == {}
     return found, [r.getMessage() for r in caplog.records]
 
 
