@@ -246,6 +246,9 @@ def test_a_running_ingest_reports_how_far_it_is_to_jobs_and_the_api(tmp_path: Pa
     assert shown.returncode == 0, shown.stderr
     assert f"job {job.id} (ingest): running, ETA 0:01:30" in shown.stdout
     assert "decode speech 25%" in shown.stdout  # the file in the stages, in its reason column
+    listed = subprocess.run([sys.executable, "-m", "mediaindex", "jobs"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 0 and "running, ETA 0:01:30" in listed.stdout, listed.stdout + listed.stderr
     state = ApiState(load_settings("cpu", index_dir=tmp_path, cache_dir=tmp_path / "cache"))
     try:
         out = job_out(state, state.jobs.get(job.id))

@@ -141,12 +141,10 @@ def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool)
         print(json.dumps({**job_dict(job, counts), "files": [f.__dict__ for f in files]}, ensure_ascii=False,
                          indent=2))
         return
-    from mediaindex.pipeline.progress import _dur, stage_shares
+    from mediaindex.pipeline.progress import stage_shares
 
     progress = job.progress or {}
-    eta = progress.get("eta")
-    out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "")
-              + (f", ETA {_dur(eta)}" if isinstance(eta, int | float) and not job.interrupted else "")
+    out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "") + _eta(job)
               + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
                  if job.interrupted and job.kind == "ingest" else ""), highlight=False, markup=False)
     under_way = progress.get("now") or {} if not job.interrupted else {}
@@ -169,8 +167,17 @@ def job_list(listed: list[tuple[Job, dict[str, int]]], as_json: bool) -> None:
         table.add_column(col)
     for j, counts in listed:
         tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        table.add_row(j.id, j.kind, j.shown_state, time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)), tally)
+        table.add_row(j.id, j.kind, j.shown_state + _eta(j), time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)),
+                      tally)
     out.print(table)
+
+
+def _eta(job: Job) -> str:
+    """", ETA 0:01:30" for a running job whose run reported one, else nothing."""
+    from mediaindex.pipeline.progress import _dur
+
+    eta = (job.progress or {}).get("eta")
+    return f", ETA {_dur(eta)}" if isinstance(eta, int | float) and not job.interrupted else ""
 
 
 def job_lines(job: dict, verbose: bool = False) -> list[str]:
