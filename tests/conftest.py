@@ -204,14 +204,17 @@ def wait_until_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the interpreted Triton child as soon as a collected test reads its outcome (`tests/serving/
-    interpreted.py`): at low priority it runs while the rest of the suite waits."""
+    interpreted.py`): at low priority it runs while the rest of the suite waits. The tests that read it run last,
+    so that the session does not wait for it."""
     if os.environ.get("TRITON_INTERPRET"):  # this is that child
         return
-    if any("interpreted_triton_tests" in getattr(item, "fixturenames", ())
-           and not any(m.args and m.args[0] for m in item.iter_markers("skipif")) for item in session.items):
+    readers = [item for item in session.items if "interpreted_triton_tests" in getattr(item, "fixturenames", ())
+               and not any(m.args and m.args[0] for m in item.iter_markers("skipif"))]
+    if readers:
         from tests.serving import interpreted
 
         interpreted.start()
+        session.items[:] = [item for item in session.items if item not in readers] + readers
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO, assert_ranked, cli_environment, media
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # waits on the `mediaindex` processes it runs
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ from tests.conftest import REPO, cli_environment, media
 from tests.test_cli import run
 from tests.test_index_cli import cli_index  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # waits on the `mediaindex` processes it runs
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 
 

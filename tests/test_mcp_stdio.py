@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.conftest import MEDIA, REPO, cli_environment, make_settings, media, wait_until_ready
 from tests.test_api_support import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # waits on the `mediaindex` processes it runs
 
 JFK = "ask not what your country can do for you"
 

@@ -156,6 +156,7 @@ def test_transcript_command_refuses_bad_input(transcript_index, tmp_path: Path) 
 
 
 @slow
+@pytest.mark.beside  # waits on the CLI it runs
 def test_transcript_of_a_file_never_ingested(tmp_path: Path) -> None:
     """Transcribed on the spot and printed; the index is not touched."""
     index = tmp_path / "no-index"
