@@ -55,8 +55,8 @@ CREATE TABLE IF NOT EXISTS job_files (
 """
 # Columns added after the first release; a store made before them gains them when it is opened.
 _ADDED_COLUMNS = {
-    # When cancelling was asked for (NULL: never). A pending job is cancelled at once; a running one stops
-    # at its next file boundary, keeping the files it finished.
+    # When cancelling was asked for (NULL: never). A pending job is cancelled at once; a running ingest stops
+    # at its next file boundary, keeping the files it finished; a summary or question before its next model call.
     "cancel_requested": "REAL",
     # A digest of (kind, params) that identical requests share, so a second one joins the pending first.
     "request_key": "TEXT",
@@ -296,7 +296,8 @@ class JobStore:
         return sum(1 for r in rows if all(json.loads(r["params"]).get(k) == v for k, v in where.items()))
 
     def request_cancel(self, job_id: str) -> Job:
-        """Cancel a job: a pending one ends now, a running one is asked to stop at its next file boundary.
+        """Cancel a job: a pending one ends now, a running one is asked to stop (an ingest at its next file
+        boundary, a summary or question before its next language-model call).
 
         Asking again is harmless; a job that has already ended raises JobFinished."""
         now = time.time()

@@ -37,7 +37,7 @@ from mediaindex.agents.tools import ToolError
 from mediaindex.config import LLMSettings, Settings
 from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
-from mediaindex.jobs import JobNotFound, JobStore
+from mediaindex.jobs import JobFinished, JobNotFound, JobStore
 from mediaindex.segments import Segment
 from tests.conftest import SAMPLE_ARCHIVE, make_settings, media
 
@@ -834,6 +834,35 @@ def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings
         agents.submit_ask(agent_settings, "  ")
     store = JobStore.of(agent_settings)
     assert {"ask", "summarize"} <= {j.kind for j in store.list()}  # ingest jobs share the store
+    store.close()
+
+
+def test_a_job_cancelled_while_it_runs_stops_before_its_next_model_call(archive: Archive,
+                                                                        agent_settings: Settings) -> None:
+    """Cancelled from another process while the model works on its first call (the tool loop's first step, the
+    summary's chapter notes), each job ends "cancelled" without a second call; a finished job cannot be."""
+    store = JobStore.of(agent_settings)
+
+    def cancelling(job_id: str, reply: str) -> Callable[[list[Message]], str]:
+        def answer(conversation: list[Message]) -> str:
+            other = JobStore.of(agent_settings)  # as `mediaindex jobs cancel` or the API does, on its own handle
+            assert other.request_cancel(job_id).state == "running"
+            other.close()
+            return reply
+        return answer
+
+    asked = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")
+    model = ScriptedModel([cancelling(asked, search_call("country")), cite_first_result])
+    job = agents.run_ask_job(agent_settings, asked, llm=model, archive=archive)
+    assert (job.state, len(model.calls)) == ("cancelled", 1), job
+    assert job.error == "stopped before its next language-model call" and job.result is None
+
+    summary = agents.submit_summarize(agent_settings, "jfk.flac", recompute=True)
+    model = ScriptedModel([cancelling(summary, "The speaker asks what citizens can do for their country.")])
+    job = agents.run_summarize_job(agent_settings, summary, llm=model, archive=archive)
+    assert (job.state, len(model.calls)) == ("cancelled", 1), job
+    with pytest.raises(JobFinished):
+        store.request_cancel(summary)
     store.close()
 
 

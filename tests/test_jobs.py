@@ -209,6 +209,27 @@ def test_cli_names_a_garbled_jobs_database_and_the_fix(tmp_path: Path) -> None:
     assert "jobs.db cannot be read" in said and "move it aside" in said
 
 
+def test_cli_cancels_a_running_summary_and_says_when_it_stops(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.db")
+    running = store.create("summarize", {"video": "v1"})
+    assert store.claim(running.id)
+    env = {**os.environ, "MEDIAINDEX_INDEX_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "mediaindex", "jobs", "cancel", running.id], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.split()) == f"job {running.id} (summarize) will stop before its next language-model call"
+    assert store.is_cancel_requested(running.id) and store.get(running.id).state == "running"
+    # A question's record shows what was asked and, once answered, the answer.
+    asked = store.create("ask", {"question": "Who spoke first?", "video": None})
+    store.set_state(asked.id, "done", result={"output": {}, "markdown": "**Answer**\n\nKennedy spoke first."})
+    store.close()
+    shown = subprocess.run([sys.executable, "-m", "mediaindex", "jobs", asked.id], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[:2] == [f"job {asked.id} (ask): done", "question: Who spoke first?"]
+    assert "Kennedy spoke first." in shown.stdout and "video" not in shown.stdout and "┃" not in shown.stdout
+
+
 def test_the_api_shows_a_killed_run_as_interrupted(tmp_path: Path) -> None:
     from mediaindex.api.routes.jobs import job_out
     from mediaindex.api.state import ApiState

@@ -20,7 +20,15 @@ from typing import Any
 
 from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError, ask
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
-from mediaindex.agents.llm import ChatModel, DisaggregatedChat, RemoteLLM, StartRay, start_llm
+from mediaindex.agents.llm import (
+    ChatModel,
+    Completion,
+    DisaggregatedChat,
+    Message,
+    RemoteLLM,
+    StartRay,
+    start_llm,
+)
 from mediaindex.agents.render import answer_markdown, summary_markdown
 from mediaindex.agents.schema import validate_output
 from mediaindex.agents.stored import stored_summary
@@ -96,6 +104,26 @@ def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, *
     return _run(settings, job_id, ASK, work, archive, lambda: llm or get_llm(settings, start_ray))
 
 
+class _Cancelled(Exception):
+    pass
+
+
+class _StopsWhenCancelled:
+    """The job's language model, asking the job store before each call whether the job was cancelled: a summary
+    is three calls (notes on each chapter, their titles, the whole) and an answer one per tool step, so a cancelled job
+    stops at its next call, not when it would have ended."""
+
+    def __init__(self, model: ChatModel, cancelled: Callable[[], bool]) -> None:
+        self._model, self._cancelled = model, cancelled
+        self.name, self.max_context = model.name, model.max_context
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
+        if self._cancelled():
+            raise _Cancelled
+        return self._model.chat(conversations, max_tokens, stop, temperature, guide)
+
+
 def _run(settings: Settings, job_id: str, kind: str, work: Work, archive: Archive,
          model: Callable[[], ChatModel]) -> Job:
     store = JobStore.of(settings)
@@ -104,9 +132,12 @@ def _run(settings: Settings, job_id: str, kind: str, work: Work, archive: Archiv
         if job.kind != kind:
             raise AgentInputError(f"job {job_id} is a {job.kind!r} job, not {kind!r}")
         store.set_state(job_id, "running")
+        stoppable = lambda: _StopsWhenCancelled(model(), lambda: store.is_cancel_requested(job_id))  # noqa: E731
         try:
             # The model starts only when the job needs it (a stored summary does not).
-            output, markdown = work(job.params, archive, model)
+            output, markdown = work(job.params, archive, stoppable)
+        except _Cancelled:
+            store.set_state(job_id, "cancelled", error="stopped before its next language-model call")
         except MediaIndexError as exc:
             store.set_state(job_id, "failed", error=str(exc))
         except Exception as exc:  # the job record must say why it failed, whatever the cause

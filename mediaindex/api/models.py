@@ -189,7 +189,8 @@ class JobOut(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     files: list[JobFileOut] = Field(default_factory=list)
     url: str
-    # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files.
+    # Someone asked it to stop: a running ingest stops at its next file boundary, keeping finished files; a
+    # summary or question before its next language-model call.
     cancel_requested: bool = False
     # A running ingest: the files in its stages with each stage's share done ({path: {"speech": 0.43}}; null
     # where a stage cannot tell), its ETA in seconds, and when this was written (every few seconds).

@@ -3,7 +3,7 @@
 Jobs that a stopped server left pending or running are picked up again when it starts; an ingest
 job then goes on with the files that were not finished. A job cancelled while it waited is never
 started; a running ingest asked to stop ends at its next file boundary, as "cancelled", with the
-files it finished kept. After each job, uploads that were not indexed are swept (see uploads.py).
+files it finished kept (a summary or question, before its next language-model call). After each job, uploads that were not indexed are swept (see uploads.py).
 """
 
 from __future__ import annotations

@@ -225,7 +225,8 @@ def jobs(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
 ) -> None:
     """List jobs and their state, or one job's files with their state and reason; `jobs cancel ID` cancels one:
-    a waiting job at once, a running ingest at its next file boundary (the files it finished are kept)."""
+    a waiting job at once, a running ingest at its next file boundary (the files it finished are kept), a
+    running summary or question before its next language-model call."""
     settings = _settings(config, index)
     if job_id == "cancel" or cancel_id is not None:
         if job_id != "cancel" or not cancel_id:
@@ -254,15 +255,12 @@ def jobs(
 
 
 def _cancel_job(settings: Settings, job_id: str) -> None:
-    """The request is recorded in jobs.db, where the process running the job (this CLI's ingest in
-    another terminal, or `serve`) sees it at its next file boundary."""
+    """The request is recorded in jobs.db, where the process running the job (this CLI's ingest, summary or
+    question in another terminal, or `serve`) sees it at its next file boundary or language-model call."""
     if not jobs_db_path(settings).exists():
         raise fail(f"no job with id {job_id!r} (no jobs at {settings.index_dir})")
     store = JobStore.of(settings)
     try:
-        job = store.get(job_id)
-        if job.state == "running" and job.kind != "ingest":
-            raise fail(f"job {job_id} is a running {job.kind} job, done in one step: it cannot be stopped midway")
         job = store.request_cancel(job_id)
         counts = store.counts(job_id)
     except (JobNotFound, JobFinished) as exc:
@@ -271,6 +269,8 @@ def _cancel_job(settings: Settings, job_id: str) -> None:
         store.close()
     if job.state == "cancelled":
         out.print(f"job {job_id} cancelled before it started", highlight=False)
+    elif job.kind != "ingest":
+        out.print(f"job {job_id} ({job.kind}) will stop before its next language-model call", highlight=False)
     else:
         out.print(f"job {job_id} will stop after the file it is working on; {counts.get('done', 0)} finished "
                   "file(s) are kept", highlight=False)

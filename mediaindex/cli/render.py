@@ -147,6 +147,16 @@ def job_files(job: Job, counts: dict[str, int], files: list[Any], as_json: bool)
     out.print(f"job {job.id} ({job.kind}): {job.shown_state}" + (f" ({job.error})" if job.error else "") + _eta(job)
               + (f"; the process running it is gone: continue with `mediaindex ingest --resume {job.id}`"
                  if job.interrupted and job.kind == "ingest" else ""), highlight=False, markup=False)
+    if job.kind != "ingest":  # a summary or question: what it was asked, and its answer once done
+        for key, value in job.params.items():
+            if value not in (None, "", False):
+                out.print(f"{key}: {value}", highlight=False, markup=False)
+        markdown = job.result.get("markdown") if isinstance(job.result, dict) else None
+        if isinstance(markdown, str) and markdown:
+            from mediaindex.cli.agent_display import show_markdown
+
+            show_markdown(out, markdown)
+        return
     under_way = progress.get("now") or {} if not job.interrupted else {}
     table = Table()
     for col in ("state", "attempts", "file", "reason"):

@@ -252,19 +252,18 @@ def get_job(request: Request, job_id: str = PathParam(min_length=1, max_length=6
 
 
 @router.delete("/jobs/{job_id}", response_model=JobOut, status_code=200,
-               responses={202: {"model": JobOut, "description": "A running ingest will stop at its next file"},
+               responses={202: {"model": JobOut, "description": "A running job will stop: an ingest at its next "
+                                                                "file, a summary or question before its next "
+                                                                "language-model call"},
                           404: {"model": ErrorOut}, 409: {"model": ErrorOut}})
 def cancel_job(request: Request,
                job_id: str = PathParam(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$")) -> JSONResponse:
-    """Cancel a job: a waiting one ends now (200); a running ingest stops at its next file boundary,
-    keeping the files it finished (202). A job that has ended, or a running summary (one step), is 409."""
+    """Cancel a job: a waiting one ends now (200); a running one is asked to stop (202): an ingest at its next
+    file boundary, keeping the files it finished; a summary or question before its next language-model call.
+    A job that has ended is 409."""
     state = get_state(request)
     try:
         with state.jobs_lock:
-            job = state.jobs.get(job_id)
-            if job.state == "running" and job.kind != "ingest":
-                raise ApiError(409, f"job {job_id} is a running {job.kind} job, done in one step: it cannot be "
-                                    "stopped midway")
             job = state.jobs.request_cancel(job_id)
     except JobNotFound as exc:
         raise ApiError(404, str(exc)) from exc
