@@ -224,9 +224,13 @@ def jobs(
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000, help="Number of jobs listed.")] = 50,
 ) -> None:
-    """List jobs and their state, or one job's files with their state and reason; `jobs cancel ID` cancels one:
-    a waiting job at once, a running ingest at its next file boundary (the files it finished are kept), a
-    running summary or question before its next language-model call."""
+    """List jobs and their state, show one job (ID), or cancel one (cancel ID).
+
+    One job: an ingest's files with their state and reason; a summary's or question's request and answer.
+
+    Cancelling ends a waiting job at once and a running ingest at its next file boundary (keeping its files).
+
+    A running summary or question stops before its next language-model call."""
     settings = _settings(config, index)
     if job_id == "cancel" or cancel_id is not None:
         if job_id != "cancel" or not cancel_id:
@@ -353,8 +357,9 @@ def transcript(
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
-    """Print a file's transcript: from the index when it is indexed, else transcribed now (the index is not
-    written unless --save)."""
+    """Print a file's transcript: from the index, or transcribed now.
+
+    A file that is not indexed is transcribed on the spot; the index is not written unless --save."""
     from mediaindex.models.speakers import check_speakers
     from mediaindex.service.archive import index_exists
 
@@ -604,8 +609,9 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
 ) -> None:
-    """Serve the HTTP API, the web page, the OpenAI-compatible chat endpoint (/v1) and the MCP tools for AI
-    agents (/mcp)."""
+    """Serve the HTTP API, the web page, an OpenAI-compatible endpoint and MCP tools.
+
+    The chat endpoint is at /v1, the MCP tools for AI agents at /mcp."""
     import uvicorn
 
     from mediaindex.api import create_app
@@ -636,8 +642,11 @@ def mcp_server(
         "--allow-ingest", help="Let the client start ingest jobs for files under the media roots (default: "
         "api.mcp_allow_ingest; read-only otherwise).")] = False,
 ) -> None:
-    """Serve the archive to an AI assistant or IDE over MCP (Model Context Protocol) on stdin/stdout: search,
-    transcripts, questions answered with cited moments. `serve` offers the same tools at /mcp over HTTP."""
+    """Serve the archive to an AI assistant or IDE over MCP on stdin/stdout.
+
+    The Model Context Protocol tools: search, transcripts, questions answered with cited moments.
+
+    `serve` offers the same tools at /mcp over HTTP."""
     from mediaindex.api.mcp_host import stdio_host
     from mediaindex.mcp import run_stdio
     from mediaindex.service.remote import connect
