@@ -863,6 +863,14 @@ def test_a_job_cancelled_while_it_runs_stops_before_its_next_model_call(archive:
     assert (job.state, len(model.calls)) == ("cancelled", 1), job
     with pytest.raises(JobFinished):
         store.request_cancel(summary)
+
+    def ctrl_c(conversation: list[Message]) -> str:
+        raise KeyboardInterrupt
+
+    stopped = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")  # Ctrl-C in the command running it
+    with pytest.raises(KeyboardInterrupt):
+        agents.run_ask_job(agent_settings, stopped, llm=ScriptedModel([ctrl_c]), archive=archive)
+    assert (store.get(stopped).state, store.get(stopped).error) == ("cancelled", "stopped by Ctrl-C")
     store.close()
 
 

@@ -11,9 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import MEDIA, REPO, cli_environment, hold_index, media, wait_until_ready
@@ -80,6 +82,31 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
     stats = cli("index", "stats", env=env)
     assert stats.returncode == 2 and f"held by `mediaindex serve` (pid {proc.pid}" in said(stats)
     assert "ingest still running" not in said(stats) and "Traceback" not in stats.stderr
+
+
+def test_ctrl_c_on_a_question_through_the_server_cancels_the_servers_job(served, env: dict[str, str]) -> None:
+    """Ctrl-C in `mediaindex ask` while the server runs its job: the command says so and exits 130; the
+    server's job ends cancelled before its next language-model call instead of answering for no one."""
+    url, _ = served
+    asking = subprocess.Popen([sys.executable, "-m", "mediaindex", "ask", "What does Kennedy ask of Americans?"],
+                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def asked() -> dict | None:
+        return next(iter(httpx.get(f"{url}/jobs", params={"kind": "ask", "limit": 1}, timeout=10).json()), None)
+
+    deadline = time.monotonic() + 120
+    while (job := asked()) is None or job["state"] == "pending":
+        assert asking.poll() is None and time.monotonic() < deadline, asking.communicate()
+        time.sleep(0.2)
+    assert job["state"] == "running", job
+    asking.send_signal(signal.SIGINT)
+    out, err = asking.communicate(timeout=60)
+    assert asking.returncode == 130, out + err
+    assert " ".join(err.split()).endswith("stopped: the question job is cancelled") and "Traceback" not in err
+    while (job := asked())["state"] == "running":
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    assert (job["state"], job["error"]) == ("cancelled", "stopped before its next language-model call"), job
 
 
 def test_a_killed_server_frees_the_index_and_a_held_index_leaves_no_failed_job(served, env: dict[str, str]) -> None:

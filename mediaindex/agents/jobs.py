@@ -138,6 +138,9 @@ def _run(settings: Settings, job_id: str, kind: str, work: Work, archive: Archiv
             output, markdown = work(job.params, archive, stoppable)
         except _Cancelled:
             store.set_state(job_id, "cancelled", error="stopped before its next language-model call")
+        except KeyboardInterrupt:  # Ctrl-C in the command running it: it ends cancelled, not as a dead run's job
+            store.set_state(job_id, "cancelled", error="stopped by Ctrl-C")
+            raise
         except MediaIndexError as exc:
             store.set_state(job_id, "failed", error=str(exc))
         except Exception as exc:  # the job record must say why it failed, whatever the cause

@@ -155,8 +155,13 @@ def ingest(
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
     try:
         if (remote := _remote(settings)) is not None:
-            _ingest_through(remote, paths, manifest, include, exclude, summaries, reindex, verbose,
-                            local_only=bool(resume or address))
+            try:
+                _ingest_through(remote, paths, manifest, include, exclude, summaries, reindex, verbose,
+                                local_only=bool(resume or address))
+            except KeyboardInterrupt:
+                err.print("stopped: the server's job stops after the files it is working on; the files it "
+                          "finished are kept", highlight=False, soft_wrap=True)
+                raise typer.Exit(130) from None
         began = time.monotonic()
         try:
             archive = _open(settings, write=True, wait=wait, must_exist=False)
@@ -491,6 +496,10 @@ def _run_agent_job(config: str | None, index: Path | None, kind: str, call, as_j
         # The index is opened first: a command that cannot open it leaves no failed job behind.
         with _archive(settings, announce=False) as archive, AgentDisplay(err, kind) as display:
             job = call(archive, display)  # a live status line on a terminal, nothing in a pipe
+    except KeyboardInterrupt:
+        err.print(f"stopped: the {'summary' if kind == 'summarize' else 'question'} job is cancelled",
+                  highlight=False)
+        raise typer.Exit(130) from None
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
     if job.state != "done":

@@ -9,6 +9,7 @@ comes from $MEDIAINDEX_API_KEY.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -135,7 +136,7 @@ class RemoteArchive:
             "reindex": reindex})
         if on_job:
             on_job(job["id"])
-        return self.server.wait(job["id"])
+        return self._wait(job["id"])
 
     def summarize(self, video: str, recompute: bool = False, on_event: Any = None) -> JobOutcome:
         body = {"video_id": self.video_id(video), "recompute": bool(recompute)}
@@ -156,8 +157,19 @@ class RemoteArchive:
                 return v["video_id"]
         raise RemoteError(f"no video {video!r} in the index (neither a video id nor an ingested path)")
 
+    def _wait(self, job_id: str, poll: float = 0.5) -> dict[str, Any]:
+        """The server's job once it has ended. Ctrl-C while waiting asks the server to stop it too (an ingest at
+        its next file, a summary or question before its next model call), then goes on as Ctrl-C."""
+        try:
+            return self.server.wait(job_id, poll=poll)
+        except KeyboardInterrupt:
+            # A job that ended meanwhile, or a server gone: nothing is left to stop.
+            with contextlib.suppress(MediaIndexError):
+                self.server.request("DELETE", f"/jobs/{job_id}")
+            raise
+
     def _follow(self, job: dict[str, Any]) -> JobOutcome:
-        job = self.server.wait(job["id"], poll=1.0)
+        job = self._wait(job["id"], poll=1.0)
         result = job.get("result") or {}
         return JobOutcome(job["id"], job.get("kind") or "", job["state"], job.get("error"), result.get("output"),
                           result.get("markdown"))
