@@ -266,6 +266,40 @@ def test_an_audio_file_gets_an_audio_player_and_its_transcript(page: Page, serve
     page.shot("audio")
 
 
+def test_a_question_is_answered_with_moments_that_play_or_stopped(page: Page, server: LiveServer,
+                                                                  sample: Sample) -> None:  # noqa: F811
+    """The words in the box asked as a question: the server's agent (the bundled language model) answers with
+    moments that play where they were said. At the desktop size the question is stopped while it runs (before
+    the model's next call), at the phone size it is answered."""
+    page.p.goto(server.url + "/")
+    page.p.locator("#library .file").first.wait_for()
+    page.p.fill("#q", "What does Kennedy ask his fellow Americans to do?")
+    page.p.click("#ask-button")
+    page.p.locator("#ask-stop").wait_for()
+    assert page.p.locator("#ask-question").inner_text() == "What does Kennedy ask his fellow Americans to do?"
+    assert "#/ask?q=" in page.p.url
+    status = "document.getElementById('ask-status').textContent"
+    if page.size == "desktop":
+        page.p.click("#ask-stop")
+        page.p.wait_for_function(f"() => {status}.startsWith('Stopped')", timeout=180_000)
+        jobs = page.p.evaluate("fetch('/jobs?kind=ask&limit=1').then(r => r.json())")
+        assert (jobs[0]["state"], jobs[0]["error"]) == ("cancelled", "stopped before its next language-model call")
+        assert page.p.locator("#ask-answer").inner_text() == "" and page.p.locator("#ask-stop").is_hidden()
+    else:
+        cited = page.p.locator("#ask-moments .cited")
+        cited.first.wait_for(timeout=180_000)
+        assert page.p.evaluate(status).startswith("Answered from "), page.p.evaluate(status)
+        assert "country" in page.p.locator("#ask-answer").inner_text()
+        assert page.p.locator("#ask-answer a.time").count() >= 1  # the citation marker became a link
+        link = cited.first.locator("a.time")
+        assert link.inner_text().startswith("jfk.flac ")
+        state = click_and_seek(page, link)
+        assert state["tag"] == "AUDIO" and 0 <= state["t"] <= 11.0, state
+        page.taps("#ask-moments a")
+    page.fits()
+    page.shot("ask")
+
+
 def test_transcript_view_and_video_at_its_own_size(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     video = sample.video_id("auto-editor_example.mp4")
     page.p.goto(f"{server.url}/#/video/{video}")

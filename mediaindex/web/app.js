@@ -29,6 +29,25 @@ async function api(path) {
   return body;
 }
 
+// A request that changes something (POST, DELETE): JSON in and out, the same errors as `api`.
+async function send(method, path, body) {
+  let res;
+  try {
+    res = await fetch(path, { method, credentials: "same-origin", headers: { "content-type": "application/json" },
+                              body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (e) {
+    throw new Offline("The server does not answer. Is `mediaindex serve` still running, and is this device online?");
+  }
+  if (res.status === 401) {
+    $("key-button").hidden = false;
+    await askForKey();
+    return send(method, path, body);
+  }
+  const answer = await res.json().catch(() => ({ message: res.statusText }));
+  if (!res.ok) throw new Error(answer.message || `HTTP ${res.status}`);
+  return answer;
+}
+
 function askForKey() {
   // The key lives in a same-site cookie so that <video> and <img> requests carry it too.
   return new Promise((resolve) => {
@@ -113,7 +132,7 @@ function failed(e, what, retry) {
 }
 
 function show(view) {
-  for (const id of ["library-view", "search-view", "video-view"]) $(id).hidden = id !== view;
+  for (const id of ["library-view", "search-view", "ask-view", "video-view"]) $(id).hidden = id !== view;
 }
 
 // ---- the player: <video> for files with pictures, <audio> for sound only -----------------------
@@ -376,6 +395,113 @@ function hitItem(hit) {
   return item;
 }
 
+// ---- a question, answered by the server's agent with cited moments ------------------------------
+const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
+const ASK_POLL_MS = 1000;
+
+function titleOf(videoId) {
+  return (videos.find((v) => v.video_id === videoId) || { title: videoId }).title;
+}
+
+function hasVideoOf(videoId) {
+  return (videos.find((v) => v.video_id === videoId) || { has_video: true }).has_video;
+}
+
+// A moment the answer cites, as a link that plays it.
+function momentLink(c) {
+  const label = `${titleOf(c.video_id)} at ${clock(c.start)}`;
+  const link = el("a", { class: "time", href: `#/video/${encodeURIComponent(c.video_id)}?t=${c.start}`,
+                         title: "Play this moment" }, `${titleOf(c.video_id)} ${clock(c.start)}–${clock(c.end)}`);
+  link.addEventListener("click", (e) => {
+    e.preventDefault();
+    play(`/media/${encodeURIComponent(c.video_id)}`, c.start, label, hasVideoOf(c.video_id));
+  });
+  return link;
+}
+
+// The answer's text with each citation marker ([video_id@start-end]) as a link to its moment.
+function answerText(text, citations) {
+  const frag = document.createDocumentFragment();
+  const marker = /\[([0-9A-Za-z_-]+)@(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)\]/g;
+  let at = 0;
+  for (const m of text.matchAll(marker)) {
+    frag.append(text.slice(at, m.index));
+    const cited = citations.find((c) => c.video_id === m[1] && Math.abs(c.start - Number(m[2])) < 0.05) ||
+      { video_id: m[1], start: Number(m[2]), end: Number(m[3]) };
+    frag.append(momentLink(cited));
+    at = m.index + m[0].length;
+  }
+  frag.append(text.slice(at));
+  return frag;
+}
+
+function showAnswer(question, job) {
+  const out = (job.result || {}).output || {};
+  const citations = out.citations || [];
+  $("ask-status").textContent = out.status === "answered"
+    ? `Answered from ${plural(citations.length, "moment")} (${out.model}, ${plural(out.steps || 0, "step")})`
+    : "The archive does not seem to hold the answer.";
+  $("ask-answer").replaceChildren(answerText(out.answer || "", citations));
+  const list = $("ask-moments");
+  list.replaceChildren(...citations.map((c) => el("li", { class: "cited" }, momentLink(c),
+    c.text ? el("q", {}, c.text) : null)));
+  if (out.status !== "answered") {
+    list.append(el("li", { class: "hint" }, "Search for it instead: ",
+                   el("a", { href: searchHash(question, out.video_id || "", "") }, question)));
+  }
+}
+
+async function runAsk(question, video, token) {
+  show("ask-view");
+  $("q").value = question;
+  $("ask-question").textContent = question;
+  $("ask-answer").replaceChildren();
+  $("ask-moments").replaceChildren();
+  $("ask-status").textContent = "";
+  notice("Asking…", "loading");
+  const stop = $("ask-stop");
+  let job;
+  try {
+    job = await send("POST", "/ask", { question, video_id: video || null });
+  } catch (e) {
+    if (token === routeToken) failed(e, "The question was not taken", route);
+    return;
+  }
+  notice("");
+  stop.hidden = false;
+  stop.disabled = false;
+  stop.onclick = async () => {
+    stop.disabled = true;
+    $("ask-status").textContent = "Stopping before the next step of the language model…";
+    try {
+      await send("DELETE", `/jobs/${encodeURIComponent(job.id)}`);
+    } catch (e) {
+      stop.disabled = false;  // it may have ended meanwhile: the next poll says so
+    }
+  };
+  while (!ENDED.has(job.state)) {
+    // The user moved on: stop following it (the job may be shared with an identical request, so it goes on).
+    if (token !== routeToken) return;
+    if (!stop.disabled) {
+      $("ask-status").textContent = job.state === "pending" ? "Waiting for the jobs before it…"
+                                                             : "The language model is searching the archive…";
+    }
+    await new Promise((resolve) => setTimeout(resolve, ASK_POLL_MS));
+    try {
+      job = await api(`/jobs/${encodeURIComponent(job.id)}`);
+    } catch (e) {
+      if (token === routeToken) failed(e, "Lost track of the question", route);
+      stop.hidden = true;
+      return;
+    }
+  }
+  if (token !== routeToken) return;
+  stop.hidden = true;
+  if (job.state === "done") showAnswer(question, job);
+  else if (job.state === "cancelled") $("ask-status").textContent = "Stopped: nothing was answered.";
+  else failed(new Error(job.error || job.state), "The question could not be answered", route);
+}
+
 // ---- a file and its transcript -----------------------------------------------------------------
 function clearVideoView() {
   $("video-title").textContent = "";
@@ -436,7 +562,7 @@ for (const p of [$("player"), $("audio-player")]) {
   });
 }
 
-// ---- routing: #/?page=N  #/search?q=…  #/video/ID?t=… ------------------------------------------
+// ---- routing: #/?page=N  #/search?q=…  #/ask?q=…  #/video/ID?t=… ---------------------------------
 function route() {
   const token = ++routeToken;
   const [path, query] = location.hash.replace(/^#/, "").split("?");
@@ -447,6 +573,7 @@ function route() {
   if (path === "/search" && q) {
     return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"));
   }
+  if (path === "/ask" && q) return runAsk(q, params.get("video_id"), token);
   return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 
@@ -456,6 +583,14 @@ $("search-form").addEventListener("submit", (e) => {
   const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value, $("confidence-filter").value)
                  : "#/";
   if (location.hash === hash) route(); else location.hash = hash;
+});
+$("ask-button").addEventListener("click", () => {
+  const q = $("q").value.trim();
+  if (!q) { $("q").focus(); return; }
+  const params = new URLSearchParams({ q });
+  if ($("video-filter").value) params.set("video_id", $("video-filter").value);
+  const hash = `#/ask?${params}`;
+  if (location.hash === hash) route(); else location.hash = hash;  // the same question again is asked again
 });
 $("key-button").addEventListener("click", () => askForKey().then(() => { loadVideos(); route(); }));
 window.addEventListener("hashchange", route);
