@@ -144,7 +144,10 @@ def summary_pipeline(summary_settings: Settings, ray_runtime):
 def archive(summary_settings: Settings, summary_pipeline, embedder):
     from mediaindex.service import IngestRequest, ingest
 
-    index = MediaIndex(summary_settings, embedder.dim, embedder.name)
+    from mediaindex.index.index import open_index
+
+    # Thread-safe, as `serve` opens it: the file API test serves this index.
+    index = open_index(summary_settings, embedder.dim, embedder.name, thread_safe=True)
     report = ingest(IngestRequest(summary_settings, [media(SPEECH), media(SILENT)]), index, summary_pipeline)
     assert len(report.indexed) == 2, [(o.path, o.reason) for o in report.outcomes]
     assert not any(n.startswith("no summary") for o in report.indexed for n in o.notes)
@@ -225,6 +228,33 @@ def test_a_video_without_speech_or_text_gets_visual_concepts_or_nothing(archive:
     stored = VideoSummary.model_validate(summaries[0]["extra"][SUMMARY])
     assert stored.status == "visual_only" and stored.windows == 0  # the model was not asked to invent anything
     assert {c.summary.removeprefix("Visual concepts: ").removesuffix(".") for c in stored.chapters} <= visual
+
+
+@pytest.mark.slow
+def test_the_file_api_gives_the_stored_summary_and_its_chapters(archive: Archive, summary_settings: Settings,
+                                                               tmp_path: Path) -> None:
+    """GET /videos/{id} (what the web page shows) carries the summary made at ingest, chapters in time order;
+    a file with nothing to summarise has none."""
+    from fastapi.testclient import TestClient
+
+    from mediaindex.api import create_app
+    from mediaindex.config import ApiSettings
+    from tests.conftest import MEDIA
+
+    settings = summary_settings.model_copy(update={"api": ApiSettings(
+        media_roots=[MEDIA], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    stored = stored_summary(archive, Path(SPEECH).name)
+    assert stored is not None
+    with TestClient(create_app(settings, index=archive.index, embedder=archive.embedder)) as client:
+        detail = client.get(f"/videos/{_video(archive, SPEECH).video_id}")
+        assert detail.status_code == 200, detail.text
+        summary = detail.json()["summary"]
+        assert summary["text"] == stored.summary and summary["model"] == "smollm2"
+        assert [(c["title"], c["start"], c["end"]) for c in summary["chapters"]] == [
+            (c.title, c.start, c.end) for c in stored.chapters]
+        assert [c["start"] for c in summary["chapters"]] == sorted(c["start"] for c in summary["chapters"])
+        silent = client.get(f"/videos/{_video(archive, SILENT).video_id}").json()
+        assert (silent["summary"] is None) == (stored_summary(archive, Path(SILENT).name) is None)
 
 
 class NoModel:

@@ -300,6 +300,35 @@ def test_a_question_is_answered_with_moments_that_play_or_stopped(page: Page, se
     page.shot("ask")
 
 
+def test_a_file_without_a_stored_summary_is_summarised_on_request(page: Page, server: LiveServer,
+                                                                  sample: Sample) -> None:  # noqa: F811
+    """The sample files were indexed without summaries: the file page says so and offers one, made by the
+    server's agent as a summary job; its chapters play where they start. At the phone size it is stopped."""
+    page.p.goto(f"{server.url}/#/video/{sample.video_id('jfk.flac')}")
+    page.p.locator("#transcript .line").first.wait_for()
+    status = page.p.locator("#summary-status")
+    assert status.inner_text() == "No summary was made when this file was indexed."
+    page.p.click("#summarise-button")
+    page.p.locator("#summarise-stop").wait_for()
+    if page.size == "phone":
+        page.p.click("#summarise-stop")
+        page.p.wait_for_function("() => document.getElementById('summary-status').textContent.startsWith('Stopped')",
+                                 timeout=180_000)
+        assert page.p.locator("#summarise-button").is_visible() and page.p.locator("#chapters li").count() == 0
+    else:
+        chapter = page.p.locator("#chapters .chapter")
+        chapter.first.wait_for(timeout=180_000)
+        assert status.inner_text().startswith("Made by ") and "ingest with summaries to keep one" in status.inner_text()
+        assert page.p.locator("#summary-text").inner_text().strip()
+        page.p.wait_for_function("() => document.getElementById('audio-player').readyState >= 1")
+        state = click_and_seek(page, chapter.first.locator("a.time"))
+        assert state["tag"] == "AUDIO" and state["t"] < 11.0, state
+        assert page.p.locator("#summarise-button").is_hidden()
+        page.taps("#chapters a")
+    page.fits()
+    page.shot("summary")
+
+
 def test_transcript_view_and_video_at_its_own_size(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     video = sample.video_id("auto-editor_example.mp4")
     page.p.goto(f"{server.url}/#/video/{video}")

@@ -103,9 +103,24 @@ class TranscriptLine(BaseModel):
     speaker: str | None = Field(default=None, description="S1, S2, … within one file (diarization)")
 
 
+class ChapterOut(BaseModel):
+    title: str
+    start: float
+    end: float
+    summary: str
+
+
+class SummaryOut(BaseModel):
+    text: str = Field(description="The summary; a cited moment is written [video_id@start-end]")
+    chapters: list[ChapterOut]
+    model: str = Field(description="The language model that wrote it")
+
+
 class VideoDetail(VideoOut):
     probe: dict[str, Any]
     transcript: list[TranscriptLine]
+    summary: SummaryOut | None = Field(default=None, description="The summary and chapters made when the file was "
+                                                                 "indexed with summaries; null without")
 
 
 SUMMARIES_DOC = (

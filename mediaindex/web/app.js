@@ -397,7 +397,7 @@ function hitItem(hit) {
 
 // ---- a question, answered by the server's agent with cited moments ------------------------------
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
-const ASK_POLL_MS = 1000;
+const JOB_POLL_MS = 1000;
 
 function titleOf(videoId) {
   return (videos.find((v) => v.video_id === videoId) || { title: videoId }).title;
@@ -451,6 +451,34 @@ function showAnswer(question, job) {
   }
 }
 
+// Follow a job until it ends, saying how it goes in `status`; `stop` asks the server to cancel it (a summary or
+// question stops before the model's next step). The ended job, or null once the user has moved on (the job may
+// be shared with an identical request, so it goes on).
+async function follow(job, token, status, stop, working) {
+  stop.hidden = false;
+  stop.disabled = false;
+  stop.onclick = async () => {
+    stop.disabled = true;
+    status.textContent = "Stopping before the next step of the language model…";
+    try {
+      await send("DELETE", `/jobs/${encodeURIComponent(job.id)}`);
+    } catch (e) {
+      stop.disabled = false;  // it may have ended meanwhile: the next poll says so
+    }
+  };
+  try {
+    while (!ENDED.has(job.state)) {
+      if (token !== routeToken) return null;
+      if (!stop.disabled) status.textContent = job.state === "pending" ? "Waiting for the jobs before it…" : working;
+      await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
+      job = await api(`/jobs/${encodeURIComponent(job.id)}`);
+    }
+  } finally {
+    stop.hidden = true;
+  }
+  return token === routeToken ? job : null;
+}
+
 async function runAsk(question, video, token) {
   show("ask-view");
   $("q").value = question;
@@ -459,44 +487,17 @@ async function runAsk(question, video, token) {
   $("ask-moments").replaceChildren();
   $("ask-status").textContent = "";
   notice("Asking…", "loading");
-  const stop = $("ask-stop");
   let job;
   try {
     job = await send("POST", "/ask", { question, video_id: video || null });
+    if (token !== routeToken) return;
+    notice("");
+    job = await follow(job, token, $("ask-status"), $("ask-stop"), "The language model is searching the archive…");
   } catch (e) {
-    if (token === routeToken) failed(e, "The question was not taken", route);
+    if (token === routeToken) failed(e, "The question could not be answered", route);
     return;
   }
-  notice("");
-  stop.hidden = false;
-  stop.disabled = false;
-  stop.onclick = async () => {
-    stop.disabled = true;
-    $("ask-status").textContent = "Stopping before the next step of the language model…";
-    try {
-      await send("DELETE", `/jobs/${encodeURIComponent(job.id)}`);
-    } catch (e) {
-      stop.disabled = false;  // it may have ended meanwhile: the next poll says so
-    }
-  };
-  while (!ENDED.has(job.state)) {
-    // The user moved on: stop following it (the job may be shared with an identical request, so it goes on).
-    if (token !== routeToken) return;
-    if (!stop.disabled) {
-      $("ask-status").textContent = job.state === "pending" ? "Waiting for the jobs before it…"
-                                                             : "The language model is searching the archive…";
-    }
-    await new Promise((resolve) => setTimeout(resolve, ASK_POLL_MS));
-    try {
-      job = await api(`/jobs/${encodeURIComponent(job.id)}`);
-    } catch (e) {
-      if (token === routeToken) failed(e, "Lost track of the question", route);
-      stop.hidden = true;
-      return;
-    }
-  }
-  if (token !== routeToken) return;
-  stop.hidden = true;
+  if (job === null) return;
   if (job.state === "done") showAnswer(question, job);
   else if (job.state === "cancelled") $("ask-status").textContent = "Stopped: nothing was answered.";
   else failed(new Error(job.error || job.state), "The question could not be answered", route);
@@ -506,9 +507,53 @@ async function runAsk(question, video, token) {
 function clearVideoView() {
   $("video-title").textContent = "";
   $("video-meta").textContent = "";
+  $("summary-area").hidden = true;
+  $("summary-status").textContent = "";
+  $("summary-text").replaceChildren();
+  $("chapters").replaceChildren();
   for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).removeAttribute("href");
   document.querySelector("#video-view .exports").hidden = true;
   $("transcript").replaceChildren();
+}
+
+// A summary with its chapters (as stored at ingest, or as a summary job made it); each chapter's time plays it.
+function showSummary(v, text, chapters, citations) {
+  $("summary-text").replaceChildren(answerText(text || "", citations || []));
+  $("chapters").replaceChildren(...chapters.map((c) => {
+    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
+                           title: "Play this chapter" }, clock(c.start));
+    time.addEventListener("click", (e) => {
+      e.preventDefault();
+      play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
+    });
+    return el("li", { class: "chapter" }, time, el("div", {}, el("strong", {}, c.title), " ", c.summary));
+  }));
+}
+
+// No summary was made at ingest: the button asks the server's agent for one (a summary job).
+async function summarise(v, token) {
+  const status = $("summary-status");
+  $("summarise-button").hidden = true;
+  let job;
+  try {
+    job = await send("POST", "/summarize", { video_id: v.video_id });
+    job = await follow(job, token, status, $("summarise-stop"), "The language model is reading the file…");
+  } catch (e) {
+    if (token !== routeToken) return;
+    status.textContent = `The summary could not be made: ${e.message}`;
+    $("summarise-button").hidden = false;
+    return;
+  }
+  if (job === null) return;
+  const out = (job.result || {}).output || {};
+  if (job.state === "done" && out.status !== "nothing_to_summarise") {
+    status.textContent = `Made by ${out.model} just now (not stored: ingest with summaries to keep one).`;
+    showSummary(v, out.summary, out.chapters || [], out.citations);
+  } else {
+    status.textContent = job.state === "cancelled" ? "Stopped: no summary was made."
+      : job.state === "done" ? out.summary : `The summary could not be made: ${job.error || job.state}`;
+    $("summarise-button").hidden = job.state === "done";
+  }
 }
 
 async function showVideo(videoId, t, token) {
@@ -535,6 +580,15 @@ async function showVideo(videoId, t, token) {
     $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
   }
   document.querySelector("#video-view .exports").hidden = !v.transcript.length;
+  $("summary-area").hidden = false;
+  $("summarise-button").hidden = Boolean(v.summary);
+  $("summarise-button").onclick = () => summarise(v, token);
+  if (v.summary) {
+    $("summary-status").textContent = `Made by ${v.summary.model} when the file was indexed.`;
+    showSummary(v, v.summary.text, v.summary.chapters, []);
+  } else {
+    $("summary-status").textContent = "No summary was made when this file was indexed.";
+  }
   const list = $("transcript");
   if (!v.transcript.length) list.append(el("li", { class: "hint" }, "No speech was transcribed in this file."));
   for (const line of v.transcript) {

@@ -14,7 +14,16 @@ from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
-from mediaindex.api.models import ErrorOut, LibraryOut, LibraryVideoOut, TranscriptLine, VideoDetail, VideoOut
+from mediaindex.api.models import (
+    ChapterOut,
+    ErrorOut,
+    LibraryOut,
+    LibraryVideoOut,
+    SummaryOut,
+    TranscriptLine,
+    VideoDetail,
+    VideoOut,
+)
 from mediaindex.api.state import ApiState
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.store import hit_from_payload
@@ -79,10 +88,15 @@ def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
 
 @router.get("/videos/{video_id}", response_model=VideoDetail)
 def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
-    """One file: probe data, duration, language and its transcript."""
+    """One file: probe data, duration, language, its transcript and the summary made at ingest."""
     state = get_state(request)
     record = _record(state, video_id)
-    return VideoDetail(**_video_out(state, record), probe=state.shown(record.probe), transcript=transcript(state, record))
+    stored = state.archive.stored_summary(record.video_id)
+    summary = None if stored is None or not stored.chapters else SummaryOut(
+        text=stored.summary, model=stored.model,
+        chapters=[ChapterOut(title=c.title, start=c.start, end=c.end, summary=c.summary) for c in stored.chapters])
+    return VideoDetail(**_video_out(state, record), probe=state.shown(record.probe), transcript=transcript(state, record),
+                       summary=summary)
 
 
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
