@@ -110,8 +110,8 @@ class _Cancelled(Exception):
 
 class _StopsWhenCancelled:
     """The job's language model, asking the job store before each call whether the job was cancelled: a summary
-    is three calls (notes on each chapter, their titles, the whole) and an answer one per tool step, so a cancelled job
-    stops at its next call, not when it would have ended."""
+    is three calls (notes on each chapter, their titles, the whole) and an answer one per tool step, so a
+    cancelled job stops at its next call, not when it would have ended."""
 
     def __init__(self, model: ChatModel, cancelled: Callable[[], bool]) -> None:
         self._model, self._cancelled = model, cancelled
@@ -132,7 +132,10 @@ def _run(settings: Settings, job_id: str, kind: str, work: Work, archive: Archiv
         if job.kind != kind:
             raise AgentInputError(f"job {job_id} is a {job.kind!r} job, not {kind!r}")
         store.set_state(job_id, "running")
-        stoppable = lambda: _StopsWhenCancelled(model(), lambda: store.is_cancel_requested(job_id))  # noqa: E731
+
+        def stoppable() -> ChatModel:
+            return _StopsWhenCancelled(model(), lambda: store.is_cancel_requested(job_id))
+
         try:
             # The model starts only when the job needs it (a stored summary does not).
             output, markdown = work(job.params, archive, stoppable)
