@@ -178,6 +178,41 @@ def test_ask_answers_with_cited_moments(keyed: tuple[str, str]) -> None:
     run(test)
 
 
+@pytest.mark.llm
+def test_an_ask_the_client_cancels_stops_its_job(keyed: tuple[str, str], sample: Sample) -> None:  # noqa: F811
+    """A client that gives up on `ask` (its call cancelled: the SDK sends notifications/cancelled) does not leave
+    the server's agent answering for no one: the question's job ends cancelled before its next model call."""
+    from mediaindex.jobs import JobStore
+
+    url, key = keyed
+    store = JobStore.of(sample.settings)
+    before = {j.id for j in store.list(kind="ask", limit=100_000)}
+
+    def started() -> str | None:
+        return next((j.id for j in store.list(kind="ask", limit=100_000)
+                     if j.id not in before and j.state == "running"), None)
+
+    running: list[str] = []
+
+    async def test() -> None:
+        async with mcp_session(url, key) as session, anyio.create_task_group() as tasks:
+            tasks.start_soon(call, session, "ask", {"question": "What does the speaker ask his fellow Americans?"})
+            with anyio.fail_after(120):
+                while (job_id := started()) is None:
+                    await anyio.sleep(0.1)
+            running.append(job_id)
+            tasks.cancel_scope.cancel()
+
+    run(test)
+    job_id = running[0]
+    deadline = time.monotonic() + 120
+    while (job := store.get(job_id)).state == "running":
+        assert time.monotonic() < deadline, job
+        time.sleep(0.2)
+    store.close()
+    assert (job.state, job.error) == ("cancelled", "stopped before its next language-model call"), job
+
+
 def test_ingest_with_write_access_makes_a_job_whose_file_becomes_searchable(sample: Sample, tmp_path: Path,  # noqa: F811
                                                                              cache_dir: Path) -> None:
     # jfk.flac has no pictures: the sample's pipeline (whose thumbnails go to the sample's folder) indexes it

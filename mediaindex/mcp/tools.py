@@ -175,13 +175,22 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                     except Exception:  # a client gone or without progress: the answer still comes
                         log.debug("progress not sent", exc_info=True)
 
-            def answer() -> tuple[str, dict]:
-                job = arc.ask(question, video, on_event=progress)
+            job_id = arc.submit_ask(question, video)
+
+            def answer() -> dict:
+                job = arc.run_job(job_id, "ask", on_event=progress)
                 if job.state != "done" or job.output is None:
                     raise ToolError(f"the question could not be answered: {host.public(job.error or job.state)}")
-                return job.id, job.output
+                return job.output
 
-            job_id, out = await anyio.to_thread.run_sync(answer)
+            try:
+                out = await anyio.to_thread.run_sync(answer, abandon_on_cancel=True)
+            except anyio.get_cancelled_exc_class():
+                # The client cancelled the call: the job stops before its next model call instead of answering
+                # for no one (its thread ends then).
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(arc.cancel_job, job_id)
+                raise
             cited = []
             for c in out["citations"]:
                 hit = Hit(source=c.get("source") or "", video_id=c["video_id"], start=c["start"], end=c["end"],

@@ -23,7 +23,7 @@ from mediaindex.index.index import require_index as require_index_in
 from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
-from mediaindex.jobs import Job
+from mediaindex.jobs import Job, JobFinished, JobStore
 from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, Hit
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 from mediaindex.service import ingest as run_ingest
@@ -224,9 +224,24 @@ class Archive:
 
     def ask(self, question: str, video: str | None = None, on_event: OnEvent | None = None) -> JobOutcome:
         """A question job, run here to its end."""
+        return self.run_job(self.submit_ask(question, video), "ask", on_event)
+
+    def submit_ask(self, question: str, video: str | None = None) -> str:
+        """A pending question job, for `run_job`."""
         from mediaindex.agents.jobs import submit_ask
 
-        return self.run_job(submit_ask(self.settings, question, video), "ask", on_event)
+        return submit_ask(self.settings, question, video)
+
+    def cancel_job(self, job_id: str) -> None:
+        """Ask a job to stop (a summary or question before its next language-model call); one that has ended
+        stays as it ended."""
+        store = JobStore.of(self.settings)
+        try:
+            store.request_cancel(job_id)
+        except JobFinished:
+            pass
+        finally:
+            store.close()
 
     def run_job(self, job_id: str, kind: str, on_event: OnEvent | None = None) -> JobOutcome:
         """Run a summary or question job already in the job store; the language model starts in a Ray actor
