@@ -142,9 +142,8 @@ def summary_pipeline(summary_settings: Settings, ray_runtime):
 
 @pytest.fixture(scope="module")
 def archive(summary_settings: Settings, summary_pipeline, embedder):
-    from mediaindex.service import IngestRequest, ingest
-
     from mediaindex.index.index import open_index
+    from mediaindex.service import IngestRequest, ingest
 
     # Thread-safe, as `serve` opens it: the file API test serves this index.
     index = open_index(summary_settings, embedder.dim, embedder.name, thread_safe=True)
