@@ -1,4 +1,5 @@
-"""`mediaindex ingest --address` against a real two-node Ray cluster started with the `ray` CLI.
+"""`mediaindex ingest --address` against a real two-node Ray cluster started with the `ray` CLI, and the serving
+engine's placement in a Ray with two GPUs.
 
 Both nodes run on this machine, each with its own raylet, object store and 2 logical CPUs, and with
 token authentication on (one token for the nodes and the CLI). The stages ask for more CPUs than one
@@ -211,3 +212,40 @@ def test_a_wrong_token_is_refused_clearly(ray_cluster: RayCluster, tmp_path: Pat
     assert f"cannot join the Ray cluster at '{ray_cluster.address}'" in message, message[-3000:]
     assert "is RAY_AUTH_TOKEN the cluster's token" in message
     assert "Traceback" not in result.stderr
+
+
+_PLACEMENT_SCRIPT = """
+import sys
+import mediaindex.workers
+from mediaindex.config import load_settings
+from mediaindex.serving import DisaggConfig, EngineConfig, WorkerResources
+from mediaindex.serving.disagg import DisaggregatedLLM
+from mediaindex.workers.runtime import ensure_ray
+from transformers import LlamaConfig, LlamaForCausalLM
+
+settings = load_settings("cpu", index_dir=sys.argv[1] + "/index", cache_dir=sys.argv[1] + "/cache")
+settings.ray.num_gpus = 2  # logical GPUs: Ray assigns them exactly as it would real ones
+ensure_ray(settings)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1))
+res = WorkerResources(num_cpus=0.5, num_gpus=0.25)
+cfg = DisaggConfig(prefill=EngineConfig(num_pages=4), decode=EngineConfig(num_pages=4, kv_cache_dtype="fp8_e4m3"),
+                   prefill_resources=res, decode_resources=res)
+llm = DisaggregatedLLM.start((model, None), cfg)
+stats = llm.stats()
+print("GPUS", stats["prefill"]["gpu_ids"], stats["decode"]["gpu_ids"])
+llm.close()
+"""
+
+
+def test_workers_get_different_gpus_in_a_two_gpu_cluster() -> None:
+    """A fresh Ray with two logical GPUs (in a subprocess: the test session's Ray has none): two quarter-GPU workers,
+    which Ray alone would pack onto one device, get one GPU each."""
+    with tempfile.TemporaryDirectory(prefix="mi-pg-") as tmp:
+        env = {**os.environ, "MEDIAINDEX_TEMP_DIR": tmp}
+        env.pop("RAY_ADDRESS", None)
+        done = subprocess.run([sys.executable, "-c", _PLACEMENT_SCRIPT, tmp], env=env, capture_output=True, text=True,
+                              timeout=300)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("GPUS")), None)
+    assert line is not None, done.stderr[-3000:]
+    assert line == "GPUS ['0'] ['1']" or line == "GPUS ['1'] ['0']"

@@ -22,7 +22,7 @@ from mediaindex.index.index import MediaIndex, open_index
 from tests.conftest import REPO, cli_environment, hold_index, make_settings, media
 from tests.corpus import references
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.beside]  # waits on the `mediaindex` processes it runs
 
 FIRST = ["audio/LJ002-0020.wav", "audio/LJ002-0035.wav", "audio/english.wav", "audio/jfk.flac"]
 SECOND = ["audio/jfk.flac", "audio/hotwords.mp3"]  # one file both ingests were given

@@ -12,6 +12,8 @@ import pytest
 from mediaindex.jobs import JobStore
 from tests.conftest import REPO, cli_environment, media
 
+pytestmark = pytest.mark.beside  # waits on the `mediaindex` processes it runs
+
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mediaindex", *args], capture_output=True, text=True,
