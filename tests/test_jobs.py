@@ -228,6 +228,10 @@ def test_cli_cancels_a_running_summary_and_says_when_it_stops(tmp_path: Path) ->
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[:2] == [f"job {asked.id} (ask): done", "question: Who spoke first?"]
     assert "Kennedy spoke first." in shown.stdout and "video" not in shown.stdout and "┃" not in shown.stdout
+    listed = subprocess.run([sys.executable, "-m", "mediaindex", "jobs"], cwd=REPO, env={**env, "COLUMNS": "120"},
+                            capture_output=True, text=True, timeout=120)
+    row = next(line for line in listed.stdout.splitlines() if asked.id in line)
+    assert "│ ask " in row and "Who spoke first?" in row  # what it asked, where an ingest counts its files
 
 
 def test_the_api_shows_a_killed_run_as_interrupted(tmp_path: Path) -> None:

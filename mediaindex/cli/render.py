@@ -176,7 +176,9 @@ def job_list(listed: list[tuple[Job, dict[str, int]]], as_json: bool) -> None:
     for col in ("id", "kind", "state", "created", "files"):
         table.add_column(col)
     for j, counts in listed:
-        tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        # A summary or question has no files: what it was asked stands in their place.
+        asked = str(j.params.get("question") or j.params.get("video") or "") if j.kind != "ingest" else ""
+        tally = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or textwrap.shorten(asked, 44, placeholder="…")
         table.add_row(j.id, j.kind, j.shown_state + _eta(j), time.strftime("%Y-%m-%d %H:%M", time.localtime(j.created)),
                       tally)
     out.print(table)
