@@ -12,28 +12,12 @@ let routeToken = 0;     // a view that finishes after the user moved on must not
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
 
-async function api(path) {
+// GET by default; a request that changes something (POST, DELETE) sends its body as JSON.
+async function api(path, method = "GET", body = undefined) {
   let res;
   try {
-    res = await fetch(path, { credentials: "same-origin" });
-  } catch (e) {
-    throw new Offline("The server does not answer. Is `mediaindex serve` still running, and is this device online?");
-  }
-  if (res.status === 401) {
-    $("key-button").hidden = false;
-    await askForKey();
-    return api(path);
-  }
-  const body = await res.json().catch(() => ({ message: res.statusText }));
-  if (!res.ok) throw new Error(body.message || `HTTP ${res.status}`);
-  return body;
-}
-
-// A request that changes something (POST, DELETE): JSON in and out, the same errors as `api`.
-async function send(method, path, body) {
-  let res;
-  try {
-    res = await fetch(path, { method, credentials: "same-origin", headers: { "content-type": "application/json" },
+    res = await fetch(path, { method, credentials: "same-origin",
+                              headers: body === undefined ? {} : { "content-type": "application/json" },
                               body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (e) {
     throw new Offline("The server does not answer. Is `mediaindex serve` still running, and is this device online?");
@@ -41,7 +25,7 @@ async function send(method, path, body) {
   if (res.status === 401) {
     $("key-button").hidden = false;
     await askForKey();
-    return send(method, path, body);
+    return api(path, method, body);
   }
   const answer = await res.json().catch(() => ({ message: res.statusText }));
   if (!res.ok) throw new Error(answer.message || `HTTP ${res.status}`);
@@ -461,7 +445,7 @@ async function follow(job, token, status, stop, working) {
     stop.disabled = true;
     status.textContent = "Stopping before the next step of the language model…";
     try {
-      await send("DELETE", `/jobs/${encodeURIComponent(job.id)}`);
+      await api(`/jobs/${encodeURIComponent(job.id)}`, "DELETE");
     } catch (e) {
       stop.disabled = false;  // it may have ended meanwhile: the next poll says so
     }
@@ -489,7 +473,7 @@ async function runAsk(question, video, token) {
   notice("Asking…", "loading");
   let job;
   try {
-    job = await send("POST", "/ask", { question, video_id: video || null });
+    job = await api("/ask", "POST", { question, video_id: video || null });
     if (token !== routeToken) return;
     notice("");
     job = await follow(job, token, $("ask-status"), $("ask-stop"), "The language model is searching the archive…");
@@ -536,7 +520,7 @@ async function summarise(v, token) {
   $("summarise-button").hidden = true;
   let job;
   try {
-    job = await send("POST", "/summarize", { video_id: v.video_id });
+    job = await api("/summarize", "POST", { video_id: v.video_id });
     job = await follow(job, token, status, $("summarise-stop"), "The language model is reading the file…");
   } catch (e) {
     if (token !== routeToken) return;
