@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mediaindex.cli.render import clip_words
 from mediaindex.pipeline.discover import NOT_MEDIA, shown
-from mediaindex.pipeline.progress import IngestStats, _dur
+from mediaindex.pipeline.progress import IngestStats, clock
 from mediaindex.pipeline.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
@@ -103,7 +103,7 @@ class IngestDisplay:
     def on_tick(self, stats: IngestStats) -> None:
         if self.interactive:
             speeds = " ".join(stats.speeds())
-            eta = f"ETA {_dur(stats.eta)} " if stats.eta is not None else ""
+            eta = f"ETA {clock(stats.eta)} " if stats.eta is not None else ""
             status = f"{stats.media / 3600:.2f} media h {eta}{speeds}".rstrip()
             # The counts, the bar and the time stay whole; the stages' speeds and then the files in the stages
             # take the room the line has left.

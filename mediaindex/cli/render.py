@@ -186,10 +186,10 @@ def job_list(listed: list[tuple[Job, dict[str, int]]], as_json: bool) -> None:
 
 def _eta(job: Job) -> str:
     """", ETA 0:01:30" for a running job whose run reported one, else nothing."""
-    from mediaindex.pipeline.progress import _dur
+    from mediaindex.pipeline.progress import clock
 
     eta = (job.progress or {}).get("eta")
-    return f", ETA {_dur(eta)}" if isinstance(eta, int | float) and not job.interrupted else ""
+    return f", ETA {clock(eta)}" if isinstance(eta, int | float) and not job.interrupted else ""
 
 
 def job_lines(job: dict, verbose: bool = False) -> list[str]:

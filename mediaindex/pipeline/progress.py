@@ -101,11 +101,11 @@ class IngestStats:
 
     def line(self) -> str:
         """One plain line for logs and non-terminal output."""
-        eta = f", ETA {_dur(self.eta)}" if self.eta is not None else ""
+        eta = f", ETA {clock(self.eta)}" if self.eta is not None else ""
         speeds = ", ".join(self.speeds())
         now = self.now()
         return (f"job {self.job_id}: {self.finished}/{self.total} files ({self.failed} failed), "
-                f"{self.media / 3600:.2f} media h in {_dur(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
+                f"{self.media / 3600:.2f} media h in {clock(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
                 + (f"; now {now}" if now else ""))
 
 
@@ -114,7 +114,8 @@ def stage_shares(stages: dict[str, float | None]) -> str:
     return " ".join(stage if share is None else f"{stage} {share:.0%}" for stage, share in stages.items())
 
 
-def _dur(seconds: float) -> str:
+def clock(seconds: float) -> str:
+    """Seconds as h:mm:ss."""
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}"

@@ -73,6 +73,15 @@ function languageName(code) {
   }
 }
 
+// A file's name and kind from the index's list of files (a file it does not list: its id, a video).
+function titleOf(videoId) {
+  return (videos.find((v) => v.video_id === videoId) || { title: videoId }).title;
+}
+
+function hasVideoOf(videoId) {
+  return (videos.find((v) => v.video_id === videoId) || { has_video: true }).has_video;
+}
+
 function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
 
 function el(tag, attrs = {}, ...children) {
@@ -344,8 +353,7 @@ function emptyState(q, video, modality, confident) {
 
 function hitItem(hit) {
   const title = hit.title || hit.source || hit.video_id;
-  const hasVideo = hit.has_video !== undefined ? hit.has_video : Boolean(hit.thumbnail_url) ||
-    (videos.find((v) => v.video_id === hit.video_id) || { has_video: true }).has_video;
+  const hasVideo = hit.has_video !== undefined ? hit.has_video : Boolean(hit.thumbnail_url) || hasVideoOf(hit.video_id);
   const thumb = hit.thumbnail_url ? el("img", { src: hit.thumbnail_url, alt: "", loading: "lazy" })
                                   : el("div", { class: "nothumb", "aria-hidden": "true" }, hasVideo ? "▶" : "♪");
   const page = hit.page_url || `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}`;
@@ -382,14 +390,6 @@ function hitItem(hit) {
 // ---- a question, answered by the server's agent with cited moments ------------------------------
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
 const JOB_POLL_MS = 1000;
-
-function titleOf(videoId) {
-  return (videos.find((v) => v.video_id === videoId) || { title: videoId }).title;
-}
-
-function hasVideoOf(videoId) {
-  return (videos.find((v) => v.video_id === videoId) || { has_video: true }).has_video;
-}
 
 // A moment the answer cites, as a link that plays it.
 function momentLink(c) {
