@@ -484,6 +484,11 @@ class Settings(BaseSettings):
     def thumbs_dir(self) -> Path:
         return self.index_dir / "thumbs"
 
+    @property
+    def upload_dir(self) -> Path:
+        """Where the server keeps uploaded files (one folder per upload)."""
+        return Path(self.api.upload_dir).expanduser() if self.api.upload_dir else self.index_dir / "uploads"
+
 
 _NAME_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")  # a settings key; anything else is never quoted
 _QUOTED = re.compile(r"'[^']{4,}'|\"[^\"]{4,}\"")

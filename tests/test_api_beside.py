@@ -65,7 +65,7 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
     assert {k: holder[k] for k in ("pid", "command", "url")} == {"pid": proc.pid, "command": "mediaindex serve",
                                                                  "url": url}
 
-    ingested = cli("ingest", str(media("audio/jfk.flac")), env=env)
+    ingested = cli("ingest", str(media("audio/jfk.flac")), str(media("audio/LJ002-0035.wav")), env=env)
     assert ingested.returncode == 0, said(ingested)
     assert f"held by `mediaindex serve` (pid {proc.pid}, answering at {url})" in said(ingested)
     assert "jfk.flac" in ingested.stderr and "(job " in ingested.stderr
@@ -82,6 +82,13 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
     stats = cli("index", "stats", env=env)
     assert stats.returncode == 2 and f"held by `mediaindex serve` (pid {proc.pid}" in said(stats)
     assert "ingest still running" not in said(stats) and "Traceback" not in stats.stderr
+
+    removed = cli("index", "remove", "LJ002-0035.wav", env=env)
+    assert removed.returncode == 0, said(removed)
+    assert f"removed {media('audio/LJ002-0035.wav')} (" in said(removed)
+    assert [v["title"] for v in httpx.get(f"{url}/videos", timeout=10).json()] == ["jfk.flac"]
+    unknown = cli("index", "remove", "LJ002-0035.wav", env=env)
+    assert unknown.returncode == 2 and "nothing in the index is named 'LJ002-0035.wav'" in said(unknown)
 
 
 def test_ctrl_c_on_a_question_through_the_server_cancels_the_servers_job(served, env: dict[str, str]) -> None:

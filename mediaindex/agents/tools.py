@@ -16,6 +16,7 @@ from typing import Any
 from mediaindex.config import VisionSettings
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
+from mediaindex.index.naming import files_named
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
 from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
@@ -154,13 +155,8 @@ class Archive:
             return None
         if (rec := self.index.catalog.get(ref)) is not None:
             return rec
-        from pathlib import Path
-
-        records = self.index.catalog.all()
-        matches = [r for r in records if r.source == str(Path(ref).expanduser().resolve())]
-        matches = matches or [r for r in records if r.video_id.startswith(ref)]
-        matches = matches or [r for r in records if Path(r.source).name == ref]
-        return matches[0] if len(matches) == 1 else None
+        found, _ = files_named(self.index.catalog.all(), ref)
+        return found[0] if len(found) == 1 else None
 
     def segments(self, video_id: str) -> list[Hit]:
         """Every indexed segment of a video, in time order (cached per job)."""

@@ -62,7 +62,7 @@ class ApiState:
         self.settings = settings
         self.advertise_url = advertise_url  # recorded in the index folder: commands run beside go through it
         api = settings.api
-        self.upload_dir = (Path(api.upload_dir).expanduser() if api.upload_dir else settings.index_dir / "uploads")
+        self.upload_dir = settings.upload_dir
         self.upload_dir.mkdir(parents=True, exist_ok=True)
         # Uploaded files are media too: the upload folder is always a root.
         self.roots = MediaRoots([*api.media_roots, self.upload_dir])

@@ -600,6 +600,50 @@ def index_reset(
     out.print(f"index at {settings.index_dir} reset")
 
 
+@index_app.command("remove")
+def index_remove(
+    refs: Annotated[list[str] | None, typer.Argument(
+        help="Files to take out: a video id or its start, the path or folder they were ingested from, or a file "
+             "name.", show_default=False)] = None,
+    missing: Annotated[bool, typer.Option(
+        "--missing", help="Also every indexed file no longer at its path (moved or deleted).")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the removed files as JSON.")] = False,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Take files out of the index: their segments, summary, chapters and thumbnails. The media stay.
+
+    A folder names every file ingested from under it, also once the folder is gone. More than one file is
+    removed after a confirmation (or with --yes). Through a running `serve` the request goes to it; beside a
+    running ingest this waits for it to finish."""
+    from mediaindex.index.naming import select_files
+
+    if not refs and not missing:
+        raise fail("name the files to remove (a video id or its start, a path, a folder or a file name), "
+                   "or give --missing")
+    settings = _settings(config, index)
+    _require_index(settings)
+    try:
+        remote = _remote(settings)
+        with remote if remote is not None else _open(settings, write=True) as archive:
+            chosen = select_files(archive.files(), refs or [], missing=missing)
+            if not chosen:
+                out.print("nothing to remove: every indexed file is still at its path", highlight=False)
+                return
+            if len(chosen) > 1 and not yes:
+                render.file_list(chosen)
+                if not typer.confirm(f"take these {len(chosen)} files out of the index?"):
+                    raise typer.Exit(1)
+            removed = archive.remove([r.video_id for r in chosen])
+    except KeyboardInterrupt:  # Ctrl-C while waiting for an ingest to finish, or at the question
+        err.print("stopped: nothing was removed", highlight=False)
+        raise typer.Exit(130) from None
+    except MediaIndexError as exc:
+        raise fail(str(exc)) from exc
+    render.removed(removed, as_json)
+
+
 def _media_roots(settings: Settings, extra: list[Path] | None) -> list[Path]:
     """The configured media roots and those given on the command line; each must be a folder."""
     roots = [*settings.api.media_roots, *(extra or [])]

@@ -11,6 +11,7 @@ import json
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,14 +122,39 @@ def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
         out.print(f"  {plural(older, 'file')} indexed by an earlier version: `mediaindex ingest --reindex` with "
                   f"their files or folders indexes them again ({ANALYSIS_ADDS})",
                   highlight=False, soft_wrap=True)
+    if missing := numbers.get("files_missing"):
+        out.print(f"  gone from disk: {plural(missing, 'file')} (`mediaindex index remove --missing` takes them out "
+                  "of the index)", highlight=False, soft_wrap=True)
     # The store's own words for its internals: "segments" there are storage segments, not ours.
     labels = {"segments": "storage segments", "indexed_vectors": "vectors in HNSW graphs",
               "disk_bytes": "size on disk"}
     for key, value in numbers.items():
-        if key in {"files", "points", "files_by_earlier_version"} or key.endswith("_segments") and key != "segments":
+        if key in {"files", "points", "files_by_earlier_version", "files_missing"} or key.endswith("_segments") and key != "segments":
             continue
         shown = f"{value / 1e6:.1f} MB" if key == "disk_bytes" else ", ".join(value) if isinstance(value, list) else value
         out.print(f"  {labels.get(key, key.replace('_', ' '))}: {shown}", highlight=False)
+
+
+def file_list(files: Sequence[Any], shown: int = 10) -> None:
+    """Indexed files by path and id, the first `shown` of them."""
+    for f in files[:shown]:
+        out.print(f"  {f.source}  ({f.video_id})", highlight=False, markup=False, soft_wrap=True)
+    if len(files) > shown:
+        out.print(f"  … and {len(files) - shown} more", highlight=False)
+
+
+def removed(files: Sequence[Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([{"video_id": f.video_id, "source": f.source, "segments": f.segments} for f in files],
+                         indent=2))
+        return
+    from mediaindex.cli.progress import plural
+
+    for f in files:
+        out.print(f"removed {f.source}  ({plural(f.segments, 'segment')}, {f.video_id})", highlight=False,
+                  markup=False, soft_wrap=True)
+    if len(files) != 1:
+        out.print(f"{plural(len(files), 'file')} taken out of the index", highlight=False)
 
 
 def job_dict(job: Job, counts: dict[str, int]) -> dict:

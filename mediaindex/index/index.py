@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -160,6 +161,7 @@ class MediaIndex:
         if previous is not None and previous.video_id != record.video_id:
             self.catalog.delete(previous.video_id)  # its row went with the switch; this drops its words
             self.store.delete_video(previous.video_id)
+            self._delete_thumbnails(previous.video_id)
         self._vocabulary = None
 
     def add_segments(self, video_id: str, segments: list[Segment], vectors: np.ndarray) -> None:
@@ -175,9 +177,15 @@ class MediaIndex:
         self.catalog.upsert(replace(record, segments=self.store.count(SearchFilters(video_id=video_id))))
 
     def remove_video(self, video_id: str) -> None:
+        """Take a file out of the index: its entry first (a stop after it leaves points the next open removes),
+        then its segments (summary and chapters with them) and its thumbnails."""
         self.catalog.delete(video_id)
         self.store.delete_video(video_id)
+        self._delete_thumbnails(video_id)
         self._vocabulary = None
+
+    def _delete_thumbnails(self, video_id: str) -> None:
+        shutil.rmtree(self.thumbs_dir / video_id, ignore_errors=True)
 
     def vocabulary(self) -> frozenset[str]:
         """The words of the archive's speech and on-screen text (for sound-alike names), kept until the

@@ -9,7 +9,9 @@ files or reads a transcript does not load them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,7 +167,7 @@ class Archive:
         vector store's own numbers."""
         catalog = self.index.catalog
         stats = {"files": catalog.count(), "files_by_earlier_version": catalog.earlier_analysis(ANALYSIS_VERSION),
-                 **self.index.store.stats()}
+                 "files_missing": len(self.missing()), **self.index.store.stats()}
         for modality in MODALITIES:
             stats[f"{modality}_segments"] = self.index.store.count(SearchFilters(modality=modality))
         return stats
@@ -210,6 +212,26 @@ class Archive:
                pipeline: StagePipeline | None = None) -> IngestReport:
         """Run an ingest job into this index (the stages on threads here for a small job, else on Ray)."""
         return run_ingest(request, self.index, pipeline, hooks)
+
+    def remove(self, video_ids: Sequence[str]) -> list[VideoRecord]:
+        """Take these files out of the index (segments, summary and chapters, thumbnails) and return what was
+        removed; an id no longer indexed is passed over. An uploaded file, a copy only the index refers to, is
+        deleted with its entry; a file anywhere else stays where it is."""
+        removed: list[VideoRecord] = []
+        uploads = self.settings.upload_dir.resolve()
+        for video_id in video_ids:
+            record = self.index.catalog.get(video_id)
+            if record is None:
+                continue
+            self.index.remove_video(video_id)
+            removed.append(record)
+            if Path(record.source).parent.parent == uploads:
+                shutil.rmtree(Path(record.source).parent, ignore_errors=True)
+        return removed
+
+    def missing(self) -> list[VideoRecord]:
+        """The indexed files no longer at the path they were ingested from."""
+        return [r for r in self.files() if not os.path.exists(r.source)]
 
     def optimize(self) -> bool:
         """Build HNSW graphs and merge segments; False when there was nothing to do."""

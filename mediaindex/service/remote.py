@@ -17,6 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, read_holder
+from mediaindex.index.naming import files_named
 from mediaindex.pipeline.inputs import read_manifest
 from mediaindex.service.archive import JobOutcome
 
@@ -32,8 +34,19 @@ ENDED = ("done", "failed", "cancelled")
 API_MAX_LIMIT = 100  # the server's own cap on hits per search
 
 
+@dataclass(frozen=True)
+class ListedFile:
+    video_id: str
+    source: str
+    segments: int
+
+
 class RemoteError(MediaIndexError):
     """The server holding the index refused or could not be reached; the message says which and why."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refusal
 
 
 class Remote:
@@ -61,7 +74,8 @@ class Remote:
             except (ValueError, AttributeError):
                 message = exc.reason
             hint = f" (set ${KEY_ENV} to a key from `mediaindex keys create`)" if exc.code == 401 else ""
-            raise RemoteError(f"the server holding the index ({self.url}) answered {exc.code}: {message}{hint}") from exc
+            raise RemoteError(f"the server holding the index ({self.url}) answered {exc.code}: {message}{hint}",
+                              exc.code) from exc
         except (urllib.error.URLError, OSError) as exc:
             raise RemoteError(f"the index is held by {self.holder.describe()}, which does not answer ({exc}); "
                               "try again when it is up, or stop it") from exc
@@ -146,16 +160,30 @@ class RemoteArchive:
         body = {"question": question, "video_id": self.video_id(video) if video else None}
         return self._follow(self.server.request("POST", "/ask", body=body))
 
+    def files(self) -> list[ListedFile]:
+        """The server's indexed files, by path."""
+        return [ListedFile(v["video_id"], v["source"], v.get("segments") or 0)
+                for v in self.server.request("GET", "/videos")]
+
+    def remove(self, video_ids: Sequence[str]) -> list[ListedFile]:
+        """Take these files out of the server's index; an id it no longer holds is passed over."""
+        removed = []
+        for video_id in video_ids:
+            try:
+                v = self.server.request("DELETE", f"/videos/{urllib.parse.quote(video_id)}")
+            except RemoteError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            removed.append(ListedFile(v["video_id"], v["source"], v.get("segments") or 0))
+        return removed
+
     def video_id(self, video: str) -> str:
-        """A video id from an id, a path or a file name, as the local command accepts."""
-        videos = self.server.request("GET", "/videos")
-        if video in {v["video_id"] for v in videos}:
-            return video
-        path = str(Path(video).expanduser().absolute())
-        for v in videos:
-            if v["source"] == path or Path(v["source"]).name == video:
-                return v["video_id"]
-        raise RemoteError(f"no video {video!r} in the index (neither a video id nor an ingested path)")
+        """A video id from an id, its start, a path or a file name, as the local command accepts."""
+        found, _ = files_named(self.files(), video)
+        if len(found) != 1:
+            raise RemoteError(f"no video {video!r} in the index (neither a video id nor an ingested path)")
+        return found[0].video_id
 
     def _wait(self, job_id: str, poll: float = 0.5) -> dict[str, Any]:
         """The server's job once it has ended. Ctrl-C while waiting asks the server to stop it too (an ingest at

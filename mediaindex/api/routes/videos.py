@@ -99,6 +99,18 @@ def video_detail(request: Request, video_id: str = VideoId) -> VideoDetail:
                        summary=summary)
 
 
+@router.delete("/videos/{video_id}", response_model=VideoOut)
+def remove_video(request: Request, video_id: str = VideoId) -> VideoOut:
+    """Take a file out of the index: its segments, summary, chapters and thumbnails. An uploaded file is
+    deleted with it; a file in the media roots stays where it is. A file an ingest is indexing at that
+    moment comes back when that ingest writes it."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    removed = VideoOut(**{**_video_out(state, record), "thumbnail_url": None})
+    state.archive.remove([record.video_id])
+    return removed
+
+
 @router.get("/videos/{video_id}/transcript", response_model=list[TranscriptLine],
             responses={200: {"content": {"application/x-subrip": {}, "text/vtt": {}, "text/plain": {},
                                          "text/tab-separated-values": {}}}})

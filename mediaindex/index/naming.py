@@ -1,0 +1,67 @@
+"""How a user names indexed files: a video id or its start, the path or folder they were ingested from, a name."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from mediaindex.errors import MediaIndexError
+
+
+class Listed(Protocol):
+    """An indexed file as a listing shows it: its id and the path it was ingested from."""
+
+    @property
+    def video_id(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
+
+
+L = TypeVar("L", bound=Listed)
+
+
+class NoSuchFileError(MediaIndexError):
+    """A reference names no indexed file, or names several where one was meant."""
+
+
+def files_named(records: Sequence[L], ref: str, *, folders: bool = False) -> tuple[list[L], bool]:
+    """The indexed files a reference names, and whether it was a guess. In order of trust: the video id; the
+    path a file was ingested from; with `folders`, every file under a folder (on disk or gone from it); then,
+    guessed, a start of video ids or a file name, either of which may name several files."""
+    ref = ref.strip()
+    if not ref:
+        return [], False
+    if found := [r for r in records if r.video_id == ref]:
+        return found, False
+    path = str(Path(ref).expanduser().resolve())
+    if found := [r for r in records if r.source == path]:
+        return found, False
+    if folders and (found := [r for r in records if r.source.startswith(path.rstrip(os.sep) + os.sep)]):
+        return found, False
+    if found := [r for r in records if r.video_id.startswith(ref)]:
+        return found, True
+    return [r for r in records if Path(r.source).name == ref], True
+
+
+def select_files(records: Sequence[L], refs: Sequence[str], *, missing: bool = False) -> list[L]:
+    """Every file the references name (ids, paths, folders, names), and with `missing` every file no longer at
+    its path, in listing order. A reference that names nothing, or guesses at several, is refused before
+    anything is chosen."""
+    chosen: set[str] = set()
+    for ref in refs:
+        found, guessed = files_named(records, ref, folders=True)
+        if not found:
+            raise NoSuchFileError(f"nothing in the index is named {ref!r} (give a video id or its start, the path "
+                                  "or folder a file was ingested from, or a file name)")
+        if guessed and len(found) > 1:
+            shown = ", ".join(f"{r.source} ({r.video_id})" for r in found[:5])
+            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+            raise NoSuchFileError(f"{ref!r} names {len(found)} indexed files: {shown}{more}; "
+                                  "give the path or the video id")
+        chosen.update(r.video_id for r in found)
+    if missing:
+        chosen.update(r.video_id for r in records if not os.path.exists(r.source))
+    return [r for r in records if r.video_id in chosen]
