@@ -4,6 +4,7 @@ in-process through typer's CliRunner: the same command code, without a process s
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,25 @@ def test_ingest_then_search_json(cli_env: dict[str, str], tmp_path: Path) -> Non
     other = tmp_path / "empty-index"
     result = search_in_process("anything", "--index", str(other), env=cli_env)
     assert result.returncode != 0 and "no index" in result.stderr
+
+
+def test_ingesting_a_folder_again_says_which_files_are_gone(cli_env: dict[str, str], tmp_path: Path) -> None:
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    for name in ("LJ002-0020.wav", "LJ002-0035.wav"):
+        shutil.copyfile(media(f"audio/{name}"), folder / name)
+    result = run("ingest", str(folder), env=cli_env)
+    assert result.returncode == 0 and "gone from disk" not in result.stderr, result.stderr
+
+    (folder / "LJ002-0035.wav").unlink()
+    result = run("ingest", str(folder), env=cli_env)
+    assert result.returncode == 0, result.stderr
+    assert " ".join(result.stderr.split()).endswith(
+        "1 file indexed from these folders earlier is gone from disk: `mediaindex index remove --missing` takes "
+        "them out of the index")
+    result = run("index", "remove", "--missing", env=cli_env)
+    assert result.returncode == 0, result.stderr
+    assert " ".join(result.stdout.split()).startswith(f"removed {folder / 'LJ002-0035.wav'} (1 segment, ")
 
 
 def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def ingest(
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job.
 
     Searches, stats and questions from other processes keep working while it runs (they read through it)."""
-    from mediaindex.cli.progress import IngestDisplay
+    from mediaindex.cli.progress import IngestDisplay, plural
     from mediaindex.pipeline.inprocess import limit_malloc_arenas
 
     # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
@@ -174,6 +174,7 @@ def ingest(
     display = IngestDisplay(err, verbose=verbose)
     try:
         report = _run_ingest(archive, display, settings, paths, manifest, include, exclude, resume)
+        gone = _gone_from(archive, paths)
     except KeyboardInterrupt:
         hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
         err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
@@ -185,9 +186,21 @@ def ingest(
         archive.close()
         log.info("index closed in %.1f s", time.monotonic() - began)
     render.ingest_report(report, verbose)
+    if gone:
+        say(f"{plural(gone, 'file')} indexed from these folders earlier {'is' if gone == 1 else 'are'} gone "
+            "from disk: `mediaindex index remove --missing` takes them out of the index")
     worked = report.indexed or report.by_status("summarised") or report.by_status("unchanged")
     if not worked and not (resume and not report.outcomes):
         raise typer.Exit(1)
+
+
+def _gone_from(archive: Archive, paths: list[Path] | None) -> int:
+    """How many indexed files that were ingested from under these folders are no longer on disk."""
+    from mediaindex.index.naming import files_named
+
+    folders = [p for p in paths or [] if p.is_dir()]
+    missing = archive.missing() if folders else []
+    return len({r.video_id for folder in folders for r in files_named(missing, str(folder), folders=True)[0]})
 
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,
