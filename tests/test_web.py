@@ -431,3 +431,42 @@ def test_the_page_asks_for_a_key_when_keys_are_required(browser, sample: Sample,
         assert "jfk.flac" in page.locator("#results .hit .title").first.inner_text()
         assert page.locator("#key-button").is_visible()  # keys exist here: the key can be changed
         context.close()
+
+
+def test_a_file_is_taken_out_of_the_index_from_its_page(browser, tmp_path: Path, cache_dir: Path, embedder) -> None:
+    """Declined, nothing changes; confirmed, the library says so without the file (its media file stays). At the
+    phone size the last file goes and the library is empty."""
+    from mediaindex.config import ApiSettings
+    from tests.test_index_remove import build
+
+    archive = build(tmp_path, cache_dir, embedder, ["talks/jfk.flac", "old/LJ002-0035.wav"])
+    settings = archive.settings.model_copy(update={"api": ApiSettings(
+        media_roots=[archive.folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    with LiveServer(create_app(settings, embedder=embedder)) as live:
+        for size, (name, left) in zip(VIEWPORTS, [("jfk.flac", "1 file, "), ("LJ002-0035.wav", "The index is empty")],
+                                      strict=True):
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            video_id = archive.ids["talks/jfk.flac" if name == "jfk.flac" else "old/LJ002-0035.wav"]
+            page.p.goto(f"{live.url}/#/video/{video_id}")
+            page.p.locator("#transcript .line").first.wait_for()
+            asked: list[str] = []
+            page.p.once("dialog", lambda d, asked=asked: (asked.append(d.message), d.dismiss()))
+            page.p.click("#remove-button")
+            assert asked == [f"Take {name} out of the index? Its transcript, summary and thumbnails go; a file in "
+                             "your folders stays where it is."]
+            assert page.p.locator("#video-view").is_visible() and page.p.locator("#remove-button").is_enabled()
+            page.taps("#remove-button")
+            page.fits()
+            page.shot("remove")
+
+            page.p.once("dialog", lambda d: d.accept())
+            page.p.click("#remove-button")
+            page.p.wait_for_function("() => document.getElementById('notice').textContent.includes('taken out')")
+            assert page.p.locator("#notice").inner_text() == f"{name} was taken out of the index."
+            assert page.p.locator("#library-size").inner_text().startswith(left)
+            assert page.p.locator(f"#library .file[data-video='{video_id}']").count() == 0
+            assert page.p.locator("#player-area").is_hidden()
+            page.shot("removed")
+            assert not page.errors and not page.failed, (page.errors, page.failed)
+            page.context.close()
+    assert (archive.folder / "talks/jfk.flac").is_file() and (archive.folder / "old/LJ002-0035.wav").is_file()

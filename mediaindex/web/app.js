@@ -8,6 +8,7 @@ const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", chap
 const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
 let videos = [];        // every indexed file, for the file filter and the empty state's languages
 let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one
+let told = "";         // said once by the next library view (a file just taken out of the index)
 
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
@@ -231,7 +232,8 @@ async function showLibrary(page, token) {
     $("library").removeAttribute("aria-busy");
   }
   if (token !== routeToken) return;
-  notice("");
+  notice(told);
+  told = "";
   $("key-button").hidden = !lib.keys_required;
   $("library-size").textContent = lib.files
     ? `${plural(lib.files, "file")}, ${span(lib.duration)} of media, ${plural(lib.segments, "segment")}`
@@ -498,6 +500,25 @@ function clearVideoView() {
   for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).removeAttribute("href");
   document.querySelector("#video-view .exports").hidden = true;
   $("transcript").replaceChildren();
+  $("remove-button").disabled = false;
+}
+
+// Take the file out of the index (the server keeps the media file itself, except an upload's copy).
+async function removeFile(v, token) {
+  const sure = confirm(`Take ${v.title} out of the index? Its transcript, summary and thumbnails go; ` +
+                       "a file in your folders stays where it is.");
+  if (!sure || token !== routeToken) return;
+  $("remove-button").disabled = true;
+  try {
+    await api(`/videos/${encodeURIComponent(v.video_id)}`, "DELETE");
+  } catch (e) {
+    $("remove-button").disabled = false;
+    if (token === routeToken) failed(e, "Could not remove this file");
+    return;
+  }
+  stopPlayback();
+  told = `${v.title} was taken out of the index.`;
+  location.hash = "#/";
 }
 
 // A summary with its chapters (as stored at ingest, or as a summary job made it); each chapter's time plays it.
@@ -567,6 +588,7 @@ async function showVideo(videoId, t, token) {
   $("summary-area").hidden = false;
   $("summarise-button").hidden = Boolean(v.summary);
   $("summarise-button").onclick = () => summarise(v, token);
+  $("remove-button").onclick = () => removeFile(v, token);
   if (v.summary) {
     $("summary-status").textContent = `Made by ${v.summary.model} when the file was indexed.`;
     showSummary(v, v.summary.text, v.summary.chapters, []);
