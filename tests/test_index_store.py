@@ -115,6 +115,26 @@ def test_replacing_a_file_never_duplicates_and_removing_it_leaves_the_rest(
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])
+def test_a_moved_file_keeps_its_segments_under_its_new_path(tmp_path: Path, cache_dir: Path, segments, embedder,
+                                                            backend: str) -> None:
+    segs, vectors = segments
+    refs = [i for i, s in enumerate(segs) if s.source.endswith("jfk.flac")]
+    moved = str(tmp_path / "elsewhere" / "kennedy.flac")
+    with MediaIndex(_settings(tmp_path, cache_dir, backend), DIM, embedder.name) as index:
+        _fill(index, segs, vectors)
+        video_id = segs[refs[0]].video_id
+        before = index.store.segments_of(video_id)
+        index.move_video(video_id, moved, 7)
+        after = index.store.segments_of(video_id)
+        assert [p["source"] for p in after] == [moved] * len(refs)
+        assert [{**p, "source": None} for p in after] == [{**p, "source": None} for p in before]
+        assert index.store.count(SearchFilters(source_prefix=str(tmp_path / "elsewhere"))) == len(refs)
+        record = index.catalog.get(video_id)
+        assert (record.source, record.mtime_ns) == (moved, 7) and index.catalog.by_source(moved) == record
+        assert index.store.count() == len(segs)
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
 def test_vectors_that_do_not_fit_are_refused_before_writing(tmp_path: Path, cache_dir: Path, segments, embedder,
                                                            backend: str) -> None:
     segs, vectors = segments

@@ -6,6 +6,7 @@ nothing, for a resume that indexes them.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,37 @@ def test_a_cancelled_job_keeps_its_finished_files_and_resumes_the_rest(tmp_path:
                          IngestHooks(cancelled=lambda: False))
         assert sorted(Path(o.path).name for o in resumed.indexed) == ["LJ002-0020.wav", "LJ002-0035.wav"]
     jobs.close()
+
+
+def test_a_moved_file_keeps_its_segments_and_a_copy_runs_through_no_stage(tmp_path: Path, cache_dir: Path,
+                                                                         embedder) -> None:
+    """Renamed into a new folder, a file's entry follows it (found by its bytes among the indexed files of its
+    size whose path is gone); a copy of an indexed file is said to be one. Neither goes through a stage."""
+    settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
+    settings.index_dir.mkdir(parents=True)
+    pipeline = InProcessPipeline(settings)
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    for clip in ("audio/jfk.flac", "audio/LJ002-0035.wav"):
+        shutil.copyfile(media(clip), folder / Path(clip).name)
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        assert len(ingest(IngestRequest(settings, [folder]), index, pipeline).indexed) == 2
+        jfk = index.catalog.by_source(str(folder / "jfk.flac"))
+        assert jfk is not None
+        before = index.store.segments_of(jfk.video_id)
+
+        (folder / "speeches").mkdir()
+        moved = folder / "speeches" / "kennedy.flac"
+        (folder / "jfk.flac").rename(moved)
+        shutil.copyfile(folder / "LJ002-0035.wav", folder / "speeches" / "copy.wav")
+        planned: list[int] = []
+        report = ingest(IngestRequest(settings, [folder]), index, pipeline, IngestHooks(on_plan=planned.append))
+        assert planned == [0]
+        assert {Path(o.path).name: (o.status, o.reason) for o in report.outcomes} == {
+            "LJ002-0035.wav": ("unchanged", "already indexed"),
+            "copy.wav": ("unchanged", f"same content as {folder / 'LJ002-0035.wav'}"),
+            "kennedy.flac": ("unchanged", f"moved from {folder / 'jfk.flac'}; its segments follow it")}
+        assert index.catalog.get(jfk.video_id).source == str(moved)
+        assert sorted(r.source for r in index.catalog.all()) == [str(folder / "LJ002-0035.wav"), str(moved)]
+        after = index.store.segments_of(jfk.video_id)
+        assert [p["text"] for p in after] == [p["text"] for p in before] and {p["source"] for p in after} == {str(moved)}

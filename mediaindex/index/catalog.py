@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS words (
     PRIMARY KEY (video_id, word)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS worded (video_id TEXT PRIMARY KEY);
+-- A new path's bytes are compared only with files of its size (a moved or copied file).
+CREATE INDEX IF NOT EXISTS videos_by_size ON videos (size);
 """
 
 
@@ -125,6 +127,16 @@ class Catalog:
     def get(self, video_id: str) -> VideoRecord | None:
         row = self._db.execute("SELECT * FROM videos WHERE video_id = ?", (video_id,)).fetchone()
         return self._record(row)
+
+    def of_size(self, size: int) -> list[VideoRecord]:
+        return [self._record(r) for r in self._db.execute(  # type: ignore[misc]
+            "SELECT * FROM videos WHERE size = ? ORDER BY source", (size,))]
+
+    def move(self, video_id: str, source: str, mtime_ns: int) -> None:
+        """The file's new path (the same bytes, moved or renamed)."""
+        with self._writing():
+            self._db.execute("UPDATE videos SET source = ?, mtime_ns = ? WHERE video_id = ?",
+                             (source, mtime_ns, video_id))
 
     def all(self) -> list[VideoRecord]:
         return [self._record(r) for r in self._db.execute("SELECT * FROM videos ORDER BY source")]  # type: ignore[misc]

@@ -200,6 +200,16 @@ class EdgeStore(VectorStore):
         assert flt is not None  # the video id is always a condition
         self._delete(flt)
 
+    def set_source(self, video_id: str, source: str) -> None:
+        import qdrant_edge as q
+
+        flt = self._filter(SearchFilters(video_id=video_id))
+        assert flt is not None  # the video id is always a condition
+        require_free_space(self.path.parent, self.path, extra=MARGIN_BYTES)
+        with self._engine("writing"):
+            self._shard.update(q.UpdateOperation.set_payload_by_filter(flt, {"source": source}))
+            self._shard.flush()
+
     def delete_other_videos(self, keep: list[str]) -> None:
         import qdrant_edge as q
 

@@ -176,6 +176,12 @@ class MediaIndex:
         self.store.upsert(segments, vectors)
         self.catalog.upsert(replace(record, segments=self.store.count(SearchFilters(video_id=video_id))))
 
+    def move_video(self, video_id: str, source: str, mtime_ns: int) -> None:
+        """Point an indexed file at its new path (the same bytes): its segments first, then its entry, so a stop
+        in between leaves the old entry, which the next ingest of the new path moves again."""
+        self.store.set_source(video_id, source)
+        self.catalog.move(video_id, source, mtime_ns)
+
     def remove_video(self, video_id: str) -> None:
         """Take a file out of the index: its entry first (a stop after it leaves points the next open removes),
         then its segments (summary and chapters with them) and its thumbnails."""

@@ -140,6 +140,12 @@ class ServerStore(VectorStore):
         self._client.delete(self.collection, wait=True, points_selector=models.FilterSelector(
             filter=self._filter(SearchFilters(video_id=video_id))))
 
+    def set_source(self, video_id: str, source: str) -> None:
+        from qdrant_client import models
+
+        self._client.set_payload(self.collection, {"source": source}, wait=True, points=models.FilterSelector(
+            filter=self._filter(SearchFilters(video_id=video_id))))
+
     def delete_other_videos(self, keep: list[str]) -> None:
         from qdrant_client import models
 

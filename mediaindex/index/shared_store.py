@@ -214,6 +214,9 @@ class SharedStore(VectorStore):
     def delete_video(self, video_id: str) -> None:
         self._writable().delete_video(video_id)
 
+    def set_source(self, video_id: str, source: str) -> None:
+        self._writable().set_source(video_id, source)
+
     def delete_other_videos(self, keep: list[str]) -> None:
         self._writable().delete_other_videos(keep)
 

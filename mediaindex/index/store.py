@@ -96,6 +96,10 @@ class VectorStore(Protocol):
 
     def delete_video(self, video_id: str) -> None: ...
 
+    def set_source(self, video_id: str, source: str) -> None:
+        """Every point of the video names this path (the file was moved)."""
+        ...
+
     def delete_other_videos(self, keep: list[str]) -> None:
         """Delete every point whose video is not in `keep` (leftovers of writes that did not finish)."""
         ...

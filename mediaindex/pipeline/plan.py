@@ -23,6 +23,7 @@ class Outcome(StrEnum):
     NEW = "new"  # not indexed (or changed since, or re-indexed on request): through every stage
     NEEDS_SUMMARY = "needs summary"  # indexed and unchanged, without a summary: from the summary stage on
     UNCHANGED = "unchanged"  # indexed and unchanged: nothing to do
+    MOVED = "moved"  # indexed from a path where it no longer is: its entry follows it, nothing runs
     POISON = "poison"  # the whole run died during its work on every try: given up
     UNREADABLE = "unreadable"  # cannot even be looked at: skipped
 
@@ -33,7 +34,7 @@ class Plan:
     outcome: Outcome
     meta: dict[str, Any] = field(default_factory=dict)
     attempts: int = 0  # runs that died while a stage worked on it
-    video_id: str | None = None  # NEEDS_SUMMARY: the indexed file
+    video_id: str | None = None  # NEEDS_SUMMARY, MOVED: the indexed file
     reason: str = ""
 
     @property
@@ -50,9 +51,21 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
         unchanged = _unchanged(index, Path(f.path))
     except OSError as exc:
         return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
-    if not unchanged or settings.ingest.reindex:
+    if settings.ingest.reindex:
         return Plan(f.path, Outcome.NEW, f.meta, f.attempts)
     indexed = index.catalog.by_source(f.path)
+    if indexed is None:
+        try:
+            same = _same_bytes_elsewhere(index, Path(f.path))
+        except OSError as exc:
+            return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
+        if same is not None and Path(same.source).exists():
+            return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason=f"same content as {same.source}")
+        if same is not None and not f.meta:  # metadata of its own is written with new segments
+            return Plan(f.path, Outcome.MOVED, f.meta, f.attempts, video_id=same.video_id,
+                        reason=f"moved from {same.source}")
+    if not unchanged:
+        return Plan(f.path, Outcome.NEW, f.meta, f.attempts)
     if settings.ingest.summaries and indexed is not None and _needs_summary(index, indexed):
         return Plan(f.path, Outcome.NEEDS_SUMMARY, f.meta, f.attempts, video_id=indexed.video_id)
     if indexed is not None and indexed.analysis < ANALYSIS_VERSION:
@@ -73,6 +86,16 @@ def _unchanged(index: MediaIndex, path: Path) -> bool:
         catalog.touch(str(path), stat.st_size, stat.st_mtime_ns)
         return True
     return False
+
+
+def _same_bytes_elsewhere(index: MediaIndex, path: Path) -> VideoRecord | None:
+    """The indexed file of another path with these bytes (a copy, or this file before it moved), if any. Only
+    files of the same size are compared, so a new file is read here only when one of them has its size."""
+    others = index.catalog.of_size(path.stat().st_size)
+    if not others:
+        return None
+    digest = content_hash(path)
+    return next((r for r in others if r.content_hash == digest and r.source != str(path)), None)
 
 
 def _needs_summary(index: MediaIndex, record: VideoRecord) -> bool:

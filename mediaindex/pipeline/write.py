@@ -57,6 +57,18 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
                        notes=item.notes, duration=item.info.duration)
 
 
+def write_move(index: MediaIndex, path: str, video_id: str | None, reason: str) -> FileOutcome:
+    """Point the entry of a file indexed at another path, where it no longer is, at this one: the same bytes
+    keep their segments, summary and thumbnails."""
+    assert video_id is not None
+    try:
+        mtime_ns = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        return FileOutcome(path, Status.FAILED, f"cannot read: {exc.strerror or exc}", video_id=video_id)
+    index.move_video(video_id, path, mtime_ns)
+    return FileOutcome(path, Status.UNCHANGED, f"{reason}; its segments follow it", video_id=video_id)
+
+
 def write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:
     """Add the summary and chapters of an indexed file; its other segments are left exactly as they are."""
     if item.summary_failure is not None:
