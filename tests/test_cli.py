@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,52 @@ def test_ingesting_a_folder_again_says_which_files_are_gone(cli_env: dict[str, s
     assert " ".join(result.stdout.split()).startswith(f"removed {folder / 'LJ002-0035.wav'} (1 segment, ")
 
 
+def test_watch_indexes_new_files_follows_moved_ones_and_says_which_are_gone(cache_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    """`ingest FOLDER --watch 1`: a file copied in is indexed once it has stopped changing, a file renamed into
+    a new folder keeps its segments, a file deleted is said to be gone; searches read through the watcher
+    meanwhile; Ctrl-C stops it (exit 0)."""
+    env = cli_environment(tmp_path / "index", cache_dir, tmp_path / "t")
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    shutil.copyfile(media("audio/LJ002-0035.wav"), folder / "LJ002-0035.wav")
+    log = tmp_path / "watch.log"
+    with log.open("w") as out:
+        watcher = subprocess.Popen([sys.executable, "-m", "mediaindex", "ingest", str(folder), "--watch", "1"],
+                                   env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+    def said() -> str:
+        return " ".join(log.read_text().split())
+
+    def wait_for(text: str) -> None:
+        deadline = time.monotonic() + 180
+        while text not in said():
+            assert watcher.poll() is None and time.monotonic() < deadline, said()
+            time.sleep(0.3)
+
+    try:
+        wait_for("(Ctrl-C stops)")
+        (folder / "sub").mkdir()
+        shutil.copyfile(media("audio/english.wav"), folder / "sub" / "english.wav")
+        (folder / "LJ002-0035.wav").rename(folder / "sub" / "press.wav")
+        wait_for(f"indexed {folder / 'sub' / 'english.wav'}: ")
+        assert (f"unchanged {folder / 'sub' / 'press.wav'}: moved from {folder / 'LJ002-0035.wav'}; its segments "
+                "follow it") in said()
+        assert "gone from disk" not in said()  # a file being moved is not gone
+        found = run("search", "one two three", "--json", "--limit", "1", env=env)
+        assert found.returncode == 0 and json.loads(found.stdout)[0]["source"] == str(folder / "sub" / "english.wav")
+        assert "reading through `mediaindex ingest`" in found.stderr
+
+        (folder / "sub" / "english.wav").unlink()
+        wait_for("1 file indexed from the watched folders is gone from disk: `mediaindex index remove --missing`")
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=60) == 0, said()
+        assert said().endswith("stopped watching") and "Traceback" not in said()
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+
+
 def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Path) -> None:
     junk = tmp_path / "a.wav"
     junk.write_bytes(b"RIFF")
@@ -115,6 +163,8 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["search", "x", "--min-confidence", "sure"], "unknown min_confidence"),
         (["search", "x", "--config", "nosuch"], "unknown config profile"),
         (["frobnicate"], "No such command"),
+        (["ingest", "--watch", "5", "--manifest", str(REPO / "README.md")], "--watch keeps the files and folders"),
+        (["ingest", str(media("audio")), "--watch", "0"], "--watch"),
     ],
 )
 def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:

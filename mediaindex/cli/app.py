@@ -135,10 +135,14 @@ def ingest(
     wait: Annotated[bool, typer.Option(
         "--wait/--no-wait", help="When another process holds the index (an ingest, a search), wait for it to "
         "finish (default), or stop at once.")] = True,
+    watch: Annotated[float | None, typer.Option(
+        "--watch", min=1, metavar="SECONDS", help="Then keep watching the paths: every SECONDS, index the files "
+        "that are new or changed once they have stopped changing, and follow moved ones, until Ctrl-C.")] = None,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job.
 
-    Searches, stats and questions from other processes keep working while it runs (they read through it)."""
+    Searches, stats and questions from other processes keep working while it runs (they read through it), and
+    while it watches with --watch."""
     from mediaindex.cli.progress import IngestDisplay, plural
     from mediaindex.pipeline.inprocess import limit_malloc_arenas
 
@@ -150,11 +154,17 @@ def ingest(
         raise fail("nothing to ingest: give media files or folders, --manifest FILE, or --resume JOB")
     if resume and reindex:
         raise fail("--resume continues a job as it was started: give --reindex when starting it")
+    if watch is not None and (resume or manifest or not paths):
+        raise fail("--watch keeps the files and folders given as paths in step with the index: give them, "
+                   "without --manifest or --resume")
     choices = {"summaries": summaries, "reindex": reindex or None}
     settings = _settings(config, index, ray={"address": address} if address else None,
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
     try:
         if (remote := _remote(settings)) is not None:
+            if watch is not None:
+                raise fail(f"the index is held by {remote.holder.describe()}: --watch holds the index while it "
+                           "watches; stop the server first, or ingest through it without --watch")
             try:
                 _ingest_through(remote, paths, manifest, include, exclude, summaries, reindex, verbose,
                                 local_only=bool(resume or address))
@@ -174,7 +184,13 @@ def ingest(
     display = IngestDisplay(err, verbose=verbose)
     try:
         report = _run_ingest(archive, display, settings, paths, manifest, include, exclude, resume)
-        gone = _gone_from(archive, paths)
+        render.ingest_report(report, verbose)
+        if gone := _gone_from(archive, paths):
+            say(f"{plural(gone, 'file')} indexed from these folders earlier {'is' if gone == 1 else 'are'} gone "
+                "from disk: `mediaindex index remove --missing` takes them out of the index")
+        if watch is not None:
+            _watch(archive, settings, list(paths or []), list(include or []), list(exclude or []), watch, verbose)
+            return
     except KeyboardInterrupt:
         hint = f"; continue with: mediaindex ingest --resume {display.job_id}" if display.job_id else ""
         err.print(f"interrupted{hint}", highlight=False, soft_wrap=True)
@@ -185,22 +201,50 @@ def ingest(
         began = time.monotonic()
         archive.close()
         log.info("index closed in %.1f s", time.monotonic() - began)
-    render.ingest_report(report, verbose)
-    if gone:
-        say(f"{plural(gone, 'file')} indexed from these folders earlier {'is' if gone == 1 else 'are'} gone "
-            "from disk: `mediaindex index remove --missing` takes them out of the index")
     worked = report.indexed or report.by_status("summarised") or report.by_status("unchanged")
     if not worked and not (resume and not report.outcomes):
         raise typer.Exit(1)
 
 
+def _watch(archive: Archive, settings: Settings, paths: list[Path], include: list[str], exclude: list[str],
+           every: float, verbose: bool) -> None:
+    """Index what changes under the paths, a job for each look that finds something, until Ctrl-C."""
+    from mediaindex.cli.progress import IngestDisplay, plural
+    from mediaindex.service.watch import FolderWatch
+
+    watch = FolderWatch(archive, paths, include, exclude)
+    say(f"watching {', '.join(map(str, paths))} every {every:g} s: files new or changed are indexed once they have "
+        "stopped changing (Ctrl-C stops)")
+    said = len(watch.gone)
+    while True:
+        try:
+            time.sleep(every)
+        except KeyboardInterrupt:
+            say("stopped watching")
+            return
+        if files := watch.look():
+            display = IngestDisplay(err, verbose=verbose)
+            try:
+                report = _run_ingest(archive, display, settings, [Path(f) for f in files], None, None, None, None)
+            except KeyboardInterrupt:
+                err.print(f"interrupted; continue with: mediaindex ingest --resume {display.job_id}", highlight=False,
+                          soft_wrap=True)
+                raise typer.Exit(130) from None
+            render.ingest_report(report, verbose)
+        # Files gone are said once all is still: a file being moved is not gone.
+        quiet = watch.settled and not files
+        if quiet and len(watch.gone) > said:
+            say(f"{plural(len(watch.gone), 'file')} indexed from the watched folders "
+                f"{'is' if len(watch.gone) == 1 else 'are'} gone from disk: `mediaindex index remove --missing` "
+                "takes them out of the index")
+        said = len(watch.gone) if quiet else min(said, len(watch.gone))
+
+
 def _gone_from(archive: Archive, paths: list[Path] | None) -> int:
     """How many indexed files that were ingested from under these folders are no longer on disk."""
-    from mediaindex.index.naming import files_named
+    from mediaindex.index.naming import under_folders
 
-    folders = [p for p in paths or [] if p.is_dir()]
-    missing = archive.missing() if folders else []
-    return len({r.video_id for folder in folders for r in files_named(missing, str(folder), folders=True)[0]})
+    return len(under_folders(archive.missing(), paths or [])) if any(p.is_dir() for p in paths or []) else 0
 
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,

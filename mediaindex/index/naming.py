@@ -46,6 +46,13 @@ def files_named(records: Sequence[L], ref: str, *, folders: bool = False) -> tup
     return [r for r in records if Path(r.source).name == ref], True
 
 
+def under_folders(records: Sequence[L], paths: Sequence[str | Path]) -> list[L]:
+    """The files ingested from under those of these paths that are folders, in listing order."""
+    chosen = {r.video_id for path in paths if Path(path).is_dir()
+              for r in files_named(records, str(path), folders=True)[0]}
+    return [r for r in records if r.video_id in chosen]
+
+
 def select_files(records: Sequence[L], refs: Sequence[str], *, missing: bool = False) -> list[L]:
     """Every file the references name (ids, paths, folders, names), and with `missing` every file no longer at
     its path, in listing order. A reference that names nothing, or guesses at several, is refused before
