@@ -403,6 +403,8 @@ class ApiSettings(_Section):
     # Keys are required as soon as one has been created; this also requires them before that.
     require_keys: bool = False
     upload_dir: Path | None = None  # None: uploads/ in the index directory
+    # Every this many seconds, index what is new or changed in the media roots (None: the roots are not watched).
+    watch_s: float | None = Field(default=None, ge=1)
     max_upload_bytes: int = Field(default=512 * 1024**2, ge=1)
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off

@@ -165,6 +165,7 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["frobnicate"], "No such command"),
         (["ingest", "--watch", "5", "--manifest", str(REPO / "README.md")], "--watch keeps the files and folders"),
         (["ingest", str(media("audio")), "--watch", "0"], "--watch"),
+        (["serve", "--watch", "5"], "--watch watches the media roots: give --media-root FOLDER"),
     ],
 )
 def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:

@@ -16,6 +16,7 @@ from mediaindex.api.metrics import Metrics
 from mediaindex.api.paths import MediaPolicy, MediaRoots
 from mediaindex.api.ratelimit import RateLimiter
 from mediaindex.api.runner import JobRunner
+from mediaindex.api.watcher import RootWatcher
 from mediaindex.config import Settings
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobStore
@@ -101,6 +102,7 @@ class ApiState:
         self._own_pipeline = pipeline is None
         self.open_error: str | None = None
         self.runner = JobRunner(self)
+        self.watcher = RootWatcher(self)
 
     # --- lifecycle -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -121,8 +123,10 @@ class ApiState:
             self.open_error = self.public(str(exc) or type(exc).__name__)
             return
         self.runner.start()
+        self.watcher.start()
 
     def close(self) -> None:
+        self.watcher.stop()
         if not self.runner.stop():
             # The job left running still uses the index and the stage pools: closing them under it could break
             # its writes. The process is ending; the job goes on at the next start (and Ray's processes end with

@@ -718,6 +718,9 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: api.port).")] = None,
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
+    watch: Annotated[float | None, typer.Option(
+        "--watch", min=1, metavar="SECONDS", help="Every SECONDS, index what is new or changed in the media roots "
+        "(once it has stopped changing) as a job; moved files keep their entries (default: api.watch_s).")] = None,
 ) -> None:
     """Serve the HTTP API, the web page, an OpenAI-compatible endpoint and MCP tools.
 
@@ -730,15 +733,20 @@ def serve(
     try:
         roots = _media_roots(settings, media_root)
         api = settings.api.model_copy(update={"media_roots": roots, "host": host or settings.api.host,
-                                              "port": port or settings.api.port})
+                                              "port": port or settings.api.port,
+                                              "watch_s": watch or settings.api.watch_s})
+        if api.watch_s is not None and not roots:
+            raise fail("--watch watches the media roots: give --media-root FOLDER (or set api.media_roots)")
         settings = settings.model_copy(update={"api": api})
         # Recorded in the index folder: CLI commands run beside this server send their requests here.
         local = "127.0.0.1" if api.host in ("0.0.0.0", "", "::") else api.host
         app_ = create_app(settings, advertise_url=f"http://{'[' + local + ']' if ':' in local else local}:{api.port}")
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
+    watching = f", watched every {api.watch_s:g} s" if api.watch_s is not None else ""
     err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "
-              f"(media roots: {', '.join(str(r) for r in roots) or 'none'})", highlight=False, soft_wrap=True)
+              f"(media roots: {', '.join(str(r) for r in roots) or 'none'}{watching})", highlight=False,
+              soft_wrap=True)
     uvicorn.run(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
 
 

@@ -23,10 +23,12 @@ Version = tuple[int, int]  # size, modification time (ns)
 
 class FolderWatch:
     def __init__(self, archive: Archive, paths: Sequence[Path], include: Sequence[str] = (),
-                 exclude: Sequence[str] = ()) -> None:
+                 exclude: Sequence[str] = (), *, ingested: bool = True) -> None:
+        """`ingested`: what is under the paths now was just given to an ingest; otherwise the first look offers
+        every file the index does not hold as it is."""
         self.archive, self.paths, self.include, self.exclude = archive, list(paths), list(include), list(exclude)
         self.seen = self._files()
-        self.taken = dict(self.seen)  # what is there now was just given to an ingest
+        self.taken = dict(self.seen) if ingested else {}
         self.gone = self._gone()
         self.settled = True  # every file was as it is at the look before
 
@@ -63,3 +65,8 @@ class FolderWatch:
         self.seen, self.gone = now, gone
         self.taken.update((path, now[path]) for path in ready)
         return ready
+
+    def untake(self, paths: Sequence[str]) -> None:
+        """These files were not given to an ingest after all (the next look offers them again)."""
+        for path in paths:
+            self.taken.pop(path, None)
