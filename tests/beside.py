@@ -42,6 +42,7 @@ class _Child:
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=lambda: os.nice(19))
         self.began = time.monotonic()
+        self.waited = 0.0  # how long the session waited for reports of tests it had nothing else to do beside
 
     def _take_new(self) -> None:
         if not self.reports.is_file():
@@ -88,6 +89,7 @@ _marked: list[str] = []  # node ids of the marked tests this session hands to th
 _start_at: str | None = None  # the test before which the child starts
 _rootdir = Path()  # where the node ids are relative to
 _child: _Child | None = None
+_summary: list[str] = []  # said at the end of the session
 
 
 def arrange(session: pytest.Session) -> None:
@@ -126,7 +128,9 @@ def report_in_place(item: pytest.Item) -> bool:
     child = _started()
     config = item.config
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    began = time.monotonic()
     entries = child.reports_of(item.nodeid)
+    child.waited += time.monotonic() - began
     if entries is None:
         entries = [{"nodeid": item.nodeid, "when": "call", "report": None}]
     for entry in entries:
@@ -166,6 +170,8 @@ def stop() -> None:
     global _child, _marked, _start_at
     if _child is not None:
         _child.close()
+        _summary.append(f"{len(_marked)} tests ran beside the session for {time.monotonic() - _child.began:.0f} s; "
+                        f"it waited {_child.waited:.0f} s for their reports at its end")
     _child, _marked, _start_at = None, [], None
 
 
@@ -196,3 +202,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _summary:
+        terminalreporter.write_line(f"beside: {line}")
