@@ -141,8 +141,9 @@ def ingest(
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job.
 
-    Searches, stats and questions from other processes keep working while it runs (they read through it), and
-    while it watches with --watch."""
+    Searches, stats and questions from other processes keep working while it runs (they read through it).
+
+    With --watch it goes on indexing what changes under the paths until Ctrl-C; reads go through it meanwhile."""
     from mediaindex.cli.progress import IngestDisplay, plural
     from mediaindex.pipeline.inprocess import limit_malloc_arenas
 
@@ -671,9 +672,11 @@ def index_remove(
 ) -> None:
     """Take files out of the index: their segments, summary, chapters and thumbnails. The media stay.
 
-    A folder names every file ingested from under it, also once the folder is gone. More than one file is
-    removed after a confirmation (or with --yes). Through a running `serve` the request goes to it; beside a
-    running ingest this waits for it to finish."""
+    A folder names every file ingested from under it, also once the folder is gone.
+
+    More than one file is removed after a confirmation (or with --yes).
+
+    Through a running `serve` the request goes to it; beside a running ingest this waits for it to finish."""
     from mediaindex.index.naming import select_files
 
     if not refs and not missing:
