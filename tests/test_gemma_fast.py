@@ -217,6 +217,7 @@ print(json.dumps({"heavy": heavy, "dim": int(vector.shape[0]), "name": embedder.
 
 
 @pytest.mark.slow
+@pytest.mark.beside  # waits on the process it runs
 def test_embedding_a_query_loads_no_torch_transformers_or_sentence_transformers(gemma_folder: Path,
                                                                                 cache_dir: Path) -> None:
     converted_model(gemma_folder, cache_dir)  # converting imports torch; the process below only loads the file
@@ -236,6 +237,7 @@ def test_default_embedder_is_embeddinggemma(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.beside  # waits on the `mediaindex` processes it runs
 def test_default_embedder_indexes_and_finds_a_moment(gemma_folder: Path, cache_dir: Path, tmp_path: Path) -> None:
     from tests.conftest import cli_environment
 
