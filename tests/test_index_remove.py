@@ -197,6 +197,11 @@ def test_the_api_removes_a_file_and_deletes_an_uploaded_copy(tmp_path: Path, cac
         assert all(h["video_id"] != jfk for h in hits.json()["hits"])
         assert (archive.folder / "talks/jfk.flac").is_file()
 
+        assert all(v["on_disk"] for v in client.get("/videos").json())
+        (archive.folder / "old/LJ002-0035.wav").rename(archive.folder / "old/moved.wav")
+        assert [v["on_disk"] for v in client.get("/videos").json()] == [False, True]  # old/…, then uploads/…
+        (archive.folder / "old/moved.wav").rename(archive.folder / "old/LJ002-0035.wav")
+
         assert client.delete(f"/videos/{archive.ids['uploads/0123456789ab/LJ002-0035.wav']}").status_code == 200
         assert not upload.parent.exists() and (archive.folder / "old/LJ002-0035.wav").is_file()
         assert [v["source"] for v in client.get("/videos").json()] == [str(archive.folder / "old/LJ002-0035.wav")]

@@ -78,6 +78,8 @@ class VideoOut(BaseModel):
     has_video: bool
     media_url: str
     thumbnail_url: str | None = None
+    on_disk: bool = Field(True, description="False when the file is no longer at its path (it cannot be played; "
+                                            "DELETE /videos/{id} takes it out of the index)")
 
 
 class LibraryVideoOut(VideoOut):

@@ -209,7 +209,8 @@ function libraryItem(v) {
     el("a", { href: `#/video/${encodeURIComponent(v.video_id)}` }, thumb,
       el("span", { class: "title" }, v.title),
       el("span", { class: "meta" }, meta),
-      el("span", { class: "meta" }, kindsText(v.kinds, v.segments))));
+      el("span", { class: "meta" }, kindsText(v.kinds, v.segments)),
+      v.on_disk ? null : el("span", { class: "meta gone" }, "gone from disk")));
 }
 
 async function showLibrary(page, token) {
@@ -580,7 +581,7 @@ async function showVideo(videoId, t, token) {
   $("video-title").textContent = v.title;
   const lang = v.language ? ` · language ${v.language}` : "";
   $("video-meta").textContent = `${clock(v.duration || 0)} · ${v.has_video ? "video" : "audio"}${lang} · ` +
-    plural(v.segments, "segment");
+    plural(v.segments, "segment") + (v.on_disk ? "" : " · gone from disk");
   for (const fmt of ["srt", "vtt", "json"]) {
     $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
   }
@@ -608,6 +609,12 @@ async function showVideo(videoId, t, token) {
       play(v.media_url, line.start, `${v.title} at ${clock(line.start)}`, v.has_video);
     });
     list.append(item);
+  }
+  if (!v.on_disk) {
+    stopPlayback();
+    notice(`${v.title} is no longer where it was indexed from, so it cannot be played; ` +
+           "Remove from index, below, takes it out.");
+    return;
   }
   play(v.media_url, t || 0, v.title, v.has_video);
 }

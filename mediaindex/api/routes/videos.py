@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mimetypes
+import os
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
@@ -47,7 +48,7 @@ def _video_out(state: ApiState, r: VideoRecord) -> dict:
     return dict(video_id=r.video_id, title=Path(r.source).name, source=state.shown(r.source), duration=r.duration,
                 language=r.language, segments=r.segments, indexed_at=r.indexed_at,
                 has_video=bool(r.probe.get("has_video")), media_url=f"/media/{quote(r.video_id)}",
-                thumbnail_url=_thumb_url(state, r.video_id))
+                thumbnail_url=_thumb_url(state, r.video_id), on_disk=os.path.exists(r.source))
 
 
 def _record(state: ApiState, video_id: str) -> VideoRecord:
