@@ -141,6 +141,8 @@ def test_a_folder_is_removed_after_a_confirmation(archive: Archive) -> None:
 
 def test_files_gone_from_disk_are_counted_and_removed(archive: Archive) -> None:
     (archive.folder / "talks/jfk.flac").unlink()
+    found = cli(archive, "search", "ask not what your country can do for you")
+    assert found.exit_code == 0 and "jfk.flac (gone from disk)" in said(found), said(found)
     stats = cli(archive, "index", "stats")
     assert stats.exit_code == 0, said(stats)
     assert "gone from disk: 1 file (`mediaindex index remove --missing` takes them out of the index)" in said(stats)
@@ -200,6 +202,9 @@ def test_the_api_removes_a_file_and_deletes_an_uploaded_copy(tmp_path: Path, cac
         assert all(v["on_disk"] for v in client.get("/videos").json())
         (archive.folder / "old/LJ002-0035.wav").rename(archive.folder / "old/moved.wav")
         assert [v["on_disk"] for v in client.get("/videos").json()] == [False, True]  # old/…, then uploads/…
+        found = client.get("/search", params={"q": "Eight, the press yard", "min_confidence": "none"}).json()["hits"]
+        assert {(h["source"], h["on_disk"]) for h in found} == {(str(archive.folder / "old/LJ002-0035.wav"), False),
+                                                               ("LJ002-0035.wav", True)}  # an upload by its name
         (archive.folder / "old/moved.wav").rename(archive.folder / "old/LJ002-0035.wav")
 
         assert client.delete(f"/videos/{archive.ids['uploads/0123456789ab/LJ002-0035.wav']}").status_code == 200

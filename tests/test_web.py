@@ -463,6 +463,17 @@ def test_a_file_is_taken_out_of_the_index_from_its_page(browser, tmp_path: Path,
                     "below, takes it out.")
                 assert page.p.locator("#video-meta").inner_text().endswith(" · gone from disk")
                 assert page.p.locator("#player-area").is_hidden()
+                page.p.goto(f"{live.url}/#/search?q=Eight%2C%20the%20press%20yard")
+                hit = page.p.locator(f"#results .hit[data-video='{video_id}']")
+                hit.wait_for()
+                assert hit.locator(".gone").inner_text() == "gone from disk"
+                hit.locator("a.time").click()
+                assert page.p.locator("#notice").inner_text() == (
+                    f"{name} is no longer where it was indexed from, so it cannot be played.")
+                assert page.p.locator("#player-area").is_hidden()
+                page.shot("gone-hit")
+                page.p.goto(f"{live.url}/#/video/{video_id}")
+                page.p.locator("#transcript .line").first.wait_for()
             asked: list[str] = []
             page.p.once("dialog", lambda d, asked=asked: (asked.append(d.message), d.dismiss()))
             page.p.click("#remove-button")

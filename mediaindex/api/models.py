@@ -59,6 +59,8 @@ class HitOut(BaseModel):
                                                          "when the moment has one (else start)")
     looks_like: list[str] = Field(default_factory=list, description="A picture without words (empty text): the "
                                   "classes it looks most like, likeliest first")
+    on_disk: bool = Field(True, description="False when the media file is no longer at its path (it cannot be "
+                                            "played)")
 
 
 class SearchResponse(BaseModel):

@@ -363,9 +363,13 @@ function hitItem(hit) {
   const time = el("a", { class: "time", href: page.replace(/^\//, ""), title: "Play this moment" },
                   `${clock(hit.start)}–${clock(hit.end)}`);
   const label = `${title} at ${clock(hit.start)}`;
-  time.addEventListener("click", (e) => { e.preventDefault(); play(hit.media_url, hit.start, label, hasVideo); });
+  const gone = hit.on_disk === false;
+  const playHit = () => gone ? notice(`${title} is no longer where it was indexed from, so it cannot be played.`)
+                             : play(hit.media_url, hit.start, label, hasVideo);
+  time.addEventListener("click", (e) => { e.preventDefault(); playHit(); });
   const head = el("div", { class: "head" },
     el("span", { class: "title" }, title), time,
+    gone ? el("span", { class: "gone" }, "gone from disk") : null,
     el("span", { class: `badge ${hit.modality}` }, KINDS[hit.modality] || hit.modality),
     hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
                   BANDS[hit.band] || hit.band) : null,
@@ -383,7 +387,7 @@ function hitItem(hit) {
                   thumb, el("div", { class: "body" }, head, snippet, transcriptLink));
   const go = (event) => {
     if (event.target.closest("a")) return;  // links do their own thing
-    play(hit.media_url, hit.start, label, hasVideo);
+    playHit();
   };
   item.addEventListener("click", go);
   item.addEventListener("keydown", (e) => { if (e.key === "Enter") go(e); });

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ def hit_out(hit: Hit, query: str, words: SparseEncoder, shown: Callable[[str], s
         play_url=f"/media/{vid}#t={hit.seek if hit.seek is not None else hit.start:.2f}",
         page_url=f"/#/video/{vid}?t={hit.start:.2f}",
         highlights=highlights(query, hit.text, words),
+        on_disk=os.path.exists(hit.source),
     )
 
 
