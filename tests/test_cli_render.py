@@ -19,11 +19,18 @@ MOMENTS = [
 ]
 
 
-def shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, width: int, moments: list[dict] = MOMENTS) -> str:
+def shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, width: int, moments: list[dict] = MOMENTS,
+          on_disk: bool = True) -> str:
+    """The moments as printed, their files (named as in `moments`) in `tmp_path`, or gone from it."""
+    tmp_path.mkdir(exist_ok=True)
+    placed = [{**m, "source": str(tmp_path / Path(m["source"]).name)} for m in moments]
+    for m in placed:
+        if on_disk:
+            Path(m["source"]).write_bytes(b"")
     with open(tmp_path / "out.txt", "w") as sink:
         console = Console(width=width, record=True, color_system=None, file=sink)
         monkeypatch.setattr(render, "out", console)
-        render.hits([dict(m) for m in moments], False, tmp_path)
+        render.hits(placed, False, tmp_path)
     return console.export_text()
 
 
@@ -38,6 +45,8 @@ def test_a_narrow_terminal_lists_each_moment_under_a_heading_line(monkeypatch: p
     body = [ln for ln in lines[1:] if ln.startswith("    ")]
     assert body[0].startswith("    S1: and then you let it go") and all(len(ln) <= 80 for ln in lines)
     assert all(ln == ln.rstrip() for ln in lines)  # no padding to the terminal's width
+    gone = shown(monkeypatch, tmp_path / "elsewhere", 80, on_disk=False).splitlines()
+    assert gone[0] == "low 0.23  pendulum_lecture.webm (gone from disk)  0:54.5–1:05.1  speech"
     said = " ".join(ln.strip() for ln in body[:-1])
     # Cut after a whole word, and marked as cut.
     assert said.endswith("…") and said[:-1] in "S1: " + SAID and not said.endswith(" …")
