@@ -144,7 +144,7 @@ def ingest(
     Searches, stats and questions from other processes keep working while it runs (they read through it).
 
     With --watch it goes on indexing what changes under the paths until Ctrl-C; reads go through it meanwhile."""
-    from mediaindex.cli.progress import IngestDisplay, plural
+    from mediaindex.cli.progress import IngestDisplay
     from mediaindex.pipeline.inprocess import limit_malloc_arenas
 
     # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
@@ -186,9 +186,8 @@ def ingest(
     try:
         report = _run_ingest(archive, display, settings, paths, manifest, include, exclude, resume)
         render.ingest_report(report, verbose)
-        if gone := _gone_from(archive, paths):
-            say(f"{plural(gone, 'file')} indexed from these folders earlier {'is' if gone == 1 else 'are'} gone "
-                "from disk: `mediaindex index remove --missing` takes them out of the index")
+        if gone := len(archive.missing(paths or [])):
+            _say_gone(gone, "these folders earlier")
         if watch is not None:
             _watch(archive, settings, list(paths or []), list(include or []), list(exclude or []), watch, verbose)
             return
@@ -210,7 +209,7 @@ def ingest(
 def _watch(archive: Archive, settings: Settings, paths: list[Path], include: list[str], exclude: list[str],
            every: float, verbose: bool) -> None:
     """Index what changes under the paths, a job for each look that finds something, until Ctrl-C."""
-    from mediaindex.cli.progress import IngestDisplay, plural
+    from mediaindex.cli.progress import IngestDisplay
     from mediaindex.service.watch import FolderWatch
 
     watch = FolderWatch(archive, paths, include, exclude)
@@ -235,17 +234,15 @@ def _watch(archive: Archive, settings: Settings, paths: list[Path], include: lis
         # Files gone are said once all is still: a file being moved is not gone.
         quiet = watch.settled and not files
         if quiet and len(watch.gone) > said:
-            say(f"{plural(len(watch.gone), 'file')} indexed from the watched folders "
-                f"{'is' if len(watch.gone) == 1 else 'are'} gone from disk: `mediaindex index remove --missing` "
-                "takes them out of the index")
+            _say_gone(len(watch.gone), "the watched folders")
         said = len(watch.gone) if quiet else min(said, len(watch.gone))
 
 
-def _gone_from(archive: Archive, paths: list[Path] | None) -> int:
-    """How many indexed files that were ingested from under these folders are no longer on disk."""
-    from mediaindex.index.naming import under_folders
+def _say_gone(count: int, where: str) -> None:
+    from mediaindex.cli.progress import plural
 
-    return len(under_folders(archive.missing(), paths or [])) if any(p.is_dir() for p in paths or []) else 0
+    say(f"{plural(count, 'file')} indexed from {where} {'is' if count == 1 else 'are'} gone from disk: "
+        "`mediaindex index remove --missing` takes them out of the index")
 
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,

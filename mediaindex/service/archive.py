@@ -229,9 +229,15 @@ class Archive:
                 shutil.rmtree(Path(record.source).parent, ignore_errors=True)
         return removed
 
-    def missing(self) -> list[VideoRecord]:
-        """The indexed files no longer at the path they were ingested from."""
-        return [r for r in self.files() if not os.path.exists(r.source)]
+    def missing(self, under: Sequence[Path] | None = None) -> list[VideoRecord]:
+        """The indexed files no longer at the path they were ingested from (with `under`: those ingested from
+        under these folders)."""
+        from mediaindex.index.naming import under_folders
+
+        if under is not None and not any(Path(p).is_dir() for p in under):
+            return []
+        gone = [r for r in self.files() if not os.path.exists(r.source)]
+        return gone if under is None else under_folders(gone, under)
 
     def optimize(self) -> bool:
         """Build HNSW graphs and merge segments; False when there was nothing to do."""

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mediaindex.index.naming import under_folders
 from mediaindex.pipeline.inputs import plan_inputs
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class FolderWatch:
 
     def _gone(self) -> dict[str, int]:
         """The indexed files from under the paths that are gone from disk, and their sizes."""
-        return {r.video_id: r.size for r in under_folders(self.archive.missing(), self.paths)}
+        return {r.video_id: r.size for r in self.archive.missing(self.paths)}
 
     def look(self) -> list[str]:
         """The files, new or changed, that the index does not hold as they are now and that have not changed
