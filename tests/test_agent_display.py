@@ -10,9 +10,10 @@ import time
 from rich.console import Console
 
 from mediaindex.agents.events import AgentEvent
-from mediaindex.agents.render import answer_markdown, readable
-from mediaindex.agents.schema import Answer, Citation
+from mediaindex.agents.render import answer_markdown, readable, summary_markdown
+from mediaindex.agents.schema import Answer, Chapter, Citation, VideoSummary
 from mediaindex.cli.agent_display import AgentDisplay, show_markdown
+from tests.conftest import media
 
 
 def _read_all(fd: int, wait: float = 0.3) -> str:
@@ -26,7 +27,7 @@ def _read_all(fd: int, wait: float = 0.3) -> str:
 
 def _answer() -> Answer:
     cite = Citation(video_id="ebd120327a5dd8d9", start=19.8, end=26.0, modality="speech",
-                    text="ask not what your country can do for you", source="/media/audio/jfk.flac")
+                    text="ask not what your country can do for you", source=str(media("audio/jfk.flac")))
     return Answer(question="What does he ask?", status="answered", path="agent", model="qwen2.5-coder-0.5b",
                   answer="He asks what you can do for your country. [ebd120327a5dd8d9@19.8-26.0]",
                   citations=[cite], steps=2, tokens=57, searches=["what does he ask"], video_id=None,
@@ -83,3 +84,22 @@ def test_a_not_found_answer_names_its_searches_once() -> None:
                                                      "searches": ["an elephant", "Is there an elephant?"]}))
     assert md.count("Searches tried") == 1 and "**Not found**" in md
     assert answer_markdown(_answer()).count("Searches tried: “what does he ask”") == 1
+
+
+def test_moments_of_a_file_gone_from_disk_say_so(tmp_path) -> None:
+    """A cited file no longer at its path cannot be played: the answer's moment and the summary's heading say so
+    (once: not at each of the summary's own citations)."""
+    gone = str(tmp_path / "moved-away" / "jfk.flac")
+    answer = _answer()
+    answer = answer.model_copy(update={"citations": [answer.citations[0].model_copy(update={"source": gone})]})
+    md = answer_markdown(answer)
+    assert "- jfk.flac (gone from disk)  0:19.8–0:26.0: “ask not what" in md
+    assert "(jfk.flac  0:19.8–0:26.0)" in md  # the inline marker stays a plain reference
+    assert "(gone from disk)" not in answer_markdown(_answer())  # a file on disk is not marked
+    cite = answer.citations[0]
+    summary = VideoSummary(video_id=cite.video_id, source=gone, duration=11.0, status="summarised",
+                           summary="A call to serve. [ebd120327a5dd8d9@19.8-26.0]", citations=[cite], model="m",
+                           windows=1, chapters=[Chapter(title="The call", start=0.0, end=11.0, summary="Ask not.", generated=True,
+                                                        citations=[cite])])
+    md = summary_markdown(summary)
+    assert md.startswith("# jfk.flac (gone from disk)\n") and md.count("gone from disk") == 1

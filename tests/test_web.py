@@ -472,6 +472,21 @@ def test_a_file_is_taken_out_of_the_index_from_its_page(browser, tmp_path: Path,
                     f"{name} is no longer where it was indexed from, so it cannot be played.")
                 assert page.p.locator("#player-area").is_hidden()
                 page.shot("gone-hit")
+                # An answer citing that moment (the hit's own, as the ask job returns it): marked, not played.
+                start, end = float(hit.get_attribute("data-start")), float(hit.get_attribute("data-end"))
+                page.p.evaluate("""([id, start, end]) => { show("ask-view"); showAnswer("What is eight?", {result:
+                    {output: {status: "answered", model: "m", steps: 1, answer: `The press yard. [${id}@${start}-${end}]`,
+                              citations: [{video_id: id, start, end, text: "Eight, the press yard"}]}}}); }""",
+                                [video_id, start, end])
+                cited = page.p.locator("#ask-moments .cited")
+                assert cited.locator(".gone").inner_text() == "gone from disk"
+                page.p.locator("#notice").evaluate("n => n.replaceChildren()")
+                page.p.locator("#ask-answer a.time").click()
+                assert page.p.locator("#notice").inner_text() == (
+                    f"{name} is no longer where it was indexed from, so it cannot be played.")
+                assert page.p.locator("#player-area").is_hidden()
+                page.fits()
+                page.shot("gone-cited")
                 page.p.goto(f"{live.url}/#/video/{video_id}")
                 page.p.locator("#transcript .line").first.wait_for()
             asked: list[str] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -14,10 +15,15 @@ def ts(t: float) -> str:
     return f"{h}:{m:02d}:{s:04.1f}" if h else f"{m}:{s:04.1f}"
 
 
-def moment(c: Citation) -> str:
+def gone(source: str | None) -> str:
+    """What to add to a file's name when it is no longer at the path it was indexed from (it cannot be played)."""
+    return " (gone from disk)" if source and not os.path.exists(source) else ""
+
+
+def moment(c: Citation, mark_gone: bool = True) -> str:
     """`file  0:19.8–0:26.0`: the file a person knows, then the span."""
     name = Path(c.source).name if c.source else c.video_id
-    return f"{name}  {ts(c.start)}–{ts(c.end)}"
+    return f"{name}{gone(c.source) if mark_gone else ''}  {ts(c.start)}–{ts(c.end)}"
 
 
 _CITE = re.compile(r"\s*\[([A-Za-z0-9_-]{1,64})@(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)\]")
@@ -35,18 +41,18 @@ def readable(text: str, citations: list[Citation]) -> str:
 
 def summary_markdown(s: VideoSummary) -> str:
     name = Path(s.source).name
-    lines = [f"# {name}", ""]
+    lines = [f"# {name}{gone(s.source)}", ""]
     if s.duration is not None:
         lines += [f"*{ts(s.duration)} · video id `{s.video_id}` · model {s.model}*", ""]
     lines += ["## Summary", "", s.summary, ""]
     if s.citations:
-        lines += ["Sources: " + "; ".join(moment(c) for c in s.citations), ""]
+        lines += ["Sources: " + "; ".join(moment(c, mark_gone=False) for c in s.citations), ""]
     if s.chapters:
         lines += ["## Chapters", ""]
         for ch in s.chapters:
             mark = "" if ch.generated else " *(extractive)*"
             lines.append(f"- **{ts(ch.start)}–{ts(ch.end)} {ch.title}**{mark}: {ch.summary}")
-            lines.append("  - cites: " + "; ".join(moment(c) for c in ch.citations))
+            lines.append("  - cites: " + "; ".join(moment(c, mark_gone=False) for c in ch.citations))
         lines.append("")
     if s.notes:
         lines += ["> " + n for n in s.notes] + [""]

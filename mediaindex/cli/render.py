@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import sys
 import textwrap
 import time
@@ -22,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from mediaindex.agents.render import gone
 from mediaindex.jobs import Job
 from mediaindex.segments import ANALYSIS_ADDS, MODALITIES
 
@@ -69,9 +69,8 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     for h in found:
         # A picture without words is shown as what it is, with the classes it looks like (which placed it).
         said = clip_words(h["text"], 120) or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
-        gone = "" if os.path.exists(h["source"]) else " (gone from disk)"
         rows.append((f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
-                     Path(h["source"]).name + gone, f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"],
+                     Path(h["source"]).name + gone(h["source"]), f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"],
                      (f"{h['speaker']}: " if h.get("speaker") else "") + said))
     if out.width < NARROW:  # a table's text column would be a few words wide: one heading line per moment
         for match, name, span, kind, text in rows:

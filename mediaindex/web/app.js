@@ -83,6 +83,11 @@ function hasVideoOf(videoId) {
   return (videos.find((v) => v.video_id === videoId) || { has_video: true }).has_video;
 }
 
+// A file no longer where it was indexed from: its moments cannot be played.
+function isGone(videoId) {
+  return (videos.find((v) => v.video_id === videoId) || { on_disk: true }).on_disk === false;
+}
+
 function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
 
 function el(tag, attrs = {}, ...children) {
@@ -398,14 +403,17 @@ function hitItem(hit) {
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
 const JOB_POLL_MS = 1000;
 
-// A moment the answer cites, as a link that plays it.
+// A moment the answer cites, as a link that plays it (or says why it cannot).
 function momentLink(c) {
-  const label = `${titleOf(c.video_id)} at ${clock(c.start)}`;
+  const title = titleOf(c.video_id);
+  const gone = isGone(c.video_id);
   const link = el("a", { class: "time", href: `#/video/${encodeURIComponent(c.video_id)}?t=${c.start}`,
-                         title: "Play this moment" }, `${titleOf(c.video_id)} ${clock(c.start)}–${clock(c.end)}`);
+                         title: gone ? "Gone from disk" : "Play this moment" },
+                  `${title} ${clock(c.start)}–${clock(c.end)}`);
   link.addEventListener("click", (e) => {
     e.preventDefault();
-    play(`/media/${encodeURIComponent(c.video_id)}`, c.start, label, hasVideoOf(c.video_id));
+    if (gone) notice(`${title} is no longer where it was indexed from, so it cannot be played.`);
+    else play(`/media/${encodeURIComponent(c.video_id)}`, c.start, `${title} at ${clock(c.start)}`, hasVideoOf(c.video_id));
   });
   return link;
 }
@@ -435,6 +443,7 @@ function showAnswer(question, job) {
   $("ask-answer").replaceChildren(answerText(out.answer || "", citations));
   const list = $("ask-moments");
   list.replaceChildren(...citations.map((c) => el("li", { class: "cited" }, momentLink(c),
+    isGone(c.video_id) ? el("span", { class: "gone" }, "gone from disk") : null,
     c.text ? el("q", {}, c.text) : null)));
   if (out.status !== "answered") {
     list.append(el("li", { class: "hint" }, "Search for it instead: ",
