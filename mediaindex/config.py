@@ -394,6 +394,9 @@ class IngestSettings(_Section):
     in_process_max_seconds: float = Field(default=900.0, ge=0)
 
 
+WATCH_MAX_S = 7 * 24 * 3600  # a look at the folders at least once a week (and a finite sleep between looks)
+
+
 class ApiSettings(_Section):
     host: str = "127.0.0.1"  # loopback by default: exposing the archive is an explicit choice
     port: int = Field(default=8765, ge=1, le=65535)
@@ -404,7 +407,7 @@ class ApiSettings(_Section):
     require_keys: bool = False
     upload_dir: Path | None = None  # None: uploads/ in the index directory
     # Every this many seconds, index what is new or changed in the media roots (None: the roots are not watched).
-    watch_s: float | None = Field(default=None, ge=1)
+    watch_s: float | None = Field(default=None, ge=1, le=WATCH_MAX_S)
     max_upload_bytes: int = Field(default=512 * 1024**2, ge=1)
     max_body_bytes: int = Field(default=1024**2, ge=1024)  # JSON and image bodies
     rate_limit_per_minute: int = Field(default=600, ge=0)  # per API key (per client address without keys); 0 = off

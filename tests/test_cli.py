@@ -165,6 +165,9 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["frobnicate"], "No such command"),
         (["ingest", "--watch", "5", "--manifest", str(REPO / "README.md")], "--watch keeps the files and folders"),
         (["ingest", str(media("audio")), "--watch", "0"], "--watch"),
+        (["ingest", str(media("audio")), "--watch", "inf"], "less than or equal to 604800"),
+        (["ingest", str(media("audio")), "no-such-folder", "--watch", "5"], "not found: no-such-folder"),
+        (["serve", "--media-root", str(media("audio")), "--watch", "1e12"], "less than or equal to 604800"),
         (["serve", "--watch", "5"], "--watch watches the media roots: give --media-root FOLDER"),
     ],
 )

@@ -35,6 +35,8 @@ def test_explicit_override_beats_environment(monkeypatch: pytest.MonkeyPatch, tm
         ("speech:\n  batch_size: -3\n", "speech.batch_size"),
         ("speech:\n  modle: tiny.en\n", "speech.modle"),
         ("ray:\n  object_store_memory: lots\n", "ray.object_store_memory"),
+        ("api:\n  watch_s: .inf\n", "api.watch_s"),  # a look at the roots at least once a week
+        ("api:\n  watch_s: 0.5\n", "api.watch_s"),
     ],
 )
 def test_bad_yaml_is_refused_clearly(tmp_path: Path, content: str, message: str) -> None:

@@ -19,7 +19,7 @@ import typer
 
 from mediaindex.cli import render
 from mediaindex.cli.render import err, fail, out, say
-from mediaindex.config import Settings, load_settings
+from mediaindex.config import WATCH_MAX_S, Settings, load_settings
 from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.transcript import CueLimits, check_format, export
@@ -136,7 +136,7 @@ def ingest(
         "--wait/--no-wait", help="When another process holds the index (an ingest, a search), wait for it to "
         "finish (default), or stop at once.")] = True,
     watch: Annotated[float | None, typer.Option(
-        "--watch", min=1, metavar="SECONDS", help="Then keep watching the paths: every SECONDS, index the files "
+        "--watch", min=1, max=WATCH_MAX_S, metavar="SECONDS", help="Then keep watching the paths: every SECONDS, index the files "
         "that are new or changed once they have stopped changing, and follow moved ones, until Ctrl-C.")] = None,
 ) -> None:
     """Index media files: transcribe, read and embed them so they can be searched. Each run is a job.
@@ -158,6 +158,8 @@ def ingest(
     if watch is not None and (resume or manifest or not paths):
         raise fail("--watch keeps the files and folders given as paths in step with the index: give them, "
                    "without --manifest or --resume")
+    if watch is not None and (absent := [str(p) for p in paths or [] if not p.exists()]):
+        raise fail(f"--watch watches files and folders that exist; not found: {', '.join(absent)}")
     choices = {"summaries": summaries, "reindex": reindex or None}
     settings = _settings(config, index, ray={"address": address} if address else None,
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
@@ -719,7 +721,7 @@ def serve(
     media_root: Annotated[list[Path] | None, typer.Option(
         "--media-root", help="A folder whose files may be served and ingested (repeatable; adds to api.media_roots).")] = None,
     watch: Annotated[float | None, typer.Option(
-        "--watch", min=1, metavar="SECONDS", help="Every SECONDS, index what is new or changed in the media roots "
+        "--watch", min=1, max=WATCH_MAX_S, metavar="SECONDS", help="Every SECONDS, index what is new or changed in the media roots "
         "(once it has stopped changing) as a job; moved files keep their entries (default: api.watch_s).")] = None,
 ) -> None:
     """Serve the HTTP API, the web page, an OpenAI-compatible endpoint and MCP tools.
