@@ -164,6 +164,8 @@ def test_files_gone_from_disk_are_counted_and_removed(archive: Archive) -> None:
         (["nosuch.wav"], "nothing in the index is named 'nosuch.wav'"),
         (["LJ002-0035.wav", "nosuch.wav"], "nothing in the index is named 'nosuch.wav'"),  # nothing removed either
         (["jfk.flac"], "'jfk.flac' names 2 indexed files"),
+        (["   "], "nothing in the index is named ' ' (give"),  # said() folds the blanks
+        (["x" * 5000], "nothing in the index is named '" + "x" * 79 + "…' (give"),  # quoted cut, not echoed whole
         (["--index", "/nonexistent/index", "LJ002-0035.wav"], "no index at /nonexistent/index"),
     ],
 )

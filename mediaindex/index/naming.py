@@ -27,6 +27,11 @@ class NoSuchFileError(MediaIndexError):
     """A reference names no indexed file, or names several where one was meant."""
 
 
+def _shown(ref: str, limit: int = 80) -> str:
+    """A reference as an error message quotes it: long ones cut (a pasted transcript is not a file name)."""
+    return repr(ref if len(ref) <= limit else ref[: limit - 1] + "…")
+
+
 def files_named(records: Sequence[L], ref: str, *, folders: bool = False) -> tuple[list[L], bool]:
     """The indexed files a reference names, and whether it was a guess. In order of trust: the video id; the
     path a file was ingested from; with `folders`, every file under a folder (on disk or gone from it); then,
@@ -61,12 +66,12 @@ def select_files(records: Sequence[L], refs: Sequence[str], *, missing: bool = F
     for ref in refs:
         found, guessed = files_named(records, ref, folders=True)
         if not found:
-            raise NoSuchFileError(f"nothing in the index is named {ref!r} (give a video id or its start, the path "
+            raise NoSuchFileError(f"nothing in the index is named {_shown(ref)} (give a video id or its start, the path "
                                   "or folder a file was ingested from, or a file name)")
         if guessed and len(found) > 1:
             shown = ", ".join(f"{r.source} ({r.video_id})" for r in found[:5])
             more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-            raise NoSuchFileError(f"{ref!r} names {len(found)} indexed files: {shown}{more}; "
+            raise NoSuchFileError(f"{_shown(ref)} names {len(found)} indexed files: {shown}{more}; "
                                   "give the path or the video id")
         chosen.update(r.video_id for r in found)
     if missing:
