@@ -99,13 +99,24 @@ def test_uploads_of_failed_jobs_are_swept_after_the_retention(queued: TestClient
     failed = queued.post("/ingest/upload", params={"filename": "a.wav"}, content=data).json()
     kept = queued.post("/ingest/upload", params={"filename": "b.wav"}, content=data[:-10]).json()
     fresh_fail = queued.post("/ingest/upload", params={"filename": "c.wav"}, content=data[:-20]).json()
-    folders = {j["id"]: state.upload_dir / j["params"]["upload_folder"] for j in (failed, kept, fresh_fail)}
     db = JobStore.of(state.settings)
+    # Two more uploads, recorded as the server records them (the queue holds three waiting jobs at most).
+    copy, indexed = ({"id": db.create("ingest", {"upload": name, "upload_folder": folder}).id,
+                      "params": {"upload_folder": folder}} for name, folder in (("d.wav", "c0py00000001"),
+                                                                              ("e.wav", "1ndexed00001")))
+    folders = {j["id"]: state.upload_dir / j["params"]["upload_folder"] for j in (failed, kept, fresh_fail, copy, indexed)}
+    for name, job in (("d.wav", copy), ("e.wav", indexed)):
+        folders[job["id"]].mkdir()
+        (folders[job["id"]] / name).write_bytes(data)
     db.set_state(failed["id"], "failed", error="nothing could be indexed")
     db.set_state(kept["id"], "done")
     db.set_state(fresh_fail["id"], "failed", error="nothing could be indexed")
+    # Done without an entry: the same content as a file indexed already (the runner's result lists none).
+    db.set_state(copy["id"], "done", result={"indexed": 0, "unchanged": 1, "video_ids": []})
+    db.set_state(indexed["id"], "done", result={"indexed": 1, "unchanged": 0, "video_ids": ["0123456789abcdef"]})
     long_ago = time.time() - 3600
-    db._db.execute("UPDATE jobs SET updated = ? WHERE id IN (?, ?)", (long_ago, failed["id"], kept["id"]))
+    db._db.execute("UPDATE jobs SET updated = ? WHERE id IN (?, ?, ?, ?)",
+                   (long_ago, failed["id"], kept["id"], copy["id"], indexed["id"]))
     db._db.commit()
     db.close()
     orphan, new_orphan = state.upload_dir / "deadbeef0001", state.upload_dir / "deadbeef0002"
@@ -115,6 +126,6 @@ def test_uploads_of_failed_jobs_are_swept_after_the_retention(queued: TestClient
     os.utime(orphan, (time.time() - 2 * 3600, time.time() - 2 * 3600))  # a server stopped mid-upload, long ago
 
     state.runner.sweep()
-    assert not folders[failed["id"]].exists() and not orphan.exists()
-    assert folders[kept["id"]].exists()  # indexed: it is the media the index serves
+    assert not folders[failed["id"]].exists() and not orphan.exists() and not folders[copy["id"]].exists()
+    assert folders[kept["id"]].exists() and folders[indexed["id"]].exists()  # indexed: the media the index serves
     assert folders[fresh_fail["id"]].exists() and new_orphan.exists()  # within the retention

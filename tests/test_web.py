@@ -14,7 +14,7 @@ import pytest
 
 from mediaindex.api import create_app
 from mediaindex.api.keys import KeyStore
-from tests.conftest import REPO
+from tests.conftest import REPO, make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -510,3 +510,52 @@ def test_a_file_is_taken_out_of_the_index_from_its_page(browser, tmp_path: Path,
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
     assert (archive.folder / "talks/jfk.flac").is_file()
+
+
+def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path: Path, cache_dir: Path, embedder,
+                                                               pipeline) -> None:
+    """The library's Add media uploads each chosen file (a job each) and says what came of it: indexed, with a link
+    to its page; not media, with the reason; a copy of a file indexed already. The library then lists what was
+    indexed. From an empty index at the desktop size; the copy at the phone size."""
+    from mediaindex.config import ApiSettings
+
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        rate_limit_per_minute=0, keys_db=tmp_path / "keys.db", upload_dir=tmp_path / "uploads")})
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("minutes of the meeting, not a video")
+    copy = tmp_path / "copies" / "press yard.wav"
+    copy.parent.mkdir()
+    shutil.copyfile(media("audio/LJ002-0035.wav"), copy)
+    with LiveServer(create_app(settings, embedder=embedder, pipeline=pipeline)) as live:
+        for size in VIEWPORTS:
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            page.p.goto(f"{live.url}/")
+            if size == "desktop":
+                page.p.locator("#library .hint").wait_for()
+                assert page.p.locator("#library .hint").inner_text().startswith("Add media above, or index a folder")
+                page.p.set_input_files("#add-input", [str(media("audio/LJ002-0035.wav")), str(notes)])
+                done, failed = page.p.locator("#uploads .upload.done"), page.p.locator("#uploads .upload.failed")
+                done.wait_for(timeout=180_000)
+                failed.wait_for(timeout=180_000)
+                assert done.locator(".name").inner_text() == "LJ002-0035.wav"
+                assert done.locator(".state").inner_text() == "indexed: 1 segment"
+                assert failed.locator(".name").inner_text() == "notes.mp4"
+                assert failed.locator(".state").inner_text().startswith("not indexed: not a readable media file")
+                page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
+                assert page.p.locator("#library .file .title").all_inner_texts() == ["LJ002-0035.wav"]
+                page.shot("add-media")
+                done.locator(".state a").click()
+                page.p.locator("#transcript .line").first.wait_for()
+                assert page.p.locator("#video-title").inner_text() == "LJ002-0035.wav"
+            else:
+                page.p.locator("#library .file").first.wait_for()
+                page.p.set_input_files("#add-input", str(copy))
+                state = page.p.locator("#uploads .upload.done .state")
+                state.wait_for(timeout=180_000)
+                assert state.inner_text() == "already indexed: same content as LJ002-0035.wav"
+                page.taps("#add-button")
+                page.fits()
+                page.shot("add-media")
+                assert page.p.locator("#library .file").count() == 1
+            assert not page.errors and not page.failed, (page.errors, page.failed)
+            page.context.close()

@@ -1,8 +1,9 @@
-"""Uploaded files: one folder per upload; an upload whose job failed or was cancelled is not kept forever.
+"""Uploaded files: one folder per upload; an upload that was not indexed is not kept forever.
 
 An upload that was indexed stays (it is the media `/media/{id}` serves). One whose job failed or was
-cancelled is deleted once `api.failed_upload_retention_s` has passed since the job ended, so a client
-can still look at it or retry meanwhile. A folder no job refers to is an upload that never became a job:
+cancelled, or ended without indexing it (a copy of a file indexed already), is deleted once
+`api.failed_upload_retention_s` has passed since the job ended, so a client can still look at it or retry
+meanwhile. A folder no job refers to is an upload that never became a job:
 one made before this server started (a server stopped or killed mid-upload) is deleted at once; one made
 since is deleted after the same time, and never sooner than an hour (it may be an upload still arriving).
 """
@@ -29,6 +30,13 @@ def upload_folder(upload_dir: Path, job: Job) -> Path | None:
     return upload_dir / name if isinstance(name, str) and name and "/" not in name and name != ".." else None
 
 
+def not_indexed(job: Job) -> bool:
+    """The job ended and its upload is in no index entry: it failed, was cancelled, or was done without an
+    entry (a copy of a file indexed already; a job's result lists the entries it made or moved)."""
+    result = job.result if isinstance(job.result, dict) else {}
+    return job.state in ENDED_WITHOUT_INDEXING or (job.state == "done" and result.get("video_ids", True) == [])
+
+
 def sweep_uploads(upload_dir: Path, jobs: list[Job], retention_s: float, now: float | None = None,
                   started: float | None = None) -> list[Path]:
     """Delete the uploads of jobs that ended without indexing past the retention, and orphans that are stale
@@ -47,7 +55,7 @@ def sweep_uploads(upload_dir: Path, jobs: list[Job], retention_s: float, now: fl
             made = folder.stat().st_mtime
             expired = made < started or now - made >= max(retention_s, ORPHAN_MIN_AGE_S)
         else:
-            expired = job.state in ENDED_WITHOUT_INDEXING and now - job.updated >= retention_s
+            expired = not_indexed(job) and now - job.updated >= retention_s
         if expired:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)

@@ -14,6 +14,8 @@ let told = "";         // said once by the next library view (a file just taken 
 class Offline extends Error {}
 
 // GET by default; a request that changes something (POST, DELETE) sends its body as JSON.
+const NO_SERVER = "The server does not answer. Is `mediaindex serve` still running, and is this device online?";
+
 async function api(path, method = "GET", body = undefined) {
   let res;
   try {
@@ -21,7 +23,7 @@ async function api(path, method = "GET", body = undefined) {
                               headers: body === undefined ? {} : { "content-type": "application/json" },
                               body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (e) {
-    throw new Offline("The server does not answer. Is `mediaindex serve` still running, and is this device online?");
+    throw new Offline(NO_SERVER);
   }
   if (res.status === 401) {
     $("key-button").hidden = false;
@@ -255,8 +257,8 @@ async function showLibrary(page, token) {
   const list = $("library");
   list.replaceChildren(...lib.videos.map(libraryItem));
   if (!lib.files) {
-    list.append(el("li", { class: "hint" }, "Index some files with ", el("code", {}, "mediaindex ingest FOLDER"),
-                   ", then come back."));
+    list.append(el("li", { class: "hint" }, "Add media above, or index a folder with ",
+                   el("code", {}, "mediaindex ingest FOLDER"), ", then come back."));
   }
   const pages = Math.max(1, Math.ceil(lib.files / PAGE_SIZE));
   $("pager").hidden = pages < 2;
@@ -399,9 +401,104 @@ function hitItem(hit) {
   return item;
 }
 
-// ---- a question, answered by the server's agent with cited moments ------------------------------
+// ---- jobs the page follows: uploads, questions, summaries ----------------------------------------
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
 const JOB_POLL_MS = 1000;
+
+// ---- adding media: each file uploaded, then indexed by the server as a job of its own ------------
+// XMLHttpRequest rather than fetch: it tells how much of a large file has been sent.
+function upload(file, sent) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", `/ingest/upload?filename=${encodeURIComponent(file.name)}`);
+    xhr.setRequestHeader("content-type", "application/octet-stream");
+    xhr.upload.onprogress = (e) => { if (e.lengthComputable) sent(e.loaded / e.total); };
+    xhr.onerror = () => reject(new Offline(NO_SERVER));
+    xhr.onload = async () => {
+      if (xhr.status === 401) {
+        $("key-button").hidden = false;
+        await askForKey();
+        upload(file, sent).then(resolve, reject);
+        return;
+      }
+      let answer;
+      try { answer = JSON.parse(xhr.responseText); } catch (e) { answer = { message: xhr.statusText }; }
+      if (xhr.status >= 200 && xhr.status < 300) resolve(answer);
+      else reject(new Error(answer.message || `HTTP ${xhr.status}`));
+    };
+    xhr.send(file);
+  });
+}
+
+// What an ingest job's one file came to, and whether it is in the index.
+function uploadOutcome(job) {
+  const file = (job.files || [])[0] || { state: job.state, reason: job.error || "" };
+  if (job.state === "done" && file.video_id) {
+    const segments = (job.result || {}).segments;
+    return [true, segments === undefined ? "indexed" : `indexed: ${plural(segments, "segment")}`];
+  }
+  if (job.state === "done") return [true, file.reason ? `already indexed: ${file.reason}` : "already indexed"];
+  if (job.state === "cancelled") return [false, "stopped: not indexed"];
+  return [false, `not indexed: ${file.reason || job.error || job.state}`];
+}
+
+function indexingText(job) {
+  if (job.state === "pending") return "waiting for the jobs before it";
+  const eta = (job.progress || {}).eta;
+  return eta ? `indexing, about ${span(eta)} left` : "indexing";
+}
+
+// Upload the files one after another (they share one link) and follow each one's job; the library shows
+// them once their jobs have ended.
+async function addFiles(files) {
+  const list = $("uploads");
+  list.hidden = false;
+  const lines = files.map((file) => {
+    const state = el("span", { class: "state" }, "waiting to upload");
+    list.append(el("li", { class: "upload" }, el("span", { class: "name" }, file.name), state));
+    return state;
+  });
+  const jobs = [];
+  for (const [i, file] of files.entries()) {
+    const state = lines[i];
+    try {
+      const job = await upload(file, (share) => { state.textContent = `uploading, ${Math.floor(share * 100)} %`; });
+      jobs.push(followUpload(job, state));
+    } catch (e) {
+      state.textContent = `not uploaded: ${e.message}`;
+      state.parentElement.classList.add("failed");
+    }
+  }
+  await Promise.all(jobs);
+  await loadVideos();
+  if (!$("library-view").hidden) route();
+}
+
+async function followUpload(job, state) {
+  try {
+    while (!ENDED.has(job.state)) {
+      state.textContent = indexingText(job);
+      await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
+      job = await api(`/jobs/${encodeURIComponent(job.id)}`);
+    }
+  } catch (e) {
+    state.textContent = `could not follow its indexing: ${e.message}`;
+    return;
+  }
+  const [indexed, text] = uploadOutcome(job);
+  const id = ((job.files || [])[0] || {}).video_id;
+  state.replaceChildren(indexed && id ? el("a", { href: `#/video/${encodeURIComponent(id)}` }, text) : text);
+  state.parentElement.classList.add(indexed ? "done" : "failed");
+}
+
+$("add-button").addEventListener("click", () => $("add-input").click());
+$("add-input").addEventListener("change", () => {
+  const files = [...$("add-input").files];
+  $("add-input").value = "";  // the same file chosen again is uploaded again
+  if (files.length) addFiles(files);
+});
+
+// ---- a question, answered by the server's agent with cited moments ------------------------------
 
 // A moment the answer cites, as a link that plays it (or says why it cannot).
 function momentLink(c) {
