@@ -559,3 +559,37 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
                 assert page.p.locator("#library .file").count() == 1
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
+
+
+def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, tmp_path: Path, cache_dir: Path,
+                                                                        embedder, pipeline) -> None:
+    """An ingest job the server has queued (as a watched folder or the CLI through it queues one) is said above the
+    library while it waits and runs; once it ends the library is shown anew, with the file, and the line goes."""
+    from mediaindex.config import ApiSettings
+
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copyfile(media("audio/jfk.flac"), root / "jfk.flac")
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        media_roots=[root], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    app = create_app(settings, embedder=embedder, pipeline=pipeline)
+    with LiveServer(app) as live:
+        state = app.state.api
+        page = Page(browser.new_context(viewport=VIEWPORTS["phone"]), "phone")
+        page.p.goto(f"{live.url}/")
+        page.p.locator("#library .hint").wait_for()
+        # Recorded as POST /ingest records it, and handed to the server's runner only once the page has said so.
+        with state.jobs_lock:
+            job = state.jobs.create("ingest", {"summaries": None, "reindex": False, "origin": "api"},
+                                    files=[(str(root / "jfk.flac"), {})])
+        line = page.p.locator("#indexing")
+        line.wait_for(timeout=30_000)
+        assert line.inner_text() == "Indexing: 1 job waiting to start"
+        page.fits()
+        page.shot("indexing")
+        state.runner.submit(job.id)
+        page.p.locator("#library .file").first.wait_for(timeout=30_000)
+        assert page.p.locator("#library .file .title").all_inner_texts() == ["jfk.flac"]
+        assert line.is_hidden()
+        assert not page.errors and not page.failed, (page.errors, page.failed)
+        page.context.close()

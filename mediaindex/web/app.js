@@ -260,6 +260,7 @@ async function showLibrary(page, token) {
     list.append(el("li", { class: "hint" }, "Add media above, or index a folder with ",
                    el("code", {}, "mediaindex ingest FOLDER"), ", then come back."));
   }
+  followIngests(token);
   const pages = Math.max(1, Math.ceil(lib.files / PAGE_SIZE));
   $("pager").hidden = pages < 2;
   $("page-info").textContent = `page ${page + 1} of ${pages}`;
@@ -404,6 +405,49 @@ function hitItem(hit) {
 // ---- jobs the page follows: uploads, questions, summaries ----------------------------------------
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
 const JOB_POLL_MS = 1000;
+
+// ---- what the server is indexing: its ingest jobs (uploads, watched folders, the CLI through it) ----
+const INGESTS_POLL_MS = 2000;
+
+function ingestsText(active) {
+  const running = active.filter((j) => j.state === "running");
+  const parts = running.map((j) => {
+    const p = j.progress || {};
+    const total = p.total || (j.files || []).length;
+    return `${p.finished || 0} of ${plural(total, "file")} done` + (p.eta ? `, about ${span(p.eta)} left` : "");
+  });
+  const waiting = active.length - running.length;
+  if (waiting) parts.push(`${plural(waiting, "job")} waiting to start`);
+  return `Indexing: ${parts.join("; ")}`;
+}
+
+// While the library is shown, say what is being indexed; once a file or a job is finished, show it anew.
+async function followIngests(token) {
+  const line = $("indexing");
+  let before = null;
+  while (token === routeToken) {
+    let jobs;
+    try {
+      jobs = await api("/jobs?kind=ingest&limit=50");
+    } catch (e) {
+      line.hidden = true;  // the library says so if the server is gone; this line is no more than a hint
+      return;
+    }
+    if (token !== routeToken) return;
+    const active = jobs.filter((j) => !ENDED.has(j.state));
+    const finished = active.reduce((n, j) => n + ((j.progress || {}).finished || 0), 0);
+    const ids = new Set(active.map((j) => j.id));
+    if (before && (finished > before.finished || [...before.ids].some((id) => !ids.has(id)))) {
+      loadVideos();
+      route();
+      return;
+    }
+    before = { ids, finished };
+    line.hidden = !active.length;
+    line.textContent = active.length ? ingestsText(active) : "";
+    await new Promise((resolve) => setTimeout(resolve, INGESTS_POLL_MS));
+  }
+}
 
 // ---- adding media: each file uploaded, then indexed by the server as a job of its own ------------
 // XMLHttpRequest rather than fetch: it tells how much of a large file has been sent.
