@@ -6,6 +6,7 @@ Every test writes a full-page screenshot to test-artifacts/web/ (ignored by git)
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from mediaindex.api import create_app
 from mediaindex.api.keys import KeyStore
-from tests.conftest import REPO, make_settings, media
+from tests.conftest import REPO, frame_at, make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -264,6 +265,47 @@ def test_an_audio_file_gets_an_audio_player_and_its_transcript(page: Page, serve
     page.fits()
     page.taps(".line, .exports a")
     page.shot("audio")
+
+
+def test_a_picture_finds_the_shots_that_look_like_it(page: Page, server: LiveServer, sample: Sample,  # noqa: F811
+                                                     tmp_path: Path) -> None:
+    """Search by picture: at the desktop size a frame of the sample video, saved as a picture, finds its shot
+    first; at the phone size a moment's "similar shots" searches by its frame and leaves that moment out."""
+    import cv2
+
+    page.p.goto(server.url + "/")
+    page.p.locator("#library .file").first.wait_for()
+    if page.size == "desktop":
+        still = tmp_path / "still.png"
+        cv2.imwrite(str(still), cv2.cvtColor(frame_at("video/auto-editor_example.mp4", 3.0), cv2.COLOR_RGB2BGR))
+        page.p.set_input_files("#picture-input", str(still))
+        first = page.p.locator("#results .hit").first
+        first.wait_for()
+        page.p.locator("#notice:not(.loading)").wait_for()
+        assert page.p.evaluate("location.hash") == "#/picture"
+        assert re.fullmatch(r"\d+ shots? like still\.png \(\d+ ms\)", page.p.locator("#notice").inner_text())
+        assert first.get_attribute("data-video") == sample.video_id("auto-editor_example.mp4")
+        assert first.locator(".badge").inner_text() == "picture"
+    else:
+        page.p.fill("#q", "when the time reaches forty seconds I will say banana")
+        page.p.press("#q", "Enter")
+        hit = page.p.locator("#results .hit").filter(has=page.p.locator("a.similar")).first
+        hit.wait_for()
+        video, start = hit.get_attribute("data-video"), float(hit.get_attribute("data-start"))
+        title = hit.locator(".title").inner_text()
+        hit.locator("a.similar").click()
+        page.p.locator("#notice:not(.loading)").wait_for()
+        assert page.p.evaluate("location.hash").startswith("#/like?")
+        said = page.p.locator("#notice").inner_text()
+        assert re.match(rf"(\d+ shots? like|No other shot looks like) {re.escape(title)} at ", said), said
+        hits = page.p.locator("#results .hit")
+        assert not any(hits.nth(i).get_attribute("data-video") == video and
+                       float(hits.nth(i).get_attribute("data-start")) <= start <= float(hits.nth(i).get_attribute("data-end"))
+                       for i in range(hits.count()))
+    page.fits()
+    page.taps("#library-head button, .hit a")
+    page.shot("picture")
+    assert not page.failed, page.failed
 
 
 def test_a_question_is_answered_with_moments_that_play_or_stopped(page: Page, server: LiveServer,

@@ -390,9 +390,13 @@ function hitItem(hit) {
                                highlighted(hit.text || "", hit.highlights));
   const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
                             "transcript");
+  // The moment's frame as a picture to search by: shots that look like it.
+  const similarLink = hit.thumbnail_url && hasVideo
+    ? el("a", { class: "video-link similar", href: likeHash(hit) }, "similar shots") : null;
   const item = el("li", { class: `hit${hit.band ? ` ${hit.band}` : ""}`, tabIndex: 0, "data-start": hit.start,
                           "data-end": hit.end, "data-video": hit.video_id },
-                  thumb, el("div", { class: "body" }, head, snippet, transcriptLink));
+                  thumb, el("div", { class: "body" }, head, snippet,
+                                el("div", { class: "links" }, transcriptLink, similarLink)));
   const go = (event) => {
     if (event.target.closest("a")) return;  // links do their own thing
     playHit();
@@ -401,6 +405,62 @@ function hitItem(hit) {
   item.addEventListener("keydown", (e) => { if (e.key === "Enter") go(e); });
   return item;
 }
+
+// ---- search by picture: one chosen here, or a moment's frame ("similar shots") --------------------
+let picture = null;  // the picture chosen for #/picture (a page reloaded without it shows the library)
+
+function likeHash(hit) {
+  const params = new URLSearchParams({ video_id: hit.video_id, t: String(hit.start), thumb: hit.thumbnail_url });
+  return `#/like?${params}`;
+}
+
+// Shots that look like the picture, best first; `except`, a moment whose own frame it is, is left out.
+async function runPictureSearch(load, what, token, except) {
+  show("search-view");
+  $("q").value = "";
+  const results = $("results");
+  results.replaceChildren();
+  $("empty").hidden = true;
+  notice(`Looking for shots like ${what}…`, "loading");
+  results.setAttribute("aria-busy", "true");
+  let data;
+  try {
+    const image = await load();
+    data = await postFile("/search/image?limit=20", image, image.type || "image/jpeg");
+  } catch (e) {
+    if (token === routeToken) failed(e, "Search by picture failed", route);
+    return;
+  } finally {
+    results.removeAttribute("aria-busy");
+  }
+  if (token !== routeToken) return;
+  const hits = data.hits.filter((h) => !except || h.video_id !== except.video_id || except.t < h.start ||
+                                       except.t > h.end);
+  notice(hits.length ? `${plural(hits.length, "shot")} like ${what} (${Math.round(data.took_ms)} ms)`
+                     : `No other shot looks like ${what}.`);
+  for (const hit of hits) results.append(hitItem(hit));
+}
+
+// The frame of a moment, as the server keeps it: only its own thumbnails are fetched.
+async function thumbnail(url) {
+  if (!url.startsWith("/thumbs/")) throw new Error("not a thumbnail of this server");
+  let res;
+  try {
+    res = await fetch(url, { credentials: "same-origin" });
+  } catch (e) {
+    throw new Offline(NO_SERVER);
+  }
+  if (!res.ok) throw new Error(res.status === 404 ? "that moment's picture is no longer in the index" : `HTTP ${res.status}`);
+  return res.blob();
+}
+
+$("picture-button").addEventListener("click", () => $("picture-input").click());
+$("picture-input").addEventListener("change", () => {
+  picture = $("picture-input").files[0] || null;
+  $("picture-input").value = "";
+  if (!picture) return;
+  if (location.hash === "#/picture") route(); else location.hash = "#/picture";
+});
 
 // ---- jobs the page follows: uploads, questions, summaries ----------------------------------------
 const ENDED = new Set(["done", "failed", "cancelled", "interrupted"]);
@@ -450,19 +510,20 @@ async function followIngests(token) {
 }
 
 // ---- adding media: each file uploaded, then indexed by the server as a job of its own ------------
-// XMLHttpRequest rather than fetch: it tells how much of a large file has been sent.
-function upload(file, sent) {
+// A request whose body is a file (an upload, a picture to search by). XMLHttpRequest rather than fetch: it tells
+// how much of a large file has been sent.
+function postFile(path, file, type, sent = () => {}) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", `/ingest/upload?filename=${encodeURIComponent(file.name)}`);
-    xhr.setRequestHeader("content-type", "application/octet-stream");
+    xhr.open("POST", path);
+    xhr.setRequestHeader("content-type", type);
     xhr.upload.onprogress = (e) => { if (e.lengthComputable) sent(e.loaded / e.total); };
     xhr.onerror = () => reject(new Offline(NO_SERVER));
     xhr.onload = async () => {
       if (xhr.status === 401) {
         $("key-button").hidden = false;
         await askForKey();
-        upload(file, sent).then(resolve, reject);
+        postFile(path, file, type, sent).then(resolve, reject);
         return;
       }
       let answer;
@@ -472,6 +533,10 @@ function upload(file, sent) {
     };
     xhr.send(file);
   });
+}
+
+function upload(file, sent) {
+  return postFile(`/ingest/upload?filename=${encodeURIComponent(file.name)}`, file, "application/octet-stream", sent);
 }
 
 // What an ingest job's one file came to, and whether it is in the index.
@@ -795,6 +860,12 @@ function route() {
     return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"));
   }
   if (path === "/ask" && q) return runAsk(q, params.get("video_id"), token);
+  if (path === "/like" && params.get("thumb")) {
+    const shot = { video_id: params.get("video_id") || "", t: Number(params.get("t")) || 0 };
+    return runPictureSearch(() => thumbnail(params.get("thumb")), `${titleOf(shot.video_id)} at ${clock(shot.t)}`,
+                            token, shot);
+  }
+  if (path === "/picture" && picture) return runPictureSearch(() => picture, picture.name, token);
   return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 
