@@ -276,8 +276,17 @@ def test_a_picture_finds_the_shots_that_look_like_it(page: Page, server: LiveSer
     page.p.goto(server.url + "/")
     page.p.locator("#library .file").first.wait_for()
     if page.size == "desktop":
+        (tmp_path / "notes.png").write_text("not a picture")
+        page.p.set_input_files("#picture-input", str(tmp_path / "notes.png"))
+        page.p.locator("#notice.error").wait_for()
+        assert page.p.locator("#notice").inner_text().startswith("Search by picture failed: ")
+        assert "image" in page.p.locator("#notice").inner_text()
+        page.failed.clear()  # the server's 422 for it
+        # A photo as a camera makes it, far over the server's body limit: the page sends it smaller.
+        frame = frame_at("video/auto-editor_example.mp4", 3.0, max_side=4000)
         still = tmp_path / "still.png"
-        cv2.imwrite(str(still), cv2.cvtColor(frame_at("video/auto-editor_example.mp4", 3.0), cv2.COLOR_RGB2BGR))
+        cv2.imwrite(str(still), cv2.cvtColor(frame, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 0])
+        assert still.stat().st_size > 4 * sample.settings.api.max_body_bytes
         page.p.set_input_files("#picture-input", str(still))
         first = page.p.locator("#results .hit").first
         first.wait_for()

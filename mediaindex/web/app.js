@@ -454,6 +454,27 @@ async function thumbnail(url) {
   return res.blob();
 }
 
+// A picture as the server reads it: at most PICTURE_SIDE px a side, as JPEG (a phone's photo of several MB
+// would pass the server's body limit; the classifier sees far fewer pixels). One the browser cannot
+// decode is sent as it is, for the server to say why.
+const PICTURE_SIDE = 1024;
+
+async function shrunk(file) {
+  let bitmap;
+  try {
+    bitmap = await createImageBitmap(file);
+  } catch (e) {
+    return file;
+  }
+  const scale = Math.min(1, PICTURE_SIDE / Math.max(bitmap.width, bitmap.height));
+  const canvas = document.createElement("canvas");
+  canvas.width = Math.max(1, Math.round(bitmap.width * scale));
+  canvas.height = Math.max(1, Math.round(bitmap.height * scale));
+  canvas.getContext("2d").drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+  bitmap.close();
+  return new Promise((resolve) => canvas.toBlob((blob) => resolve(blob || file), "image/jpeg", 0.9));
+}
+
 $("picture-button").addEventListener("click", () => $("picture-input").click());
 $("picture-input").addEventListener("change", () => {
   picture = $("picture-input").files[0] || null;
@@ -865,7 +886,7 @@ function route() {
     return runPictureSearch(() => thumbnail(params.get("thumb")), `${titleOf(shot.video_id)} at ${clock(shot.t)}`,
                             token, shot);
   }
-  if (path === "/picture" && picture) return runPictureSearch(() => picture, picture.name, token);
+  if (path === "/picture" && picture) return runPictureSearch(() => shrunk(picture), picture.name, token);
   return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 
