@@ -460,7 +460,7 @@ def test_library_pages(server: LiveServer, sample: Sample) -> None:  # noqa: F81
     jfk = next(v for v in whole["videos"] if v["title"] == "jfk.flac")
     assert jfk["kinds"]["speech"] == jfk["segments"] and jfk["has_video"] is False
     assert whole["duration"] == pytest.approx(sum(v["duration"] for v in whole["videos"]))
-    assert whole["keys_required"] is False and whole["examples"]
+    assert whole["keys_required"] is False and whole["examples"] and whole["max_upload_bytes"] == 512 * 1024**2
     icon = httpx.get(f"{server.url}/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert httpx.get(f"{server.url}/library", params={"limit": 0}).status_code == 422
@@ -571,7 +571,8 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
     from mediaindex.config import ApiSettings
 
     settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
-        rate_limit_per_minute=0, keys_db=tmp_path / "keys.db", upload_dir=tmp_path / "uploads")})
+        rate_limit_per_minute=0, keys_db=tmp_path / "keys.db", upload_dir=tmp_path / "uploads",
+        max_upload_bytes=512 * 1024)})
     notes = tmp_path / "notes.mp4"
     notes.write_text("minutes of the meeting, not a video")
     copy = tmp_path / "copies" / "press yard.wav"
@@ -584,14 +585,18 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
             if size == "desktop":
                 page.p.locator("#library .hint").wait_for()
                 assert page.p.locator("#library .hint").inner_text().startswith("Add media above, or index a folder")
-                page.p.set_input_files("#add-input", [str(media("audio/LJ002-0035.wav")), str(notes)])
+                big = media("audio/jfk.flac")  # 1.1 MB: over this server's 0.5 MB
+                page.p.set_input_files("#add-input", [str(media("audio/LJ002-0035.wav")), str(notes), str(big)])
                 done, failed = page.p.locator("#uploads .upload.done"), page.p.locator("#uploads .upload.failed")
                 done.wait_for(timeout=180_000)
-                failed.wait_for(timeout=180_000)
+                page.p.wait_for_function("() => document.querySelectorAll('#uploads .upload.failed').length === 2",
+                                         timeout=180_000)
                 assert done.locator(".name").inner_text() == "LJ002-0035.wav"
                 assert done.locator(".state").inner_text() == "indexed: 1 segment"
-                assert failed.locator(".name").inner_text() == "notes.mp4"
-                assert failed.locator(".state").inner_text().startswith("not indexed: not a readable media file")
+                assert failed.locator(".name").all_inner_texts() == ["notes.mp4", "jfk.flac"]
+                said = failed.locator(".state").all_inner_texts()
+                assert said[0].startswith("not indexed: not a readable media file")
+                assert said[1] == "not uploaded: 1.1 MB is more than this server takes (0.5 MB)"
                 page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
                 assert page.p.locator("#library .file .title").all_inner_texts() == ["LJ002-0035.wav"]
                 page.shot("add-media")

@@ -97,6 +97,7 @@ class LibraryOut(BaseModel):
     videos: list[LibraryVideoOut] = Field(description="This page of files, by path")
     examples: list[str] = Field(description="A few queries taken from what the index holds")
     keys_required: bool = Field(description="Whether this server asks for API keys")
+    max_upload_bytes: int = Field(description="The largest file POST /ingest/upload takes")
 
 
 class TranscriptLine(BaseModel):

@@ -9,6 +9,7 @@ const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
 let videos = [];        // every indexed file, for the file filter and the empty state's languages
 let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one
 let told = "";         // said once by the next library view (a file just taken out of the index)
+let maxUpload = null;  // the largest file the server takes as an upload (the library says)
 
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
@@ -89,6 +90,8 @@ function hasVideoOf(videoId) {
 function isGone(videoId) {
   return (videos.find((v) => v.video_id === videoId) || { on_disk: true }).on_disk === false;
 }
+
+function megabytes(bytes) { return `${(bytes / 1024 ** 2).toFixed(bytes < 10 * 1024 ** 2 ? 1 : 0)} MB`; }
 
 function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
 
@@ -243,6 +246,7 @@ async function showLibrary(page, token) {
   notice(told);
   told = "";
   $("key-button").hidden = !lib.keys_required;
+  maxUpload = lib.max_upload_bytes;
   $("library-size").textContent = lib.files
     ? `${plural(lib.files, "file")}, ${span(lib.duration)} of media, ${plural(lib.segments, "segment")}`
     : "The index is empty";
@@ -591,6 +595,11 @@ async function addFiles(files) {
   const jobs = [];
   for (const [i, file] of files.entries()) {
     const state = lines[i];
+    if (maxUpload && file.size > maxUpload) {  // refused before a byte is sent, not after all of them
+      state.textContent = `not uploaded: ${megabytes(file.size)} is more than this server takes (${megabytes(maxUpload)})`;
+      state.parentElement.classList.add("failed");
+      continue;
+    }
     try {
       const job = await upload(file, (share) => { state.textContent = `uploading, ${Math.floor(share * 100)} %`; });
       jobs.push(followUpload(job, state));
