@@ -275,31 +275,37 @@ async function showLibrary(page, token) {
 }
 
 // ---- search ------------------------------------------------------------------------------------
-async function runSearch(q, video, modality, token, confidence) {
+// The search view, emptied while `request` runs: its answer, or null where it failed (said) or the user moved on.
+async function searched(request, searching, failure, token) {
   show("search-view");
+  const results = $("results");
+  results.replaceChildren();
+  $("empty").hidden = true;
+  notice(searching, "loading");
+  results.setAttribute("aria-busy", "true");
+  try {
+    const data = await request();
+    return token === routeToken ? data : null;
+  } catch (e) {
+    if (token === routeToken) failed(e, failure, route);
+    return null;
+  } finally {
+    results.removeAttribute("aria-busy");
+  }
+}
+
+async function runSearch(q, video, modality, token, confidence) {
   $("q").value = q;
   $("video-filter").value = video || "";
   $("modality-filter").value = modality || "";
   $("confidence-filter").value = confidence || "";
-  const results = $("results");
-  results.replaceChildren();
-  $("empty").hidden = true;
-  notice("Searching…", "loading");
-  results.setAttribute("aria-busy", "true");
   const params = new URLSearchParams({ q, limit: "20" });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
-  let data;
-  try {
-    data = await api(`/search?${params}`);
-  } catch (e) {
-    if (token === routeToken) failed(e, "Search failed", route);
-    return;
-  } finally {
-    results.removeAttribute("aria-busy");
-  }
-  if (token !== routeToken) return;
+  const data = await searched(() => api(`/search?${params}`), "Searching…", "Search failed", token);
+  if (data === null) return;
+  const results = $("results");
   if (!data.hits.length) {
     notice("");
     emptyState(q, video, modality, confidence !== "none");
@@ -420,24 +426,13 @@ function likeHash(hit) {
 
 // Shots that look like the picture, best first; `except`, a moment whose own frame it is, is left out.
 async function runPictureSearch(load, what, token, except) {
-  show("search-view");
   $("q").value = "";
-  const results = $("results");
-  results.replaceChildren();
-  $("empty").hidden = true;
-  notice(`Looking for shots like ${what}…`, "loading");
-  results.setAttribute("aria-busy", "true");
-  let data;
-  try {
+  const data = await searched(async () => {
     const image = await load();
-    data = await postFile("/search/image?limit=20", image, image.type || "image/jpeg");
-  } catch (e) {
-    if (token === routeToken) failed(e, "Search by picture failed", route);
-    return;
-  } finally {
-    results.removeAttribute("aria-busy");
-  }
-  if (token !== routeToken) return;
+    return postFile("/search/image?limit=20", image, image.type || "image/jpeg");
+  }, `Looking for shots like ${what}…`, "Search by picture failed", token);
+  if (data === null) return;
+  const results = $("results");
   const hits = data.hits.filter((h) => !except || h.video_id !== except.video_id || except.t < h.start ||
                                        except.t > h.end);
   notice(hits.length ? `${plural(hits.length, "shot")} like ${what} (${Math.round(data.took_ms)} ms)`
