@@ -332,10 +332,17 @@ class JobStore:
         with self._db:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
-    def list(self, kind: str | None = None, limit: int = 100) -> list[Job]:
-        query = "SELECT id FROM jobs" + (" WHERE kind = ?" if kind else "") + " ORDER BY created DESC LIMIT ?"
-        args: tuple[Any, ...] = (kind, limit) if kind else (limit,)
-        return [self.get(r["id"]) for r in self._db.execute(query, args).fetchall()]
+    def list(self, kind: str | None = None, limit: int = 100, states: tuple[str, ...] | None = None) -> list[Job]:
+        """The newest jobs first; of one kind, and in some states, where given."""
+        where: builtins.list[str] = []
+        args: tuple[Any, ...] = ()
+        if kind:
+            where, args = ["kind = ?"], (kind,)
+        if states is not None:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += states
+        query = "SELECT id FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created DESC LIMIT ?"
+        return [self.get(r["id"]) for r in self._db.execute(query, (*args, limit)).fetchall()]
 
     def set_state(self, job_id: str, state: JobState, result: Any = None, error: str | None = None) -> None:
         if state not in JOB_STATES:

@@ -57,6 +57,13 @@ def test_identical_pending_requests_join_and_the_queue_is_bounded(queued: TestCl
     cancelled = queued.delete(f"/jobs/{asked[2].json()['id']}")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
     assert cancelled.json()["cancel_requested"] is True
+    # What a page that looks every few seconds asks for: the jobs still to finish, without their file lists.
+    active = queued.get("/jobs", params={"active": "true", "files": "false"}).json()
+    assert {j["id"] for j in active} == {first.json()["id"], asked[0].json()["id"]}
+    ingest = next(j for j in active if j["kind"] == "ingest")
+    assert ingest["files"] == [] and ingest["counts"] == {"pending": 1}
+    assert len(queued.get("/jobs", params={"kind": "ingest"}).json()[0]["files"]) == 1
+    assert_error(queued.get("/jobs", params={"active": "maybe"}), 422, "active")
     room = queued.post("/ingest", json={"paths": ["audio/english.wav"]})
     assert room.status_code == 202  # room again
     assert_error(queued.delete(f"/jobs/{asked[2].json()['id']}"), 409, "already ended")

@@ -493,7 +493,7 @@ function ingestsText(active) {
   const running = active.filter((j) => j.state === "running");
   const parts = running.map((j) => {
     const p = j.progress || {};
-    const total = p.total || (j.files || []).length;
+    const total = p.total || Object.values(j.counts || {}).reduce((n, c) => n + c, 0);
     return `${p.finished || 0} of ${plural(total, "file")} done` + (p.eta ? `, about ${span(p.eta)} left` : "");
   });
   const waiting = active.length - running.length;
@@ -508,7 +508,7 @@ async function followIngests(token) {
   while (token === routeToken) {
     let jobs;
     try {
-      jobs = await api("/jobs?kind=ingest&limit=50");
+      jobs = await api("/jobs?kind=ingest&active=true&files=false&limit=50");
     } catch (e) {
       line.hidden = true;  // the library says so if the server is gone; this line is no more than a hint
       return;
@@ -562,9 +562,10 @@ function upload(file, sent) {
 // What an ingest job's one file came to, and whether it is in the index.
 function uploadOutcome(job) {
   const file = (job.files || [])[0] || { state: job.state, reason: job.error || "" };
-  if (job.state === "done" && file.video_id) {
+  if (job.state === "done" && file.video_id) {  // indexed, or an entry moved to it (its reason says so)
     const segments = (job.result || {}).segments;
-    return [true, segments === undefined ? "indexed" : `indexed: ${plural(segments, "segment")}`];
+    if (segments) return [true, `indexed: ${plural(segments, "segment")}`];
+    return [true, file.reason ? `indexed: ${file.reason}` : "indexed"];
   }
   if (job.state === "done") return [true, file.reason ? `already indexed: ${file.reason}` : "already indexed"];
   if (job.state === "cancelled") return [false, "stopped: not indexed"];

@@ -43,16 +43,16 @@ router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
 _SAFE_NAME = re.compile(r"[^\w.\- ]+", re.UNICODE)
 
 
-def job_out(state: ApiState, job: Job) -> JobOut:
+def job_out(state: ApiState, job: Job, files: bool = True) -> JobOut:
     with state.jobs_lock:
-        files = state.jobs.files(job.id)
+        listed = state.jobs.files(job.id) if files else []
         counts = state.jobs.counts(job.id)
     # An upload's file is shown by its name (answers never show the index's folders), here as everywhere.
     return JobOut(id=job.id, kind=job.kind, state=job.shown_state, params=state.shown(job.params),
                   result=state.shown(job.result), error=state.public(job.error) if job.error else job.error,
                   created=job.created, updated=job.updated, counts=counts,
                   files=[JobFileOut(path=state.shown(f.path), state=f.state, reason=state.public(f.reason),
-                                    video_id=f.video_id) for f in files],
+                                    video_id=f.video_id) for f in listed],
                   url=f"/jobs/{job.id}", cancel_requested=job.cancel_requested is not None,
                   progress=_progress(state, job.progress) if job.progress else None)
 
@@ -275,9 +275,12 @@ def cancel_job(request: Request,
 
 @router.get("/jobs", response_model=list[JobOut])
 def list_jobs(request: Request, kind: str | None = Query(None, max_length=32),
-              limit: int = Query(20, ge=1, le=200)) -> list[JobOut]:
+              limit: int = Query(20, ge=1, le=200),
+              active: bool = Query(False, description="Only jobs waiting or running"),
+              files: bool = Query(True, description="Each job's files; false leaves them out (counts has their "
+                                                    "number by state), for a client that looks often")) -> list[JobOut]:
     """The most recent jobs, newest first."""
     state = get_state(request)
     with state.jobs_lock:
-        jobs = state.jobs.list(kind=kind, limit=limit)
-    return [job_out(state, j) for j in jobs]
+        jobs = state.jobs.list(kind=kind, limit=limit, states=("pending", "running") if active else None)
+    return [job_out(state, j, files=files) for j in jobs]
