@@ -643,9 +643,10 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
         assert line.inner_text() == "Indexing: 1 job waiting to start"
         page.fits()
         page.shot("indexing")
+        page.p.fill("#q", "fellow Amer")  # being typed as the file is finished: kept
         state.runner.submit(job.id)
         page.p.locator("#library .file").first.wait_for(timeout=30_000)
         assert page.p.locator("#library .file .title").all_inner_texts() == ["jfk.flac"]
-        assert line.is_hidden()
+        assert line.is_hidden() and page.p.input_value("#q") == "fellow Amer"
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()

@@ -10,6 +10,7 @@ let videos = [];        // every indexed file, for the file filter and the empty
 let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one
 let told = "";         // said once by the next library view (a file just taken out of the index)
 let maxUpload = null;  // the largest file the server takes as an upload (the library says)
+let refreshing = false;  // the library is about to be shown anew, not opened
 
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
@@ -225,8 +226,12 @@ function libraryItem(v) {
 
 async function showLibrary(page, token) {
   show("library-view");
-  $("q").value = "";
-  notice("Loading the library…", "loading");
+  if (refreshing) {
+    refreshing = false;  // shown anew as files were indexed: what is being typed in the box stays
+  } else {
+    $("q").value = "";
+    notice("Loading the library…", "loading");
+  }
   $("library").setAttribute("aria-busy", "true");
   let lib;
   try {
@@ -519,6 +524,7 @@ async function followIngests(token) {
     const ids = new Set(active.map((j) => j.id));
     if (before && (finished > before.finished || [...before.ids].some((id) => !ids.has(id)))) {
       loadVideos();
+      refreshing = true;
       route();
       return;
     }
@@ -606,7 +612,10 @@ async function addFiles(files) {
   }
   await Promise.all(jobs);
   await loadVideos();
-  if (!$("library-view").hidden) route();
+  if (!$("library-view").hidden) {
+    refreshing = true;
+    route();
+  }
 }
 
 async function followUpload(job, state) {
