@@ -52,6 +52,11 @@ def test_identical_pending_requests_join_and_the_queue_is_bounded(queued: TestCl
     full = queued.post("/ingest", json={"paths": ["audio/english.wav"]})
     body = assert_error(full, 429, "already waiting")
     assert int(full.headers["retry-after"]) > 0 and body["error"] == "rate_limited"
+    uploads = queued.app.state.api.upload_dir
+    kept = set(uploads.iterdir()) if uploads.is_dir() else set()
+    upload = queued.post("/ingest/upload", params={"filename": "e.wav"}, content=media("audio/english.wav").read_bytes())
+    assert_error(upload, 429, "already waiting")  # refused before its body was read: no copy kept
+    assert int(upload.headers["retry-after"]) > 0 and (set(uploads.iterdir()) if uploads.is_dir() else set()) == kept
     assert len(queued.get("/jobs").json()) == LIMIT  # the refused request left no job
 
     cancelled = queued.delete(f"/jobs/{asked[2].json()['id']}")

@@ -627,7 +627,7 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
     root.mkdir()
     shutil.copyfile(media("audio/jfk.flac"), root / "jfk.flac")
     settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
-        media_roots=[root], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+        media_roots=[root], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db", max_pending_jobs=1)})
     app = create_app(settings, embedder=embedder, pipeline=pipeline)
     with LiveServer(app) as live:
         state = app.state.api
@@ -641,6 +641,13 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
         line = page.p.locator("#indexing")
         line.wait_for(timeout=30_000)
         assert line.inner_text() == "Indexing: 1 job waiting to start"
+        # The queue (one job here) is full: a file added now waits for room, as the server's answer asks.
+        page.p.set_input_files("#add-input", str(media("audio/LJ002-0035.wav")))
+        waiting = page.p.locator("#uploads .upload .state")
+        page.p.wait_for_function("() => document.querySelector('#uploads .state').textContent.includes('queue')")
+        assert waiting.inner_text() == "the server's queue is full; trying again in 30 s"
+        assert [f for f in page.failed if "/ingest/upload" not in f] == []  # the 429 above, and nothing else
+        page.failed.clear()
         page.fits()
         page.shot("indexing")
         page.p.fill("#q", "fellow Amer")  # being typed as the file is finished: kept

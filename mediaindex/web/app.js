@@ -554,8 +554,14 @@ function postFile(path, file, type, sent = () => {}) {
       }
       let answer;
       try { answer = JSON.parse(xhr.responseText); } catch (e) { answer = { message: xhr.statusText }; }
-      if (xhr.status >= 200 && xhr.status < 300) resolve(answer);
-      else reject(new Error(answer.message || `HTTP ${xhr.status}`));
+      if (xhr.status >= 200 && xhr.status < 300) {
+        resolve(answer);
+        return;
+      }
+      const error = new Error(answer.message || `HTTP ${xhr.status}`);
+      error.status = xhr.status;
+      error.retryAfter = Number(xhr.getResponseHeader("retry-after")) || 0;
+      reject(error);
     };
     xhr.send(file);
   });
@@ -603,7 +609,7 @@ async function addFiles(files) {
       continue;
     }
     try {
-      const job = await upload(file, (share) => { state.textContent = `uploading, ${Math.floor(share * 100)} %`; });
+      const job = await uploadWhenRoom(file, state);
       jobs.push(followUpload(job, state));
     } catch (e) {
       state.textContent = `not uploaded: ${e.message}`;
@@ -615,6 +621,20 @@ async function addFiles(files) {
   if (!$("library-view").hidden) {
     refreshing = true;
     route();
+  }
+}
+
+// A full queue on the server (many files added at once) is waited out, as its Retry-After asks.
+async function uploadWhenRoom(file, state) {
+  for (;;) {
+    try {
+      return await upload(file, (share) => { state.textContent = `uploading, ${Math.floor(share * 100)} %`; });
+    } catch (e) {
+      if (e.status !== 429) throw e;
+      const wait = Math.max(1, e.retryAfter || 30);
+      state.textContent = `the server's queue is full; trying again in ${span(wait)}`;
+      await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+    }
   }
 }
 

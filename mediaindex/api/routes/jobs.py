@@ -83,15 +83,20 @@ def _queue(state: ApiState, kind: str, params: dict, files: list[tuple[str, dict
     """A pending job for this request: an identical pending one (joined: True), else a new one if the queue
     has room, else 429. `same_work` is what makes two requests identical (default: the params)."""
     key = request_key(kind, same_work if same_work is not None else params)
-    limit = state.settings.api.max_pending_jobs
     with state.jobs_lock:
         existing = state.jobs.find_pending(key)
         if existing is not None:
             return existing, True
-        if state.jobs.count_pending({"origin": "api"}) >= limit:
-            raise ApiError(429, f"{limit} jobs are already waiting to start (api.max_pending_jobs); retry later",
-                           headers={"Retry-After": str(QUEUE_RETRY_AFTER_S)})
+        _room(state)
         return state.jobs.create(kind, {**params, "origin": "api"}, files=files, key=key), False
+
+
+def _room(state: ApiState) -> None:
+    """429 where api.max_pending_jobs of the API's jobs already wait to start (the caller holds jobs_lock)."""
+    limit = state.settings.api.max_pending_jobs
+    if state.jobs.count_pending({"origin": "api"}) >= limit:
+        raise ApiError(429, f"{limit} jobs are already waiting to start (api.max_pending_jobs); retry later",
+                       headers={"Retry-After": str(QUEUE_RETRY_AFTER_S)})
 
 
 def _create_ingest(state: ApiState, params: dict, files: list[tuple[Path, Meta]], summaries: bool | None,
@@ -188,6 +193,8 @@ async def ingest_upload(request: Request,
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"the upload is {int(declared)} bytes; the limit is {limit} bytes")
+    with state.jobs_lock:
+        _room(state)  # before the body is read: a full queue refuses it, however large, at once
     folder = state.upload_dir / uuid.uuid4().hex[:12]
     folder.mkdir(parents=True)
     target = folder / name
