@@ -648,8 +648,12 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
         assert waiting.inner_text() == "the server's queue is full; trying again in 30 s"
         assert [f for f in page.failed if "/ingest/upload" not in f] == []  # the 429 above, and nothing else
         page.failed.clear()
+        page.taps("#uploads .stop")
         page.fits()
         page.shot("indexing")
+        page.p.click("#uploads .stop")  # the wait ends, nothing is sent
+        assert waiting.inner_text() == "not uploaded: stopped" and page.p.locator("#uploads .stop").count() == 0
+        assert page.p.locator("#uploads .upload.stopped").count() == 1
         page.p.fill("#q", "fellow Amer")  # being typed as the file is finished: kept
         state.runner.submit(job.id)
         page.p.locator("#library .file").first.wait_for(timeout=30_000)

@@ -538,18 +538,22 @@ async function followIngests(token) {
 // ---- adding media: each file uploaded, then indexed by the server as a job of its own ------------
 // A request whose body is a file (an upload, a picture to search by). XMLHttpRequest rather than fetch: it tells
 // how much of a large file has been sent.
-function postFile(path, file, type, sent = () => {}) {
+// `control.abort`, while it is being sent, stops it (the promise then rejects with `stopped` set).
+function postFile(path, file, type, sent = () => {}, control = {}) {
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open("POST", path);
     xhr.setRequestHeader("content-type", type);
     xhr.upload.onprogress = (e) => { if (e.lengthComputable) sent(e.loaded / e.total); };
     xhr.onerror = () => reject(new Offline(NO_SERVER));
+    xhr.onabort = () => reject(Object.assign(new Error("stopped"), { stopped: true }));
+    xhr.onloadend = () => { control.abort = null; };
+    control.abort = () => xhr.abort();
     xhr.onload = async () => {
       if (xhr.status === 401) {
         $("key-button").hidden = false;
         await askForKey();
-        postFile(path, file, type, sent).then(resolve, reject);
+        postFile(path, file, type, sent, control).then(resolve, reject);
         return;
       }
       let answer;
@@ -565,10 +569,6 @@ function postFile(path, file, type, sent = () => {}) {
     };
     xhr.send(file);
   });
-}
-
-function upload(file, sent) {
-  return postFile(`/ingest/upload?filename=${encodeURIComponent(file.name)}`, file, "application/octet-stream", sent);
 }
 
 // What an ingest job's one file came to, and whether it is in the index.
@@ -590,30 +590,51 @@ function indexingText(job) {
   return eta ? `indexing, about ${span(eta)} left` : "indexing";
 }
 
+// One chosen file's line: its name, what is happening to it, and Stop while there is something to stop (its
+// upload, a wait for room in the server's queue, its job).
+function uploadLine(file) {
+  const line = { file, stopped: false, control: {}, job: null, wake: null };
+  line.state = el("span", { class: "state" }, "waiting to upload");
+  line.stop = el("button", { type: "button", class: "stop" }, "Stop");
+  line.stop.addEventListener("click", () => {
+    line.stopped = true;
+    line.stop.disabled = true;
+    if (line.control.abort) line.control.abort();
+    if (line.wake) line.wake();
+    if (line.job) api(`/jobs/${encodeURIComponent(line.job)}`, "DELETE").catch(() => {});  // its next poll says
+  });
+  line.item = el("li", { class: "upload" }, el("span", { class: "name" }, file.name), line.state, line.stop);
+  return line;
+}
+
+function ended(line, text, outcome) {
+  line.state.replaceChildren(text);
+  line.item.classList.add(outcome);  // done, failed or stopped
+  line.stop.remove();
+}
+
 // Upload the files one after another (they share one link) and follow each one's job; the library shows
 // them once their jobs have ended.
 async function addFiles(files) {
   const list = $("uploads");
   list.hidden = false;
-  const lines = files.map((file) => {
-    const state = el("span", { class: "state" }, "waiting to upload");
-    list.append(el("li", { class: "upload" }, el("span", { class: "name" }, file.name), state));
-    return state;
-  });
+  const lines = files.map(uploadLine);
+  list.append(...lines.map((line) => line.item));
   const jobs = [];
-  for (const [i, file] of files.entries()) {
-    const state = lines[i];
-    if (maxUpload && file.size > maxUpload) {  // refused before a byte is sent, not after all of them
-      state.textContent = `not uploaded: ${megabytes(file.size)} is more than this server takes (${megabytes(maxUpload)})`;
-      state.parentElement.classList.add("failed");
-      continue;
-    }
-    try {
-      const job = await uploadWhenRoom(file, state);
-      jobs.push(followUpload(job, state));
-    } catch (e) {
-      state.textContent = `not uploaded: ${e.message}`;
-      state.parentElement.classList.add("failed");
+  for (const line of lines) {
+    const size = line.file.size;
+    if (line.stopped) {
+      ended(line, "not uploaded: stopped", "stopped");
+    } else if (maxUpload && size > maxUpload) {  // refused before a byte is sent, not after all of them
+      ended(line, `not uploaded: ${megabytes(size)} is more than this server takes (${megabytes(maxUpload)})`, "failed");
+    } else {
+      try {
+        line.job = (await uploadWhenRoom(line)).id;
+        if (line.stopped) await api(`/jobs/${encodeURIComponent(line.job)}`, "DELETE").catch(() => {});
+        jobs.push(followUpload(line));
+      } catch (e) {
+        ended(line, `not uploaded: ${e.message}`, e.stopped ? "stopped" : "failed");
+      }
     }
   }
   await Promise.all(jobs);
@@ -625,34 +646,40 @@ async function addFiles(files) {
 }
 
 // A full queue on the server (many files added at once) is waited out, as its Retry-After asks.
-async function uploadWhenRoom(file, state) {
+async function uploadWhenRoom(line) {
+  const path = `/ingest/upload?filename=${encodeURIComponent(line.file.name)}`;
+  const sent = (share) => { line.state.textContent = `uploading, ${Math.floor(share * 100)} %`; };
   for (;;) {
     try {
-      return await upload(file, (share) => { state.textContent = `uploading, ${Math.floor(share * 100)} %`; });
+      return await postFile(path, line.file, "application/octet-stream", sent, line.control);
     } catch (e) {
       if (e.status !== 429) throw e;
       const wait = Math.max(1, e.retryAfter || 30);
-      state.textContent = `the server's queue is full; trying again in ${span(wait)}`;
-      await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      line.state.textContent = `the server's queue is full; trying again in ${span(wait)}`;
+      await new Promise((resolve) => { line.wake = resolve; setTimeout(resolve, wait * 1000); });
+      line.wake = null;
+      if (line.stopped) throw Object.assign(new Error("stopped"), { stopped: true });
     }
   }
 }
 
-async function followUpload(job, state) {
+async function followUpload(line) {
+  let job = { id: line.job, state: "pending" };
   try {
-    while (!ENDED.has(job.state)) {
-      state.textContent = indexingText(job);
-      await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
+    for (;;) {
       job = await api(`/jobs/${encodeURIComponent(job.id)}`);
+      if (ENDED.has(job.state)) break;
+      line.state.textContent = line.stopped ? "stopping…" : indexingText(job);
+      await new Promise((resolve) => setTimeout(resolve, JOB_POLL_MS));
     }
   } catch (e) {
-    state.textContent = `could not follow its indexing: ${e.message}`;
+    ended(line, `could not follow its indexing: ${e.message}`, "failed");
     return;
   }
   const [indexed, text] = uploadOutcome(job);
   const id = ((job.files || [])[0] || {}).video_id;
-  state.replaceChildren(indexed && id ? el("a", { href: `#/video/${encodeURIComponent(id)}` }, text) : text);
-  state.parentElement.classList.add(indexed ? "done" : "failed");
+  ended(line, indexed && id ? el("a", { href: `#/video/${encodeURIComponent(id)}` }, text) : text,
+        indexed ? "done" : job.state === "cancelled" ? "stopped" : "failed");
 }
 
 $("add-button").addEventListener("click", () => $("add-input").click());
