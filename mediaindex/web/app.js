@@ -78,19 +78,17 @@ function languageName(code) {
   }
 }
 
-// A file's name and kind from the index's list of files (a file it does not list: its id, a video).
-function titleOf(videoId) {
-  return (videos.find((v) => v.video_id === videoId) || { title: videoId }).title;
+// A file as the index's list of files has it; one it does not list: its id as its name, a video, on disk.
+function fileOf(videoId) {
+  return videos.find((v) => v.video_id === videoId) || { title: videoId, has_video: true, on_disk: true };
 }
 
-function hasVideoOf(videoId) {
-  return (videos.find((v) => v.video_id === videoId) || { has_video: true }).has_video;
-}
+function titleOf(videoId) { return fileOf(videoId).title; }
+
+function hasVideoOf(videoId) { return fileOf(videoId).has_video; }
 
 // A file no longer where it was indexed from: its moments cannot be played.
-function isGone(videoId) {
-  return (videos.find((v) => v.video_id === videoId) || { on_disk: true }).on_disk === false;
-}
+function isGone(videoId) { return fileOf(videoId).on_disk === false; }
 
 function megabytes(bytes) { return `${(bytes / 1024 ** 2).toFixed(bytes < 10 * 1024 ** 2 ? 1 : 0)} MB`; }
 
