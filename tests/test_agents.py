@@ -483,8 +483,10 @@ def test_a_quote_of_a_cited_title_card_is_the_sentence_said_over_it(archive: Arc
     model = ScriptedModel([search_call("Manifesto of the Communist Party"), cites_the_card, cites_the_card])
     ans = ask("Who wrote the Manifesto of the Communist Party?", archive, model, FAST)
     assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
-    assert ans.answer.startswith("“Manifesto of the Communist Party by Karl Marx and Frederick Engels.” (said in "
-                                 "manifesto.mp4 at 0:13."), ans.answer
+    quoted = re.fullmatch(r"“Manifesto of the Communist Party by Karl Marx and Frederick Engels\.” \(said in "
+                          r"manifesto\.mp4 at 0:(\d+\.\d)\) .*", ans.answer)
+    # The sentence starts at 12.9-13.3 s: the word timestamps move a little with the CPU's int8 matrix backend.
+    assert quoted and 12.5 <= float(quoted[1]) <= 13.5, ans.answer
     validate_output(ans)
 
 
@@ -691,8 +693,10 @@ def test_summaries_drop_a_sentence_cut_at_the_token_limit_and_sentences_said_twi
 
     def reply(conv: list[Message]) -> str | Completion:
         if "in one sentence:" in conv[-1]["content"]:  # every window: the first cut off before its sentence ends
-            return Completion("Workers of the world unite and", "length", 64) if "Workers of the world" in \
-                conv[-1]["content"] else grounded_map_reply(conv)
+            # The words are heard "Workers of the world unite" or "Workers of the World United" (the CPU's int8
+            # matrix backend decides): either way that window's reply is cut off.
+            return Completion("Workers of the world unite and", "length", 64) if "workers of the world" in \
+                conv[-1]["content"].lower() else grounded_map_reply(conv)
         if "Chapter summaries:" in conv[-1]["content"]:
             return Completion(f"{said} {again} {cut}", "length", 96)
         return "Communism"
