@@ -172,6 +172,22 @@ def test_scores_are_probabilities_and_sorted(index: MediaIndex, embedder) -> Non
     assert order == sorted(order) and [h.score for h in good] == sorted((h.score for h in good), reverse=True)
 
 
+def test_a_hits_probability_does_not_depend_on_how_many_hits_are_asked_for(
+        index: MediaIndex, embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the fitted pool, more candidates are judged by the pool's own distributions, not a wider one."""
+    monkeypatch.setattr(index, "settings", index.settings.model_copy(update={"candidates": 10}))
+    for query in ("radio talk between astronauts and mission control", "a parrot", "xqzv plorth wimble"):
+        few = judged(index, embedder, query, 2)
+        many = judged(index, embedder, query, 40)
+        assert len(many) > len(few) >= 10
+        by_segment = {(j.hit.video_id, j.hit.start, j.hit.modality, j.hit.text): j.probability for j in many}
+        assert [by_segment[(j.hit.video_id, j.hit.start, j.hit.modality, j.hit.text)] for j in few] == \
+            pytest.approx([j.probability for j in few], abs=1e-9), query
+        shown = {(h.video_id, h.start): h.score for h in search(index, embedder, query, 40, moments=False)}
+        assert all(shown.get((h.video_id, h.start), -1) == h.score
+                   for h in search(index, embedder, query, 2, moments=False)), query
+
+
 def test_the_reader_chooses_how_sure_a_hit_must_be(index: MediaIndex, embedder) -> None:
     query = "radio talk between astronauts and mission control"
     by_level = {level: search(index, embedder, query, limit=50, moments=False, min_confidence=level)

@@ -18,6 +18,10 @@ query and segment.
 Candidates without words (`judgeable`) get a row of their own (zeros but for the modality) and are left out of
 the query's distribution.
 
+The distributions (standings, leads) are those of the pool the model was fitted on, the first `reference`
+candidates: a reader who asks for more hits gets more candidates judged by the same yardstick, so a moment's
+probability does not depend on how many hits were asked for.
+
 Shots (visual segments: a label's text, or a picture without words placed among its likely classes,
 `models.label_space`) are judged again among the query's shots, by the shot part of the model (`SHOT_NAMES`; a
 labelled shot keeps the higher of its two probabilities):
@@ -77,21 +81,30 @@ def word_share(q: Query, s: ScoredHit) -> float:
     return q.weights.share(q.word_ids, dict.fromkeys(q.word_ids & held, 1.0))
 
 
-def features(q: Query, found: list[ScoredHit], pool: int) -> np.ndarray:
-    """One row of NAMES per candidate, in the candidates' order; `pool` is how many candidates were asked for."""
+def _leading(found: list[ScoredHit], reference: int | None) -> np.ndarray:
+    """Which candidates form the query's distributions: the first `reference` (all where None)."""
+    lead = np.zeros(len(found), dtype=bool)
+    lead[:len(found) if reference is None else reference] = True
+    return lead
+
+
+def features(q: Query, found: list[ScoredHit], pool: int, reference: int | None = None) -> np.ndarray:
+    """One row of NAMES per candidate, in the candidates' order; `pool` is how many candidates with words the
+    fitted distribution holds, `reference` how many leading candidates it is measured on (all where None)."""
     rows = np.zeros((len(found), len(NAMES)), dtype=np.float64)
     if not found:
         return rows
     judged = np.array([judgeable(s) for s in found])
+    usual_ = judged & _leading(found, reference)
     dense = np.array([_cos(q.dense, v) if q.dense is not None and (v := s.dense.get(TEXT_VECTOR)) is not None
                       and judgeable(s) else 0.0 for s in found])
-    missing = max(0, pool - int(judged.sum()))
-    usual = dense[judged] if q.background is None or not missing else np.concatenate(
-        [dense[judged], q.background[:missing]])
+    missing = max(0, pool - int(usual_.sum()))
+    usual = dense[usual_] if q.background is None or not missing else np.concatenate(
+        [dense[usual_], q.background[:missing]])
     spread = float(usual.std()) if len(usual) else 0.0
     rows[:, 0] = dense
     rows[:, 1] = (dense - usual.mean()) / spread if spread > 0 else 0.0
-    rows[:, 2] = (dense[judged].max() if judged.any() else 0.0) - dense
+    rows[:, 2] = (dense[usual_].max() if usual_.any() else 0.0) - dense
     rows[~judged, :3] = 0.0
     query_letters = letters(q.text)
     for i, s in enumerate(found):
@@ -112,25 +125,29 @@ def shots(found: list[ScoredHit]) -> np.ndarray:
     return np.array([s.hit.modality == "visual" and TEXT_VECTOR in s.dense for s in found], dtype=bool)
 
 
-def shot_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
-    """One row of SHOT_NAMES per candidate (zeros where it is not a shot or the query has no dense vector)."""
+def shot_features(q: Query, found: list[ScoredHit], reference: int | None = None) -> np.ndarray:
+    """One row of SHOT_NAMES per candidate (zeros where it is not a shot or the query has no dense vector); the
+    shots among the first `reference` candidates (all where None) form the query's distributions."""
     seen = shots(found)
-    rows = _among(q.dense, found, seen, TEXT_VECTOR, len(SHOT_NAMES))
+    lead = _leading(found, reference)
+    rows = _among(q.dense, found, seen, TEXT_VECTOR, len(SHOT_NAMES), lead)
     if q.dense is not None:
         rows[seen, 3] = q.nameable or 0.0
-        rows[seen, 4] = _word_standing(q.word_vectors, [s.dense[TEXT_VECTOR] for s, c in zip(found, seen, strict=True) if c])
+        rows[seen, 4] = _word_standing(q.word_vectors, [s.dense[TEXT_VECTOR] for s, c in zip(found, seen, strict=True) if c],
+                                       lead[seen])
     return rows
 
 
-def _word_standing(words: np.ndarray | None, vectors: list[np.ndarray]) -> np.ndarray:
-    """Each shot's z-score among the shots for each word, averaged over the words (zeros without words)."""
+def _word_standing(words: np.ndarray | None, vectors: list[np.ndarray], usual: np.ndarray) -> np.ndarray:
+    """Each shot's z-score among the `usual` shots for each word, averaged over the words (zeros without words)."""
     if words is None or not len(words) or not vectors:
         return np.zeros(len(vectors))
+    usual = usual if usual.any() else np.ones(len(vectors), dtype=bool)
     shots_ = np.asarray(vectors, dtype=np.float64)
     norms = np.linalg.norm(shots_, axis=1, keepdims=True)
     sims = words.astype(np.float64) @ (shots_ / np.where(norms > 0, norms, 1.0)).T  # words x shots
-    spread = sims.std(axis=1, keepdims=True)
-    z = np.divide(sims - sims.mean(axis=1, keepdims=True), spread, out=np.zeros_like(sims), where=spread > 0)
+    spread = sims[:, usual].std(axis=1, keepdims=True)
+    z = np.divide(sims - sims[:, usual].mean(axis=1, keepdims=True), spread, out=np.zeros_like(sims), where=spread > 0)
     return z.mean(axis=0)
 
 
@@ -139,20 +156,22 @@ def pictured(found: list[ScoredHit]) -> np.ndarray:
     return np.array([CLIP_VECTOR in s.dense for s in found], dtype=bool)
 
 
-def picture_features(q: Query, found: list[ScoredHit]) -> np.ndarray:
+def picture_features(q: Query, found: list[ScoredHit], reference: int | None = None) -> np.ndarray:
     """One row of PICTURE_NAMES per candidate (zeros where it has no image vector or the query no CLIP vector)."""
-    return _among(q.clip_text, found, pictured(found), CLIP_VECTOR, len(PICTURE_NAMES))
+    return _among(q.clip_text, found, pictured(found), CLIP_VECTOR, len(PICTURE_NAMES), _leading(found, reference))
 
 
-def _among(query: np.ndarray | None, found: list[ScoredHit], chosen: np.ndarray, vector: str, width: int) -> np.ndarray:
+def _among(query: np.ndarray | None, found: list[ScoredHit], chosen: np.ndarray, vector: str, width: int,
+           lead: np.ndarray) -> np.ndarray:
     """Rows of `width` columns, the first three for the `chosen` candidates: the query's cosine with their `vector`,
-    its z-score among them, and how far it lies below the best of them."""
+    its z-score among the chosen `lead` candidates, and how far it lies below the best of those."""
     rows = np.zeros((len(found), width), dtype=np.float64)
     if query is None or not chosen.any():
         return rows
+    usual = lead[chosen] if lead[chosen].any() else np.ones(int(chosen.sum()), dtype=bool)  # none leads: among all
     sims = np.array([_cos(query, s.dense[vector]) for s, c in zip(found, chosen, strict=True) if c])
-    spread = float(sims.std())
+    spread = float(sims[usual].std())
     rows[chosen, 0] = sims
-    rows[chosen, 1] = (sims - sims.mean()) / spread if spread > 0 else 0.0
-    rows[chosen, 2] = sims.max() - sims
+    rows[chosen, 1] = (sims - sims[usual].mean()) / spread if spread > 0 else 0.0
+    rows[chosen, 2] = sims[usual].max() - sims
     return rows

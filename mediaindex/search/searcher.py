@@ -108,11 +108,16 @@ def judged(
     query = _check(query, limit, filters, mode)
     clip_text = clip_query(query) if clip_query is not None and query else None
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
-    pool = max(index.settings.candidates, limit * 5)
+    pool = index.settings.candidates  # the pool the model was fitted on: its distributions are this pool's
     found = candidates(index, q, filters, mode, pool)
-    if len(found) < pool:
+    reference = len(found)
+    if limit * 5 > pool and reference >= pool:
+        # More hits asked for than the pool yields: look deeper, and judge what is added by the pool's yardstick.
+        known = {_key(s) for s in found}
+        found += [s for s in candidates(index, q, filters, mode, limit * 5) if _key(s) not in known]
+    if reference < pool:
         measure_background(q, embedder, default_cache_dir())
-    rows = features(q, found, pool)
+    rows = features(q, found, pool, reference)
     if query:
         name = embedder.name if embedder else None
         probabilities = relevance.load_model(embedder=name).probability(rows)
@@ -120,10 +125,10 @@ def judged(
         shot_model = relevance.load_shot_model(embedder=name)
         if shot_model is not None and (seen := shots(found)).any():
             measure_shots(q, embedder, default_cache_dir())
-            by_shot = shot_model.probability(shot_features(q, found))
+            by_shot = shot_model.probability(shot_features(q, found, reference))
             probabilities[seen] = np.maximum(probabilities[seen], by_shot[seen])
         if picture_model is not None and q.clip_text is not None and (met := pictured(found)).any():
-            by_picture = picture_model.probability(picture_features(q, found))
+            by_picture = picture_model.probability(picture_features(q, found, reference))
             probabilities[met] = np.maximum(probabilities[met], by_picture[met])
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
@@ -132,6 +137,11 @@ def judged(
            for i, s in enumerate(found)]
     # The fused score breaks ties of probability (shots the model cannot tell apart keep the ranking's order).
     return sorted(out, key=lambda j: (-j.probability, -j.fused_score))
+
+
+def _key(s: ScoredHit) -> tuple[str, float, float, str, str]:
+    """A segment, by what it is (the engine's point ids are not carried)."""
+    return (s.hit.video_id, s.hit.start, s.hit.end, s.hit.modality, s.hit.text)
 
 
 LOOKS_LIKE = 3  # how many of a picture's likeliest classes a hit names
