@@ -60,6 +60,30 @@ def test_search_returns_cli_fields_urls_and_highlights(client: TestClient) -> No
     assert best["band"] == "high" and all(h["band"] in ("high", "medium", "low") for h in hits)
 
 
+def test_search_by_file_groups_the_moments_of_the_same_search(client: TestClient) -> None:
+    q = "banana"
+    moments = client.get("/search", params={"q": q, "limit": 100, "min_confidence": "none"}).json()["hits"]
+    r = client.get("/search/files", params={"q": q, "per_file": 2, "min_confidence": "none"})
+    assert r.status_code == 200, r.text
+    files = r.json()["files"]
+    assert [f["title"] for f in files] == list(dict.fromkeys(h["title"] for h in moments))  # each file once
+    for f in files:
+        own = [h for h in moments if h["video_id"] == f["video_id"]]
+        assert f["count"] == len(own) and len(f["moments"]) == min(2, len(own))
+        assert [(m["start"], m["score"]) for m in f["moments"]] == sorted(
+            ((h["start"], h["score"]) for h in own), key=lambda m: -m[1])[:2]
+        assert f["score"] == f["moments"][0]["score"] and f["page_url"] == f"/#/video/{f['video_id']}"
+        assert f["on_disk"] and all(m["play_url"].startswith(f"/media/{f['video_id']}#t=") for m in f["moments"])
+    assert client.post("/search/files", json={"q": q, "per_file": 2, "min_confidence": "none"}).json()["files"] == files
+    best = client.get("/search/files", params={"q": "ask not what your country can do for you", "limit": 1}).json()
+    assert [(f["title"], f["band"]) for f in best["files"]] == [("jfk.flac", "high")]
+    assert client.get("/search/files", params={"q": "xqzv plorth wimble"}).json()["files"] == []
+    for params in ({"q": q, "per_file": 0}, {"q": q, "per_file": 21}, {"q": q, "limit": 101}, {"q": ""},
+                   {"q": q, "min_confidence": "sure"}):
+        assert_error(client.get("/search/files", params=params), 422)
+    assert_error(client.post("/search/files", json={"q": q, "per_file": "two"}), 422)
+
+
 def test_a_question_is_searched_as_written(client: TestClient) -> None:
     r = client.get("/search", params={"q": "When does someone say banana?", "limit": 3, "min_confidence": "none"})
     assert r.status_code == 200, r.text

@@ -104,6 +104,12 @@ def test_a_remote_archive_answers_as_the_local_one(sample: Sample, tmp_path: Pat
             there = [_key(h["video_id"], h["start"], h["end"], h["modality"], h["band"])
                      for h in remote.search(query, limit=5)]
             assert here and here == there, query
+        for query in QUERIES:  # by file: the same files, counts and moments
+            here_files = [(f["video_id"], f["count"], [m["start"] for m in f["moments"]])
+                          for f in local.file_moments(query, limit=3, per_file=2, min_confidence="none")]
+            there_files = [(f["video_id"], f["count"], [m["start"] for m in f["moments"]])
+                           for f in remote.file_moments(query, limit=3, per_file=2, min_confidence="none")]
+            assert here_files and here_files == there_files, query
         narrowed = remote.search(QUERIES[0], limit=5, filters=SearchFilters(modality="ocr"))
         assert all(h["modality"] == "ocr" for h in narrowed)
         record = local.find("jfk.flac")

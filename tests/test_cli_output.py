@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.cli.progress import plural, summary_line
-from mediaindex.cli.render import job_lines
+from mediaindex.cli.progress import summary_line
+from mediaindex.cli.render import job_lines, plural
 from tests.conftest import REPO, cli_environment, media
 from tests.test_cli import run
 from tests.test_index_cli import cli_index  # noqa: F401  (fixture)

@@ -12,7 +12,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
 from tests.conftest import assert_ranked, make_settings
 from tests.corpus import manifesto, pictures, references
-from tests.test_cli import run
+from tests.test_cli import run, search_in_process
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,7 @@ def test_search_with_filters_and_modes(cli_index: dict[str, str]) -> None:
         (["--from", "10", "--to", "2"], "ends (2.0) before it starts (10.0)"),
         (["--mode", "fuzzy"], "unknown search mode"),
         (["--limit", "5000"], "--limit"),
+        (["--by-file", "--segments"], "--by-file groups the moments of a text search"),
     ],
 )
 def test_bad_search_options_are_refused_clearly(cli_index: dict[str, str], args: list[str], message: str) -> None:
@@ -67,6 +68,32 @@ def test_bad_search_options_are_refused_clearly(cli_index: dict[str, str], args:
     assert result.returncode != 0
     assert message in result.stderr.replace("\n", " ")
     assert "Traceback" not in result.stderr
+
+
+def test_search_by_file_lists_each_file_once_with_its_best_moments(cli_index: dict[str, str]) -> None:
+    query = "communism and the bourgeoisie"
+    files = json.loads(search_in_process(query, "--by-file", "--json", "--min-confidence", "none", "--limit", "3",
+                                         env=cli_index).stdout)
+    moments = json.loads(search_in_process(query, "--json", "--min-confidence", "none", "--limit", "100",
+                                           env=cli_index).stdout)
+    assert len(files) == 3 and len({f["video_id"] for f in files}) == 3
+    assert [f["video_id"] for f in files] == list(dict.fromkeys(h["video_id"] for h in moments))[:3]
+    for f in files:
+        assert f["count"] == sum(h["video_id"] == f["video_id"] for h in moments) and 1 <= len(f["moments"]) <= 3
+        assert f["score"] == f["moments"][0]["score"] and all(Path(m["thumbnail"]).is_absolute()
+                                                               for m in f["moments"] if m["thumbnail"])
+    table = search_in_process(query, "--by-file", "--min-confidence", "none", "--limit", "3",
+                              env={**cli_index, "COLUMNS": "90"})
+    assert table.returncode == 0, table.stderr
+    headings = [line for line in table.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split()[2] for h in headings] == [Path(f["source"]).name for f in files]
+    manifesto = files[0]
+    assert headings[0] == (f"{manifesto['band'] or '-'} {manifesto['score']:.2f}  manifesto.mp4  "
+                           f"{manifesto['count']} moments (the best 3)")
+    assert all(len(line) <= 90 for line in table.stdout.splitlines())
+    nothing = search_in_process("xqzv plorth wimble", "--by-file", env=cli_index)
+    assert nothing.returncode == 0 and nothing.stdout.startswith("no confident match; the closest moments")
+    assert json.loads(search_in_process("xqzv plorth wimble", "--by-file", "--json", env=cli_index).stdout) == []
 
 
 def test_stats_optimize_and_a_stale_schema(cli_index: dict[str, str], tmp_path: Path) -> None:

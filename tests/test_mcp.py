@@ -24,7 +24,7 @@ from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fi
 pytestmark = pytest.mark.slow
 
 JFK = "ask not what your country can do for you"
-TOOLS = {"search", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"}
+TOOLS = {"search", "search_files", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"}
 
 
 @asynccontextmanager
@@ -96,6 +96,13 @@ def test_tools_are_listed_with_schemas_and_search_gives_moments_that_play(keyed:
             assert only_video["moments"] == []  # JFK is not in that file
             spoken = await call(session, "search", {"query": "banana", "modality": ["speech"], "from_seconds": 30})
             assert spoken["moments"] and all(m["modality"] == "speech" and m["end"] > 30 for m in spoken["moments"])
+            by_file = await call(session, "search_files", {"query": JFK, "per_file": 1})
+            first = by_file["files"][0]
+            assert (first["file"], first["confidence"], first["count"]) == ("jfk.flac", "high", len(
+                [m for m in (await call(session, "search", {"query": JFK, "limit": 100}))["moments"]
+                 if m["file"] == "jfk.flac"]))
+            assert [m["start"] for m in first["moments"]] == [best["start"]]
+            assert "per_file" in await refusal(session, "search_files", {"query": JFK, "per_file": 0})
         # The play URL is the API's own media route, behind the same key.
         played = httpx.get(best["play_url"].split("#")[0], headers={"X-API-Key": key, "Range": "bytes=0-3"})
         assert played.status_code == 206 and played.content == b"fLaC"

@@ -77,7 +77,7 @@ def test_search_gives_the_moments_of_the_cli_search(env: dict[str, str]) -> None
     async def test() -> None:
         async with stdio_session(env) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
-            assert {"search", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"} == set(tools)
+            assert {"search", "search_files", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"} == set(tools)
             assert all(t.input_schema["properties"] and t.output_schema for t in tools.values() if t.name != "list_files")
             result = await session.call_tool("search", {"query": JFK, "limit": 5})
             assert not result.is_error, result.content

@@ -15,7 +15,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.search import relevance
 from mediaindex.search.features import NAMES, SHOT_NAMES
 from mediaindex.search.moments import diversify, merge_moments
-from mediaindex.search.searcher import MAX_QUERY_CHARS, judged, search
+from mediaindex.search.searcher import MAX_PER_FILE, MAX_QUERY_CHARS, judged, search
 from mediaindex.segments import Hit, Segment
 from tests.conftest import assert_ranked, make_settings
 from tests.corpus import apollo, manifesto, picture_vector, pictures, references
@@ -186,6 +186,21 @@ def test_a_hits_probability_does_not_depend_on_how_many_hits_are_asked_for(
         shown = {(h.video_id, h.start): h.score for h in search(index, embedder, query, 40, moments=False)}
         assert all(shown.get((h.video_id, h.start), -1) == h.score
                    for h in search(index, embedder, query, 2, moments=False)), query
+
+
+def test_files_are_the_moments_of_one_search_grouped(index: MediaIndex, embedder) -> None:
+    from mediaindex.search.searcher import FILE_DEPTH, QueryError, Searcher
+
+    query = "radio talk between astronauts and mission control"
+    moments = search(index, embedder, query, FILE_DEPTH, min_confidence="none")
+    files = Searcher(index, embedder).files(query, 50, min_confidence="none", per_file=2)
+    assert [f.video_id for f in files] == list(dict.fromkeys(m.video_id for m in moments))
+    for f in files:
+        own = [m for m in moments if m.video_id == f.video_id]
+        assert f.count == len(own) and f.moments == sorted(own, key=lambda m: -m.score)[:2]
+    for bad in (0, MAX_PER_FILE + 1, True, 2.5):
+        with pytest.raises(QueryError, match="per_file must be a whole number"):
+            Searcher(index, embedder).files(query, per_file=bad)  # type: ignore[arg-type]
 
 
 def test_the_reader_chooses_how_sure_a_hit_must_be(index: MediaIndex, embedder) -> None:

@@ -34,6 +34,11 @@ class SearchRequest(_Strict):
                                 description="How sure a hit must be: high, medium, low or none (every ranked moment)")
 
 
+class SearchFilesRequest(SearchRequest):
+    limit: int = Field(default=10, ge=1, le=100, description="At most this many files")
+    per_file: int = Field(default=3, ge=1, le=20, description="At most this many of each file's moments")
+
+
 class HitOut(BaseModel):
     source: str
     video_id: str
@@ -67,6 +72,24 @@ class SearchResponse(BaseModel):
     query: str
     took_ms: float
     hits: list[HitOut]
+
+
+class FileHitsOut(BaseModel):
+    video_id: str
+    source: str
+    title: str = Field(description="The media file's name")
+    score: float = Field(description="Its best moment's score")
+    band: Literal["high", "medium", "low"] | None = Field(default=None, description="Its best moment's band")
+    count: int = Field(description="How many of its moments match (as sure as min_confidence asks)")
+    on_disk: bool = Field(True, description="False when the media file is no longer at its path")
+    page_url: str = Field(description="The web page's view of this file")
+    moments: list[HitOut] = Field(description="Its best moments, best first")
+
+
+class FilesResponse(BaseModel):
+    query: str
+    took_ms: float
+    files: list[FileHitsOut] = Field(description="The files that hold a match, best first")
 
 
 class VideoOut(BaseModel):

@@ -241,7 +241,7 @@ def _watch(archive: Archive, settings: Settings, paths: list[Path], include: lis
 
 
 def _say_gone(count: int, where: str) -> None:
-    from mediaindex.cli.progress import plural
+    from mediaindex.cli.render import plural
 
     say(f"{plural(count, 'file')} indexed from {where} {'is' if count == 1 else 'are'} gone from disk: "
         "`mediaindex index remove --missing` takes them out of the index")
@@ -358,6 +358,8 @@ def search(
     before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
     segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
+    by_file: Annotated[bool, typer.Option("--by-file", help="Which files hold a match: one entry per file (--limit "
+                                          "files) with how many of its moments match and the best three.")] = False,
     min_confidence: Annotated[str, typer.Option(
         "--min-confidence", help="How sure a hit must be: high, medium, low (default) or none (every ranked "
         "moment).")] = "low",
@@ -369,6 +371,8 @@ def search(
 
     if image is not None and query is not None:
         raise fail("give a text query or --image FILE, not both")
+    if by_file and (image is not None or segments):
+        raise fail("--by-file groups the moments of a text search: not with --image or --segments")
     closest: list[dict] = []
     try:
         min_confidence = check_level(min_confidence)
@@ -381,14 +385,20 @@ def search(
         settings = _settings(config, index)
         picture = _picture(image) if image is not None else None
         with _archive(settings) as archive:
-            found = archive.moments(query, limit, filters, mode=mode, moments=not segments,
-                                    min_confidence=min_confidence, picture=picture)
+            if by_file:
+                found = archive.file_moments(query, limit, filters, mode=mode, min_confidence=min_confidence)
+            else:
+                found = archive.moments(query, limit, filters, mode=mode, moments=not segments,
+                                        min_confidence=min_confidence, picture=picture)
             if not found and not as_json and min_confidence != "none" and picture is None:
                 closest = archive.moments(query, CLOSEST, filters, mode=mode, moments=not segments,
                                           min_confidence="none")
     except (MediaIndexError, ValueError) as exc:
         raise fail(str(exc)) from exc
-    render.hits(found, as_json, settings.thumbs_dir, closest)
+    if by_file:
+        render.files(found, as_json, settings.thumbs_dir, closest)
+    else:
+        render.hits(found, as_json, settings.thumbs_dir, closest)
 
 
 def _picture(image: Path):

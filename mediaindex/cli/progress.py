@@ -8,7 +8,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mediaindex.cli.render import clip_words
+from mediaindex.cli.render import clip_words, plural
 from mediaindex.pipeline.discover import NOT_MEDIA, shown
 from mediaindex.pipeline.progress import IngestStats, clock
 from mediaindex.pipeline.run import FileOutcome
@@ -16,11 +16,6 @@ from mediaindex.pipeline.run import FileOutcome
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
 BAR = 20  # characters of the live display's bar
 MIN_NOW = 16  # characters below which the files in the stages are not shown (the counts always are)
-
-
-def plural(n: int, noun: str, many: str | None = None) -> str:
-    """'1 segment', '84 segments' (an irregular plural is given: plural(2, 'summary', 'summaries'))."""
-    return f"{n} {noun if n == 1 else (many or noun + 's')}"
 
 
 def not_media(o: FileOutcome) -> bool:

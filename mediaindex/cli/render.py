@@ -45,6 +45,11 @@ def say(message: str) -> None:
     err.print(message, highlight=False, markup=False, soft_wrap=True)
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """'1 segment', '84 segments' (an irregular plural is given: plural(2, 'summary', 'summaries'))."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
 def timestamp(t: float) -> str:
     m, s = divmod(t, 60)
     return f"{int(m)}:{s:04.1f}"
@@ -53,10 +58,7 @@ def timestamp(t: float) -> str:
 def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
     """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails."""
     if as_json:
-        for h in found:  # absolute paths, as the source is
-            if h.get("thumbnail"):
-                h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
-        print(json.dumps(found, ensure_ascii=False, indent=2))
+        print(json.dumps(_absolute_thumbnails(found, thumbs_dir), ensure_ascii=False, indent=2))
         return
     if not found:
         if not closest:
@@ -68,10 +70,9 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     rows = []
     for h in found:
         # A picture without words is shown as what it is, with the classes it looks like (which placed it).
-        said = clip_words(h["text"], 120) or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
         rows.append((f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
                      Path(h["source"]).name + gone(h["source"]), f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"],
-                     (f"{h['speaker']}: " if h.get("speaker") else "") + said))
+                     _said(h)))
     if out.width < NARROW:  # a table's text column would be a few words wide: one heading line per moment
         for match, name, span, kind, text in rows:
             out.print(f"[bold]{escape(match)}[/bold]  {escape(name)}  {span}  {kind}", highlight=False)
@@ -88,6 +89,44 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     for row in rows:
         plain_row(table, *row)
     out.print(table)
+
+
+def _said(h: dict) -> str:
+    """What a moment says or shows: its speaker and text, or a picture without words as what it looks like."""
+    said = clip_words(h["text"], 120) or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
+    return (f"{h['speaker']}: " if h.get("speaker") else "") + said
+
+
+def _absolute_thumbnails(moments: list[dict], thumbs_dir: Path) -> list[dict]:
+    for h in moments:  # absolute paths, as the source is
+        if h.get("thumbnail"):
+            h["thumbnail"] = str(thumbs_dir / h["thumbnail"])
+    return moments
+
+
+def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
+    """Files that hold a match, each under one heading line (its best moment's confidence, its name, how many of
+    its moments match) with its best moments beneath; or as JSON."""
+    if as_json:
+        for f in found:
+            _absolute_thumbnails(f["moments"], thumbs_dir)
+        print(json.dumps(found, ensure_ascii=False, indent=2))
+        return
+    if not found:
+        hits([], False, thumbs_dir, closest)
+        return
+    for f in found:
+        count = plural(f["count"], "moment")
+        shown = f" (the best {len(f['moments'])})" if len(f["moments"]) < f["count"] else ""
+        match = f"{f['band'] or '-'} {f['score']:.2f}"
+        out.print(f"[bold]{escape(match)}  {escape(Path(f['source']).name)}[/bold]{escape(gone(f['source']))}  "
+                  f"{count}{shown}", highlight=False)
+        for h in f["moments"]:
+            span = f"{timestamp(h['start'])}–{timestamp(h['end'])}"
+            lines = textwrap.wrap(f"{span}  {h['modality']}  {_said(h)}", max(20, out.width - 4),
+                                  subsequent_indent="  ")
+            for line in lines:
+                out.print("    " + line, highlight=False, markup=False)
 
 
 def clip_words(text: str, limit: int) -> str:
@@ -112,8 +151,6 @@ def stats(numbers: dict[str, Any], index_dir: Path, as_json: bool) -> None:
     if as_json:
         print(json.dumps(numbers, indent=2))
         return
-    from mediaindex.cli.progress import plural
-
     out.print(f"{plural(numbers['files'], 'file')}, {plural(numbers['points'], 'segment')} in {index_dir}",
               highlight=False)
     kinds = [f"{m} {numbers[f'{m}_segments']}" for m in MODALITIES if numbers.get(f"{m}_segments")]
@@ -149,8 +186,6 @@ def removed(files: Sequence[Any], as_json: bool) -> None:
         print(json.dumps([{"video_id": f.video_id, "source": f.source, "segments": f.segments} for f in files],
                          indent=2))
         return
-    from mediaindex.cli.progress import plural
-
     for f in files:
         out.print(f"removed {f.source}  ({plural(f.segments, 'segment')}, {f.video_id})", highlight=False,
                   markup=False, soft_wrap=True)

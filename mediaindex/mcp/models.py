@@ -32,6 +32,24 @@ class SearchResult(BaseModel):
         "again with min_confidence 'none' for the closest moments, however unlikely"))
 
 
+class FileMatch(BaseModel):
+    """A file that holds a match, with its best moments."""
+
+    file: str = Field(description="The media file's name")
+    source: str = Field(description="The media file's path on the server")
+    video_id: str = Field(description="The file's id in the index (what other tools take as `file`)")
+    confidence: str | None = Field(description="Its best moment's confidence: high, medium or low")
+    score: float = Field(description="Its best moment's calibrated score, 0..1")
+    count: int = Field(description="How many of its moments match")
+    moments: list[Moment] = Field(description="Its best moments, best first")
+
+
+class FilesResult(BaseModel):
+    query: str
+    files: list[FileMatch] = Field(description=(
+        "Best first; empty when no file holds a moment as probably relevant as min_confidence asks (default low)"))
+
+
 class TranscriptLine(BaseModel):
     start: float
     end: float

@@ -1,4 +1,4 @@
-"""The tools an agent calls: search, get_transcript, ask, list_files, file_info, ingest, job_status.
+"""The tools an agent calls: search, search_files, get_transcript, ask, list_files, file_info, ingest, job_status.
 
 Each is a thin face over what the CLI and the HTTP API call (the service's `Archive`: search, transcripts, the
 question job; the API's ingest queue); arguments are typed and bounded, so a bad call fails with a message
@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from mediaindex.index.filters import SearchFilters
 from mediaindex.mcp import models
 from mediaindex.mcp.searching import search as run_search
 from mediaindex.segments import MODALITIES, Hit
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 MAX_QUERY_CHARS = 1000  # as the HTTP API's /search
 MAX_LIMIT = 100
+MAX_PER_FILE = 20  # as the HTTP API's /search/files
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 TRANSCRIPT_FORMATS = ("json", "srt", "vtt", "txt", "tsv")
 
@@ -40,6 +42,21 @@ FileRef = Annotated[str, Field(min_length=1, max_length=4096, description=(
     "An indexed file: its video id (from search or list_files), a unique id prefix, its file name or its path"))]
 Seconds = Annotated[float, Field(ge=0, le=1e7, description="Seconds from the start of the file")]
 Modality = Literal["speech", "ocr", "visual", "summary", "chapter"]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description=(
+    "What to find, in plain language and any language: words said, text on screen, things seen"))]
+Modalities = Annotated[list[Modality] | None, Field(min_length=1, description="Only these kinds of moments (default: all)")]
+Language = Annotated[str | None, Field(min_length=1, max_length=16, description=(
+    "Only moments in this language code, e.g. en"))]
+Speaker = Annotated[str | None, Field(min_length=1, max_length=16, description=(
+    "Only speech of this speaker label within a file (S1, S2, ...)"))]
+MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field(description=(
+    "Leave out moments the search is less sure of than this"))]
+
+
+def search_filters(video_id: str | None, modality: list[Modality] | None, language: str | None, speaker: str | None,
+                   start: float | None, end: float | None) -> SearchFilters:
+    return SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None, language=language,
+                         speaker=speaker, start=start, end=end)
 
 
 @contextmanager
@@ -94,35 +111,51 @@ def entry(host: ArchiveHost, record: VideoRecord) -> dict:
 def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
     @server.tool(annotations=READ_ONLY)
     def search(
-        query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description=(
-            "What to find, in plain language and any language: words said, text on screen, things seen"))],
+        query: Query,
         file: FileRef | None = None,
-        modality: Annotated[list[Modality] | None, Field(
-            min_length=1, description="Only these kinds of moments (default: all)")] = None,
-        language: Annotated[str | None, Field(min_length=1, max_length=16, description=(
-            "Only moments in this language code, e.g. en"))] = None,
-        speaker: Annotated[str | None, Field(min_length=1, max_length=16, description=(
-            "Only speech of this speaker label within a file (S1, S2, ...)"))] = None,
+        modality: Modalities = None,
+        language: Language = None,
+        speaker: Speaker = None,
         from_seconds: Annotated[Seconds | None, Field(description="Only moments that end after this time")] = None,
         to_seconds: Annotated[Seconds | None, Field(description="Only moments that start before this time")] = None,
-        min_confidence: Annotated[Literal["high", "medium", "low", "none"] | None, Field(description=(
-            "Leave out moments the search is less sure of than this"))] = None,
+        min_confidence: MinConfidence = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="At most this many moments")] = 10,
         ctx: Context | None = None,
     ) -> models.SearchResult:
         """Search the media archive in plain language. Returns moments (file, start and end in seconds,
         confidence, what was said or shown there), best first; an empty list means the archive does not hold
         it. Cite a moment as file @ start-end; read around it with get_transcript."""
-        from mediaindex.index.filters import SearchFilters
-
         with tool_errors(host):
             video_id = resolve(host, file).video_id if file is not None else None
-            filters = SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None,
-                                    language=language, speaker=speaker, start=from_seconds, end=to_seconds)
+            filters = search_filters(video_id, modality, language, speaker, from_seconds, to_seconds)
             hits = run_search(host, query, limit, filters, min_confidence)
             base = base_url(ctx)
             return models.SearchResult(query=query,
                                        moments=[moment(host, h, query, base) for h in hits])
+
+    @server.tool(annotations=READ_ONLY)
+    def search_files(
+        query: Query,
+        modality: Modalities = None,
+        language: Language = None,
+        speaker: Speaker = None,
+        min_confidence: MinConfidence = None,
+        limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="At most this many files")] = 10,
+        per_file: Annotated[int, Field(ge=1, le=MAX_PER_FILE, description=(
+            "At most this many of each file's moments"))] = 3,
+        ctx: Context | None = None,
+    ) -> models.FilesResult:
+        """Which files of the media archive hold what the query describes: files best first (by their best
+        moment), each with how many of its moments match and the best of them. For questions like "which
+        videos talk about X"; an empty list means no file holds it."""
+        with tool_errors(host):
+            filters = search_filters(None, modality, language, speaker, None, None)
+            found = host.archive.search_files(query, limit, filters, min_confidence=min_confidence, per_file=per_file)
+            base = base_url(ctx)
+            return models.FilesResult(query=query, files=[models.FileMatch(
+                file=Path(host.public(f.source)).name, source=host.public(f.source), video_id=f.video_id,
+                confidence=f.band, score=f.score, count=f.count,
+                moments=[moment(host, h, query, base) for h in f.moments]) for f in found])
 
     @server.tool(annotations=READ_ONLY)
     def get_transcript(

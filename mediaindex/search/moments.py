@@ -6,7 +6,8 @@ sentences and no more.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from mediaindex.search.relevance import band_order
 from mediaindex.segments import Hit
@@ -54,3 +55,32 @@ def diversify(moments: list[Hit], decay: float) -> list[Hit]:
         # Band by band: a file's second "high" moment still comes before any "medium" one.
         ranked.append((band_order(m.band), -m.score * decay**n, m))
     return [m for *_, m in sorted(ranked, key=lambda r: (r[0], r[1]))]
+
+
+@dataclass
+class FileMoments:
+    """One file's matching moments: the best first, `count` of them in all (`moments` holds the first few)."""
+
+    video_id: str
+    source: str
+    score: float
+    band: str | None
+    count: int
+    moments: list[Hit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"video_id": self.video_id, "source": self.source, "score": self.score, "band": self.band,
+                "count": self.count, "moments": [m.to_dict() for m in self.moments]}
+
+
+def by_file(moments: list[Hit], per_file: int) -> list[FileMoments]:
+    """Moments grouped by file: files in the order of their best moment (band, then score), each with its
+    `per_file` best moments (by score) and how many it has in all."""
+    files: dict[str, list[Hit]] = {}
+    for m in moments:
+        files.setdefault(m.video_id, []).append(m)
+    grouped = []
+    for ms in files.values():
+        ms = sorted(ms, key=lambda h: (band_order(h.band), -h.score))
+        grouped.append(FileMoments(ms[0].video_id, ms[0].source, ms[0].score, ms[0].band, len(ms), ms[:per_file]))
+    return sorted(grouped, key=lambda f: (band_order(f.band), -f.score))

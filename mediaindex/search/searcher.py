@@ -30,7 +30,7 @@ from mediaindex.index.store import ScoredHit
 from mediaindex.models.imagenet_labels import LABELS
 from mediaindex.search import relevance
 from mediaindex.search.features import features, picture_features, pictured, shot_features, shots
-from mediaindex.search.moments import diversify, merge_moments
+from mediaindex.search.moments import FileMoments, by_file, diversify, merge_moments
 from mediaindex.search.ranking import (
     MAX_QUERY_CHARS,
     Query,
@@ -49,12 +49,15 @@ if TYPE_CHECKING:
     from mediaindex.models.clip import ClipEmbedder
     from mediaindex.models.text_embed import TextEmbedder
 
-__all__ = ["MAX_LIMIT", "MAX_QUERY_CHARS", "MODES", "Judged", "QueryError", "Searcher", "check_query", "judged",
-           "search"]
+__all__ = ["FILE_DEPTH", "MAX_LIMIT", "MAX_PER_FILE", "MAX_QUERY_CHARS", "MODES", "Judged", "QueryError", "Searcher",
+           "check_query", "judged", "search"]
 
 Mode = Literal["hybrid", "dense", "sparse"]
 MODES = ("hybrid", "dense", "sparse")
 MAX_LIMIT = 1000
+# Searching by file: how many moments deep the files are gathered, and how many of each file's are listed at most.
+FILE_DEPTH = 100
+MAX_PER_FILE = 20
 # Picture similarity where a shot starts to look like the query picture, measured over ../shared/media's
 # images and shots (no relevance model is fitted for picture queries).
 PICTURE_MATCH = 0.5864
@@ -228,6 +231,16 @@ class Searcher:
         return search(self.index, self.embedder, query, limit, filters, mode=mode,
                       clip_query=clip.embed_query if clip is not None else None, picture_model=pictures,
                       moments=moments, min_confidence=min_confidence)
+
+    def files(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+              mode: Mode = "hybrid", min_confidence: str | None = None, per_file: int = 3) -> list[FileMoments]:
+        """The files that hold a match, best first, each with its `per_file` best moments and how many it has:
+        the moments of a search FILE_DEPTH moments deep, grouped (a hit's probability does not depend on depth)."""
+        if isinstance(per_file, bool) or not isinstance(per_file, int) or not 1 <= per_file <= MAX_PER_FILE:
+            raise QueryError(f"per_file must be a whole number from 1 to {MAX_PER_FILE}, got {per_file!r}")
+        query = _check(query, limit, filters, mode)
+        found = self.text(query, max(FILE_DEPTH, limit), filters, mode=mode, min_confidence=min_confidence)
+        return by_file(found, per_file)[:limit]
 
     def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
         """Shots that look like `picture`: through the classifier's "frame" vector and, when configured,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mediaindex.index.holder import Holder
     from mediaindex.index.lease import IndexLease
     from mediaindex.models.text_embed import TextEmbedder
+    from mediaindex.search.moments import FileMoments
 
 Transcript = tuple[list[dict[str, Any]], dict[str, Any]]  # speech segments, and the file's facts
 
@@ -155,6 +156,20 @@ class Archive:
             return [h.to_dict() for h in self.search_image(picture, limit, filters)]
         return [h.to_dict() for h in self.search(query, limit, filters, mode=mode, moments=moments,
                                                  min_confidence=min_confidence)]
+
+    def search_files(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+                     mode: str = "hybrid", min_confidence: str | None = None, per_file: int = 3) -> list[FileMoments]:
+        """The files that hold a match, best first, each with its `per_file` best moments and how many it has."""
+        from mediaindex.search.searcher import Searcher
+
+        return Searcher(self.index, self.embedder, self.settings.vision).files(
+            query, limit, filters, mode=mode, min_confidence=min_confidence, per_file=per_file)  # type: ignore[arg-type]
+
+    def file_moments(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+                     mode: str = "hybrid", min_confidence: str | None = None, per_file: int = 3) -> list[dict[str, Any]]:
+        """`search_files` as JSON-ready dicts: what a `RemoteArchive` gives."""
+        return [f.to_dict() for f in self.search_files(query, limit, filters, mode=mode, min_confidence=min_confidence,
+                                                       per_file=per_file)]
 
     def search_image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
         """Shots that look like `picture`."""

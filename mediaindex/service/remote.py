@@ -128,14 +128,25 @@ class RemoteArchive:
     def moments(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
                 mode: str = "hybrid", moments: bool = True, min_confidence: str | None = None,
                 picture: Any = None) -> list[dict[str, Any]]:
-        f = filters or SearchFilters()
-        if picture is not None or f.source_prefix or f.start is not None or f.end is not None or mode != "hybrid" or not moments:
-            raise RemoteError(f"the index is held by {self.holder.describe()}: through it, search takes a text "
-                              "query, --limit, --video, --modality, --language, --speaker and --min-confidence only")
-        modality = f.modality if isinstance(f.modality, str) or f.modality is None else ",".join(f.modality)
-        params = {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id, "modality": modality,
-                  "language": f.language, "speaker": f.speaker, "min_confidence": min_confidence or "low"}
+        params = self._search_params(query, limit, filters, mode, moments and picture is None, min_confidence)
         return self.server.request("GET", "/search", params=params)["hits"]
+
+    def file_moments(self, query: str | None, limit: int = 10, filters: SearchFilters | None = None, *,
+                     mode: str = "hybrid", min_confidence: str | None = None, per_file: int = 3) -> list[dict[str, Any]]:
+        """The files that hold a match, as the server's /search/files gives them."""
+        params = self._search_params(query, limit, filters, mode, True, min_confidence)
+        return self.server.request("GET", "/search/files", params={**params, "per_file": per_file})["files"]
+
+    def _search_params(self, query: str | None, limit: int, filters: SearchFilters | None, mode: str, plain: bool,
+                       min_confidence: str | None) -> dict[str, Any]:
+        f = filters or SearchFilters()
+        if not plain or f.source_prefix or f.start is not None or f.end is not None or mode != "hybrid":
+            raise RemoteError(f"the index is held by {self.holder.describe()}: through it, search takes a text "
+                              "query, --limit, --video, --modality, --language, --speaker, --min-confidence and "
+                              "--by-file only")
+        modality = f.modality if isinstance(f.modality, str) or f.modality is None else ",".join(f.modality)
+        return {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id, "modality": modality,
+                "language": f.language, "speaker": f.speaker, "min_confidence": min_confidence or "low"}
 
     def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
                manifests: Sequence[Path] = (), include: Sequence[str] = (), exclude: Sequence[str] = (),

@@ -15,7 +15,17 @@ from fastapi import APIRouter, Depends, Query, Request
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.highlight import highlights
-from mediaindex.api.models import ErrorOut, Filters, HitOut, Modality, SearchRequest, SearchResponse
+from mediaindex.api.models import (
+    ErrorOut,
+    FileHitsOut,
+    FilesResponse,
+    Filters,
+    HitOut,
+    Modality,
+    SearchFilesRequest,
+    SearchRequest,
+    SearchResponse,
+)
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
@@ -87,6 +97,52 @@ def search_get(
 def search_post(request: Request, body: SearchRequest) -> SearchResponse:
     """The same search with a JSON body (query, limit and filters)."""
     return _run(request, body)
+
+
+@router.get("/search/files", response_model=FilesResponse)
+def search_files_get(
+    request: Request,
+    q: str = Query(min_length=1, max_length=1000, description="What to look for, in any language"),
+    limit: int = Query(10, ge=1, le=100, description="At most this many files"),
+    per_file: int = Query(3, ge=1, le=20, description="At most this many of each file's moments"),
+    video_id: str | None = Query(None, max_length=64),
+    modality: Modality | None = None,
+    language: str | None = Query(None, max_length=16),
+    speaker: str | None = Query(None, max_length=16, description="Only speech of this speaker (S1, S2, …)"),
+    min_confidence: str = Query("low", max_length=16, description="How sure a moment must be: high, medium, low or "
+                                "none (every ranked moment)"),
+) -> FilesResponse:
+    """Which files hold a match: files best first (by their best moment), each with how many of its moments
+    match and the best of them."""
+    filters = Filters(video_id=video_id, modality=modality, language=language, speaker=speaker)
+    return _run_files(request, SearchFilesRequest(q=q, limit=limit, per_file=per_file, filters=filters,
+                                                  min_confidence=min_confidence))
+
+
+@router.post("/search/files", response_model=FilesResponse)
+def search_files_post(request: Request, body: SearchFilesRequest) -> FilesResponse:
+    """The same search by file with a JSON body."""
+    return _run_files(request, body)
+
+
+def _run_files(request: Request, body: SearchFilesRequest) -> FilesResponse:
+    state = get_state(request)
+    f = body.filters
+    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
+    started = time.perf_counter()
+    try:
+        found = state.archive.search_files(body.q, body.limit, filters, min_confidence=body.min_confidence,
+                                           per_file=body.per_file)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from exc
+    state.metrics.searches.labels("files").inc()
+    took = (time.perf_counter() - started) * 1000
+    files = [FileHitsOut(video_id=g.video_id, source=state.shown(g.source), title=Path(g.source).name, score=g.score,
+                         band=g.band, count=g.count, on_disk=os.path.exists(g.source),
+                         page_url=f"/#/video/{quote(g.video_id, safe='')}",
+                         moments=[hit_out(h, body.q, state.index.sparse, state.shown) for h in g.moments])
+             for g in found]
+    return FilesResponse(query=body.q, took_ms=round(took, 2), files=files)
 
 
 @router.post(
