@@ -219,6 +219,44 @@ def test_the_reader_chooses_how_sure_a_match_must_be(page: Page, server: LiveSer
     assert page.p.locator("#confidence-filter").input_value() == "none"
 
 
+def test_results_by_file_list_each_file_once_with_its_best_moments(page: Page, server: LiveServer,
+                                                                   sample: Sample) -> None:  # noqa: F811
+    page.p.goto(f"{server.url}/#/search?q=banana&min_confidence=none")
+    page.p.locator("#results .hit").first.wait_for()
+    page.p.select_option("#group-filter", "file")
+    page.p.press("#q", "Enter")
+    page.p.wait_for_function("() => location.hash.includes('by=file')")
+    groups = page.p.locator("#results .file-group")
+    groups.first.wait_for()
+    files = page.p.evaluate("fetch('/search/files?q=banana&min_confidence=none&limit=20&per_file=3')"
+                            ".then(r => r.json()).then(d => d.files)")
+    assert [f["title"] for f in files] == ["auto-editor_example.mp4", "jfk.flac"]
+    assert groups.count() == 2 and page.p.locator("#notice").inner_text().startswith("2 files (")
+    for i, f in enumerate(files):
+        group = groups.nth(i)
+        assert group.locator(".file-head .title").inner_text() == f["title"]
+        below = f", the best {len(f['moments'])} below" if f["count"] > len(f["moments"]) else ""
+        assert group.locator(".count").inner_text() == f"{f['count']} moment{'s' if f['count'] > 1 else ''}{below}"
+        starts = [float(group.locator(".hit").nth(j).get_attribute("data-start"))
+                  for j in range(group.locator(".hit").count())]
+        assert starts == [m["start"] for m in f["moments"]]
+        assert group.locator(".hit .title").first.is_hidden()  # the file is named once, in its heading
+    moment = groups.first.locator(".hit").first
+    state = click_and_seek(page, moment.locator("a.time"))
+    assert state["src"].endswith(f"/media/{sample.video_id('auto-editor_example.mp4')}")
+    assert float(moment.get_attribute("data-start")) <= state["t"] <= float(moment.get_attribute("data-end"))
+    page.fits()
+    page.taps("header select, .file-head a, .file-group .hit a")
+    page.shot("by-file")
+    # A reload keeps the view; the file's name opens its page.
+    page.p.reload()
+    page.p.locator("#results .file-group").first.wait_for()
+    assert page.p.locator("#group-filter").input_value() == "file"
+    groups.first.locator(".file-head .title").click()
+    page.p.wait_for_function("() => location.hash.startsWith('#/video/')")
+    assert sample.video_id("auto-editor_example.mp4") in page.p.evaluate("location.hash")
+
+
 def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     page.p.goto(f"{server.url}/#/video/{sample.video_id('auto-editor_example.mp4')}")
     page.p.locator("#transcript .line").first.wait_for()

@@ -297,26 +297,44 @@ async function searched(request, searching, failure, token) {
   }
 }
 
-async function runSearch(q, video, modality, token, confidence) {
+async function runSearch(q, video, modality, token, confidence, by) {
   $("q").value = q;
   $("video-filter").value = video || "";
   $("modality-filter").value = modality || "";
   $("confidence-filter").value = confidence || "";
+  const byFile = by === "file";
+  $("group-filter").value = byFile ? "file" : "";
   const params = new URLSearchParams({ q, limit: "20" });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
-  const data = await searched(() => api(`/search?${params}`), "Searching…", "Search failed", token);
+  const path = byFile ? `/search/files?${params}&per_file=3` : `/search?${params}`;
+  const data = await searched(() => api(path), "Searching…", "Search failed", token);
   if (data === null) return;
   const results = $("results");
-  if (!data.hits.length) {
+  const found = byFile ? data.files : data.hits;
+  if (!found.length) {
     notice("");
     emptyState(q, video, modality, confidence !== "none");
     if (confidence !== "none") await showClosest(params, token);
     return;
   }
-  notice(`${plural(data.hits.length, "moment")} (${Math.round(data.took_ms)} ms)`);
-  for (const hit of data.hits) results.append(hitItem(hit));
+  notice(`${plural(found.length, byFile ? "file" : "moment")} (${Math.round(data.took_ms)} ms)`);
+  for (const item of found) results.append(byFile ? fileGroup(item) : hitItem(item));
+}
+
+// One file that holds a match: its name (to its page), how sure its best moment is, how many of its moments
+// match, and the best of them.
+function fileGroup(f) {
+  const shown = f.count > f.moments.length ? `, the best ${f.moments.length} below` : "";
+  const head = el("div", { class: "file-head" },
+    el("a", { class: "title", href: f.page_url.replace(/^\//, "") }, f.title),
+    f.on_disk === false ? el("span", { class: "gone" }, "gone from disk") : null,
+    f.band ? el("span", { class: `band ${f.band}`, title: `score ${Number(f.score).toFixed(2)}` },
+                BANDS[f.band] || f.band) : null,
+    el("span", { class: "count" }, `${plural(f.count, "moment")}${shown}`));
+  return el("li", { class: "file-group", "data-video": f.video_id }, head,
+            el("ul", { class: "file-moments" }, ...f.moments.map(hitItem)));
 }
 
 // Nothing was as sure as asked: the closest moments, each marked as not a confident match.
@@ -340,11 +358,12 @@ async function showClosest(params, token) {
   }
 }
 
-function searchHash(q, video, modality, confidence) {
+function searchHash(q, video, modality, confidence, by) {
   const params = new URLSearchParams({ q });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
+  if (by) params.set("by", by);
   return `#/search?${params}`;
 }
 
@@ -928,7 +947,7 @@ for (const p of [$("player"), $("audio-player")]) {
   });
 }
 
-// ---- routing: #/?page=N  #/search?q=…  #/ask?q=…  #/video/ID?t=… ---------------------------------
+// ---- routing: #/?page=N  #/search?q=…(&by=file)  #/ask?q=…  #/video/ID?t=… ---------------------------------
 function route() {
   const token = ++routeToken;
   const [path, query] = location.hash.replace(/^#/, "").split("?");
@@ -937,7 +956,8 @@ function route() {
   if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
   const q = (params.get("q") || "").trim();
   if (path === "/search" && q) {
-    return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"));
+    return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"),
+                     params.get("by"));
   }
   if (path === "/ask" && q) return runAsk(q, params.get("video_id"), token);
   if (path === "/like" && params.get("thumb")) {
@@ -952,8 +972,8 @@ function route() {
 $("search-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const q = $("q").value.trim();
-  const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value, $("confidence-filter").value)
-                 : "#/";
+  const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value, $("confidence-filter").value,
+                             $("group-filter").value) : "#/";
   if (location.hash === hash) route(); else location.hash = hash;
 });
 $("ask-button").addEventListener("click", () => {
