@@ -84,6 +84,21 @@ def test_search_by_file_groups_the_moments_of_the_same_search(client: TestClient
     assert_error(client.post("/search/files", json={"q": q, "per_file": "two"}), 422)
 
 
+def test_search_takes_a_folder_and_a_time_range(client: TestClient) -> None:
+    q = "ask not what your country can do for you"
+    audio = str(MEDIA / "audio") + "/"
+    both = client.get("/search", params={"q": q, "under": audio, "from_seconds": 5, "to_seconds": 9,
+                                         "min_confidence": "none"}).json()["hits"]
+    assert both and all(h["source"].startswith(audio) and h["end"] >= 5 and h["start"] <= 9 for h in both)
+    body = {"q": q, "min_confidence": "none", "filters": {"under": audio, "from_seconds": 5, "to_seconds": 9}}
+    assert client.post("/search", json=body).json()["hits"] == both
+    assert client.get("/search", params={"q": q, "under": str(MEDIA / "video") + "/"}).json()["hits"] == []
+    assert_error(client.get("/search", params={"q": q, "from_seconds": 9, "to_seconds": 5}), 422, "before it starts")
+    assert_error(client.get("/search/files", params={"q": q, "from_seconds": -1}), 422)
+    assert_error(client.get("/search", params={"q": q, "under": ""}), 422)
+    assert_error(client.post("/search", json={"q": q, "filters": {"from_seconds": "soon"}}), 422)
+
+
 def test_a_question_is_searched_as_written(client: TestClient) -> None:
     r = client.get("/search", params={"q": "When does someone say banana?", "limit": 3, "min_confidence": "none"})
     assert r.status_code == 200, r.text

@@ -77,8 +77,15 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
 
     outside = cli("ingest", str(media("video/chaplin.mp4")), env=env)  # not under the server's media roots
     assert outside.returncode == 2 and "outside the configured media roots" in said(outside)
-    narrowed = cli("search", "country", "--under", str(MEDIA), env=env)
-    assert narrowed.returncode == 2 and "through it, search takes" in said(narrowed)
+    narrowed = cli("search", "country", "--under", str(MEDIA / "audio"), "--from", "5", "--to", "9", "--by-file",
+                   "--json", env=env)
+    assert narrowed.returncode == 0, said(narrowed)
+    assert [Path(f["source"]).name for f in json.loads(narrowed.stdout)] == ["jfk.flac"]
+    assert all(m["end"] >= 5 and m["start"] <= 9 for m in json.loads(narrowed.stdout)[0]["moments"])
+    elsewhere = cli("search", "country", "--under", str(MEDIA / "video"), "--json", env=env)
+    assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout) == []
+    raw = cli("search", "country", "--segments", env=env)
+    assert raw.returncode == 2 and "through it, search takes" in said(raw)
     stats = cli("index", "stats", env=env)
     assert stats.returncode == 2 and f"held by `mediaindex serve` (pid {proc.pid}" in said(stats)
     assert "ingest still running" not in said(stats) and "Traceback" not in stats.stderr

@@ -18,7 +18,7 @@ from mediaindex.index.holder import Holder
 from mediaindex.index.index import IndexMissingError
 from mediaindex.service.archive import Archive, ResetError, index_exists, require_index
 from mediaindex.service.remote import Remote, RemoteArchive, RemoteError
-from tests.conftest import make_settings
+from tests.conftest import make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixture)
 
 QUERIES = ["ask not what your country can do for you", "an example video"]
@@ -115,8 +115,12 @@ def test_a_remote_archive_answers_as_the_local_one(sample: Sample, tmp_path: Pat
         record = local.find("jfk.flac")
         assert record is not None and remote.video_id("jfk.flac") == record.video_id
         # What the server does not take is refused with what it takes; an unknown video names itself.
+        timed = SearchFilters(source_prefix=str(media("audio")), start=4.0, end=9.0)
+        here = [(h.video_id, h.start, h.end) for h in local.search(QUERIES[0], limit=5, filters=timed)]
+        assert here and here == [(h["video_id"], h["start"], h["end"])
+                                 for h in remote.search(QUERIES[0], limit=5, filters=timed)]
         with pytest.raises(RemoteError, match="through it, search takes a text query"):
-            remote.search("country", filters=SearchFilters(start=1.0))
+            remote.search("country", filters=SearchFilters(modality=("speech", "ocr")))
         with pytest.raises(RemoteError, match="through it, search takes"):
             remote.search("country", mode="sparse")
         with pytest.raises(RemoteError, match="no video 'nope.mp4' in the index"):

@@ -24,6 +24,10 @@ class Filters(_Strict):
     modality: Modality | None = None
     language: str | None = Field(default=None, max_length=16)
     speaker: str | None = Field(default=None, max_length=16, description="Only speech of this speaker (S1, S2, …)")
+    under: str | None = Field(default=None, min_length=1, max_length=4096,
+                              description="Only files whose path starts with this (e.g. a folder, ending in /)")
+    from_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that end after this time")
+    to_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that start before this time")
 
 
 class SearchRequest(_Strict):

@@ -140,13 +140,14 @@ class RemoteArchive:
     def _search_params(self, query: str | None, limit: int, filters: SearchFilters | None, mode: str, plain: bool,
                        min_confidence: str | None) -> dict[str, Any]:
         f = filters or SearchFilters()
-        if not plain or f.source_prefix or f.start is not None or f.end is not None or mode != "hybrid":
+        if not plain or mode != "hybrid" or (f.modalities and len(f.modalities) > 1):
             raise RemoteError(f"the index is held by {self.holder.describe()}: through it, search takes a text "
-                              "query, --limit, --video, --modality, --language, --speaker, --min-confidence and "
-                              "--by-file only")
-        modality = f.modality if isinstance(f.modality, str) or f.modality is None else ",".join(f.modality)
-        return {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id, "modality": modality,
-                "language": f.language, "speaker": f.speaker, "min_confidence": min_confidence or "low"}
+                              "query with its filters (one --modality), --limit, --min-confidence and --by-file; "
+                              "not --image, --segments or --mode")
+        return {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id,
+                "modality": f.modalities[0] if f.modalities else None, "language": f.language, "speaker": f.speaker,
+                "under": f.source_prefix, "from_seconds": f.start, "to_seconds": f.end,
+                "min_confidence": min_confidence or "low"}
 
     def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
                manifests: Sequence[Path] = (), include: Sequence[str] = (), exclude: Sequence[str] = (),

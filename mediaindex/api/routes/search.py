@@ -7,7 +7,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -60,10 +60,14 @@ def _filters(**values: Any) -> SearchFilters:
         raise ApiError(422, str(exc)) from exc
 
 
+def _search_filters(f: Filters) -> SearchFilters:
+    return _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker,
+                    source_prefix=f.under, start=f.from_seconds, end=f.to_seconds)
+
+
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
     state = get_state(request)
-    f = body.filters
-    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
+    filters = _search_filters(body.filters)
     started = time.perf_counter()
     try:
         hits = state.archive.search(body.q, limit=body.limit, filters=filters, min_confidence=body.min_confidence)
@@ -75,21 +79,32 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
                           hits=[hit_out(h, body.q, state.index.sparse, state.shown) for h in hits])
 
 
-@router.get("/search", response_model=SearchResponse)
-def search_get(
-    request: Request,
-    q: str = Query(min_length=1, max_length=1000, description="What to look for, in any language"),
-    limit: int = Query(10, ge=1, le=100),
+def filters_query(
     video_id: str | None = Query(None, max_length=64),
     modality: Modality | None = None,
     language: str | None = Query(None, max_length=16),
     speaker: str | None = Query(None, max_length=16, description="Only speech of this speaker (S1, S2, …)"),
-    min_confidence: str = Query("low", max_length=16, description="How sure a hit must be: high, medium, low or "
-                                "none (every ranked moment)"),
-) -> SearchResponse:
+    under: str | None = Query(None, min_length=1, max_length=4096,
+                              description="Only files whose path starts with this (e.g. a folder, ending in /)"),
+    from_seconds: float | None = Query(None, ge=0, le=1e7, description="Only moments that end after this time"),
+    to_seconds: float | None = Query(None, ge=0, le=1e7, description="Only moments that start before this time"),
+) -> Filters:
+    """The filters of a GET search, as the JSON body's."""
+    return Filters(video_id=video_id, modality=modality, language=language, speaker=speaker, under=under,
+                   from_seconds=from_seconds, to_seconds=to_seconds)
+
+
+GetFilters = Annotated[Filters, Depends(filters_query)]
+QUERY = Query(min_length=1, max_length=1000, description="What to look for, in any language")
+MIN_CONFIDENCE = Query("low", max_length=16, description="How sure a moment must be: high, medium, low or none "
+                       "(every ranked moment)")
+
+
+@router.get("/search", response_model=SearchResponse)
+def search_get(request: Request, filters: GetFilters, q: str = QUERY, limit: int = Query(10, ge=1, le=100),
+               min_confidence: str = MIN_CONFIDENCE) -> SearchResponse:
     """Search in plain language; hits are moments (file + time range), best first, as sure as min_confidence
     asks."""
-    filters = Filters(video_id=video_id, modality=modality, language=language, speaker=speaker)
     return _run(request, SearchRequest(q=q, limit=limit, filters=filters, min_confidence=min_confidence))
 
 
@@ -101,20 +116,13 @@ def search_post(request: Request, body: SearchRequest) -> SearchResponse:
 
 @router.get("/search/files", response_model=FilesResponse)
 def search_files_get(
-    request: Request,
-    q: str = Query(min_length=1, max_length=1000, description="What to look for, in any language"),
+    request: Request, filters: GetFilters, q: str = QUERY,
     limit: int = Query(10, ge=1, le=100, description="At most this many files"),
     per_file: int = Query(3, ge=1, le=20, description="At most this many of each file's moments"),
-    video_id: str | None = Query(None, max_length=64),
-    modality: Modality | None = None,
-    language: str | None = Query(None, max_length=16),
-    speaker: str | None = Query(None, max_length=16, description="Only speech of this speaker (S1, S2, …)"),
-    min_confidence: str = Query("low", max_length=16, description="How sure a moment must be: high, medium, low or "
-                                "none (every ranked moment)"),
+    min_confidence: str = MIN_CONFIDENCE,
 ) -> FilesResponse:
     """Which files hold a match: files best first (by their best moment), each with how many of its moments
     match and the best of them."""
-    filters = Filters(video_id=video_id, modality=modality, language=language, speaker=speaker)
     return _run_files(request, SearchFilesRequest(q=q, limit=limit, per_file=per_file, filters=filters,
                                                   min_confidence=min_confidence))
 
@@ -127,8 +135,7 @@ def search_files_post(request: Request, body: SearchFilesRequest) -> FilesRespon
 
 def _run_files(request: Request, body: SearchFilesRequest) -> FilesResponse:
     state = get_state(request)
-    f = body.filters
-    filters = _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker)
+    filters = _search_filters(body.filters)
     started = time.perf_counter()
     try:
         found = state.archive.search_files(body.q, body.limit, filters, min_confidence=body.min_confidence,
