@@ -7,12 +7,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 
-class Moment(BaseModel):
-    """A moment of a media file: where something was said, shown or seen."""
-
+class _InFile(BaseModel):
     file: str = Field(description="The media file's name")
     source: str = Field(description="The media file's path on the server")
     video_id: str = Field(description="The file's id in the index (what other tools take as `file`)")
+
+
+class Moment(_InFile):
+    """A moment of a media file: where something was said, shown or seen."""
+
     start: float = Field(description="Seconds from the start of the file")
     end: float = Field(description="Seconds from the start of the file")
     confidence: str | None = Field(description="How sure the search is that the moment matches: high, medium or low")
@@ -32,12 +35,9 @@ class SearchResult(BaseModel):
         "again with min_confidence 'none' for the closest moments, however unlikely"))
 
 
-class FileMatch(BaseModel):
+class FileMatch(_InFile):
     """A file that holds a match, with its best moments."""
 
-    file: str = Field(description="The media file's name")
-    source: str = Field(description="The media file's path on the server")
-    video_id: str = Field(description="The file's id in the index (what other tools take as `file`)")
     confidence: str | None = Field(description="Its best moment's confidence: high, medium or low")
     score: float = Field(description="Its best moment's calibrated score, 0..1")
     count: int = Field(description="How many of its moments match")
