@@ -257,6 +257,35 @@ def test_media_supports_range_requests(client: TestClient, sample: Sample) -> No
     assert audio.status_code == 206 and audio.content == b"fLaC"
 
 
+def test_a_moment_is_downloaded_as_a_clip_of_its_own(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
+    from mediaindex.media.probe import probe
+
+    settings = sample.app_settings(tmp_path)
+    with make_client(sample, tmp_path) as c:
+        video = c.get(f"/media/{sample.video_id('auto-editor_example.mp4')}/clip", params={"start": 14, "end": 17})
+        assert video.status_code == 200, video.text
+        assert video.headers["content-type"] == "video/mp4"
+        assert video.headers["content-disposition"] == 'attachment; filename="auto-editor_example_0m14.0s-0m17.0s.mp4"'
+        sound = c.get(f"/media/{sample.video_id('jfk.flac')}/clip", params={"start": 2, "end": 99})
+        assert sound.status_code == 200 and sound.headers["content-type"] == "audio/mp4"
+        assert "jfk_0m02.0s-0m11.0s.m4a" in sound.headers["content-disposition"]  # held to the file's end
+        for body, suffix, seconds in ((video.content, ".mp4", 3.0), (sound.content, ".m4a", 9.0)):
+            saved = tmp_path / f"got{suffix}"
+            saved.write_bytes(body)
+            assert probe(saved).duration == pytest.approx(seconds, abs=0.1)
+        assert probe(tmp_path / "got.mp4").has_video and not probe(tmp_path / "got.m4a").has_video
+        assert not list(settings.temp_dir.glob("clip-*"))  # each cut is deleted once sent
+        jfk = sample.video_id("jfk.flac")
+        assert_error(c.get(f"/media/{jfk}/clip", params={"start": 5, "end": 2}), 422, "before it starts")
+        assert_error(c.get(f"/media/{jfk}/clip", params={"start": 30, "end": 40}), 422, "after the file ends")
+        assert_error(c.get(f"/media/{jfk}/clip", params={"start": -1, "end": 2}), 422)
+        assert_error(c.get(f"/media/{jfk}/clip", params={"start": 1}), 422)
+        assert_error(c.get("/media/0000000000000000/clip", params={"start": 1, "end": 2}), 404, "no video")
+    (tmp_path / "elsewhere").mkdir()
+    with make_client(sample, tmp_path, media_roots=[tmp_path / "elsewhere"]) as c:
+        assert_error(c.get(f"/media/{sample.video_id('jfk.flac')}/clip", params={"start": 1, "end": 2}), 403)
+
+
 def test_media_outside_the_roots_is_refused(sample: Sample, tmp_path: Path) -> None:  # noqa: F811
     (tmp_path / "elsewhere").mkdir()
     with make_client(sample, tmp_path, media_roots=[tmp_path / "elsewhere"]) as c:

@@ -242,6 +242,15 @@ def test_results_by_file_list_each_file_once_with_its_best_moments(page: Page, s
         assert starts == [m["start"] for m in f["moments"]]
         assert group.locator(".hit .title").first.is_hidden()  # the file is named once, in its heading
     moment = groups.first.locator(".hit").first
+    # Each moment can be saved as a file of its own, cut by the server.
+    save = moment.locator("a.save")
+    href = save.get_attribute("href")
+    assert save.inner_text() == "save clip" and save.get_attribute("download") == ""
+    assert href == (f"/media/{files[0]['video_id']}/clip?start={files[0]['moments'][0]['start']:g}"
+                     f"&end={files[0]['moments'][0]['end']:g}")
+    got = page.p.evaluate("(u) => fetch(u).then(r => [r.status, r.headers.get('content-type'), "
+                          "r.headers.get('content-disposition')])", href)
+    assert got[:2] == [200, "video/mp4"] and got[2].startswith('attachment; filename="auto-editor_example_'), got
     state = click_and_seek(page, moment.locator("a.time"))
     assert state["src"].endswith(f"/media/{sample.video_id('auto-editor_example.mp4')}")
     assert float(moment.get_attribute("data-start")) <= state["t"] <= float(moment.get_attribute("data-end"))

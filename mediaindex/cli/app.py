@@ -461,6 +461,72 @@ def transcript(
     render.transcript(export(segments, fmt, meta, limits))
 
 
+@app.command()
+def clip(
+    video: Annotated[str, typer.Argument(help="A media file, or an indexed one: its video id or its start, the path "
+                                         "it was ingested from, or its name.")],
+    start: Annotated[str, typer.Argument(help="Where the clip starts: seconds (83.5) or minutes:seconds (1:23.5).")],
+    end: Annotated[str, typer.Argument(help="Where it ends, the same way (held to the file's end).")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="The file to write (default: the file's "
+                                                "name and the span, .mp4, or .m4a for sound alone, here).")] = None,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Cut a moment out of a media file into a file of its own: MP4 (H.264 + AAC) with video, M4A for sound alone.
+
+    At most ten minutes; the cut is exact (re-encoded), not at the nearest keyframe."""
+    from mediaindex.media.clip import check_span, clip_name, cut
+    from mediaindex.media.probe import probe
+
+    try:
+        span = parse_time(start, "start"), parse_time(end, "end")
+        source = Path(video).expanduser()
+        if not source.is_file():
+            source = Path(_indexed_source(_settings(config, index), video))
+        info = probe(source)
+        first, last = check_span(*span, info.duration)
+        target = output or Path(clip_name(source, first, last, info.has_video))
+        if target.exists():
+            raise fail(f"{target} exists: choose another --output")
+        if not target.parent.is_dir():
+            raise fail(f"{target.parent} is not a folder")
+        cut(source, first, last, target, info.has_video)
+    except (MediaIndexError, ValueError) as exc:
+        raise fail(str(exc)) from exc
+    said = f"wrote {target} ({render.timestamp(first)}–{render.timestamp(last)} of {source.name}, {last - first:.1f} s)"
+    out.print(said, highlight=False, markup=False, soft_wrap=True)
+
+
+def parse_time(text: str, name: str) -> float:
+    """Seconds from "83.5", "1:23.5" or "1:01:23.5"."""
+    parts = text.strip().split(":")
+    try:
+        numbers = [float(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if not 1 <= len(numbers) <= 3 or any(n < 0 or n != n for n in numbers) or any(n >= 60 for n in numbers[1:]):
+        raise ValueError(f"the clip's {name} {text!r} is not a time: give seconds (83.5) or minutes:seconds (1:23.5)")
+    seconds = 0.0
+    for n in numbers:
+        seconds = seconds * 60 + n
+    return seconds
+
+
+def _indexed_source(settings: Settings, ref: str) -> str:
+    """The path of the one indexed file `ref` names (through a running server too)."""
+    from mediaindex.index.naming import select_files
+
+    _require_index(settings)
+    with _archive(settings) as archive:
+        chosen = select_files(archive.files(), [ref])
+    if len(chosen) != 1:
+        shown = ", ".join(r.source for r in chosen[:5])
+        raise ValueError(f"{ref!r} names {len(chosen)} indexed files ({shown}): give one file's path or video id")
+    if not os.path.exists(chosen[0].source):
+        raise ValueError(f"{chosen[0].source} (indexed as {ref!r}) is no longer on disk")
+    return chosen[0].source
+
+
 def _indexed_transcript(settings: Settings, video: str):
     """The stored speech segments and facts of an indexed file (by path or video id), or None."""
     from mediaindex.service.archive import Archive

@@ -425,10 +425,14 @@ function hitItem(hit) {
   // The moment's frame as a picture to search by: shots that look like it.
   const similarLink = hit.thumbnail_url && hasVideo
     ? el("a", { class: "video-link similar", href: likeHash(hit) }, "similar shots") : null;
+  // The moment as a file of its own (cut by the server; the key travels in its cookie).
+  const clipLink = hit.media_url && !gone
+    ? el("a", { class: "video-link save", href: `${hit.media_url}/clip?start=${hit.start}&end=${hit.end}`,
+                download: "", title: "Download this moment as a file" }, "save clip") : null;
   const item = el("li", { class: `hit${hit.band ? ` ${hit.band}` : ""}`, tabIndex: 0, "data-start": hit.start,
                           "data-end": hit.end, "data-video": hit.video_id },
                   thumb, el("div", { class: "body" }, head, snippet,
-                                el("div", { class: "links" }, transcriptLink, similarLink)));
+                                el("div", { class: "links" }, transcriptLink, similarLink, clipLink)));
   const go = (event) => {
     if (event.target.closest("a")) return;  // links do their own thing
     playHit();

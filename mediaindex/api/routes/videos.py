@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import mimetypes
 import os
+import tempfile
+import threading
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
@@ -11,6 +13,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, PlainTextResponse
+from starlette.background import BackgroundTask
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
 from mediaindex.api.deps import authorize, get_state
@@ -26,8 +29,10 @@ from mediaindex.api.models import (
     VideoOut,
 )
 from mediaindex.api.state import ApiState
+from mediaindex.errors import MediaError
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.store import hit_from_payload
+from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -167,16 +172,59 @@ def _file_response(request: Request, path: Path, media_type: str | None = None,
 def media(request: Request, video_id: str = VideoId) -> FileResponse:
     """The indexed media file, if it lies under a configured media root."""
     state = get_state(request)
-    record = _record(state, video_id)
+    return _file_response(request, _served(state, _record(state, video_id)))
+
+
+def _served(state: ApiState, record: VideoRecord) -> Path:
+    """The indexed file's real path, where the server may serve it."""
     path = Path(record.source)
     if not path.exists():
-        raise ApiError(404, f"the file of video {video_id!r} is no longer on disk")
+        raise ApiError(404, f"the file of video {record.video_id!r} is no longer on disk")
     if not state.roots.contains(path):
-        raise ApiError(403, f"the file of video {video_id!r} is outside the configured media roots")
+        raise ApiError(403, f"the file of video {record.video_id!r} is outside the configured media roots")
     real = path.resolve()
     if not real.is_file() or state.media.refusal(path, real, known=True) is not None:
-        raise ApiError(404, f"the file of video {video_id!r} is not served")
-    return _file_response(request, real)
+        raise ApiError(404, f"the file of video {record.video_id!r} is not served")
+    return real
+
+
+# Cutting re-encodes: at most this many at once, the rest are asked to come back.
+_CUTTING = threading.BoundedSemaphore(2)
+
+
+@router.get("/media/{video_id}/clip", response_class=FileResponse, responses={
+    200: {"content": {"video/mp4": {}, "audio/mp4": {}}, "description": "The moment as a file of its own"},
+    403: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+def media_clip(request: Request, video_id: str = VideoId,
+               start: float = Query(ge=0, le=1e7, description="Seconds from the start of the file"),
+               end: float = Query(ge=0, le=1e7, description="Seconds from the start of the file (held to its end)"),
+               ) -> FileResponse:
+    """A moment of the file as a download: MP4 (H.264 + AAC) with video, M4A for sound alone; at most ten
+    minutes, cut exactly (re-encoded)."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    real = _served(state, record)
+    has_video = bool(record.probe.get("has_video"))
+    try:
+        start, end = check_span(start, end, record.duration)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from exc
+    if not _CUTTING.acquire(blocking=False):
+        raise ApiError(503, "two clips are being cut: try again in a few seconds", headers={"Retry-After": "5"})
+    try:
+        state.settings.temp_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="clip-", suffix=clip_suffix(has_video), dir=state.settings.temp_dir)
+        os.close(fd)
+        out = Path(name)
+        try:
+            cut(real, start, end, out, has_video)
+        except MediaError as exc:
+            raise ApiError(422, exc.reason) from exc
+    finally:
+        _CUTTING.release()
+    return FileResponse(out, media_type="video/mp4" if has_video else "audio/mp4",
+                        filename=clip_name(record.source, start, end, has_video),
+                        background=BackgroundTask(out.unlink, missing_ok=True))
 
 
 @router.get("/files/{path:path}", response_class=FileResponse, responses={
