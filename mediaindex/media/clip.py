@@ -59,15 +59,16 @@ def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool
     # frames that are no real keyframes (seen: a 4:4:4 H.264 file whose only clean picture is its first): decode
     # from the file's start while that is cheap, else from a jump well before `start`.
     jump = 0.0 if start <= DECODE_FROM_START_S else start - PREROLL_S
-    stream = ffmpeg.input(str(source), **({"ss": jump} if jump else {}), nostdin=None, hide_banner=None,
-                          loglevel="error")
+    # Absolute paths: a relative name could read as an option ("-x.mp4") or a protocol ("concat:…") to ffmpeg.
+    stream = ffmpeg.input(str(Path(source).absolute()), **({"ss": jump} if jump else {}), nostdin=None,
+                          hide_banner=None, loglevel="error")
     span = {"ss": start - jump, "t": end - start} if start > jump else {"t": end - start}
     if has_video:
-        stream = stream.output(str(out), **span, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
+        stream = stream.output(str(out.absolute()), **span, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
                                vf="scale=trunc(iw/2)*2:trunc(ih/2)*2",  # H.264 in 4:2:0 wants even sides
                                acodec="aac", movflags="+faststart", sn=None, dn=None, f="mp4")
     else:
-        stream = stream.output(str(out), **span, vn=None, sn=None, dn=None, acodec="aac", f="ipod")
+        stream = stream.output(str(out.absolute()), **span, vn=None, sn=None, dn=None, acodec="aac", f="ipod")
     try:
         done = subprocess.run(stream.overwrite_output().compile(cmd=ffmpeg_exe()), stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=CLIP_TIMEOUT_S, check=False)
