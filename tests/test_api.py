@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from mediaindex.api import create_app
+from mediaindex.index.filters import SearchFilters
 from tests.conftest import MEDIA, assert_ranked, media
 from tests.test_api_support import Sample, live_server_factory, sample  # noqa: F401  (fixtures)
 
@@ -284,6 +285,28 @@ def test_a_moment_is_downloaded_as_a_clip_of_its_own(sample: Sample, tmp_path: P
     (tmp_path / "elsewhere").mkdir()
     with make_client(sample, tmp_path, media_roots=[tmp_path / "elsewhere"]) as c:
         assert_error(c.get(f"/media/{sample.video_id('jfk.flac')}/clip", params={"start": 1, "end": 2}), 403)
+
+
+def test_shots_like_a_files_shot_leave_that_shot_out(client: TestClient, sample: Sample) -> None:  # noqa: F811
+    vid = sample.video_id("auto-editor_example.mp4")
+    own = [s for s in sample.index.store.segments_of(vid, "visual") if s["start"] <= 3.0 <= s["end"]]
+    everything = client.get("/search/like", params={"video_id": vid, "t": 3, "min_confidence": "none", "limit": 50})
+    assert everything.status_code == 200, everything.text
+    hits = everything.json()["hits"]
+    shots = sample.index.store.count(SearchFilters(modality="visual"))
+    assert len(own) == 1 and (hits or shots == 1) and all(h["modality"] == "visual" for h in hits)
+    assert not any(h["video_id"] == vid and h["start"] <= own[0]["start"] and own[0]["end"] <= h["end"] for h in hits)
+    picture = client.post("/search/image", params={"limit": 50}, content=(sample.settings.thumbs_dir /
+                          own[0]["thumbnail"]).read_bytes(), headers={"Content-Type": "image/jpeg"}).json()["hits"]
+    assert picture and picture[0]["video_id"] == vid  # the same frame as a picture finds its own shot first
+    close = client.get("/search/like", params={"video_id": vid, "t": 3}).json()["hits"]
+    assert [h["start"] for h in close] == [h["start"] for h in hits if h["score"] >= 0.5864][:10]
+    assert_error(client.get("/search/like", params={"video_id": sample.video_id("jfk.flac"), "t": 3}), 422, "no shot")
+    assert_error(client.get("/search/like", params={"video_id": vid, "t": 500}), 422, "no shot")
+    assert_error(client.get("/search/like", params={"video_id": "0000000000000000", "t": 3}), 404, "no video")
+    assert_error(client.get("/search/like", params={"video_id": vid, "t": -1}), 422)
+    assert_error(client.get("/search/like", params={"video_id": vid}), 422)
+    assert_error(client.get("/search/like", params={"video_id": vid, "t": 3, "min_confidence": "sure"}), 422)
 
 
 def test_media_outside_the_roots_is_refused(sample: Sample, tmp_path: Path) -> None:  # noqa: F811

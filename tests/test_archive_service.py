@@ -110,6 +110,10 @@ def test_a_remote_archive_answers_as_the_local_one(sample: Sample, tmp_path: Pat
             there_files = [(f["video_id"], f["count"], [m["start"] for m in f["moments"]])
                            for f in remote.file_moments(query, limit=3, per_file=2, min_confidence="none")]
             assert here_files and here_files == there_files, query
+        vid = local.find("auto-editor_example.mp4").video_id  # type: ignore[union-attr]
+        shot = next(s for s in local.segments(vid, "visual") if s["start"] <= 3.0 <= s["end"])
+        liked = local.like(vid, 3.0, 50, min_confidence="none")
+        assert all((h.video_id, h.start, h.end) != (vid, shot["start"], shot["end"]) for h in liked)
         narrowed = remote.search(QUERIES[0], limit=5, filters=SearchFilters(modality="ocr"))
         assert all(h["modality"] == "ocr" for h in narrowed)
         record = local.find("jfk.flac")

@@ -96,6 +96,19 @@ def test_search_by_file_lists_each_file_once_with_its_best_moments(cli_index: di
     assert json.loads(search_in_process("xqzv plorth wimble", "--by-file", "--json", env=cli_index).stdout) == []
 
 
+def test_like_takes_one_indexed_files_shot_and_says_what_is_wrong(cli_index: dict[str, str]) -> None:
+    for args, message in [
+        (["anything", "--like", "manifesto.mp4@3"], "give one of a text query, --image FILE or --like FILE@TIME"),
+        (["--like", "@3"], "--like takes FILE@TIME"), (["--like", "manifesto.mp4"], "--like takes FILE@TIME"),
+        (["--like", "manifesto.mp4@soon"], "--like's time 'soon' is not a time"),
+        (["--like", "nope.mp4@3"], "nothing in the index is named 'nope.mp4'"),
+        (["--like", "jfk.flac@3"], "no shot of that file at 3 s has a picture in the index"),
+        (["--like", "manifesto.mp4@3", "--by-file"], "not with --image, --like or --segments"),
+    ]:
+        refused = search_in_process(*args, env=cli_index)
+        assert refused.returncode == 2 and message in refused.stderr.replace("\n", " "), (args, refused.stderr)
+
+
 def test_stats_optimize_and_a_stale_schema(cli_index: dict[str, str], tmp_path: Path) -> None:
     result = run("index", "stats", "--json", env=cli_index)
     assert result.returncode == 0, result.stderr

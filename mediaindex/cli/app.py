@@ -346,6 +346,8 @@ def _cancel_job(settings: Settings, job_id: str) -> None:
 def search(
     query: Annotated[str | None, typer.Argument(help="What to look for, in any language.")] = None,
     image: Annotated[Path | None, typer.Option("--image", help="Find shots that look like this picture.")] = None,
+    like: Annotated[str | None, typer.Option("--like", help="Find shots that look like an indexed file's shot: "
+                                             "FILE@TIME, e.g. talk.mp4@1:23 (its own shot left out).")] = None,
     index: IndexOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Number of hits.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
@@ -369,14 +371,14 @@ def search(
     from mediaindex.search.relevance import check_level
     from mediaindex.search.searcher import check_query
 
-    if image is not None and query is not None:
-        raise fail("give a text query or --image FILE, not both")
-    if by_file and (image is not None or segments):
-        raise fail("--by-file groups the moments of a text search: not with --image or --segments")
+    if sum(x is not None for x in (query, image, like)) > 1:
+        raise fail("give one of a text query, --image FILE or --like FILE@TIME")
+    if by_file and (image is not None or like is not None or segments):
+        raise fail("--by-file groups the moments of a text search: not with --image, --like or --segments")
     closest: list[dict] = []
     try:
         min_confidence = check_level(min_confidence)
-        if image is None:
+        if image is None and like is None:
             query = check_query(query)
             if not query:
                 raise ValueError("the search query is empty")
@@ -385,12 +387,14 @@ def search(
         settings = _settings(config, index)
         picture = _picture(image) if image is not None else None
         with _archive(settings) as archive:
-            if by_file:
+            if like is not None:
+                found = _like(archive, like, limit, filters, min_confidence)
+            elif by_file:
                 found = archive.file_moments(query, limit, filters, mode=mode, min_confidence=min_confidence)
             else:
                 found = archive.moments(query, limit, filters, mode=mode, moments=not segments,
                                         min_confidence=min_confidence, picture=picture)
-            if not found and not as_json and min_confidence != "none" and picture is None:
+            if not found and not as_json and min_confidence != "none" and picture is None and like is None:
                 closest = archive.moments(query, CLOSEST, filters, mode=mode, moments=not segments,
                                           min_confidence="none")
     except (MediaIndexError, ValueError) as exc:
@@ -398,7 +402,23 @@ def search(
     if by_file:
         render.files(found, as_json, settings.thumbs_dir, closest)
     else:
-        render.hits(found, as_json, settings.thumbs_dir, closest)
+        render.hits(found, as_json, settings.thumbs_dir, closest, by_picture=image is not None or like is not None)
+
+
+def _like(archive, like: str, limit: int, filters: SearchFilters, min_confidence: str) -> list[dict]:
+    """The shots that look like FILE@TIME's, as dicts."""
+    from mediaindex.index.naming import select_files
+
+    ref, at, when = like.rpartition("@")
+    if not at or not ref.strip():
+        raise ValueError(f"--like takes FILE@TIME (e.g. talk.mp4@1:23), got {like!r}")
+    t = parse_time(when, "--like's time")
+    if archive.remote:
+        raise ValueError(f"the index is held by {archive.holder.describe()}: through it, search takes no --like")
+    chosen = select_files(archive.files(), [ref])
+    if len(chosen) != 1:
+        raise ValueError(f"{ref!r} names {len(chosen)} indexed files: give one file's path or video id")
+    return [h.to_dict() for h in archive.like(chosen[0].video_id, t, limit, filters, min_confidence)]
 
 
 def _picture(image: Path):
@@ -479,7 +499,7 @@ def clip(
     from mediaindex.media.probe import probe
 
     try:
-        span = parse_time(start, "start"), parse_time(end, "end")
+        span = parse_time(start, "the clip's start"), parse_time(end, "the clip's end")
         source = Path(video).expanduser()
         if not source.is_file():
             source = Path(_indexed_source(_settings(config, index), video))
@@ -505,7 +525,7 @@ def parse_time(text: str, name: str) -> float:
     except ValueError:
         numbers = []
     if not 1 <= len(numbers) <= 3 or any(n < 0 or n != n for n in numbers) or any(n >= 60 for n in numbers[1:]):
-        raise ValueError(f"the clip's {name} {text!r} is not a time: give seconds (83.5) or minutes:seconds (1:23.5)")
+        raise ValueError(f"{name} {text!r} is not a time: give seconds (83.5) or minutes:seconds (1:23.5)")
     seconds = 0.0
     for n in numbers:
         seconds = seconds * 60 + n

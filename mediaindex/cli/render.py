@@ -55,12 +55,16 @@ def timestamp(t: float) -> str:
     return f"{int(m)}:{s:04.1f}"
 
 
-def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
+def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
+         by_picture: bool = False) -> None:
     """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails."""
     if as_json:
         print(json.dumps(_absolute_thumbnails(found, thumbs_dir), ensure_ascii=False, indent=2))
         return
     if not found:
+        if by_picture:
+            out.print("no shot looks like it closely enough (--min-confidence none lists the closest)", highlight=False)
+            return
         if not closest:
             out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
             return

@@ -177,9 +177,10 @@ def search(
     picture_model: relevance.RelevanceModel | None = None,
     moments: bool = True,
     min_confidence: str | None = None,
+    leave_out: Callable[[Hit], bool] | None = None,
 ) -> list[Hit]:
     """The moments (or segments, with moments=False) at least as probably relevant as `min_confidence` asks
-    (default "low"), best first; [] when none is.
+    (default "low"), best first; [] when none is. Segments `leave_out` names are dropped before moments form.
 
     `image_vectors` (e.g. {"frame": feature} of a query picture) search those named vectors too, alone
     or fused with the text query; `clip_query` puts text through a CLIP text tower, searched against the
@@ -189,7 +190,7 @@ def search(
     found = judged(index, embedder, query, limit, filters, mode=mode, image_vectors=image_vectors,
                    clip_query=clip_query, picture_model=picture_model)
     text = bool((query or "").strip())
-    kept = [j for j in found if _passes(j, text, level)]
+    kept = [j for j in found if _passes(j, text, level) and not (leave_out is not None and leave_out(j.hit))]
     hits = [replace(j.hit, score=round(j.probability, 6), band=relevance.band(j.probability) if text else None,
                     seek=j.seek) for j in kept]
     if not moments:
@@ -242,9 +243,11 @@ class Searcher:
         found = self.text(query, max(FILE_DEPTH, limit), filters, mode=mode, min_confidence=min_confidence)
         return by_file(found, per_file)[:limit]
 
-    def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
+    def image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None,
+              min_confidence: str | None = None, leave_out: Callable[[Hit], bool] | None = None) -> list[Hit]:
         """Shots that look like `picture`: through the classifier's "frame" vector and, when configured,
-        CLIP's "image" vector."""
+        CLIP's "image" vector; `min_confidence` "none" lists them below PICTURE_MATCH too, `leave_out` drops
+        shots (e.g. the picture's own)."""
         from mediaindex.models.images import check_image
         from mediaindex.models.vision import load_classifier
 
@@ -264,7 +267,8 @@ class Searcher:
         if clip is not None:
             vectors["image"] = clip.embed_images([picture])[0]
         where = replace(filters or SearchFilters(), modality="visual")
-        return search(self.index, None, None, limit, where, image_vectors=vectors)
+        return search(self.index, None, None, limit, where, image_vectors=vectors, min_confidence=min_confidence,
+                      leave_out=leave_out)
 
 
 def _visual_allowed(filters: SearchFilters | None) -> bool:

@@ -153,7 +153,7 @@ class Archive:
                 picture: np.ndarray | None = None) -> list[dict[str, Any]]:
         """`search` (or, given a `picture`, `search_image`) as JSON-ready dicts: what a `RemoteArchive` gives."""
         if picture is not None:
-            return [h.to_dict() for h in self.search_image(picture, limit, filters)]
+            return [h.to_dict() for h in self.search_image(picture, limit, filters, min_confidence)]
         return [h.to_dict() for h in self.search(query, limit, filters, mode=mode, moments=moments,
                                                  min_confidence=min_confidence)]
 
@@ -171,11 +171,30 @@ class Archive:
         return [f.to_dict() for f in self.search_files(query, limit, filters, mode=mode, min_confidence=min_confidence,
                                                        per_file=per_file)]
 
-    def search_image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None) -> list[Hit]:
+    def search_image(self, picture: np.ndarray, limit: int = 10, filters: SearchFilters | None = None,
+                     min_confidence: str | None = None) -> list[Hit]:
         """Shots that look like `picture`."""
         from mediaindex.search.searcher import Searcher
 
-        return Searcher(self.index, self.embedder, self.settings.vision).image(picture, limit=limit, filters=filters)
+        return Searcher(self.index, self.embedder, self.settings.vision).image(picture, limit=limit, filters=filters,
+                                                                               min_confidence=min_confidence)
+
+    def like(self, video_id: str, t: float, limit: int = 10, filters: SearchFilters | None = None,
+             min_confidence: str | None = None) -> list[Hit]:
+        """Shots that look like the indexed shot of `video_id` at `t` seconds (its frame, as its thumbnail keeps
+        it); that shot itself is left out."""
+        from mediaindex.models.images import load_image
+        from mediaindex.search.searcher import Searcher
+
+        shots = [s for s in self.segments(video_id, "visual") if s.get("thumbnail") and s["start"] <= t <= s["end"]]
+        if not shots:
+            raise MediaIndexError(f"no shot of that file at {t:g} s has a picture in the index (a file without "
+                                  "video, or a time past its end)")
+        shot = min(shots, key=lambda s: s["end"] - s["start"])
+        picture = load_image(self.settings.thumbs_dir / shot["thumbnail"])
+        return Searcher(self.index, self.embedder, self.settings.vision).image(
+            picture, limit, filters, min_confidence,
+            leave_out=lambda h: (h.video_id, h.start, h.end) == (video_id, shot["start"], shot["end"]))
 
     def stats(self) -> dict[str, Any]:
         """Files (and how many an earlier version of the stages indexed), segments (in all and by kind), and the

@@ -446,37 +446,19 @@ function hitItem(hit) {
 let picture = null;  // the picture chosen for #/picture (a page reloaded without it shows the library)
 
 function likeHash(hit) {
-  const params = new URLSearchParams({ video_id: hit.video_id, t: String(hit.start), thumb: hit.thumbnail_url });
+  const params = new URLSearchParams({ video_id: hit.video_id, t: String(hit.start) });
   return `#/like?${params}`;
 }
 
-// Shots that look like the picture, best first; `except`, a moment whose own frame it is, is left out.
-async function runPictureSearch(load, what, token, except) {
+// Shots that look like a picture (`request` asks the server), best first.
+async function runPictureSearch(request, what, token) {
   $("q").value = "";
-  const data = await searched(async () => {
-    const image = await load();
-    return postFile("/search/image?limit=20", image, image.type || "image/jpeg");
-  }, `Looking for shots like ${what}…`, "Search by picture failed", token);
+  const data = await searched(request, `Looking for shots like ${what}…`, "Search by picture failed", token);
   if (data === null) return;
   const results = $("results");
-  const hits = data.hits.filter((h) => !except || h.video_id !== except.video_id || except.t < h.start ||
-                                       except.t > h.end);
-  notice(hits.length ? `${plural(hits.length, "shot")} like ${what} (${Math.round(data.took_ms)} ms)`
-                     : `No other shot looks like ${what}.`);
-  for (const hit of hits) results.append(hitItem(hit));
-}
-
-// The frame of a moment, as the server keeps it: only its own thumbnails are fetched.
-async function thumbnail(url) {
-  if (!url.startsWith("/thumbs/")) throw new Error("not a thumbnail of this server");
-  let res;
-  try {
-    res = await fetch(url, { credentials: "same-origin" });
-  } catch (e) {
-    throw new Offline(NO_SERVER);
-  }
-  if (!res.ok) throw new Error(res.status === 404 ? "that moment's picture is no longer in the index" : `HTTP ${res.status}`);
-  return res.blob();
+  notice(data.hits.length ? `${plural(data.hits.length, "shot")} like ${what} (${Math.round(data.took_ms)} ms)`
+                          : `No other shot looks like ${what}.`);
+  for (const hit of data.hits) results.append(hitItem(hit));
 }
 
 // A picture as the server reads it: at most PICTURE_SIDE px a side, as JPEG (a phone's photo of several MB
@@ -964,12 +946,20 @@ function route() {
                      params.get("by"));
   }
   if (path === "/ask" && q) return runAsk(q, params.get("video_id"), token);
-  if (path === "/like" && params.get("thumb")) {
-    const shot = { video_id: params.get("video_id") || "", t: Number(params.get("t")) || 0 };
-    return runPictureSearch(() => thumbnail(params.get("thumb")), `${titleOf(shot.video_id)} at ${clock(shot.t)}`,
-                            token, shot);
+  if (path === "/like" && params.get("video_id")) {
+    // The moment's shot, as the index keeps its frame; the server leaves that shot out.
+    const shot = new URLSearchParams({ video_id: params.get("video_id"), t: String(Number(params.get("t")) || 0),
+                                       limit: "20" });
+    return runPictureSearch(() => api(`/search/like?${shot}`),
+                            `${titleOf(shot.get("video_id"))} at ${clock(Number(shot.get("t")))}`, token);
   }
-  if (path === "/picture" && picture) return runPictureSearch(() => shrunk(picture), picture.name, token);
+  if (path === "/picture" && picture) {
+    const chosen = picture;
+    return runPictureSearch(async () => {
+      const image = await shrunk(chosen);
+      return postFile("/search/image?limit=20", image, image.type || "image/jpeg");
+    }, chosen.name, token);
+  }
   return showLibrary(Math.max(0, (Number(params.get("page")) || 1) - 1), token);
 }
 

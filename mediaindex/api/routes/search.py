@@ -26,6 +26,7 @@ from mediaindex.api.models import (
     SearchRequest,
     SearchResponse,
 )
+from mediaindex.errors import MediaIndexError
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
@@ -152,6 +153,30 @@ def _run_files(request: Request, body: SearchFilesRequest) -> FilesResponse:
     return FilesResponse(query=body.q, took_ms=round(took, 2), files=files)
 
 
+@router.get("/search/like", response_model=SearchResponse, responses={404: {"model": ErrorOut}})
+def search_like(
+    request: Request,
+    video_id: str = Query(min_length=1, max_length=64, description="An indexed file's video id"),
+    t: float = Query(ge=0, le=1e7, description="A time in it (seconds): its shot there is the picture to match"),
+    limit: int = Query(10, ge=1, le=100),
+    min_confidence: str = Query("low", max_length=16, description="none: also shots below the picture similarity "
+                                "where a shot starts to look like another"),
+) -> SearchResponse:
+    """Shots that look like a file's shot at a time (its frame, as the index keeps it), that shot left out."""
+    state = get_state(request)
+    if state.archive.video(video_id) is None:
+        raise ApiError(404, f"no video with id {video_id!r} in the index")
+    started = time.perf_counter()
+    try:
+        hits = state.archive.like(video_id, t, limit, min_confidence=min_confidence)
+    except (ValueError, MediaIndexError) as exc:
+        raise ApiError(422, str(exc)) from exc
+    state.metrics.searches.labels("like").inc()
+    took = (time.perf_counter() - started) * 1000
+    return SearchResponse(query="", took_ms=round(took, 2),
+                          hits=[hit_out(h, "", state.index.sparse, state.shown) for h in hits])
+
+
 @router.post(
     "/search/image", response_model=SearchResponse,
     responses={413: {"model": ErrorOut}, 415: {"model": ErrorOut}, 501: {"model": ErrorOut}},
@@ -175,7 +200,6 @@ async def search_image(
         raise ApiError(400, "the request body is empty: send an image")
     from starlette.concurrency import run_in_threadpool
 
-    from mediaindex.errors import MediaIndexError
     from mediaindex.models.images import load_image
 
     archive = state.archive
