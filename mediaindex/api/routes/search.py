@@ -31,6 +31,7 @@ from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
+    from mediaindex.api.state import ApiState
     from mediaindex.index.sparse import SparseEncoder
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
@@ -171,7 +172,12 @@ def search_like(
         hits = state.archive.like(video_id, t, limit, min_confidence=min_confidence)
     except (ValueError, MediaIndexError) as exc:
         raise ApiError(422, str(exc)) from exc
-    state.metrics.searches.labels("like").inc()
+    return _shots(state, "like", started, hits)
+
+
+def _shots(state: ApiState, kind: str, started: float, hits: list[Hit]) -> SearchResponse:
+    """A search by picture's answer (no words to highlight), counted as `kind`."""
+    state.metrics.searches.labels(kind).inc()
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(query="", took_ms=round(took, 2),
                           hits=[hit_out(h, "", state.index.sparse, state.shown) for h in hits])
@@ -217,7 +223,4 @@ async def search_image(
         hits = await run_in_threadpool(run)
     except (ValueError, MediaIndexError) as exc:
         raise ApiError(422, str(exc)) from exc
-    state.metrics.searches.labels("image").inc()
-    took = (time.perf_counter() - started) * 1000
-    return SearchResponse(query="", took_ms=round(took, 2),
-                          hits=[hit_out(h, "", state.index.sparse, state.shown) for h in hits])
+    return _shots(state, "image", started, hits)
