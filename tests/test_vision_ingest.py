@@ -150,7 +150,7 @@ def test_search_image_from_the_command_line(vision_index, tmp_path: Path, cache_
     assert hits[0]["start"] <= t < hits[0]["end"]
     for extra, message in [(["--image", str(tmp_path / "broken.png")], "not a readable image"),
                            (["--image", str(tmp_path / "nope.png")], "not found"),
-                           (["words", "--image", str(tmp_path / "query.jpg")], "not both")]:
+                           (["words", "--image", str(tmp_path / "query.jpg")], "give one of a text query, --image FILE or --like FILE@TIME")]:
         bad = subprocess.run([*cmd, *extra], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
         assert bad.returncode != 0 and message in bad.stderr.replace("\n", " ")
         assert "Traceback" not in bad.stderr
