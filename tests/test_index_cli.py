@@ -109,6 +109,20 @@ def test_like_takes_one_indexed_files_shot_and_says_what_is_wrong(cli_index: dic
         assert refused.returncode == 2 and message in refused.stderr.replace("\n", " "), (args, refused.stderr)
 
 
+def test_a_clip_of_an_indexed_file_named_by_its_name(cli_index: dict[str, str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mediaindex.cli import app
+    from mediaindex.media.probe import probe
+
+    result = CliRunner().invoke(app, ["clip", "manifesto.mp4", "0:12.5", "14", "-o", str(tmp_path / "m.mp4")],
+                                env=cli_index)
+    assert result.exit_code == 0, result.stderr
+    assert probe(tmp_path / "m.mp4").has_video and probe(tmp_path / "m.mp4").duration == pytest.approx(1.5, abs=0.1)
+    missing = CliRunner().invoke(app, ["clip", "nope.mp4", "1", "2"], env=cli_index)
+    assert missing.exit_code == 2 and "nothing in the index is named 'nope.mp4'" in missing.stderr
+
+
 def test_stats_optimize_and_a_stale_schema(cli_index: dict[str, str], tmp_path: Path) -> None:
     result = run("index", "stats", "--json", env=cli_index)
     assert result.returncode == 0, result.stderr

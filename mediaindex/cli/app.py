@@ -407,18 +407,24 @@ def search(
 
 def _like(archive, like: str, limit: int, filters: SearchFilters, min_confidence: str) -> list[dict]:
     """The shots that look like FILE@TIME's, as dicts."""
-    from mediaindex.index.naming import select_files
-
     ref, at, when = like.rpartition("@")
     if not at or not ref.strip():
         raise ValueError(f"--like takes FILE@TIME (e.g. talk.mp4@1:23), got {like!r}")
     t = parse_time(when, "--like's time")
     if archive.remote:
         raise ValueError(f"the index is held by {archive.holder.describe()}: through it, search takes no --like")
+    return [h.to_dict() for h in archive.like(_one_file(archive, ref).video_id, t, limit, filters, min_confidence)]
+
+
+def _one_file(archive, ref: str):
+    """The one indexed file `ref` names (an id or its start, a path, a name); ValueError for several."""
+    from mediaindex.index.naming import select_files
+
     chosen = select_files(archive.files(), [ref])
     if len(chosen) != 1:
-        raise ValueError(f"{ref!r} names {len(chosen)} indexed files: give one file's path or video id")
-    return [h.to_dict() for h in archive.like(chosen[0].video_id, t, limit, filters, min_confidence)]
+        shown = ", ".join(r.source for r in chosen[:5])
+        raise ValueError(f"{ref!r} names {len(chosen)} indexed files ({shown}): give one file's path or video id")
+    return chosen[0]
 
 
 def _picture(image: Path):
@@ -534,17 +540,12 @@ def parse_time(text: str, name: str) -> float:
 
 def _indexed_source(settings: Settings, ref: str) -> str:
     """The path of the one indexed file `ref` names (through a running server too)."""
-    from mediaindex.index.naming import select_files
-
     _require_index(settings)
     with _archive(settings) as archive:
-        chosen = select_files(archive.files(), [ref])
-    if len(chosen) != 1:
-        shown = ", ".join(r.source for r in chosen[:5])
-        raise ValueError(f"{ref!r} names {len(chosen)} indexed files ({shown}): give one file's path or video id")
-    if not os.path.exists(chosen[0].source):
-        raise ValueError(f"{chosen[0].source} (indexed as {ref!r}) is no longer on disk")
-    return chosen[0].source
+        source = _one_file(archive, ref).source
+    if not os.path.exists(source):
+        raise ValueError(f"{source} (indexed as {ref!r}) is no longer on disk")
+    return source
 
 
 def _indexed_transcript(settings: Settings, video: str):
