@@ -299,6 +299,12 @@ def test_shots_like_a_files_shot_leave_that_shot_out(client: TestClient, sample:
     picture = client.post("/search/image", params={"limit": 50}, content=(sample.settings.thumbs_dir /
                           own[0]["thumbnail"]).read_bytes(), headers={"Content-Type": "image/jpeg"}).json()["hits"]
     assert picture and picture[0]["video_id"] == vid  # the same frame as a picture finds its own shot first
+    frame = (sample.settings.thumbs_dir / own[0]["thumbnail"]).read_bytes()
+    closest = client.post("/search/image", params={"limit": 50, "min_confidence": "none"}, content=frame,
+                          headers={"Content-Type": "image/jpeg"}).json()["hits"]
+    assert len(closest) >= len(picture) and closest[:len(picture)] == picture
+    assert_error(client.post("/search/image", params={"min_confidence": "sure"}, content=frame,
+                             headers={"Content-Type": "image/jpeg"}), 422, "unknown min_confidence")
     close = client.get("/search/like", params={"video_id": vid, "t": 3}).json()["hits"]
     assert [h["start"] for h in close] == [h["start"] for h in hits if h["score"] >= 0.5864][:10]
     assert_error(client.get("/search/like", params={"video_id": sample.video_id("jfk.flac"), "t": 3}), 422, "no shot")

@@ -194,6 +194,8 @@ async def search_image(
     limit: int = Query(10, ge=1, le=100),
     video_id: str | None = Query(None, max_length=64),
     modality: Modality | None = None,
+    min_confidence: str = Query("low", max_length=16, description="none: also shots below the picture similarity "
+                                "where a shot starts to look like the picture"),
 ) -> SearchResponse:
     """Query by example: the request body is an image (JPEG, PNG, WebP or GIF)."""
     state = get_state(request)
@@ -216,7 +218,7 @@ async def search_image(
             tmp.write(data)
             tmp.flush()
             picture = load_image(tmp.name)
-        return archive.search_image(picture, limit=limit, filters=filters)
+        return archive.search_image(picture, limit=limit, filters=filters, min_confidence=min_confidence)
 
     started = time.perf_counter()
     try:
