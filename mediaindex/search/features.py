@@ -95,16 +95,16 @@ def features(q: Query, found: list[ScoredHit], pool: int, reference: int | None 
     if not found:
         return rows
     judged = np.array([judgeable(s) for s in found])
-    usual_ = judged & _leading(found, reference)
+    measured = judged & _leading(found, reference)
     dense = np.array([_cos(q.dense, v) if q.dense is not None and (v := s.dense.get(TEXT_VECTOR)) is not None
                       and judgeable(s) else 0.0 for s in found])
-    missing = max(0, pool - int(usual_.sum()))
-    usual = dense[usual_] if q.background is None or not missing else np.concatenate(
-        [dense[usual_], q.background[:missing]])
+    missing = max(0, pool - int(measured.sum()))
+    usual = dense[measured] if q.background is None or not missing else np.concatenate(
+        [dense[measured], q.background[:missing]])
     spread = float(usual.std()) if len(usual) else 0.0
     rows[:, 0] = dense
     rows[:, 1] = (dense - usual.mean()) / spread if spread > 0 else 0.0
-    rows[:, 2] = (dense[usual_].max() if usual_.any() else 0.0) - dense
+    rows[:, 2] = (dense[measured].max() if measured.any() else 0.0) - dense
     rows[~judged, :3] = 0.0
     query_letters = letters(q.text)
     for i, s in enumerate(found):
