@@ -59,7 +59,7 @@ demo: install
 	          "미국 국민 여러분"; do \
 	  echo "== search: $$q"; $(BIN)/mediaindex search "$$q" --index "$(DEMO_INDEX)" --limit 3; done
 
-# The type check (one core, ~40 s from a cold cache) runs at the lowest priority beside the tests, which leave a core
+# The type check (one core, ~20 s from a cold cache) runs at the lowest priority beside the tests, which leave a core
 # idle while they wait for servers, Ray and child processes; either failing fails the target.
 test: install-test browser
 	@began=$$(date +%s); $(BIN)/ruff check mediaindex tests benchmarks || exit 1; \

@@ -151,7 +151,7 @@ def _actor_class() -> ActorClass[Any]:
     import ray
 
     # Ray's stubs leave out the actor options (max_concurrency) of ray.remote's keyword form.
-    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)  # type: ignore[call-overload]
+    @ray.remote(max_restarts=1, max_task_retries=0, max_concurrency=32)
     class LLMActor:
         """Thin Ray actor: the model loads once, in the worker process; concurrent jobs' calls run in threads and
         share the engine's batch."""

@@ -557,7 +557,7 @@ def bundled_lm_dir(lm: BundledLM, cache_dir: Path) -> Path:
                                                  quantization_config=GgufConfig(dequantize=True))
     # The weights are dequantized already; without the GGUF quantizer marker the model saves as plain safetensors.
     # transformers types this attribute only through nn.Module.__getattr__ (Tensor | Module).
-    model.hf_quantizer = None  # type: ignore[assignment]
+    model.hf_quantizer = None
     model.config.__dict__.pop("quantization_config", None)
     staging = Path(tempfile.mkdtemp(prefix=f".{lm.name}-", dir=target.parent))
     try:

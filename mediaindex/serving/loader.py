@@ -59,7 +59,7 @@ def load_smollm2(
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The weights are already dequantised; drop the GGUF quantizer marker so the model can be saved.
         # transformers types this attribute only through nn.Module.__getattr__ (Tensor | Module).
-        model.hf_quantizer = None  # type: ignore[assignment]
+        model.hf_quantizer = None
         model.config.__dict__.pop("quantization_config", None)
         tmp = cached.with_name(cached.name + ".tmp")
         model.save_pretrained(tmp)
@@ -78,7 +78,7 @@ def load_pretrained(
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load model {source!r}: {exc}") from exc
     # transformers wraps PreTrainedModel.to with functools.wraps, whose stub takes the model for the device.
-    return model.to(device).eval(), tok  # type: ignore[arg-type]
+    return model.to(device).eval(), tok
 
 
 _HIGH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -96,13 +96,13 @@ def prepare_weights(
     if ready and weights is not None:
         raise QuantizationError("the model is already quantized; leave EngineConfig.weights unset")
     if isinstance(model, SplitPrecisionModel):
-        return model.prefill_model, model.decode_model  # type: ignore[return-value]
+        return model.prefill_model, model.decode_model
     full: PreTrainedModel = model
     if weights is None:
         return full, full
     for phase in (weights.prefill, weights.decode):
         if phase in _HIGH_DTYPES:
-            full = full.to(_HIGH_DTYPES[phase])  # type: ignore[arg-type]  # transformers types .to() as a wrapper
+            full = full.to(_HIGH_DTYPES[phase])
     quant = QuantConfig.parse({"group_size": group_size})
     if not weights.quantized:
         return full, full
@@ -117,7 +117,7 @@ def prepare_weights(
         decode=weights.decode if weights.decode in _BITS else "bf16",
         config=quant,
     )
-    return split.prefill_model, split.decode_model  # type: ignore[return-value]
+    return split.prefill_model, split.decode_model
 
 
 def refuse_unsupported(model: PreTrainedModel) -> None:
@@ -140,9 +140,9 @@ def place_model(
                        else model)
     if not isinstance(model, SplitPrecisionModel):
         # Quantize on the device, so the matching backend is picked.
-        model = model.to(device)  # type: ignore[arg-type]  # transformers types .to() as a wrapper
+        model = model.to(device)
     prefill_model, decode_model = prepare_weights(model, config.weights, config.quant_group_size)
-    prefill_model = prefill_model.to(device)  # type: ignore[arg-type]  # as above
+    prefill_model = prefill_model.to(device)
     if decode_model is not prefill_model:
-        decode_model = decode_model.to(device)  # type: ignore[arg-type]  # as above
+        decode_model = decode_model.to(device)
     return prefill_model, decode_model

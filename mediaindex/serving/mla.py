@@ -91,7 +91,7 @@ class LatentDeepseekV3Attention(DeepseekV3Attention):
         if self.q_proj is not None:
             q = self.q_proj(hidden_states)
         else:  # low-rank query: transformers types the three modules optional, and builds all of them together
-            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))  # type: ignore[misc]
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
         q = q.view(1, n_tokens, -1, self.qk_head_dim).transpose(1, 2)
         q_nope, q_rope = torch.split(q, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
         compressed = self.kv_a_proj_with_mqa(hidden_states)

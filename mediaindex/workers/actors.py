@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 # while the actor restarts wait for it instead of failing.
 # `progress` runs in a concurrency group of its own (a thread beside the one that processes), so that it answers
 # while a call runs; `process` keeps the default group, one call at a time.
-@ray.remote(max_restarts=-1, concurrency_groups={"progress": 1})  # type: ignore[call-overload]  # Ray's stubs lack it
+@ray.remote(max_restarts=-1, concurrency_groups={"progress": 1})
 class StageActor:
     def __init__(self, spec: StageSpec, settings: Settings) -> None:
         self.name = spec.name
