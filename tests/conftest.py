@@ -157,6 +157,21 @@ def whisper_base(cache_dir: Path):
     return SpeechModel(SpeechSettings(model="whisper-base"), cache_dir)
 
 
+# Transcripts of sample files, made once per session for the tests that only read them (the sample files are
+# shorter than a chunk, so a shorter chunk would give the same transcript).
+_TRANSCRIPTS: dict[tuple[str, object, float], object] = {}
+
+
+def transcript_of(rel: str, model, chunk_seconds: float = 300.0):
+    """A shared media file's transcript by `model` (streamed, VAD-chunked as the speech stage does), made once."""
+    from mediaindex.media.decode import AudioStream
+
+    key = (rel, model, chunk_seconds)
+    if key not in _TRANSCRIPTS:
+        _TRANSCRIPTS[key] = model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
+    return _TRANSCRIPTS[key]
+
+
 @pytest.fixture
 def copy_media(tmp_path: Path):
     """Copy a shared media file into the test's folder (to rename, truncate or change it)."""

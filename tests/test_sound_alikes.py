@@ -12,10 +12,9 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.vocabulary import names_in, sound_alikes, words_of
-from mediaindex.media.decode import AudioStream
 from mediaindex.pipeline.stages.speech import SpeechStage
 from mediaindex.search.features import ocr_text_match
-from tests.conftest import make_settings, media
+from tests.conftest import make_settings, media, transcript_of
 from tests.corpus import manifesto
 
 
@@ -25,8 +24,7 @@ def heard(whisper_base) -> dict[str, list]:
     out = {}
     for rel in ("audio/hotwords.mp3", "audio/jfk.flac"):
         path = media(rel)
-        transcript = whisper_base.transcribe_stream(AudioStream(path, chunk_seconds=120))
-        out[rel] = SpeechStage._result(transcript, str(path)).segments
+        out[rel] = SpeechStage._result(transcript_of(rel, whisper_base), str(path)).segments
     return out
 
 

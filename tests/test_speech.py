@@ -1,6 +1,7 @@
 import copy
 import re
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from mediaindex.models.speech import SpeechModel, SpeechSegment, Transcript
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.pipeline.stages.speech import SpeechResult
 from mediaindex.segments import Segment
-from tests.conftest import media
+from tests.conftest import media, transcript_of
 
 JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
 
@@ -55,18 +56,9 @@ def test_bad_model_paths_are_refused(tmp_path: Path, cache_dir: Path) -> None:
 
 # --- VAD-chunked, batched transcription over real media -------------------------------------------------
 
-# Transcripts of a sample file, kept for the module's other tests (they only read them): the test of every sample
-# file then transcribes again none that another test already did.
-_TRANSCRIPTS: dict[tuple[str, SpeechModel, float], Transcript] = {}
-
-
 def _stream(rel: str, model: SpeechModel, chunk_seconds: float = 300.0) -> Transcript:
-    from mediaindex.media.decode import AudioStream
-
-    key = (rel, model, chunk_seconds)
-    if key not in _TRANSCRIPTS:
-        _TRANSCRIPTS[key] = model.transcribe_stream(AudioStream(media(rel), chunk_seconds=chunk_seconds))
-    return _TRANSCRIPTS[key]
+    # Kept for the session: the test of every sample file then transcribes again none another test already did.
+    return cast(Transcript, transcript_of(rel, model, chunk_seconds))
 
 
 @pytest.mark.parametrize("rel", ["video/cockatoo.mp4", "video/chaplin.mp4", "video/big_buck_bunny_0_30.webm"])

@@ -10,11 +10,11 @@ import pytest
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import SearchFilters, conditions
 from mediaindex.index.index import MediaIndex
-from mediaindex.media.decode import AudioStream, decode_audio
+from mediaindex.media.decode import decode_audio
 from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack
 from mediaindex.pipeline.stages.speech import SpeechStage
 from mediaindex.search.searcher import search
-from tests.conftest import make_settings, media
+from tests.conftest import make_settings, media, transcript_of
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def spoken_index(whisper_base, embedder, tmp_path_factory: pytest.TempPathFactor
     words = {}
     for rel in ("video/auto-editor_example.mp4", "audio/jfk.flac", "audio/multilingual.mp3"):
         path = media(rel)
-        transcript = whisper_base.transcribe_stream(AudioStream(path, chunk_seconds=120))
+        transcript = transcript_of(rel, whisper_base)
         segments = SpeechStage._result(transcript, str(path)).segments
         vid = path.stem.replace("-", "")[:16]
         for seg in segments:
