@@ -266,6 +266,68 @@ def test_results_by_file_list_each_file_once_with_its_best_moments(page: Page, s
     assert sample.video_id("auto-editor_example.mp4") in page.p.evaluate("location.hash")
 
 
+def test_more_moments_lists_the_next_ones_below_those_shown(page: Page, tmp_path: Path, cache_dir: Path,
+                                                            embedder) -> None:
+    # More ranked moments than one list holds: the manifesto's captions and the Apollo 11 reference transcript.
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.index import open_index
+    from tests.corpus import apollo, manifesto
+
+    settings = make_settings(tmp_path / "index", cache_dir, api={"media_roots": [media(".")], "keys_db":
+                                                                  tmp_path / "keys.db", "rate_limit_per_minute": 0})
+    index = open_index(settings, embedder.dim, embedder.name, thread_safe=True)
+    for segments in (manifesto(), apollo()):
+        vid, source = segments[0].video_id, segments[0].source
+        record = VideoRecord(vid, source, vid, 1, 1, None, "en", len(segments), {}, 0.0)
+        index.replace_video(record, segments, embedder.embed_passages([s.text for s in segments]))
+    try:
+        with LiveServer(create_app(settings, index=index, embedder=embedder)) as live:
+            _more_moments(page, live)
+    finally:
+        index.close()
+
+
+def _more_moments(page: Page, server: LiveServer) -> None:
+    page.p.goto(f"{server.url}/#/search?q=the+country&min_confidence=none")
+    hits, more = page.p.locator("#results .hit"), page.p.locator("#more")
+    hits.first.wait_for()
+    deeper = page.p.evaluate("fetch('/search?q=the+country&min_confidence=none&limit=40')"
+                             ".then(r => r.json()).then(d => d.hits.map(h => [h.video_id, h.start]))")
+    assert len(deeper) > 20  # the sample archive has more than one list's worth of ranked moments
+
+    def shown() -> list[list]:
+        return page.p.evaluate("[...document.querySelectorAll('#results .hit')]"
+                               ".map(h => [h.dataset.video, Number(h.dataset.start)])")
+
+    first = shown()
+    assert len(first) == 20 and more.is_visible() and more.inner_text() == "More moments"
+    page.fits()
+    page.taps("#more")
+    page.p.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    page.shot("more-offered")
+    place = page.p.evaluate("window.scrollY")
+    more.click()
+    page.p.wait_for_function("() => location.hash.includes('limit=40') && "
+                             "document.querySelectorAll('#results .hit').length > 20")
+    # The same moments first, then the next ones; the reader stays where they were, on the first new one.
+    assert shown() == first + [list(d) for d in deeper[20:]][: len(shown()) - 20]
+    assert len(shown()) == len(deeper)
+    assert more.is_visible() == (len(deeper) == 40)
+    assert page.p.evaluate("window.scrollY") == pytest.approx(place, abs=2)
+    assert page.p.evaluate("document.activeElement.closest('.hit') === "
+                           "document.querySelectorAll('#results .hit')[20]")
+    assert page.p.locator("#notice").inner_text().startswith(f"{len(deeper)} moments (")
+    page.shot("more")
+    # A reload lists as many; a new search starts again from the first ones.
+    page.p.reload()
+    page.p.wait_for_function("() => document.querySelectorAll('#results .hit').length > 20")
+    page.p.fill("#q", "banana")
+    page.p.press("#q", "Enter")
+    page.p.wait_for_function("() => location.hash.includes('q=banana')")
+    hits.first.wait_for()
+    assert "limit=" not in page.p.evaluate("location.hash") and hits.count() <= 20
+
+
 def test_a_bad_id_clears_the_previous_file(page: Page, server: LiveServer, sample: Sample) -> None:  # noqa: F811
     page.p.goto(f"{server.url}/#/video/{sample.video_id('auto-editor_example.mp4')}")
     page.p.locator("#transcript .line").first.wait_for()

@@ -4,6 +4,9 @@
 
 const $ = (id) => document.getElementById(id);
 const PAGE_SIZE = 24;
+// A search lists this many moments (or files) at first; "more" asks again this many deeper, up to the API's most.
+const RESULTS_STEP = 20;
+const RESULTS_MAX = 100;
 const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", chapter: "chapter", summary: "summary" };
 const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
 let videos = [];        // every indexed file, for the file filter and the empty state's languages
@@ -11,6 +14,7 @@ let routeToken = 0;     // a view that finishes after the user moved on must not
 let told = "";         // said once by the next library view (a file just taken out of the index)
 let maxUpload = null;  // the largest file the server takes as an upload (the library says)
 let refreshing = false;  // the library is about to be shown anew, not opened
+let shownBefore = null;  // after "more": how many results were listed, to keep the reader's place below them
 
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
@@ -283,6 +287,7 @@ async function searched(request, searching, failure, token) {
   show("search-view");
   const results = $("results");
   results.replaceChildren();
+  $("more").hidden = true;
   $("empty").hidden = true;
   notice(searching, "loading");
   results.setAttribute("aria-busy", "true");
@@ -297,18 +302,27 @@ async function searched(request, searching, failure, token) {
   }
 }
 
-async function runSearch(q, video, modality, token, confidence, by) {
+// How many results a search lists: the hash's `limit` (after "more"), in steps, at most the API's most.
+function resultsLimit(value) {
+  const n = Math.round(Number(value) / RESULTS_STEP) * RESULTS_STEP;
+  return Number.isFinite(n) && n > RESULTS_STEP ? Math.min(n, RESULTS_MAX) : RESULTS_STEP;
+}
+
+async function runSearch(q, video, modality, token, confidence, by, limit = RESULTS_STEP) {
   $("q").value = q;
   $("video-filter").value = video || "";
   $("modality-filter").value = modality || "";
   $("confidence-filter").value = confidence || "";
   const byFile = by === "file";
   $("group-filter").value = byFile ? "file" : "";
-  const params = new URLSearchParams({ q, limit: "20" });
+  const params = new URLSearchParams({ q, limit: String(limit) });
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
   const path = byFile ? `/search/files?${params}&per_file=3` : `/search?${params}`;
+  const before = shownBefore;  // "more" was pressed: keep the reader where they were, on the first new one
+  const place = before === null ? null : window.scrollY;
+  shownBefore = null;
   const data = await searched(() => api(path), "Searching…", "Search failed", token);
   if (data === null) return;
   const results = $("results");
@@ -321,7 +335,22 @@ async function runSearch(q, video, modality, token, confidence, by) {
   }
   notice(`${plural(found.length, byFile ? "file" : "moment")} (${Math.round(data.took_ms)} ms)`);
   for (const item of found) results.append(byFile ? fileGroup(item) : hitItem(item));
+  // A full list may go on: offer the next ones (the list is asked for again, deeper: a moment's score does not
+  // depend on how many are asked for, so the ones shown stay as they were).
+  const more = $("more");
+  more.textContent = byFile ? "More files" : "More moments";
+  more.hidden = found.length < limit || limit >= RESULTS_MAX;
+  if (place !== null) window.scrollTo(0, place);
+  if (before !== null && results.children[before]) results.children[before].focus({ preventScroll: true });
 }
+
+$("more").addEventListener("click", () => {
+  const [path, query] = location.hash.replace(/^#/, "").split("?");
+  const params = new URLSearchParams(query || "");
+  params.set("limit", String(resultsLimit(params.get("limit")) + RESULTS_STEP));
+  shownBefore = $("results").children.length;
+  location.hash = `#${path}?${params}`;
+});
 
 // One file that holds a match: its name (to its page), how sure its best moment is, how many of its moments
 // match, and the best of them.
@@ -943,7 +972,7 @@ function route() {
   const q = (params.get("q") || "").trim();
   if (path === "/search" && q) {
     return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"),
-                     params.get("by"));
+                     params.get("by"), resultsLimit(params.get("limit")));
   }
   if (path === "/ask" && q) return runAsk(q, params.get("video_id"), token);
   if (path === "/like" && params.get("video_id")) {
