@@ -85,7 +85,8 @@ def test_search_by_file_lists_each_file_once_with_its_best_moments(cli_index: di
     table = search_in_process(query, "--by-file", "--min-confidence", "none", "--limit", "3",
                               env={**cli_index, "COLUMNS": "90"})
     assert table.returncode == 0, table.stderr
-    headings = [line for line in table.stdout.splitlines() if not line.startswith(" ")]
+    *headings, footer = [line for line in table.stdout.splitlines() if not line.startswith(" ")]
+    assert footer == "the first 3 files; --limit 6 lists more"  # a full list may go on
     assert [h.split()[2] for h in headings] == [Path(f["source"]).name for f in files]
     manifesto = files[0]
     assert headings[0] == (f"{manifesto['band'] or '-'} {manifesto['score']:.2f}  manifesto.mp4  "
@@ -94,6 +95,25 @@ def test_search_by_file_lists_each_file_once_with_its_best_moments(cli_index: di
     nothing = search_in_process("xqzv plorth wimble", "--by-file", env=cli_index)
     assert nothing.returncode == 0 and nothing.stdout.startswith("no confident match; the closest moments")
     assert json.loads(search_in_process("xqzv plorth wimble", "--by-file", "--json", env=cli_index).stdout) == []
+
+
+def test_a_full_list_says_how_to_list_more(cli_index: dict[str, str]) -> None:
+    query = "communism and the bourgeoisie"
+    every = json.loads(search_in_process(query, "--json", "--min-confidence", "none", "--limit", "1000",
+                                         env=cli_index).stdout)
+    assert len(every) > 2
+    wide = {**cli_index, "COLUMNS": "120"}
+    full = search_in_process(query, "--min-confidence", "none", "--limit", "2", env=wide)
+    assert full.returncode == 0 and full.stdout.splitlines()[-1] == "the first 2 moments; --limit 4 lists more"
+    narrow = search_in_process(query, "--min-confidence", "none", "--limit", "2", env={**cli_index, "COLUMNS": "60"})
+    assert narrow.stdout.splitlines()[-1] == "the first 2 moments; --limit 4 lists more"
+    segments = search_in_process(query, "--segments", "--min-confidence", "none", "--limit", "3", env=wide)
+    assert segments.stdout.splitlines()[-1] == "the first 3 segments; --limit 6 lists more"
+    # Everything listed, or JSON (what was asked for, nothing added): no such line.
+    listed = search_in_process(query, "--min-confidence", "none", "--limit", str(len(every) + 1), env=wide)
+    assert "lists more" not in listed.stdout and listed.stdout.count("manifesto.mp4") >= 1
+    assert len(json.loads(search_in_process(query, "--json", "--min-confidence", "none", "--limit", "2",
+                                            env=wide).stdout)) == 2
 
 
 def test_like_takes_one_indexed_files_shot_and_says_what_is_wrong(cli_index: dict[str, str]) -> None:

@@ -342,6 +342,9 @@ def _cancel_job(settings: Settings, job_id: str) -> None:
                   "file(s) are kept", highlight=False)
 
 
+MAX_HITS = 1000  # the most hits (or files) one search lists
+
+
 @app.command()
 def search(
     query: Annotated[str | None, typer.Argument(help="What to look for, in any language.")] = None,
@@ -349,7 +352,7 @@ def search(
     like: Annotated[str | None, typer.Option("--like", help="Find shots that look like an indexed file's shot: "
                                              "FILE@TIME, e.g. talk.mp4@1:23 (its own shot left out).")] = None,
     index: IndexOpt = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000, help="Number of hits.")] = 10,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=MAX_HITS, help="Number of hits.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
     video: Annotated[str | None, typer.Option("--video", help="Only this video id.")] = None,
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
@@ -399,10 +402,13 @@ def search(
                                           min_confidence="none")
     except (MediaIndexError, ValueError) as exc:
         raise fail(str(exc)) from exc
+    # A full list may go on: the table says how to see more (JSON lists what was asked for, no more).
+    more = min(2 * limit, MAX_HITS) if found and len(found) >= limit and limit < MAX_HITS and not as_json else None
     if by_file:
-        render.files(found, as_json, settings.thumbs_dir, closest)
+        render.files(found, as_json, settings.thumbs_dir, closest, more=more)
     else:
-        render.hits(found, as_json, settings.thumbs_dir, closest, by_picture=image is not None or like is not None)
+        render.hits(found, as_json, settings.thumbs_dir, closest, by_picture=image is not None or like is not None,
+                    more=more, noun="segment" if segments else "moment")
 
 
 def _like(archive, like: str, limit: int, filters: SearchFilters, min_confidence: str) -> list[dict]:

@@ -56,8 +56,9 @@ def timestamp(t: float) -> str:
 
 
 def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
-         by_picture: bool = False) -> None:
-    """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails."""
+         by_picture: bool = False, more: int | None = None, noun: str = "moment") -> None:
+    """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails;
+    `more`: the list is full, and this --limit lists more."""
     if as_json:
         print(json.dumps(_absolute_thumbnails(found, thumbs_dir), ensure_ascii=False, indent=2))
         return
@@ -82,7 +83,17 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
             out.print(f"[bold]{escape(match)}[/bold]  {escape(name)}  {span}  {kind}", highlight=False)
             for line in textwrap.wrap(text, max(20, out.width - 4)):
                 out.print("    " + line, highlight=False, markup=False)
-        return
+    else:
+        _table(rows, bands)
+    _more(len(found), noun, more)
+
+
+def _more(shown: int, noun: str, more: int | None) -> None:
+    if more is not None:
+        out.print(f"the first {plural(shown, noun)}; --limit {more} lists more", style="dim", highlight=False)
+
+
+def _table(rows: list[tuple[str, str, str, str, str]], bands: bool) -> None:
     table = Table(show_lines=False)
     # The short columns keep their one line; the text takes what is left.
     table.add_column("match" if bands else "score", no_wrap=True)
@@ -108,7 +119,8 @@ def _absolute_thumbnails(moments: list[dict], thumbs_dir: Path) -> list[dict]:
     return moments
 
 
-def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None) -> None:
+def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
+          more: int | None = None) -> None:
     """Files that hold a match, each under one heading line (its best moment's confidence, its name, how many of
     its moments match) with its best moments beneath; or as JSON."""
     if as_json:
@@ -131,6 +143,7 @@ def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict
                                   subsequent_indent="  ")
             for line in lines:
                 out.print("    " + line, highlight=False, markup=False)
+    _more(len(found), "file", more)
 
 
 def clip_words(text: str, limit: int) -> str:
