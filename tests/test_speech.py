@@ -14,7 +14,7 @@ from mediaindex.models.speech import SpeechModel, SpeechSegment, Transcript
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
 from mediaindex.pipeline.stages.speech import SpeechResult
 from mediaindex.segments import Segment
-from tests.conftest import media, transcript_of
+from tests.conftest import MEDIA, media, transcript_of
 
 JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
 
@@ -89,6 +89,33 @@ def test_each_language_of_a_bilingual_file_is_transcribed_and_tagged(whisper_bas
     # One pass per window, the language read from it; where the language changes, two stretches are
     # named and the window is cut before the German: 3 windows + 3.
     assert transcript.encoder_passes <= 6
+
+
+def test_a_real_change_of_language_stands_when_every_window_is_checked(whisper_base: SpeechModel) -> None:
+    """With every window's language taken as unsure, each change is decoded in both languages: the German half
+    of multilingual.mp3 reads far better in German than as an English translation, so it stays German."""
+    model = copy.copy(whisper_base)  # the loaded model, other settings
+    model.settings = whisper_base.settings.model_copy(update={"language_confidence": 1.0})
+    transcript = model.transcribe_stream([decode_audio(media("audio/multilingual.mp3"))[24 * 16_000 : 42 * 16_000]])
+    # German from 7 s; its first word, cut by the window, is heard as English either way ("Yiden!").
+    english = [s for s in transcript.segments if s.end <= 6.5]
+    german = [s for s in transcript.segments if s.start >= 7.5]
+    assert english and german and {s.language for s in english} == {"en"} and {s.language for s in german} == {"de"}
+    assert "genehmigung" in " ".join(s.text for s in german).lower()
+
+
+def test_an_accent_does_not_turn_speech_into_another_language(whisper_base: SpeechModel) -> None:
+    """A physics lecture in English with a Dutch accent (media-val's pendulum_lecture.webm, 100-141 s): Whisper
+    base names stretches of it Dutch (over the whole file, half a minute from 111 s, after English before it),
+    and decoded as Dutch they come out a garbled translation ("Er is een convergen van de potentie…"). An unsure
+    language stands only where the speech reads better in it, so every part stays English."""
+    path = MEDIA.parent / "media-val" / "audio" / "pendulum_lecture.webm"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    transcript = whisper_base.transcribe_stream([decode_audio(path)[100 * 16_000 : 141 * 16_000]])
+    assert {s.language for s in transcript.segments} == {"en"} and transcript.language == "en"
+    text = " ".join(s.text for s in transcript.segments).lower()
+    assert "that bob can never come back" in text and "gravitational potential energy" in text
 
 
 def test_long_audio_is_cut_in_pauses_between_chunks(whisper_base: SpeechModel) -> None:

@@ -6,7 +6,10 @@ long silences cut out, is decoded in Whisper's own seek loop: each 30 s window s
 the one before ended, so every encoder pass sees a full window of speech. Whisper names the language of
 every window from that same encoder pass, so a file in one language costs nothing extra; a window whose
 language is unsure (speech in two languages may meet in it) is looked at again stretch by stretch (a few
-seconds each) and, where the language changes, ends there. Segments that look like hallucinations (no
+seconds each) and, where the language changes, ends there. An unsure language stands only where the window
+reads better in it (Whisper surer of its tokens) than in the language spoken before, or at the start the
+detector's close second choice: an accent can sound like another language to the detector, and speech decoded
+in a language it is not in comes out a garbled translation. Segments that look like hallucinations (no
 speech and low confidence, repetitive text, only music symbols) are dropped, and so is a phrase the
 decoder says over and over (`without_loops`); the words are regrouped
 into sentences (`mediaindex.models.sentences`), each tagged with its language.
@@ -182,6 +185,16 @@ def without_loops(segments: list[SpeechSegment]) -> tuple[list[SpeechSegment], i
 
 
 FALLBACK_TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]  # faster-whisper's: a failed window is re-sampled hotter
+
+
+# A language whose detected probability is at least this share of the detected one's is a close candidate.
+CLOSE_CANDIDATE = 1 / 3
+
+
+def _reads_better(window: list, other: list) -> bool:
+    """Whether one decoding of a window reads better than another: it holds text, and Whisper is surer of its
+    tokens (the mean log-probability, which every segment of a window carries)."""
+    return bool(window) and (not other or window[0].avg_logprob > other[0].avg_logprob)
 
 
 def is_narrowband(sample_rate: int | None, settings: SpeechSettings) -> bool:
@@ -445,7 +458,7 @@ class SpeechModel:
         top, p = probs[0]
         if p < self.settings.language_confidence and previous is not None and previous != top:
             earlier = dict(probs).get(previous, 0.0)
-            if earlier >= p / 3:
+            if earlier >= p * CLOSE_CANDIDATE:
                 return previous, earlier
         return top, p
 
@@ -482,13 +495,15 @@ class SpeechModel:
         content = features.shape[-1] - 1
         regions = speech.local_regions
         seek, last_word_end, following = 0, 0.0, None
+        spoken = previous  # the language of the speech decoded last
         while seek < content:
             frames = min(whisper.max_frames, content - seek)
             encoded = self._encode(features, seek, frames, out)
             if fixed is not None:
                 language, p = fixed, 1.0
             else:
-                language, p = self._choose(self._languages(encoded), previous)
+                probs = self._languages(encoded)
+                language, p = self._choose(probs, previous)
                 unsure = p < s.language_confidence
                 if unsure or (previous is not None and language != previous):
                     # Unsure, or another language than before: two languages may meet in this window.
@@ -501,13 +516,25 @@ class SpeechModel:
             # A window that ends where the speech or its language does is not decoded again from its
             # unfinished last sentence: no more audio would follow it there, only another pass.
             last = seek + frames >= content or following is not None
-            segments, next_seek, last_word_end = whisper.decode_window(
-                encoded, seek, frames, language, options, last_word_end, last)
+            decoded = whisper.decode_window(encoded, seek, frames, language, options, last_word_end, last)
+            # An unsure language stands only if the window reads better in it than in the other candidate: the
+            # language spoken before, or at the start the detector's second choice. A speaker's accent can sound
+            # like another language to the detector, and speech decoded in a language it is not in comes out a
+            # garbled translation; a real change of language reads far worse in the language before.
+            if fixed is None and p < s.language_confidence:
+                close = [lang for lang, q in probs[:2] if lang != language and q >= p * CLOSE_CANDIDATE]
+                other = spoken if spoken is not None else next(iter(close), None)
+                if other is not None and other != language:
+                    instead = whisper.decode_window(encoded, seek, frames, other, options, last_word_end, last)
+                    if _reads_better(instead[0], decoded[0]):
+                        language, p, decoded = other, dict(probs).get(other, p), instead
+            segments, next_seek, last_word_end = decoded
             next_seek = min(content, max(next_seek, seek + 1))  # always forward
             out.count_language(language, (next_seek - seek) * whisper.seconds_per_frame, p)
             # After a cut the next window begins in the language found there (already named: no re-check).
             seek, previous, following = next_seek, following or language, None
             if segments:
+                spoken = language
                 yield language, segments
 
     def _first_language(self, features: np.ndarray, regions: Sequence[Region], seek: int, frames: int,
