@@ -118,6 +118,21 @@ def test_an_accent_does_not_turn_speech_into_another_language(whisper_base: Spee
     assert "that bob can never come back" in text and "gravitational potential energy" in text
 
 
+def test_a_word_whisper_splits_at_a_hyphen_is_one_word(whisper_base: SpeechModel) -> None:
+    """Whisper starts a new word at a punctuation token: "light" and "-coil" (media-val's subtitle_narration.mp4,
+    18-30 s). Stored stripped and joined with spaces they read "light -coil"; the piece with no space before it
+    is written onto the word before, its time and all."""
+    path = MEDIA.parent / "media-val" / "video" / "subtitle_narration.mp4"
+    if not path.is_file():
+        pytest.skip(f"{path} is not here")
+    transcript = whisper_base.transcribe_stream([decode_audio(path)[18 * 16_000 : 30 * 16_000]])
+    words = [w for s in transcript.segments for w in s.words]
+    coil = next(w for w in words if w.text.startswith("light-"))
+    assert coil.text == "light-coil" and coil.end - coil.start > 0.3
+    assert "our light-coil thinkers" in " ".join(s.text for s in transcript.segments)
+    assert not any(w.text.startswith(("-", "%")) for w in words)
+
+
 def test_long_audio_is_cut_in_pauses_between_chunks(whisper_base: SpeechModel) -> None:
     """Speech, 40 s of silence, speech again, fed in 30-second parts: both sentences come out whole
     at the right times, and the silence costs no decoding."""

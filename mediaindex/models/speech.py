@@ -33,7 +33,7 @@ from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
 from mediaindex.models.sentences import TimedWord, sentence_text, sentences
 from mediaindex.models.whisper_adapter import WhisperInternals, vad_regions
-from mediaindex.segments import join_words
+from mediaindex.segments import UNSPACED_LANGUAGES, join_words
 
 SAMPLE_RATE = 16_000
 
@@ -611,11 +611,20 @@ class SpeechModel:
             return round(window.part_time(float(t), piece) + offset, 3)
 
         text = seg.text.strip()
-        words = []
+        spaced = language not in UNSPACED_LANGUAGES
+        words: list[Word] = []
         for w in seg.words or []:
             # Both ends in the piece of the word's middle: a cut-out silence never lies inside a word.
             piece = window.piece_of((float(w.start) + float(w.end)) / 2)
-            words.append(Word(at(w.start, piece), at(w.end, piece), w.word.strip(), float(w.probability)))
+            word = Word(at(w.start, piece), at(w.end, piece), w.word.strip(), float(w.probability))
+            if spaced and words and not w.word[:1].isspace():
+                # Whisper starts a new word at a punctuation token ("moon", "-palaces"; "100", "%"): a piece with
+                # no space before it is written onto the word before, which words are joined with spaces.
+                before = words[-1]
+                word = Word(before.start, word.end, before.text + word.text, min(before.probability, word.probability))
+                words[-1] = word
+            else:
+                words.append(word)
         return SpeechSegment(
             start=words[0].start if words else at(seg.start), end=words[-1].end if words else at(seg.end),
             text=text, avg_logprob=float(seg.avg_logprob), no_speech_prob=float(seg.no_speech_prob),
