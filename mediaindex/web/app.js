@@ -967,6 +967,7 @@ function route() {
   const token = ++routeToken;
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
+  if (path !== "/search") shownBefore = null;  // "more" was pressed, then another view opened: nothing to keep
   const video = (path || "").match(/^\/video\/([^/]+)$/);
   if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
   const q = (params.get("q") || "").trim();
