@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from mediaindex.config import ApiSettings, Settings
 from mediaindex.index.catalog import Catalog, VideoRecord
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.naming import NoSuchFileError, files_named, select_files
+from mediaindex.index.naming import NoSuchFileError, files_named, one_file_named, select_files
 from mediaindex.media.thumbnails import save_thumbnails, thumbnail_name
 from tests.conftest import make_settings, media
 from tests.corpus import references
@@ -105,6 +105,11 @@ def test_references_name_files_by_id_path_folder_and_name() -> None:
         select_files(rows, ["speech.wav", "jfk.flac"])
     with pytest.raises(NoSuchFileError, match="nothing in the index is named 'zz'"):
         select_files(rows, ["d4e5f6", "zz"])
+
+    assert one_file_named(rows, "speech.wav") is rows[2] and one_file_named(rows, "a1b") is rows[0]
+    assert one_file_named(rows, "/archive/old/jfk.flac") is rows[1] and one_file_named(rows, "zz") is None
+    with pytest.raises(NoSuchFileError, match="'a1' names 2 indexed files: .*give the path or the video id"):
+        one_file_named(rows, "a1")
 
 
 def test_remove_a_file_by_name_and_its_search_results_and_thumbnails_go(archive: Archive) -> None:

@@ -131,6 +131,9 @@ def test_transcript_command_prints_each_format(transcript_index) -> None:
     assert srt.stdout.startswith("1\n00:00:0") and "ask not what your country can do for you," in _cue_text(srt.stdout)
     vtt = _cli(ids["jfk.flac"], "--format", "vtt", index=index)  # by video id
     assert vtt.returncode == 0 and vtt.stdout.startswith("WEBVTT\n\n")
+    # By the name search shows (no file of that name where the command runs) and by the start of its id.
+    assert _cli("jfk.flac", "--format", "vtt", index=index).stdout == vtt.stdout
+    assert _cli(ids["jfk.flac"][:6], "--format", "vtt", index=index).stdout == vtt.stdout
     data = json.loads(_cli(ids["jfk.flac"], "-f", "json", index=index).stdout)
     assert data["language"] == "en" and data["source"] == str(media("audio/jfk.flac"))
     americans = next(w for s in data["segments"] for w in s["words"] if w["word"].startswith("Americans"))
@@ -146,7 +149,7 @@ def test_transcript_command_refuses_bad_input(transcript_index, tmp_path: Path) 
     bad_format = _cli(str(media("audio/jfk.flac")), "--format", "docx", index=index)
     assert bad_format.returncode == 2 and "unknown transcript format 'docx'" in bad_format.stderr
     unknown = _cli(str(tmp_path / "never-ingested.mp4"), index=index)
-    assert unknown.returncode == 2 and "no such file, and not an indexed video id" in unknown.stderr
+    assert unknown.returncode == 2 and "no such file, and not an indexed file's id, path or name" in unknown.stderr
     no_index = _cli("abc", index=tmp_path / "nothing-here")
     assert no_index.returncode == 2 and "no index yet" in no_index.stderr
     zero = _cli(str(media("audio/jfk.flac")), "--max-line-count", "0", index=index)

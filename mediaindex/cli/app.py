@@ -450,7 +450,8 @@ def _path_prefix(under: str) -> str:
 
 @app.command()
 def transcript(
-    video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id.")],
+    video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id or its "
+                                         "start, or its name.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt, json, txt or tsv.")] = "srt",
     max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in characters (srt, vtt).")] = 42,
     max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
@@ -483,7 +484,7 @@ def transcript(
         if found is None:
             if not path.is_file():
                 where = f"not in the index at {settings.index_dir}" if index_exists(settings) else "no index yet"
-                raise fail(f"{video}: no such file, and not an indexed video id ({where})")
+                raise fail(f"{video}: no such file, and not an indexed file's id, path or name ({where})")
             found = _transcribe_now(settings, path)
         segments, meta = found
     except MediaIndexError as exc:
@@ -555,7 +556,7 @@ def _indexed_source(settings: Settings, ref: str) -> str:
 
 
 def _indexed_transcript(settings: Settings, video: str):
-    """The stored speech segments and facts of an indexed file (by path or video id), or None."""
+    """The stored speech segments and facts of an indexed file (by path, video id or name), or None."""
     from mediaindex.service.archive import Archive
 
     if not Archive.may_hold(settings, video):  # a cheap look first: the index and its embedder open for a known file

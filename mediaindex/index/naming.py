@@ -51,6 +51,22 @@ def files_named(records: Sequence[L], ref: str, *, folders: bool = False) -> tup
     return [r for r in records if Path(r.source).name == ref], True
 
 
+def one_file_named(records: Sequence[L], ref: str) -> L | None:
+    """The one indexed file a reference names (an id or its start, the path it was ingested from, a name), or None;
+    a guess that fits several files is refused, naming them."""
+    found, _ = files_named(records, ref)
+    if len(found) > 1:
+        raise _several(ref, found)
+    return found[0] if found else None
+
+
+def _several(ref: str, found: Sequence[Listed]) -> NoSuchFileError:
+    shown = ", ".join(f"{r.source} ({r.video_id})" for r in found[:5])
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return NoSuchFileError(f"{_shown(ref)} names {len(found)} indexed files: {shown}{more}; give the path or the "
+                           "video id")
+
+
 def under_folders(records: Sequence[L], paths: Sequence[str | Path]) -> list[L]:
     """The files ingested from under those of these paths that are folders, in listing order."""
     chosen = {r.video_id for path in paths if Path(path).is_dir()
@@ -69,10 +85,7 @@ def select_files(records: Sequence[L], refs: Sequence[str], *, missing: bool = F
             raise NoSuchFileError(f"nothing in the index is named {_shown(ref)} (give a video id or its start, the path "
                                   "or folder a file was ingested from, or a file name)")
         if guessed and len(found) > 1:
-            shown = ", ".join(f"{r.source} ({r.video_id})" for r in found[:5])
-            more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-            raise NoSuchFileError(f"{_shown(ref)} names {len(found)} indexed files: {shown}{more}; "
-                                  "give the path or the video id")
+            raise _several(ref, found)
         chosen.update(r.video_id for r in found)
     if missing:
         chosen.update(r.video_id for r in records if not os.path.exists(r.source))

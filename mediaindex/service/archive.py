@@ -22,6 +22,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex, open_index
 from mediaindex.index.index import index_exists as folder_holds_index
 from mediaindex.index.index import require_index as require_index_in
+from mediaindex.index.naming import one_file_named
 from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
@@ -36,9 +37,10 @@ if TYPE_CHECKING:
     from mediaindex.agents.events import OnEvent
     from mediaindex.agents.schema import VideoSummary
     from mediaindex.agents.tools import Archive as AgentArchive
-    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.catalog import Catalog, VideoRecord
     from mediaindex.index.holder import Holder
     from mediaindex.index.lease import IndexLease
+    from mediaindex.index.per_thread_catalog import PerThreadCatalog
     from mediaindex.models.text_embed import TextEmbedder
     from mediaindex.search.moments import FileMoments
 
@@ -232,10 +234,8 @@ class Archive:
         return self.segments(video_id, "speech")
 
     def transcript(self, video: str) -> Transcript | None:
-        """The speech segments and facts of an indexed file (by path or video id), or None."""
-        path = Path(video).expanduser()
-        record = self.index.catalog.get(video) or (
-            self.index.catalog.by_source(str(path.resolve())) if path.name else None)
+        """The speech segments and facts of an indexed file (`indexed_named`), or None."""
+        record = indexed_named(self.index.catalog, video)
         if record is None:
             return None
         return self.speech(record.video_id), {"source": record.source, "video_id": record.video_id,
@@ -331,7 +331,7 @@ class Archive:
 
     @staticmethod
     def may_hold(settings: Settings, video: str) -> bool:
-        """Whether the index may hold this file (by path or video id): a cheap look in its catalog, without
+        """Whether the index may hold this file (`indexed_named`): a cheap look in its catalog, without
         opening the index and its embedder; False where there is no index."""
         if not index_exists(settings):
             return False
@@ -340,10 +340,9 @@ class Archive:
         db = settings.index_dir / "catalog.db"
         if not db.exists():
             return True  # the index's own open answers
-        path = Path(video).expanduser()
         catalog = Catalog(db)
         try:
-            return (catalog.get(video) or (catalog.by_source(str(path.resolve())) if path.name else None)) is not None
+            return indexed_named(catalog, video) is not None
         finally:
             catalog.close()
 
@@ -421,3 +420,13 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
                            {"source": source, "video_id": None, "language": result.language,
                             "duration": info.duration},
                            [n for n in result.notes if n != "no speech found"])
+
+
+def indexed_named(catalog: Catalog | PerThreadCatalog, video: str) -> VideoRecord | None:
+    """The indexed file `video` names: a file on disk by its path alone (one not indexed is None, to be read
+    afresh); otherwise a video id or its start, the path it was ingested from, or its file name
+    (`index.naming`). A name that fits several indexed files is refused, naming them."""
+    path = Path(video).expanduser()
+    if path.is_file():
+        return catalog.by_source(str(path.resolve()))
+    return catalog.get(video) or one_file_named(catalog.all(), video)
