@@ -202,6 +202,11 @@ def test_citations_must_exist_and_lie_within_the_video(archive: Archive) -> None
     assert {"speech", "ocr"} <= kinds and said.modality == "speech"
     first_spoken = next(h.text.strip() for h in archive.segments(auto) if h.modality == "speech" and h.start < 10.0)
     assert said.text.startswith(first_spoken)
+    # The on-screen text and what the picture shows are named as such, each once, never read as said.
+    shown = next(h.text.strip() for h in archive.segments(auto) if h.modality == "ocr" and h.start < 10.0)
+    assert f" · on screen: {shown}" in said.text and said.text.count(shown) == 1
+    seen = [h.text.strip() for h in archive.segments(auto) if h.modality == "visual" and h.start < 10.0 and h.text]
+    assert not seen or said.text.endswith(f" · seen: {' '.join(dict.fromkeys(seen))}"), said.text
 
 
 def test_relevance_needs_score_or_shared_words() -> None:

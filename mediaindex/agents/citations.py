@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from mediaindex.agents.schema import Citation, RejectedCitation
-from mediaindex.agents.tools import Archive
+from mediaindex.agents.tools import SHOWN_AS, Archive
 from mediaindex.segments import MEDIA_MODALITIES, Hit
 
 _CITE = re.compile(r"\[\s*([A-Za-z0-9_-]{1,64})\s*@\s*(-?\d+(?:\.\d+)?)\s*(?:-|–|to)\s*(-?\d+(?:\.\d+)?)\s*s?\s*\]")
@@ -54,6 +54,18 @@ def from_hit(hit: Hit) -> Citation:
                     text=hit.text, source=hit.source)
 
 
+def moment_text(hits: list[Hit]) -> str:
+    """What a moment holds, as it reads: what was said first, then what is on screen, then what the picture shows,
+    each but speech named as such ("… · seen: a photo of a T-shirt"), so that no label reads as said."""
+    parts = []
+    for modality in MEDIA_MODALITIES:
+        texts = dict.fromkeys(h.text.strip() for h in hits if h.modality == modality and h.text.strip())
+        if texts:
+            said = " ".join(texts)
+            parts.append(said if modality == "speech" else f"{SHOWN_AS.get(modality, modality)}: {said}")
+    return " · ".join(parts)
+
+
 def check(archive: Archive, refs: list[CitationRef]) -> tuple[list[Citation], list[RejectedCitation]]:
     valid: list[Citation] = []
     rejected: list[RejectedCitation] = []
@@ -77,11 +89,9 @@ def check(archive: Archive, refs: list[CitationRef]) -> tuple[list[Citation], li
         if not overlapping:
             reject(ref, "no indexed moment in this range")
             continue
-        # What was said first, then what is on screen, then what the picture shows: the moment reads as it sounds.
         overlapping.sort(key=lambda h: (MEDIA_MODALITIES.index(h.modality), h.start))
-        text = " ".join(h.text.strip() for h in overlapping if h.text.strip())
         valid.append(Citation(video_id=ref.video_id, start=ref.start, end=ref.end, modality=overlapping[0].modality,
-                              text=text[:500], source=record.source))
+                              text=moment_text(overlapping)[:500], source=record.source))
     return valid, rejected
 
 
