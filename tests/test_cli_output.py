@@ -214,3 +214,32 @@ def test_a_picture_without_words_says_so_in_the_table(capsys: pytest.CaptureFixt
     expected = "(picture without words; looks like hay, radio telescope)"
     assert picture_without_words(["hay", "radio telescope"]) == expected
     assert picture_without_words([]) == picture_without_words(None) == "(picture without words)"
+
+
+def test_narrow_lists_wrap_wide_characters_within_the_terminal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Korean, Chinese and Japanese characters take two cells: a narrow terminal's lines keep to its width and
+    every continuation keeps its indent (counted in characters, the lines ran past the edge and wrapped to column 0)."""
+    import io
+
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from mediaindex.cli import render
+
+    source = tmp_path / "강의.wav"
+    source.write_bytes(b"")
+    said = {"source": str(source), "start": 13.7, "end": 19.0, "modality": "speech", "score": 0.45,
+            "band": "medium", "thumbnail": None, "speaker": "S1",
+            "text": "예를 들어 미국에서 영어를 사용하는 콜센터에 대한 프로젝트를 만들 수 있습니다. 我们明天在图书馆见面讨论这个项目"}
+    for width in (50, 70, 90):
+        screen = io.StringIO()
+        monkeypatch.setattr(render, "out", Console(file=screen, width=width, color_system=None))
+        render.hits([said], False, tmp_path)
+        render.files([{"source": said["source"], "band": "medium", "score": 0.45, "count": 1, "moments": [said]}],
+                     False, tmp_path)
+        lines = screen.getvalue().splitlines()
+        assert all(cell_len(line) <= width for line in lines), (width, lines)
+        heading = [i for i, line in enumerate(lines) if not line.startswith(" ")]
+        assert len(heading) == 2 and all(lines[i].startswith("    ") for i in range(len(lines)) if i not in heading)
+        shown = "".join(line.strip() for line in lines)
+        assert "콜센터에대한프로젝트를" in shown.replace(" ", "") and "图书馆见面" in shown

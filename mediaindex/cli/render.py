@@ -81,7 +81,7 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     if out.width < NARROW:  # a table's text column would be a few words wide: one heading line per moment
         for match, name, span, kind, text in rows:
             out.print(f"[bold]{escape(match)}[/bold]  {escape(name)}  {span}  {kind}", highlight=False)
-            for line in textwrap.wrap(text, max(20, out.width - 4)):
+            for line in wrapped(text, max(20, out.width - 4)):
                 out.print("    " + line, highlight=False, markup=False)
     else:
         _table(rows, bands)
@@ -139,11 +139,16 @@ def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict
                   f"{count}{shown}", highlight=False)
         for h in f["moments"]:
             span = f"{timestamp(h['start'])}–{timestamp(h['end'])}"
-            lines = textwrap.wrap(f"{span}  {h['modality']}  {_said(h)}", max(20, out.width - 4),
-                                  subsequent_indent="  ")
-            for line in lines:
-                out.print("    " + line, highlight=False, markup=False)
+            lines = wrapped(f"{span}  {h['modality']}  {_said(h)}", max(20, out.width - 6))
+            for i, line in enumerate(lines):
+                out.print("    " + ("  " if i else "") + line, highlight=False, markup=False)
     _more(len(found), "file", more)
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    """Lines of at most `width` terminal cells, broken between words where it can: Korean, Chinese and Japanese
+    characters take two cells each, so counting characters would let a line run past the edge."""
+    return [line.plain.rstrip() for line in Text(text).wrap(out, width)]
 
 
 def clip_words(text: str, limit: int) -> str:
