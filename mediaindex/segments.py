@@ -36,12 +36,10 @@ def join_words(words: list[str], language: str | None) -> str:
 # What the stages make of a file, as a number the catalog keeps per file: a file indexed by an earlier version
 # lacks what later ones find, until `ingest --reindex` analyses it again. 2: pictures without words keep their
 # likeliest image classes and are placed in the text space (1: every file indexed before). 3: the classifier sees a
-# wide frame edge to edge, not only its centre. 4: on-screen text is read in every part, not once per run of
-# look-alike parts.
-ANALYSIS_VERSION = 4
+# wide frame edge to edge, not only its centre.
+ANALYSIS_VERSION = 3
 # What re-indexing an earlier version's file gives.
-ANALYSIS_ADDS = ("pictures without words become searchable, wide frames are classified edge to edge, and on-screen "
-                 "text that changes while the picture looks the same is read")
+ANALYSIS_ADDS = "pictures without words become searchable, and wide frames are classified edge to edge"
 
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"

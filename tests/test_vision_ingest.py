@@ -109,7 +109,7 @@ def test_title_card_words_find_the_video(vision_index, embedder, query: str) -> 
     assert {"Manifesto", "of", "the", "Communist", "Party"} <= set(words)  # split, so exact words match
 
 
-def test_a_still_title_card_is_one_span_of_text(vision_index) -> None:
+def test_identical_keyframes_are_read_once(vision_index) -> None:
     _, index = vision_index
     video_id = index.catalog.by_source(str(media("video/manifesto.mp4"))).video_id
     ocr = index.store.search(np.ones(384, np.float32), 50, SearchFilters(video_id=video_id, modality="ocr"))
@@ -208,60 +208,6 @@ def test_the_stage_tells_how_far_it_has_looked_at_a_video_while_it_runs(settings
     assert seen == sorted(seen) and all(0.0 <= s <= 1.0 for s in seen), seen
     assert any(0.0 < s < 1.0 for s in seen) and stage.progress() is None, sorted(set(seen))
     assert any(s.modality == "ocr" for s in item.segments)
-
-
-def _subtitled(picture: np.ndarray, lines: list[tuple[float, str]], seconds: float, target: Path) -> Path:
-    """A still shot of `picture` (640x360, 10 fps H.264) with each (from, text) line burned in at the bottom until
-    the next one starts."""
-    import av
-    from PIL import ImageDraw, ImageFont
-
-    still = Image.fromarray(picture).convert("RGB").resize((640, 360))
-    font = ImageFont.load_default(size=30)
-    with av.open(str(target), "w") as out:
-        stream = out.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 640, 360, "yuv420p"
-        for i in range(int(seconds * 10)):
-            text = [t for start, t in lines if start <= i / 10][-1]
-            frame = still.copy()
-            draw = ImageDraw.Draw(frame)
-            draw.rectangle((0, 300, 640, 360), fill=(0, 0, 0))
-            draw.text((20, 312), text, font=font, fill=(255, 255, 255))
-            out.mux(stream.encode(av.VideoFrame.from_image(frame)))
-        out.mux(stream.encode(None))
-    return target
-
-
-def test_text_that_changes_on_a_still_shot_is_read_each_time(settings: Settings, tmp_path: Path) -> None:
-    """Subtitles over a still photograph: the 5 s parts look alike (one picture for the classifier), yet each
-    part is read, so each line is found over its own span; a part unchanged since the last one read reuses it."""
-    from mediaindex.models.images import load_image
-    from mediaindex.pipeline.stages.decode import decode_media
-
-    lines = [(0.0, "The harbour opens at dawn"), (5.0, "Fishing boats return at noon")]
-    video = _subtitled(load_image(media("images/skimage_coffee.png")), lines, 15.0, tmp_path / "subtitled.mp4")
-    stage = VisionStage(settings)
-    assert stage.reader is not None
-    read, pictures_read = stage.reader.read, []
-    stage.reader.read = lambda image: pictures_read.append(image) or read(image)  # type: ignore[method-assign]
-    item = stage.process(decode_media(str(video), settings))
-    assert len([s for s in item.segments if s.modality == "visual"]) == 1
-    ocr = [(s.start, s.end, s.text) for s in item.segments if s.modality == "ocr"]
-    assert ocr == [(0.0, 5.0, "The harbour opens at dawn"), (5.0, 15.0, "Fishing boats return at noon")], ocr
-    assert len(pictures_read) == 2  # the third part shows the second's pixels
-
-
-def test_only_a_real_change_of_pixels_counts_as_a_new_picture() -> None:
-    from mediaindex.models.images import load_image, same_pixels
-
-    photo = load_image(media("images/skimage_coffee.png"))
-    noise = np.random.default_rng(0).integers(-4, 5, photo.shape)
-    assert same_pixels(photo, np.clip(photo + noise, 0, 255).astype(np.uint8))  # codec-like noise
-    changed = photo.copy()
-    changed[200:212, 300:306] = 255 - changed[200:212, 300:306]  # one small character's worth of pixels
-    assert not same_pixels(photo, changed)
-    assert not same_pixels(photo, photo[:-1]) and not same_pixels(photo[:0], photo[:0])
-    assert same_pixels(photo[:10, :10], photo[:10, :10])  # smaller than a block
 
 
 def test_the_stylised_film_title_is_read_from_the_video(settings: Settings) -> None:

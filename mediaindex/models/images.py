@@ -97,21 +97,3 @@ def difference_hash(image: np.ndarray, side: int = 16) -> np.ndarray:
 def hash_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Fraction of differing bits between two hashes of the same size."""
     return float(np.count_nonzero(a != b)) / a.size
-
-
-# Gray levels: how far the mean of a block of BLOCK x BLOCK pixels may move for the picture to count as unchanged.
-# Above a still picture's codec noise, below one changed character of small text (benchmarks/README.md).
-UNCHANGED_LEVEL = 8.0
-BLOCK = 16
-
-
-def same_pixels(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two pictures of one size show the same thing pixel for pixel, up to codec noise: no block of
-    the picture changed (a changed word moves the blocks it covers, however small it is in the frame)."""
-    if a.shape != b.shape or a.size == 0:
-        return False
-    change = np.abs(a.astype(np.int16) - b.astype(np.int16)).reshape(a.shape[0], a.shape[1], -1).mean(axis=2)
-    side = min(BLOCK, *change.shape)
-    h, w = (change.shape[0] // side) * side, (change.shape[1] // side) * side
-    blocks = change[:h, :w].reshape(h // side, side, w // side, side).mean(axis=(1, 3))
-    return bool(blocks.max() < UNCHANGED_LEVEL)

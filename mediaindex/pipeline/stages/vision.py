@@ -4,8 +4,7 @@ text) and `visual` segments (what is in the shot, as words for the text embedder
 
 The classifier looks at several frames of each part and averages their class probabilities; OCR,
 the thumbnail and the CLIP vector use the part's middle frame. Consecutive parts that look the same
-are one picture, classified once; OCR reads every part, since text changes where the picture hardly
-does (the next subtitle, a slide's next line).
+are one picture, read and classified once.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import numpy as np
 
 from mediaindex.config import Settings
 from mediaindex.models.classifier import DESCRIPTION_PREFIX, LABEL_MIN
-from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance, same_pixels
+from mediaindex.models.images import ImageInputError, check_image, difference_hash, hash_distance
 from mediaindex.models.vision import (
     FRAME_VECTOR,
     IMAGE_VECTOR,
@@ -33,7 +32,6 @@ from mediaindex.segments import CLASSES_FIELD, PEOPLE_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.classifier import Prediction
-    from mediaindex.models.ocr import TextLine
     from mediaindex.models.people import People
 
 
@@ -149,9 +147,8 @@ class VisionStage:
             item.notes.append(f"{len(unusable)} keyframes not usable for vision ({unusable[0]})")
         pictures = group_pictures(parts, self.settings.duplicate_distance, self.max_samples)
         classified = sum(len(p.samples) + 1 for p in pictures) if self.classifier is not None else 0
-        self._work = (0, classified + (len(parts) if self.reader is not None else 0))
-        item.segments += self.visual_segments(item, pictures)
-        item.segments += self.ocr_segments(item, [(part, image) for part, image, _ in parts])
+        self._work = (0, classified + (len(pictures) if self.reader is not None else 0))
+        item.segments += self.visual_segments(item, pictures) + self.ocr_segments(item, pictures)
         # The pixels are not needed downstream; only times and thumbnails travel on.
         item.keyframes = [k.without_pixels() for k in item.keyframes]
         return item
@@ -246,29 +243,24 @@ class VisionStage:
             self._stepped(len(p))
         return np.concatenate(probs), np.concatenate(feats)
 
-    def ocr_segments(self, item: MediaItem, parts: list[tuple[Keyframe, np.ndarray]]) -> list[Segment]:
-        """The text each part's picture shows (a picture unchanged since the last one read is not read again);
-        consecutive parts that show the same text are one span."""
+    def ocr_segments(self, item: MediaItem, pictures: list[Picture]) -> list[Segment]:
         if self.reader is None:
             return []
         out: list[Segment] = []
-        read: tuple[np.ndarray, list[TextLine]] | None = None  # the last picture read, and its lines
-        for part, image in parts:
-            if read is None or not same_pixels(read[0], image):
-                read = image, self.reader.read(image)
-            lines = read[1]
+        for pic in pictures:
+            lines = self.reader.read(pic.image)
             self._stepped()
             if not lines:
                 continue
             text = " / ".join(ln.text for ln in lines)
             last = out[-1] if out else None
-            if last is not None and last.text == text and abs(last.end - part.time) < 1e-3:
-                last.end = part.end  # the same caption over different pictures: one span
+            if last is not None and last.text == text and abs(last.end - pic.start) < 1e-3:
+                last.end = pic.end  # the same caption over different pictures: one span
                 continue
             out.append(Segment(
-                video_id=item.video_id, source=item.source, start=part.time, end=part.end, modality="ocr",
+                video_id=item.video_id, source=item.source, start=pic.start, end=pic.end, modality="ocr",
                 text=text, confidence=round(float(np.mean([ln.confidence for ln in lines])), 4),
-                thumbnail=part.thumbnail, extra={"raw": [ln.raw for ln in lines]},
+                thumbnail=pic.thumbnail, extra={"raw": [ln.raw for ln in lines]},
             ))
         return out
 
