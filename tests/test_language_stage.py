@@ -297,6 +297,22 @@ def test_summarize_returns_the_stored_summary(archive: Archive, summary_settings
 
 
 @pytest.mark.slow
+def test_a_summary_of_pictures_alone_starts_no_language_model(archive: Archive, summary_settings: Settings) -> None:
+    """Recomputed without a model handed in: the pictures' summary needs none, so none starts (nor Ray for it)."""
+    events: list[str] = []
+
+    def no_ray(_: Settings) -> None:
+        raise AssertionError("Ray was started for a summary that needs no language model")
+
+    job_id = agents.submit_summarize(summary_settings, Path(SILENT).name, recompute=True)
+    job = agents.run_summarize_job(summary_settings, job_id, archive=archive, start_ray=no_ray,
+                                   on_event=lambda e: events.append(e.text))
+    assert job.state == "done", job.error
+    assert job.result["output"]["summary"].startswith("No speech or on-screen text; from the visual concepts only")
+    assert not any("starting the language model" in e for e in events), events
+
+
+@pytest.mark.slow
 def test_summary_stage_resources_are_checked(summary_settings: Settings, ray_runtime) -> None:
     from mediaindex.service import Pipeline
     from mediaindex.workers.pool import StageStartError

@@ -85,11 +85,16 @@ def run_summarize_job(settings: Settings, job_id: str, llm: ChatModel | None = N
         video = str(params.get("video") or "")
         out = None if params.get("recompute") else stored_summary(arc, video)
         if out is None:
-            on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
             out = summarize(video, arc, model(), settings.llm, on_event)
         return validate_output(out), summary_markdown(out)
 
-    return _run(settings, job_id, SUMMARIZE, work, archive, lambda: llm or get_llm(settings, start_ray))
+    def start() -> ChatModel:
+        on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
+        return get_llm(settings, start_ray)
+
+    # A summary of pictures alone, or of nothing, is written without the model: it starts at its first call.
+    started = _StartsWhenNeeded(start, settings.llm.model)
+    return _run(settings, job_id, SUMMARIZE, work, archive, lambda: llm or started)
 
 
 def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, *, archive: Archive,
@@ -108,6 +113,27 @@ class _Cancelled(Exception):
     pass
 
 
+class _StartsWhenNeeded:
+    """A language model started at its first call (loading one, and Ray with it, takes seconds)."""
+
+    def __init__(self, start: Callable[[], ChatModel], name: str) -> None:
+        self._start, self.name = start, name
+        self._model: ChatModel | None = None
+
+    def _started(self) -> ChatModel:
+        if self._model is None:
+            self._model = self._start()
+        return self._model
+
+    @property
+    def max_context(self) -> int:
+        return self._started().max_context
+
+    def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
+             temperature: float = 0.0, guide: str | None = None) -> list[Completion]:
+        return self._started().chat(conversations, max_tokens, stop, temperature, guide)
+
+
 class _StopsWhenCancelled:
     """The job's language model, asking the job store before each call whether the job was cancelled: a summary
     is three calls (notes on each chapter, their titles, the whole) and an answer one per tool step, so a
@@ -115,7 +141,11 @@ class _StopsWhenCancelled:
 
     def __init__(self, model: ChatModel, cancelled: Callable[[], bool]) -> None:
         self._model, self._cancelled = model, cancelled
-        self.name, self.max_context = model.name, model.max_context
+        self.name = model.name
+
+    @property
+    def max_context(self) -> int:
+        return self._model.max_context
 
     def chat(self, conversations: list[list[Message]], max_tokens: int, stop: list[str] | None = None,
              temperature: float = 0.0, guide: str | None = None) -> list[Completion]:

@@ -39,7 +39,9 @@ class ChatModel(Protocol):
     """What the jobs need from a language model: a batch of chats in, one completion each out."""
 
     name: str
-    max_context: int  # tokens of prompt + output one request may use
+
+    @property
+    def max_context(self) -> int: ...  # tokens of prompt + output one request may use
 
     # `guide`: a grammar (xgrammar EBNF) every completion must match; the engine enforces it while decoding.
 
