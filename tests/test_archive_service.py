@@ -68,7 +68,9 @@ def test_reading_calls_answer_from_the_index(sample: Sample) -> None:  # noqa: F
     segments, meta = found
     assert meta["video_id"] == record.video_id and "country" in " ".join(s["text"] for s in segments)
     assert archive.transcript("nope.mp4") is None
-    assert Archive.may_hold(sample.settings, "jfk.flac") is False  # a bare name is not a path it was ingested from
+    # Named as search lists it (no such file where the command runs), or by the start of its id, as clip names it.
+    assert Archive.may_hold(sample.settings, "jfk.flac") and archive.transcript("jfk.flac") == found
+    assert archive.transcript(record.video_id[:6]) == found and not Archive.may_hold(sample.settings, "nope.mp4")
     assert Archive.may_hold(sample.settings, record.video_id) and Archive.may_hold(sample.settings, record.source)
     assert archive.stored_summary(record.video_id) is None  # the sample was indexed without summaries
 

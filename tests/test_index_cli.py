@@ -52,6 +52,21 @@ def test_search_with_filters_and_modes(cli_index: dict[str, str]) -> None:
     assert [Path(h["source"]).name for h in json.loads(result.stdout)] == ["2412-153948-0000.flac"]
 
 
+def test_search_in_one_file_named_as_the_other_commands_name_it(cli_index: dict[str, str]) -> None:
+    """--video takes what clip, transcript and summarize take: an id or its start, the ingested path, a file name."""
+    query = "ask not what your country can do"
+    every = json.loads(search_in_process(query, "--json", "--min-confidence", "none", "--limit", "50",
+                                         env=cli_index).stdout)
+    jfk = next(h for h in every if Path(h["source"]).name == "jfk.flac")
+    for ref in ("jfk.flac", jfk["source"], jfk["video_id"], jfk["video_id"][:8]):
+        hits = json.loads(search_in_process(query, "--json", "--min-confidence", "none", "--video", ref,
+                                            env=cli_index).stdout)
+        assert hits and {h["video_id"] for h in hits} == {jfk["video_id"]}, ref
+    unknown = search_in_process(query, "--video", "nope.flac", env=cli_index)
+    assert unknown.returncode == 2 and "nothing in the index is named 'nope.flac'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

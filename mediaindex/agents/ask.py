@@ -196,7 +196,8 @@ def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, 
     if video is not None:
         record = archive.resolve(video)
         if record is None:
-            raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
+            raise AgentInputError(f"no video {video!r} in the index (give a video id or its start, the path it was "
+                                  "ingested from, or its file name)")
         video_id = record.video_id
     run = _Run(question, video_id, settings, llm, archive, on_event=on_event)
     try:

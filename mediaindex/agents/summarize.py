@@ -98,7 +98,8 @@ def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSetting
         raise AgentInputError("no video given")
     record = archive.resolve(video)
     if record is None:
-        raise AgentInputError(f"no video {video!r} in the index (give a video id or the path it was ingested from)")
+        raise AgentInputError(f"no video {video!r} in the index (give a video id or its start, the path it was "
+                              "ingested from, or its file name)")
     ref = VideoRef(record.video_id, record.source, record.duration)
     return summarize_segments(ref, archive.segments(record.video_id), archive.embedder.embed_passages, llm, settings,
                               on_event)

@@ -6,6 +6,7 @@ are the server, the models and the agents: they pull in heavy libraries, and `me
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -354,7 +355,8 @@ def search(
     index: IndexOpt = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=MAX_HITS, help="Number of hits.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print hits as a JSON list.")] = False,
-    video: Annotated[str | None, typer.Option("--video", help="Only this video id.")] = None,
+    video: Annotated[str | None, typer.Option("--video", help="Only this file: its video id or its start, the "
+                                              "path it was ingested from, or its name.")] = None,
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
@@ -390,6 +392,8 @@ def search(
         settings = _settings(config, index)
         picture = _picture(image) if image is not None else None
         with _archive(settings) as archive:
+            if video is not None:
+                filters = dataclasses.replace(filters, video_id=_one_file(archive, video).video_id)
             if like is not None:
                 found = _like(archive, like, limit, filters, min_confidence)
             elif by_file:
@@ -690,7 +694,8 @@ def summarize(
 @app.command()
 def ask(
     question: Annotated[str, typer.Argument(help="A question about the archive, in plain language.")],
-    video: Annotated[str | None, typer.Option("--video", help="Only this video (id or path).")] = None,
+    video: Annotated[str | None, typer.Option("--video", help="Only this file: its video id or its start, the path "
+                                              "it was ingested from, or its name.")] = None,
     index: IndexOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations and trace as JSON.")] = False,
     config: ConfigOpt = None,
