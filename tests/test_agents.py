@@ -688,6 +688,10 @@ def test_key_word_titles_take_the_chapters_distinctive_words_in_order() -> None:
     elsewhere = "Workers of the world unite. The workers have nothing to lose but their chains, the workers say."
     assert keyword_title(text, elsewhere) == "Bourgeoisie, played, revolutionary, relations"
     assert keyword_title("", elsewhere) == "Untitled"
+    # A contraction is no word of its own ("Don't" was titled "Don"); a possessive keeps its name, an elision its word.
+    assert keyword_title("Don't forget a jacket!") == "Forget, jacket"
+    assert content_words("Kennedy's speech: you're sure it's l'homme qu'il voit, can't you?") == [
+        "kennedy", "speech", "sure", "homme", "voit"]
 
 
 def test_summaries_drop_a_sentence_cut_at_the_token_limit_and_sentences_said_twice(archive: Archive) -> None:

@@ -20,8 +20,24 @@ der die das und ist nicht ein eine zu den mit von le la les et est un une de des
 """))
 
 
+# A word with its apostrophes ("don't", "Kennedy's", "l'homme"): split there, "don't" read as "don" would be a word.
+_WORD_APOSTROPHES = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*", re.UNICODE)
+
+
+def _unelided(word: str) -> str:
+    """The content of a word written with apostrophes: "l'homme" and "qu'il" the word after a short elided one,
+    "kennedy's" the name before a possessive; other contractions ("don't", "you're", "they've") none."""
+    parts = re.split(r"['’]", word)
+    if len(parts) == 1:
+        return word
+    if len(parts[0]) <= 2:
+        return parts[-1]
+    return parts[0] if len(parts) == 2 and parts[1] == "s" else ""
+
+
 def content_words(text: str) -> list[str]:
-    return [w for w in (m.lower() for m in _WORD.findall(text)) if len(w) >= 3 and w not in _STOP]
+    words = (_unelided(m.lower()) for m in _WORD_APOSTROPHES.findall(text))
+    return [w for w in words if len(w) >= 3 and w not in _STOP]
 
 
 def _stem(word: str) -> str:
