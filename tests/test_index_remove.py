@@ -112,6 +112,22 @@ def test_references_name_files_by_id_path_folder_and_name() -> None:
         one_file_named(rows, "a1")
 
 
+def test_a_name_two_indexed_files_share_is_refused_by_every_command(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    """transcript, search --video and the agents' lookup (ask --video, summarize) refuse it, naming both files."""
+    from mediaindex.agents.tools import Archive as AgentArchive
+
+    twins = build(tmp_path, cache_dir, embedder, ["talks/jfk.flac", "old/jfk.flac"])
+    for args in (["transcript", "jfk.flac"], ["search", "my fellow Americans", "--video", "jfk.flac"]):
+        result = cli(twins, *args)
+        assert result.exit_code == 2 and "'jfk.flac' names 2 indexed files" in said(result), (args, said(result))
+    assert cli(twins, "transcript", twins.ids["old/jfk.flac"], "-f", "txt").exit_code == 0
+    with MediaIndex(twins.settings, embedder.dim, embedder.name) as index:
+        lookup = AgentArchive(index, embedder)
+        with pytest.raises(NoSuchFileError, match="'jfk.flac' names 2 indexed files"):
+            lookup.resolve("jfk.flac")
+        assert lookup.resolve(str(twins.folder / "old/jfk.flac")).video_id == twins.ids["old/jfk.flac"]
+
+
 def test_remove_a_file_by_name_and_its_search_results_and_thumbnails_go(archive: Archive) -> None:
     jfk = archive.ids["talks/jfk.flac"]
     thumbs = archive.settings.thumbs_dir / jfk

@@ -16,7 +16,7 @@ from typing import Any
 from mediaindex.config import VisionSettings
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
-from mediaindex.index.naming import files_named
+from mediaindex.index.naming import one_file_named
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
 from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
@@ -149,14 +149,12 @@ class Archive:
         return self.index.catalog.get(video_id)
 
     def resolve(self, ref: str) -> VideoRecord | None:
-        """A video id, a unique id prefix, or the path / file name it was ingested from."""
+        """A video id, a unique id prefix, or the path / file name it was ingested from; a name or prefix that fits
+        several files is refused, naming them (`index.naming.NoSuchFileError`)."""
         ref = ref.strip()
         if not ref:
             return None
-        if (rec := self.index.catalog.get(ref)) is not None:
-            return rec
-        found, _ = files_named(self.index.catalog.all(), ref)
-        return found[0] if len(found) == 1 else None
+        return self.index.catalog.get(ref) or one_file_named(self.index.catalog.all(), ref)
 
     def segments(self, video_id: str) -> list[Hit]:
         """Every indexed segment of a video, in time order (cached per job)."""
