@@ -18,7 +18,7 @@ from mediaindex.search.moments import diversify, merge_moments
 from mediaindex.search.searcher import MAX_PER_FILE, MAX_QUERY_CHARS, judged, search
 from mediaindex.segments import Hit, Segment
 from tests.conftest import assert_ranked, make_settings
-from tests.corpus import apollo, manifesto, picture_vector, pictures, references
+from tests.corpus import apollo, manifesto, picture_vector, pictures, references, video_id
 
 FRAME_DIM = 256
 
@@ -186,6 +186,24 @@ def test_a_hits_probability_does_not_depend_on_how_many_hits_are_asked_for(
         shown = {(h.video_id, h.start): h.score for h in search(index, embedder, query, 40, moments=False)}
         assert all(shown.get((h.video_id, h.start), -1) == h.score
                    for h in search(index, embedder, query, 2, moments=False)), query
+
+
+def test_a_hits_probability_does_not_depend_on_the_filters(index: MediaIndex, embedder) -> None:
+    """A filter narrows what is listed, not how a moment is judged: each moment a narrowed search lists has the
+    probability the whole index's search gives it (before, the standings were measured among the filtered
+    candidates alone, and the best moment of one file stood out however weak it was)."""
+    query = "radio talk between astronauts and mission control"
+    whole = {(j.hit.video_id, j.hit.start, j.hit.modality, j.hit.text): j.probability
+             for j in judged(index, embedder, query, 1000)}
+    for filters in (SearchFilters(video_id=video_id("apollo11")), SearchFilters(start=20.0, end=60.0),
+                    SearchFilters(modality="visual"), SearchFilters(language="en", modality="speech")):
+        narrowed = judged(index, embedder, query, 10, filters)
+        assert narrowed, filters
+        for j in narrowed:
+            key = (j.hit.video_id, j.hit.start, j.hit.modality, j.hit.text)
+            assert key in whole and j.probability == pytest.approx(whole[key], abs=1e-9), (filters, j.hit.text)
+    # A file that does not speak of it: its best moment is no match however it compares with the rest of it.
+    assert search(index, embedder, query, filters=SearchFilters(video_id=video_id("manifesto"))) == []
 
 
 def test_files_are_the_moments_of_one_search_grouped(index: MediaIndex, embedder) -> None:

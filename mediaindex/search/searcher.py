@@ -118,6 +118,13 @@ def judged(
         # More hits asked for than the pool yields: look deeper, and judge what is added by the pool's yardstick.
         known = {_key(s) for s in found}
         found += [s for s in candidates(index, q, filters, mode, limit * 5) if _key(s) not in known]
+    yardstick: list[ScoredHit] = []
+    if query and filters is not None and not filters.is_empty():
+        # The model was fitted on the query's pool over the whole index: a filter narrows what is listed, not
+        # how a moment is judged, so a moment has the same probability in a narrowed search.
+        yardstick = candidates(index, q, None, mode, pool)
+        reference = len(yardstick)
+        found = yardstick + found
     if reference < pool:
         measure_background(q, embedder, default_cache_dir())
     rows = features(q, found, pool, reference)
@@ -136,8 +143,9 @@ def judged(
     else:  # a picture alone: no fitted model, the picture similarity
         probabilities = np.array([max((_cosine(v, s.dense[n]) for n, v in q.images.items() if n in s.dense),
                                       default=0.0) for s in found])
-    out = [Judged(_with_looks(s), rows[i], float(probabilities[i]), i, float(s.hit.score), _first_matched_word(s, q))
-           for i, s in enumerate(found)]
+    listed = len(yardstick)  # the yardstick's own candidates judge; the filtered ones after it are listed
+    out = [Judged(_with_looks(s), rows[i], float(probabilities[i]), i - listed, float(s.hit.score),
+                  _first_matched_word(s, q)) for i, s in enumerate(found) if i >= listed]
     # The fused score breaks ties of probability (shots the model cannot tell apart keep the ranking's order).
     return sorted(out, key=lambda j: (-j.probability, -j.fused_score))
 
