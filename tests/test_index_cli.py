@@ -40,7 +40,7 @@ def cli_index(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, embedde
 def test_search_with_filters_and_modes(cli_index: dict[str, str]) -> None:
     audio = str(Path(references()[0].source).parent)
     result = run("search", "ask not what your country can do", "--json", "--under", audio, "--modality", "speech",
-                 "--language", "en", "--from", "1", "--to", "9", "--limit", "3", env=cli_index)
+                 "--language", "en", "--from", "0:01", "--to", "9", "--limit", "3", env=cli_index)  # as the table
     assert result.returncode == 0, result.stderr
     hits = json.loads(result.stdout)
     assert Path(hits[0]["source"]).name == "jfk.flac"
@@ -71,7 +71,9 @@ def test_search_in_one_file_named_as_the_other_commands_name_it(cli_index: dict[
     ("args", "message"),
     [
         (["--modality", "smell"], "unknown modality smell"),
-        (["--from", "-5"], "start must be a time"),
+        (["--from", "-5"], "--from '-5' is not a time: give seconds (83.5) or minutes:seconds (1:23.5)"),
+        (["--to", "1:75"], "--to '1:75' is not a time"),
+        (["--from", "inf"], "--from 'inf' is not a time"),
         (["--from", "10", "--to", "2"], "ends (2.0) before it starts (10.0)"),
         (["--mode", "fuzzy"], "unknown search mode"),
         (["--limit", "5000"], "--limit"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import sys
 import time
@@ -361,8 +362,9 @@ def search(
     modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
     speaker: Annotated[str | None, typer.Option("--speaker", help="Only speech of this speaker (S1, S2, … within a file).")] = None,
-    after: Annotated[float | None, typer.Option("--from", help="Only moments that end after this time (seconds).")] = None,
-    before: Annotated[float | None, typer.Option("--to", help="Only moments that start before this time (seconds).")] = None,
+    after: Annotated[str | None, typer.Option("--from", help="Only moments that end after this time: seconds (90) or "
+                                              "minutes:seconds (1:30), as the table shows times.")] = None,
+    before: Annotated[str | None, typer.Option("--to", help="Only moments that start before this time (as --from).")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
     segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
     by_file: Annotated[bool, typer.Option("--by-file", help="Which files hold a match: one entry per file (--limit "
@@ -388,7 +390,9 @@ def search(
             if not query:
                 raise ValueError("the search query is empty")
         filters = SearchFilters(video_id=video, source_prefix=_path_prefix(under) if under else None,
-                                modality=modality, language=language, speaker=speaker, start=after, end=before)
+                                modality=modality, language=language, speaker=speaker,
+                                start=None if after is None else parse_time(after, "--from"),
+                                end=None if before is None else parse_time(before, "--to"))
         settings = _settings(config, index)
         picture = _picture(image) if image is not None else None
         with _archive(settings) as archive:
@@ -541,7 +545,8 @@ def parse_time(text: str, name: str) -> float:
         numbers = [float(p) for p in parts]
     except ValueError:
         numbers = []
-    if not 1 <= len(numbers) <= 3 or any(n < 0 or n != n for n in numbers) or any(n >= 60 for n in numbers[1:]):
+    if (not 1 <= len(numbers) <= 3 or not all(0 <= n < math.inf for n in numbers)
+            or any(n >= 60 for n in numbers[1:])):
         raise ValueError(f"{name} {text!r} is not a time: give seconds (83.5) or minutes:seconds (1:23.5)")
     seconds = 0.0
     for n in numbers:
