@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 
 from mediaindex.errors import TranscriptFormatError
 from mediaindex.index.transcript import CueLimits, cues, export, to_srt, to_tsv, to_txt, to_vtt
@@ -72,9 +73,11 @@ def _vosk_segments() -> list[dict]:
 def check_cues(segments: list[dict], limits: CueLimits) -> None:
     """Every cue within the limits, and the cues' words and times exactly the transcript's."""
     made = cues(segments, limits)
+    single = {w[2].strip() for s in segments for w in s["extra"]["words"]}
     for cue in made:
         assert len(cue.lines) <= limits.max_line_count, cue
-        assert all(len(line) <= limits.max_line_width or " " not in line for line in cue.lines), cue
+        # Columns, as on screen (two for a Chinese, Japanese or Korean character); a lone word is never cut.
+        assert all(cell_len(line) <= limits.max_line_width or line in single for line in cue.lines), cue
         assert cue.end - cue.start <= limits.max_duration or len(cue.text.split()) == 1, cue
     words = [w for s in sorted(segments, key=lambda s: s["start"]) for w in s["extra"]["words"]]
     # The same characters in the same order (spaces aside: Chinese and Japanese are written without them).
@@ -98,6 +101,37 @@ def test_unspaced_languages_are_laid_out_without_spaces() -> None:
     zh = [{"start": 0.0, "end": 1.0, "text": "砸自己的脚", "language": "zh",
            "extra": {"words": [[0.0, 0.3, "砸"], [0.3, 0.6, "自己"], [0.6, 0.8, "的"], [0.8, 1.0, "脚"]]}}]
     assert [c.lines for c in cues(zh)] == [("砸自己的脚",)]
+
+
+def test_wide_characters_take_two_columns_of_a_line() -> None:
+    """A Korean, Chinese or Japanese character takes two columns on screen: 42 columns hold 21 of them (counted
+    as characters, a 35-character Korean subtitle line took 58 columns)."""
+    ko_words = ["각", "프로젝트는", "도메인", "및", "국가", "언어에만", "적용되며", "포털에서", "만들", "수", "있습니다."]
+    ko = [{"start": 0.0, "end": 6.0, "text": " ".join(ko_words), "language": "ko",
+           "extra": {"words": [[i * 0.5, i * 0.5 + 0.4, w] for i, w in enumerate(ko_words)]}}]
+    zh_words = ["搬起", "石头", "砸", "自己", "的", "脚", "是", "一句", "很", "有名", "的", "中国", "俗语", "意思", "是",
+                "害人", "反而", "害了", "自己"]
+    zh = [{"start": 0.0, "end": 6.0, "text": "".join(zh_words), "language": "zh",
+           "extra": {"words": [[i * 0.3, i * 0.3 + 0.25, w] for i, w in enumerate(zh_words)]}}]
+    for segments in (ko, zh):
+        made = cues(segments)
+        assert [len(c.lines) for c in made] == [2], made  # one cue of two lines, neither wider than 42 columns
+        assert all(cell_len(line) <= 42 for c in made for line in c.lines), made
+        check_cues(segments, CueLimits())
+    assert cell_len(cues(ko)[0].lines[0]) > 30  # the lines are filled, not cut at half the width
+
+
+def test_a_sentence_is_not_cut_to_leave_a_cue_too_short_to_read() -> None:
+    """Among cuts alike (inside a phrase), not the one that leaves the last two words on screen for 0.58 s."""
+    from mediaindex.index.transcript import MIN_CUE_S
+
+    words = ["the", "spectre", "of", "communism", "haunts", "old", "Europe", "and", "all", "the", "powers", "of",
+             "Europe", "have", "joined", "it"]
+    seg = [{"start": 0.0, "end": 4.8, "text": " ".join(words), "language": "en",
+            "extra": {"words": [[i * 0.3, i * 0.3 + 0.28, w] for i, w in enumerate(words)]}}]
+    made = cues(seg)
+    assert len(made) == 2 and all(c.end - c.start >= MIN_CUE_S for c in made), made
+    check_cues(seg, CueLimits())
 
 
 slow = pytest.mark.slow

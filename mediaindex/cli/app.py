@@ -461,7 +461,8 @@ def transcript(
     video: Annotated[str, typer.Argument(help="A media file (indexed or not), or an indexed file's video id or its "
                                          "start, or its name.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="srt, vtt, json, txt or tsv.")] = "srt",
-    max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in characters (srt, vtt).")] = 42,
+    max_line_width: Annotated[int, typer.Option("--max-line-width", help="Subtitle line width in columns (srt, vtt): a "
+                                                "Chinese, Japanese or Korean character takes two.")] = 42,
     max_line_count: Annotated[int, typer.Option("--max-line-count", help="Lines per subtitle cue (srt, vtt).")] = 2,
     save: Annotated[bool, typer.Option("--save", help="A file not in the index is ingested into it (fully, as "
                                        "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,

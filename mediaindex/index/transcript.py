@@ -3,7 +3,8 @@
 Input is speech segments as the index stores them (payload dicts: start, end, text, language, speaker,
 confidence, extra.words = [[start, end, word], ...]). Subtitle cues follow the usual subtitling rules,
 as the whisper command lines do: at most `max_line_count` lines of at most `max_line_width`
-characters and `max_duration` seconds each, never cut inside a word, cut preferably where a sentence
+columns (a Chinese, Japanese or Korean character takes two, as on screen: 21 of them fill a 42-column line)
+and `max_duration` seconds each, never cut inside a word, cut preferably where a sentence
 or clause ends or the speaker pauses. A cue never spans two sentences, two speakers or two languages,
 so its words and times are exactly the transcript's.
 """
@@ -15,12 +16,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
+
 from mediaindex.errors import TranscriptFormatError
 from mediaindex.segments import join_words
 
 FORMATS = ("srt", "vtt", "json", "txt", "tsv")
 _SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")
 _CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "—")
+MIN_CUE_S = 5 / 6  # the shortest a cue of a longer sentence should stay on screen (subtitling guides: 20 frames)
 
 
 @dataclass(frozen=True)
@@ -82,21 +86,22 @@ def _words(seg: Mapping[str, Any]) -> list[Word]:
 
 
 def _layout(words: Sequence[str], width: int, language: str | None, first_reserve: int = 0) -> list[list[str]]:
-    """Words into the fewest lines of at most `width` characters, the lines as even as can be."""
+    """Words into the fewest lines of at most `width` columns, the lines as even as can be."""
     words = list(words)
-    if len(join_words(words, language)) + first_reserve <= width or len(words) < 2:
+    if cell_len(join_words(words, language)) + first_reserve <= width or len(words) < 2:
         return [words]
     # Greedy fill gives the line count; with two lines, the break moves to where they are most even.
     lines: list[list[str]] = [[]]
     for word in words:
         limit = width - (first_reserve if len(lines) == 1 else 0)
-        if lines[-1] and len(join_words([*lines[-1], word], language)) > limit:
+        if lines[-1] and cell_len(join_words([*lines[-1], word], language)) > limit:
             lines.append([])
         lines[-1].append(word)
     if len(lines) == 2:
         best = None
         for i in range(1, len(words)):
-            a, b = len(join_words(words[:i], language)) + first_reserve, len(join_words(words[i:], language))
+            a = cell_len(join_words(words[:i], language)) + first_reserve
+            b = cell_len(join_words(words[i:], language))
             if a <= width and b <= width:
                 score = max(a, b) - (3 if words[i - 1].endswith(_CLAUSE_END) else 0)
                 if best is None or score < best[0]:
@@ -114,7 +119,7 @@ def _fits(words: Sequence[Word], limits: CueLimits, language: str | None, reserv
     lines = _layout([w[2] for w in words], limits.max_line_width, language, reserve)
     # A line may be too long only when it is one word (words are never cut).
     return len(lines) <= limits.max_line_count and all(
-        len(join_words(line, language)) + (reserve if i == 0 else 0) <= limits.max_line_width or len(line) == 1
+        cell_len(join_words(line, language)) + (reserve if i == 0 else 0) <= limits.max_line_width or len(line) == 1
         for i, line in enumerate(lines))
 
 
@@ -136,15 +141,17 @@ def _split(words: Sequence[Word], limits: CueLimits, language: str | None, reser
         for start in range(end - 1, -1, -1):
             piece = words[start:end]
             if end - start > 1 and (piece[-1][1] - piece[0][0] > limits.max_duration
-                                    or sum(len(w[2]) + 1 for w in piece) > capacity):
+                                    or sum(cell_len(w[2]) + 1 for w in piece) > capacity):
                 break  # pieces starting earlier are longer still
             if not _fits(piece, limits, language, reserve):
                 continue
             prev = best[start]
             if prev is None:
                 continue
-            # One cue more is worth a cut at a clause or a pause rather than inside a phrase.
-            cost = prev[0] + 1.0 + (_break_cost(words, start) if start > 0 else 0.0)
+            # One cue more is worth a cut at a clause or a pause rather than inside a phrase, and so is one that
+            # is not gone before it can be read (a sentence's last word alone, a third of a second).
+            flash = len(piece) < n and piece[-1][1] - piece[0][0] < MIN_CUE_S
+            cost = prev[0] + 1.0 + (_break_cost(words, start) if start > 0 else 0.0) + float(flash)
             held = best[end]
             if held is None or cost < held[0]:
                 best[end] = (cost, start)
