@@ -465,12 +465,29 @@ def test_words_not_in_the_cited_moment_twice_answer_with_the_moments_own_words(a
     model = ScriptedModel([search_call("banana"), invents, invents])
     ans = ask("When does the speaker say banana?", archive, model, FAST)
     assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
-    assert ans.answer == f"“banana.” (said in auto-editor_example.mp4 at 0:40.0) [{auto}@40.0-40.3]"
+    assert ans.answer == f"“banana.” [{auto}@40.0-40.3]"  # the file and time: the citation's, once
     assert [(c.video_id, c.start, c.end) for c in ans.citations] == [(auto, 40.0, 40.3)]
     assert "banana." in ans.citations[0].text
     assert [t.content for t in ans.trace if t.kind == "error"] == [
         "the answer's words are not in the moments it cites; asked to answer",
         "the answer's words are not in the moments it cites; answering with the cited moments' own words"]
+    validate_output(ans)
+
+
+def test_a_quote_in_another_language_than_the_questions_says_which(archive: Archive) -> None:
+    """Asked in German, the quoted English sentence says it is English."""
+    number: list[str] = []
+
+    def invents(conv: list[Message]) -> str:
+        number[:] = number or [next(n for n, text, shown, name, *_ in MOMENT.findall(conv[-1]["content"])
+                                    if shown == "said" and "Karl Marx" in text)]
+        return f"Bananen wachsen in Ecuador. [{number[0]}]"
+
+    model = ScriptedModel([search_call("Manifesto of the Communist Party"), invents, invents])
+    ans = ask("Wer schrieb das Manifest der Kommunistischen Partei?", archive, model, FAST)
+    assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
+    assert re.fullmatch(r"“Manifesto of the Communist Party by Karl Marx and Frederick Engels\.” \(in English\) "
+                        r"\[\w+@[\d.]+-[\d.]+\]", ans.answer), ans.answer
     validate_output(ans)
 
 
@@ -488,8 +505,8 @@ def test_a_quote_of_a_cited_title_card_is_the_sentence_said_over_it(archive: Arc
     model = ScriptedModel([search_call("Manifesto of the Communist Party"), cites_the_card, cites_the_card])
     ans = ask("Who wrote the Manifesto of the Communist Party?", archive, model, FAST)
     assert (ans.status, ans.path) == ("answered", "agent"), ans.trace
-    quoted = re.fullmatch(r"“Manifesto of the Communist Party by Karl Marx and Frederick Engels\.” \(said in "
-                          r"manifesto\.mp4 at 0:(\d+\.\d)\) .*", ans.answer)
+    quoted = re.fullmatch(r"“Manifesto of the Communist Party by Karl Marx and Frederick Engels\.” \(at "
+                          r"0:(\d+\.\d)\) \[\w+@[\d.]+-[\d.]+\]", ans.answer)  # where it starts in the card's span
     # The sentence starts at 12.9-13.3 s: the word timestamps move a little with the CPU's int8 matrix backend.
     assert quoted and 12.5 <= float(quoted[1]) <= 13.5, ans.answer
     validate_output(ans)

@@ -450,14 +450,20 @@ def _quoted(run: _Run, cited: list[Citation], reason: str) -> Answer:
             -overlap(run.question, h.text), -overlap(h.text, run.question), _modality_order(h.modality),
             abs(h.start - c.start) + abs(h.end - c.end)))
         words = first_words(" ".join(h.text.split()), QUOTE_WORDS)
-        # A quote in another language than the question's says which (the reader may not know it by sight).
-        other = f" in {language_name(h.language)}" if asked_in and h.language and h.language != asked_in else ""
-        if words and not any(words in q for q in quotes):
-            quotes.append(f"“{words}” ({SHOWN_AS.get(h.modality, h.modality)}{other} in {run.file_name(h.video_id)} "
-                          f"at {ts(h.start)})")
+        # What was not said is named ("on screen: …"); a quote in another language than the question's says which
+        # (the reader may not know it by sight). The file and span are the citation's, shown once after the quote;
+        # its own time only where it starts later in a longer cited span (a title card on screen for minutes).
+        kind = "" if h.modality == "speech" else f"{SHOWN_AS.get(h.modality, h.modality)}: "
+        notes = [f"in {language_name(h.language)}"] if asked_in and h.language and h.language != asked_in else []
+        notes += [f"at {ts(h.start)}"] if h.start - c.start >= 0.5 else []
+        quote = f"{kind}“{words}”" + (f" ({', '.join(notes)})" if notes else "") if words else ""
+        same = next((i for i, q in enumerate(quotes) if q.startswith(quote)), None)
+        if same is None:  # a new quote; the same words again are cited after the first
+            quotes.append(quote)
+            same = len(quotes) - 1
+        quotes[same] = f"{quotes[same]} {cite(c.video_id, c.start, c.end)}".strip()
     run.log("error", f"{reason}; answering with the cited moments' own words")
-    text = " … ".join(quotes) + " " + " ".join(cite(c.video_id, c.start, c.end) for c in cited)
-    return _finish(run, "answered", text, cited, "agent")
+    return _finish(run, "answered", " … ".join(quotes), cited, "agent")
 
 
 def _modality_order(modality: str) -> int:
