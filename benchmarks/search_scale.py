@@ -181,6 +181,9 @@ def run(points: int, queries: int, workdir: Path, optimize: bool, seed: int = 0,
         # 50 moments: past the fitted pool of 100, so a second, deeper engine call judged by the pool's yardstick.
         result[f"{tag}_searcher50_p50_ms"], result[f"{tag}_searcher50_p95_ms"] = latencies(
             lambda i: search(view, embedder, texts[i], limit=50), range(queries))
+        # Within one file: the filtered candidates, judged by the query's pool over the whole index.
+        result[f"{tag}_searcher_video_p50_ms"], result[f"{tag}_searcher_video_p95_ms"] = latencies(
+            lambda i: search(view, embedder, texts[i], limit=10, filters=by_video[i]), range(queries))
         # By file: the moments of one search FILE_DEPTH deep, grouped.
         result[f"{tag}_files_p50_ms"], result[f"{tag}_files_p95_ms"] = latencies(
             lambda i: Searcher(view, embedder).files(texts[i], 10), range(queries))  # type: ignore[arg-type]
