@@ -122,7 +122,8 @@ def remove_video(request: Request, video_id: str = VideoId) -> VideoOut:
                                          "text/tab-separated-values": {}}}})
 def video_transcript(request: Request, video_id: str = VideoId,
                      format: Literal["json", "srt", "vtt", "txt", "tsv"] = Query("json"),  # noqa: A002
-                     max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width in columns (srt, vtt; a CJK character takes two)"),
+                     max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width in columns "
+                                                 "(srt, vtt; a CJK character takes two)"),
                      max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)")):
     """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
     from mediaindex.index.transcript import CueLimits, export
