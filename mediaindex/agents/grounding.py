@@ -35,9 +35,31 @@ def _unelided(word: str) -> str:
     return parts[0] if len(parts) == 2 and parts[1] == "s" else ""
 
 
+# Chinese and Japanese are written without spaces between words, and Korean joins particles and endings to its
+# words ("프로젝트를", "프로젝트는"): a run of these characters is compared by its overlapping pairs of characters, as
+# search engines' CJK analysers index it, so that the same word inside two runs is found in both.
+_CJK = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+                  "\uf900-\ufaff]+")
+
+
 def content_words(text: str) -> list[str]:
+    """The words that carry a text's content, lower case, as written (a run of CJK characters is one word)."""
     words = (_unelided(m.lower()) for m in _WORD_APOSTROPHES.findall(text))
-    return [w for w in words if len(w) >= 3 and w not in _STOP]
+    return [w for w in words if len(w) >= (2 if _CJK.search(w) else 3) and w not in _STOP]
+
+
+def terms(text: str) -> list[str]:
+    """What a text's content is compared by: its content words by stem, each run of CJK characters as its
+    overlapping pairs (a lone character as itself)."""
+    out: list[str] = []
+    for word in content_words(text):
+        runs = _CJK.findall(word)
+        if not runs:
+            out.append(_stem(word))
+            continue
+        out += [run[i:i + 2] for run in runs for i in range(max(1, len(run) - 1))]
+        out += [_stem(rest) for rest in _CJK.split(word) if len(rest) >= 3 and rest not in _STOP]
+    return out
 
 
 def _stem(word: str) -> str:
@@ -52,13 +74,13 @@ def _stem(word: str) -> str:
 def overlap(text: str, source: str, given: str = "") -> float:
     """Share of the content words of `text` that occur (by stem) in `source`; 0 when text has none. Words of
     `given` (the question an answer restates) count neither way."""
-    known = {_stem(w) for w in content_words(given)}
-    all_words = content_words(text)
-    words = [w for w in all_words if _stem(w) not in known]
-    if not words:  # nothing but the question's own words (or nothing at all)
-        return 1.0 if known and all_words else 0.0
-    stems = {_stem(w) for w in content_words(source)}
-    return sum(_stem(w) in stems for w in words) / len(words)
+    known = set(terms(given))
+    all_terms = terms(text)
+    own = [t for t in all_terms if t not in known]
+    if not own:  # nothing but the question's own words (or nothing at all)
+        return 1.0 if known and all_terms else 0.0
+    held = set(terms(source))
+    return sum(t in held for t in own) / len(own)
 
 
 def grounded(text: str, source: str, threshold: float = 0.6, given: str = "") -> bool:
@@ -91,7 +113,7 @@ def adds_to(answer: str, question: str) -> bool:
 
 def repetitive(text: str, min_words: int = 6, max_share: float = 0.5) -> bool:
     """A small model caught in a loop ("the Party of the Party of the Party ..."): few distinct content words."""
-    words = [_stem(w) for w in content_words(text)]
+    words = terms(text)
     return len(words) >= min_words and len(set(words)) / len(words) < max_share
 
 
@@ -99,16 +121,18 @@ def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
     """A hit answers a query if its score clears the bar, or it shares most of the query's content words."""
     if score >= min_score:
         return True
-    words = set(content_words(query))
+    words = set(terms(query))
     if not words:
         return False
-    stems = {_stem(w) for w in content_words(hit_text)}
-    shared = sum(_stem(w) in stems for w in words)
+    held = set(terms(hit_text))
+    shared = sum(w in held for w in words)
     return shared >= 1 and shared / len(words) >= 0.5
 
 
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-ZÄÖÜ][\w'-]+|\d[\d.,:]*)", re.UNICODE)
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9])")
+# A sentence ends at a stop before a capital, a digit or a quote, or before a letter of a script without capitals
+# (Korean, Chinese, Japanese); at a full-width stop whatever follows.
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9]|" + _CJK.pattern[:-1] + r")|(?<=[。！？])\s*(?=\S)")
 SUPPORT = 0.75  # share of a generated sentence's content words its sources must hold
 
 
@@ -138,7 +162,7 @@ def supported(sentence: str, source: str, threshold: float = SUPPORT) -> bool:
     "United")."""
     if quoted(sentence, source):
         return True
-    known = {_stem(w) for w in content_words(source)} | set(re.findall(r"\d+", source))
+    known = set(terms(source)) | set(re.findall(r"\d+", source))
     said = {w.lower() for w in _WORD.findall(source)}  # short words too ("Go", "UN")
     for name in names(sentence):
         digits = re.findall(r"\d+", name)

@@ -199,14 +199,41 @@ def clean_title(reply: str, source: str) -> str | None:
     return title if supported(title, source) else None
 
 
+# Korean joins particles to the word before them ("프로젝트를", "프로젝트는"); these never end a noun of two
+# syllables or more, so a title may drop them. Longest first. After the stem of a verb or an adjective (하, 되, 있,
+# 없, 같) "는" and "은" are its ending, not a particle: "사용하는" (using) stays whole.
+_KOREAN_PARTICLES = ("에서는", "으로는", "에서", "에게", "으로", "부터", "까지", "처럼", "에는", "은", "는", "을", "를")
+_PREDICATE_STEMS = ("하", "되", "있", "없", "같")
+_HANGUL = re.compile("^[\uac00-\ud7a3]+$")
+
+
+def korean_bases(words: list[str]) -> list[str]:
+    """The words with a Korean word's particle dropped: one of `_KOREAN_PARTICLES`, or a last syllable that other
+    words of the text end in after the same syllables ("프로젝트로" beside "프로젝트를" is "프로젝트"), where three
+    syllables or more remain (two: "사용자" is not "사용" inflected). Other words as they are."""
+    def particle_dropped(word: str) -> str:
+        if _HANGUL.match(word):
+            for particle in _KOREAN_PARTICLES:
+                base = word[: -len(particle)]
+                if word.endswith(particle) and len(base) >= 2:
+                    return word if particle in ("은", "는") and base.endswith(_PREDICATE_STEMS) else base
+        return word
+
+    dropped = [particle_dropped(w) for w in words]
+    stems = Counter(w[:-1] for w in set(dropped) if _HANGUL.match(w) and len(w) >= 4)
+    known = set(dropped)
+    return [w[:-1] if _HANGUL.match(w) and len(w) >= 4 and (stems[w[:-1]] > 1 or w[:-1] in known) else w
+            for w in dropped]
+
+
 def keyword_title(text: str, elsewhere: str = "", n: int = 4) -> str:
     """A title made of the text's own words: its most frequent content words (those frequent in `elsewhere`, the
     rest of the video, count less; ties to the longer word), in the order they first occur. Never a cut
     sentence."""
-    words = content_words(text)
+    words = korean_bases(content_words(text))
     if not words:
         return "Untitled"
-    other = Counter(content_words(elsewhere))
+    other = Counter(korean_bases(content_words(elsewhere)))
     counts = Counter(words)
     first = {w: k for k, w in reversed(list(enumerate(words)))}
     # Among equally frequent words the longer ones are usually the more specific.
