@@ -79,3 +79,12 @@ def test_a_korean_key_word_title_lists_words_without_their_particles() -> None:
     assert korean_bases(["프로젝트를", "프로젝트는", "프로젝트로", "데이터"]) == ["프로젝트"] * 3 + ["데이터"]
     # A noun of its own is kept whole ("사용자", a user, is not "사용", use, with an ending), and a verb with its ending.
     assert korean_bases(["사용자", "사용하는", "국가"]) == ["사용자", "사용하는", "국가"]
+
+
+def test_a_chapters_first_sentence_ends_at_a_full_width_stop() -> None:
+    from mediaindex.agents.summarize import _first_sentence
+
+    # Before: a Chinese reply was one "sentence" up to 400 characters, the chapter summary all of it.
+    assert _first_sentence("视频里有人扎了自己的脚。然后他去了医院。") == "视频里有人扎了自己的脚。"
+    assert _first_sentence("It costs 3.5 dollars! Then it rains.") == "It costs 3.5 dollars!"
+    assert _first_sentence("Cut short in the midd", cut_short=True) == ""

@@ -174,7 +174,7 @@ def _windows(span: _Span, max_chars: int) -> list[_Span]:
 def _first_sentence(text: str, cut_short: bool = False) -> str:
     """The reply's first sentence; "" when the model was stopped at its token limit before ending one."""
     text = said_once(re.sub(r"\s+", " ", text).strip().strip("\"'"))
-    match = re.match(r"(.+?[.!?])(\s|$)", text)
+    match = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", text)  # a full-width stop needs no space after it
     if match is None and cut_short:
         return ""
     return (match.group(1) if match else text)[:400]
