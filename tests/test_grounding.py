@@ -88,3 +88,10 @@ def test_a_chapters_first_sentence_ends_at_a_full_width_stop() -> None:
     assert _first_sentence("视频里有人扎了自己的脚。然后他去了医院。") == "视频里有人扎了自己的脚。"
     assert _first_sentence("It costs 3.5 dollars! Then it rains.") == "It costs 3.5 dollars!"
     assert _first_sentence("Cut short in the midd", cut_short=True) == ""
+
+
+def test_function_words_of_spanish_french_and_german_count_neither_way() -> None:
+    # Before: "los", "del", "pour", "dans", "für", "auf" were content words, held by any text of the language.
+    assert overlap("Los perros del parque", "perros en un parque") == 1.0
+    assert overlap("Les chiens jouent dans le parc pour leur plaisir", "plaisir: chiens, parc, jouent") == 1.0
+    assert overlap("Für die Aussicht auf das Ufer", "Aussicht Ufer") == 1.0

@@ -16,7 +16,11 @@ hers him his how i if in into is it its itself just me more most my no nor not n
 our out over own same she should so some such than that the their them then there these they this those through
 to too under until up very was we were what when where which while who whom why will with would you your yours
 video speaker says say said talk talks about part clip excerpt transcript summary title chapter moment archive
-der die das und ist nicht ein eine zu den mit von le la les et est un une de des du que qui
+der die das und ist nicht ein eine zu den mit von dem des sich auch als wie bei nach aus auf für sie wir ich
+sind hat haben war wird werden einer eines einem einen oder aber
+le la les et est un une de des du que qui pour dans sur pas par avec sont ont aux ces cette mais nous vous ils
+elle son ses leur
+el los las del por con para una uno que como más pero sus este esta son fue han hay muy
 """))
 
 
