@@ -736,6 +736,23 @@ def test_summaries_drop_a_sentence_cut_at_the_token_limit_and_sentences_said_twi
         assert len(parts) == len(set(parts)), chapter.summary
 
 
+def test_a_summary_copying_the_chapter_listing_loses_the_chapters_title(archive: Archive) -> None:
+    """The merge prompt lists "- Title: summary"; a small model copies a line of it (the Korean summary of
+    media-val's ko_portal_projects.wav began "프로젝트, 슬래쉬, 사용하는, 만들려면: 각 프로젝트는 …")."""
+    settings = FAST.model_copy(update={"summary_window_chars": 300})
+    said = "The specter of communism is haunting Europe."
+
+    def reply(conv: list[Message]) -> str | Completion:
+        if "in one sentence:" in conv[-1]["content"]:
+            return grounded_map_reply(conv)
+        if "Chapter summaries:" in conv[-1]["content"]:
+            return f"- Communism: {said}"
+        return "Communism"
+    s = summarize("manifesto.mp4", archive, ScriptedModel([reply] * 60), settings)
+    assert len(s.chapters) >= 2 and any(c.title == "Communism" for c in s.chapters)
+    assert s.summary == said, s.summary
+
+
 @pytest.mark.parametrize(("text", "cut_short", "kept"), [
     ("One whole sentence. And then a half", True, ["One whole sentence."]),
     ("One whole sentence. And then a half", False, ["One whole sentence.", "And then a half"]),

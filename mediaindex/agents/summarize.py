@@ -321,11 +321,22 @@ def _reduce(chapters: list[Chapter], sources: list[str], llm: ChatModel, setting
                    max_tokens=min(settings.max_new_tokens, 96), temperature=settings.temperature)[0]
     # The summary cites every chapter's moments: each sentence must stand on what those moments hold.
     source = " ".join(c.summary for c in chapters) + " " + " ".join(sources)
-    kept = [] if out.error else distinct(
-        [said_once(s) for s in finished_sentences(out.text, out.finish_reason == "length") if supported(s, source)])
+    titles = [c.title for c in chapters]
+    said = [_untitled(s, titles) for s in finished_sentences(out.text, out.finish_reason == "length")]
+    kept = [] if out.error else distinct([said_once(s) for s in said if s and supported(s, source)])
     if not kept:
         return first_words(" ".join(c.summary for c in chapters[:3]), 60), out.tokens
     return " ".join(kept), out.tokens
+
+
+def _untitled(sentence: str, titles: list[str]) -> str:
+    """The sentence without a chapter's title and colon before it: a small model copies the listing it was given
+    ("- Title: what the chapter says") into the summary."""
+    text = sentence.strip().removeprefix("- ").strip()
+    for title in titles:
+        if title and text.casefold().startswith(title.casefold() + ":"):
+            return text[len(title) + 1:].strip()
+    return sentence
 
 
 def _chapter_citations(video: VideoRef, windows: list[_Span]) -> list[Citation]:
