@@ -14,13 +14,18 @@ from tests.conftest import media
 VAL = Path(media("audio/jfk.flac")).parents[2] / "media-val"
 
 
-def _korean_reference() -> list[str]:
-    """The seven sentences read in media-val's ko_portal_projects.wav (its reference transcript)."""
-    path = VAL / "groundtruth" / "azure_customspeech_ko-KR_training_trans.txt"
+def _reference(locale: str) -> str:
+    """What is read in media-val's ko_portal_projects.wav or de_portal_projects.wav (its reference transcript)."""
+    path = VAL / "groundtruth" / f"azure_customspeech_{locale}_training_trans.txt"
     if not path.is_file():
         pytest.skip(f"{path} is not there")
     line = next(ln for ln in path.read_text(encoding="utf-8-sig").splitlines() if ln.startswith("audio1.wav"))
-    return sentences(line.split("\t", 1)[1])
+    return line.split("\t", 1)[1]
+
+
+def _korean_reference() -> list[str]:
+    """The seven sentences read in ko_portal_projects.wav."""
+    return sentences(_reference("ko-KR"))
 
 
 def _manifest_text(name: str) -> str:
@@ -95,3 +100,14 @@ def test_function_words_of_spanish_french_and_german_count_neither_way() -> None
     assert overlap("Los perros del parque", "perros en un parque") == 1.0
     assert overlap("Les chiens jouent dans le parc pour leur plaisir", "plaisir: chiens, parc, jouent") == 1.0
     assert overlap("Für die Aussicht auf das Ufer", "Aussicht Ufer") == 1.0
+
+
+def test_a_key_word_title_writes_its_words_as_the_text_does() -> None:
+    from mediaindex.agents.summarize import keyword_title
+
+    # Before: "Daten, projekt, registerkarten, bereitstellung" and "Fellow, americans, country, kennedy".
+    assert keyword_title(_reference("de-DE")) == "Daten, Projekt, Registerkarten, Bereitstellung"
+    jfk = "And so my fellow Americans, ask not what your country can do for you. Kennedy said it. Kennedy."
+    assert keyword_title(jfk) == "Fellow, Americans, country, Kennedy"
+    # A common word capitalised at a sentence's start is written as it is elsewhere.
+    assert keyword_title("They unite. Workers of the world, the workers say.") == "Unite, workers, world"

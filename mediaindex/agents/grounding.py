@@ -7,6 +7,7 @@ reuse the words of its sources, and a search hit counts as relevant only with a 
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _STOP = frozenset(str.split("""
@@ -50,6 +51,18 @@ def content_words(text: str) -> list[str]:
     """The words that carry a text's content, lower case, as written (a run of CJK characters is one word)."""
     words = (_unelided(m.lower()) for m in _WORD_APOSTROPHES.findall(text))
     return [w for w in words if len(w) >= (2 if _CJK.search(w) else 3) and w not in _STOP]
+
+
+def written_forms(text: str) -> dict[str, str]:
+    """Each content word of `text` (lower case, as `content_words` gives it) as the text writes it: lower case where
+    it is ever written so (a common word capitalised at a sentence's start), else its most frequent spelling (a
+    name, a German noun)."""
+    forms: dict[str, Counter[str]] = {}
+    for match in _WORD_APOSTROPHES.findall(text):
+        word = _unelided(match)
+        if word:
+            forms.setdefault(word.lower(), Counter())[word] += 1
+    return {low: low if low in seen else seen.most_common(1)[0][0] for low, seen in forms.items()}
 
 
 def terms(text: str) -> list[str]:

@@ -33,6 +33,7 @@ from mediaindex.agents.grounding import (
     first_words,
     said_once,
     supported,
+    written_forms,
 )
 from mediaindex.agents.llm import ChatModel, Message
 from mediaindex.agents.schema import Chapter, Citation, VideoSummary
@@ -228,8 +229,8 @@ def korean_bases(words: list[str]) -> list[str]:
 
 def keyword_title(text: str, elsewhere: str = "", n: int = 4) -> str:
     """A title made of the text's own words: its most frequent content words (those frequent in `elsewhere`, the
-    rest of the video, count less; ties to the longer word), in the order they first occur. Never a cut
-    sentence."""
+    rest of the video, count less; ties to the longer word), in the order they first occur, written as the text
+    writes them ("Kennedy", "Registerkarten"). Never a cut sentence."""
     words = korean_bases(content_words(text))
     if not words:
         return "Untitled"
@@ -238,8 +239,9 @@ def keyword_title(text: str, elsewhere: str = "", n: int = 4) -> str:
     first = {w: k for k, w in reversed(list(enumerate(words)))}
     # Among equally frequent words the longer ones are usually the more specific.
     best = sorted(counts, key=lambda w: (-counts[w] / (1 + other[w]), -len(w), first[w]))[:n]
-    picked = sorted(best, key=first.__getitem__)
-    return ", ".join(picked).capitalize()
+    written = written_forms(text)
+    title = ", ".join(written.get(w, w) for w in sorted(best, key=first.__getitem__))
+    return title[:1].upper() + title[1:]
 
 
 def _titles(chapters: list[tuple[str, str]], llm: ChatModel, settings: LLMSettings) -> tuple[list[str], int]:
