@@ -54,9 +54,9 @@ def content_words(text: str) -> list[str]:
 
 
 def written_forms(text: str) -> dict[str, str]:
-    """Each content word of `text` (lower case, as `content_words` gives it) as the text writes it: lower case where
-    it is ever written so (a common word capitalised at a sentence's start), else its most frequent spelling (a
-    name, a German noun)."""
+    """Each word of `text` (lower case, as `content_words` gives it) as the text writes it: lower case where it is
+    ever written so (a common word capitalised at a sentence's start), else its most frequent spelling (a name, a
+    German noun)."""
     forms: dict[str, Counter[str]] = {}
     for match in _WORD_APOSTROPHES.findall(text):
         word = _unelided(match)
@@ -89,8 +89,8 @@ def _stem(word: str) -> str:
 
 
 def overlap(text: str, source: str, given: str = "") -> float:
-    """Share of the content words of `text` that occur (by stem) in `source`; 0 when text has none. Words of
-    `given` (the question an answer restates) count neither way."""
+    """Share of the content words of `text` that occur (by stem, CJK by pairs of characters: `terms`) in `source`; 0
+    when text has none. Words of `given` (the question an answer restates) count neither way."""
     known = set(terms(given))
     all_terms = terms(text)
     own = [t for t in all_terms if t not in known]

@@ -336,8 +336,8 @@ def _untitled(sentence: str, titles: list[str]) -> str:
     ("- Title: what the chapter says") into the summary."""
     text = sentence.strip().removeprefix("- ").strip()
     for title in titles:
-        if title and text.casefold().startswith(title.casefold() + ":"):
-            return text[len(title) + 1:].strip()
+        if title and text[: len(title)].casefold() == title.casefold() and text[len(title) : len(title) + 1] == ":":
+            return text[len(title) + 1 :].strip()
     return sentence
 
 
