@@ -39,8 +39,9 @@ def test_korean_sentences_are_split_and_compared_inside_their_words() -> None:
     said = _korean_reference()
     assert len(said) == 7 and said[5].startswith("프로젝트를 만든 후 4개 탭이 표시됩니다")
     source = said[5]  # "프로젝트를 만든 후 4개 탭이 표시됩니다: 데이터, 테스트, 학습 및 배포."
-    # The same words with other particles and endings: held by the source; before, only "데이터" was (0.17).
-    answer = "프로젝트를 만들면 데이터, 테스트, 학습, 배포 탭이 표시됩니다."
+    # The same words with other particles and endings: held by the source (before, 0.17: "데이터와", "테스트와",
+    # "학습과" were words of their own).
+    answer = "프로젝트를 만들면 데이터와 테스트와 학습과 배포 탭이 나타납니다."
     assert overlap(answer, source) >= 0.6 and grounded(answer, source)
     # Sentences of the same recording about something else, and a claim about nothing in it.
     for other in (said[1], said[2], "서울은 한국의 수도입니다."):
