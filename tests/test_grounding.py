@@ -112,3 +112,15 @@ def test_a_key_word_title_writes_its_words_as_the_text_does() -> None:
     assert keyword_title(jfk) == "Fellow, Americans, country, Kennedy"
     # A common word capitalised at a sentence's start is written as it is elsewhere.
     assert keyword_title("They unite. Workers of the world, the workers say.") == "Unite, workers, world"
+
+
+def test_an_extract_of_chinese_or_japanese_is_cut_at_its_length_in_words() -> None:
+    from mediaindex.agents.grounding import first_words
+
+    # Before: Chinese speech is one "word" per segment, so 30 words of a window were all of it.
+    chinese = "大家好今天我们来谈谈巴黎公社的历史 它发生在一八七一年的春天 工人们占领了城市"
+    assert first_words(chinese, 5) == "大家好今天我们来谈谈 …"
+    assert first_words("視聴者の皆さん、こんにちは", 3) == "視聴者の皆さ …"
+    assert first_words("이 도구를 사용하면 모든 오디오", 3) == "이 도구를 사용하면 …"  # Korean is spaced: by its words
+    assert first_words("And so my fellow Americans", 3) == "And so my …"
+    assert first_words("And so my", 3) == "And so my"

@@ -229,6 +229,18 @@ def distinct(sentences_: list[str]) -> list[str]:
     return kept
 
 
+# Chinese and Japanese put no spaces between words: their text is counted two characters to a word, about a word's
+# length in Chinese (Korean puts spaces between words and is counted by them).
+_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
 def first_words(text: str, n: int) -> str:
-    words = text.split()
-    return " ".join(words[:n]) + (" …" if len(words) > n else "")
+    """The text's first `n` words, with "…" where it was cut."""
+    units: list[tuple[str, bool]] = []  # (a word or two characters, joined to the one before it)
+    for token in text.split():
+        if _UNSPACED.search(token):
+            units += [(token[i:i + 2], i > 0) for i in range(0, len(token), 2)]
+        else:
+            units.append((token, False))
+    kept = "".join(unit if joined or not i else f" {unit}" for i, (unit, joined) in enumerate(units[:n]))
+    return kept + (" …" if len(units) > n else "")
