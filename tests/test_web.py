@@ -538,6 +538,12 @@ def test_cjk_and_korean_text_render_as_glyphs(page: Page, server: LiveServer) ->
     assert not missing, f"drawn as boxes (no CJK font: apt-get install fonts-noto-cjk): {missing}"
     assert len(set(drawn["glyphs"])) == len(chars)  # each character its own glyph
     assert page.p.input_value("#q") == query
+    # Text tagged Korean (a transcript line's or a hit's language) breaks lines at its spaces, not inside a word;
+    # Chinese and Japanese, without spaces, still break between characters.
+    breaks = page.p.evaluate("""() => ['ko', 'zh', 'ja', 'en'].map((lang) => {
+        const p = document.createElement('p'); p.lang = lang; document.body.append(p);
+        const rule = getComputedStyle(p).wordBreak; p.remove(); return rule; })""")
+    assert breaks == ["keep-all", "normal", "normal", "normal"], breaks
     page.fits()
     page.shot("cjk")
 

@@ -857,6 +857,12 @@ async function removeFile(v, token) {
 
 // A summary with its chapters (as stored at ingest, or as a summary job made it); each chapter's time plays it.
 function showSummary(v, text, chapters, citations) {
+  // The model may write in another language than the file's: its text is tagged by its script (Hangul is Korean),
+  // a chapter made of the transcript's own words (not generated) by the file's language.
+  const lang = (words, fallback) => (/[\uac00-\ud7a3]/.test(words || "") ? "ko" : fallback);
+  const summaryLang = lang(text);
+  if (summaryLang) $("summary-text").setAttribute("lang", summaryLang);
+  else $("summary-text").removeAttribute("lang");
   $("summary-text").replaceChildren(answerText(text || "", citations || []));
   $("chapters").replaceChildren(...chapters.map((c) => {
     const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
@@ -865,7 +871,9 @@ function showSummary(v, text, chapters, citations) {
       e.preventDefault();
       play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
     });
-    return el("li", { class: "chapter" }, time, el("div", {}, el("strong", {}, c.title), " ", c.summary));
+    return el("li", { class: "chapter" }, time,
+              el("div", { lang: lang(`${c.title} ${c.summary}`, c.generated ? undefined : v.language || undefined) },
+                 el("strong", {}, c.title), " ", c.summary));
   }));
 }
 
