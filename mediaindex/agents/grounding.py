@@ -43,8 +43,9 @@ def _unelided(word: str) -> str:
 # Chinese and Japanese are written without spaces between words, and Korean joins particles and endings to its
 # words ("프로젝트를", "프로젝트는"): a run of these characters is compared by its overlapping pairs of characters, as
 # search engines' CJK analysers index it, so that the same word inside two runs is found in both.
-_CJK = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
-                  "\uf900-\ufaff]+")
+_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_LETTER = f"[{_HAN_KANA}\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]"  # and Hangul
+_CJK = re.compile(_CJK_LETTER + "+")
 
 
 def content_words(text: str) -> list[str]:
@@ -149,7 +150,7 @@ def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-ZÄÖÜ][\w'-]+|\d[\d.,:]*)", re.UNICODE)
 # A sentence ends at a stop before a capital, a digit or a quote, or before a letter of a script without capitals
 # (Korean, Chinese, Japanese); at a full-width stop whatever follows.
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9]|" + _CJK.pattern[:-1] + r")|(?<=[。！？])\s*(?=\S)")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9]|" + _CJK_LETTER + r")|(?<=[。！？])\s*(?=\S)")
 SUPPORT = 0.75  # share of a generated sentence's content words its sources must hold
 
 
@@ -231,7 +232,7 @@ def distinct(sentences_: list[str]) -> list[str]:
 
 # Chinese and Japanese put no spaces between words: their text is counted two characters to a word, about a word's
 # length in Chinese (Korean puts spaces between words and is counted by them).
-_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_UNSPACED = re.compile(f"[{_HAN_KANA}]")
 
 
 def first_words(text: str, n: int) -> str:

@@ -739,6 +739,17 @@ function momentLink(c) {
 }
 
 // The answer's text with each citation marker ([video_id@start-end]) as a link to its moment.
+// The language model may write in another language than the file's or the question's: its text is tagged by its
+// script where that says the language (Hangul is Korean, whose lines break at spaces), else by `fallback`.
+function textLanguage(text, fallback) {
+  return /[\uac00-\ud7a3]/.test(text || "") ? "ko" : fallback || undefined;
+}
+
+function tagLanguage(node, lang) {
+  if (lang) node.setAttribute("lang", lang);
+  else node.removeAttribute("lang");
+}
+
 function answerText(text, citations) {
   const frag = document.createDocumentFragment();
   const marker = /\[([0-9A-Za-z_-]+)@(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)\]/g;
@@ -760,11 +771,12 @@ function showAnswer(question, job) {
   $("ask-status").textContent = out.status === "answered"
     ? `Answered from ${plural(citations.length, "moment")} (${out.model}, ${plural(out.steps || 0, "step")})`
     : "The archive does not seem to hold the answer.";
+  tagLanguage($("ask-answer"), textLanguage(out.answer));
   $("ask-answer").replaceChildren(answerText(out.answer || "", citations));
   const list = $("ask-moments");
   list.replaceChildren(...citations.map((c) => el("li", { class: "cited" }, momentLink(c),
     isGone(c.video_id) ? el("span", { class: "gone" }, "gone from disk") : null,
-    c.text ? el("q", {}, c.text) : null)));
+    c.text ? el("q", { lang: textLanguage(c.text) }, c.text) : null)));
   if (out.status !== "answered") {
     list.append(el("li", { class: "hint" }, "Search for it instead: ",
                    el("a", { href: searchHash(question, out.video_id || "", "") }, question)));
@@ -803,6 +815,7 @@ async function runAsk(question, video, token) {
   show("ask-view");
   $("q").value = question;
   $("ask-question").textContent = question;
+  tagLanguage($("ask-question"), textLanguage(question));
   $("ask-answer").replaceChildren();
   $("ask-moments").replaceChildren();
   $("ask-status").textContent = "";
@@ -857,12 +870,7 @@ async function removeFile(v, token) {
 
 // A summary with its chapters (as stored at ingest, or as a summary job made it); each chapter's time plays it.
 function showSummary(v, text, chapters, citations) {
-  // The model may write in another language than the file's: its text is tagged by its script (Hangul is Korean),
-  // a chapter made of the transcript's own words (not generated) by the file's language.
-  const lang = (words, fallback) => (/[\uac00-\ud7a3]/.test(words || "") ? "ko" : fallback);
-  const summaryLang = lang(text);
-  if (summaryLang) $("summary-text").setAttribute("lang", summaryLang);
-  else $("summary-text").removeAttribute("lang");
+  tagLanguage($("summary-text"), textLanguage(text));
   $("summary-text").replaceChildren(answerText(text || "", citations || []));
   $("chapters").replaceChildren(...chapters.map((c) => {
     const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
@@ -872,7 +880,7 @@ function showSummary(v, text, chapters, citations) {
       play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
     });
     return el("li", { class: "chapter" }, time,
-              el("div", { lang: lang(`${c.title} ${c.summary}`, c.generated ? undefined : v.language || undefined) },
+              el("div", { lang: textLanguage(`${c.title} ${c.summary}`, c.generated ? undefined : v.language) },
                  el("strong", {}, c.title), " ", c.summary));
   }));
 }
