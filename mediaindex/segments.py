@@ -7,8 +7,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# What was heard or seen in the media, and what the summary stage (ingest.summaries) wrote about it.
-MEDIA_MODALITIES = ("speech", "ocr", "visual")
+# What was heard or seen in the media (or came with it as subtitles), and what the summary stage
+# (ingest.summaries) wrote about it.
+SUBTITLE = "subtitle"
+MEDIA_MODALITIES = ("speech", "ocr", "visual", SUBTITLE)
 GENERATED_MODALITIES = ("summary", "chapter")
 MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")
@@ -43,6 +45,8 @@ ANALYSIS_ADDS = "pictures without words become searchable, and wide frames are c
 
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"
+# The payload field of a subtitle segment naming its track: "stream 2" of the file, or the subtitle file's name.
+TRACK_FIELD = "track"
 # The payload field of a shot's people segment: {"faces": n, "persons": n} (`models.people`).
 PEOPLE_FIELD = "people"
 

@@ -63,11 +63,11 @@ def run_on_terminal(*args: str, env: dict[str, str], columns: int = 200, timeout
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, dict[str, str]]:
-    """A folder as people have them: a recording beside its reference text and a picture."""
+    """A folder as people have them: a recording beside a picture and subtitles of a video not there."""
     folder = tmp_path_factory.mktemp("archive")
     shutil.copy(media("audio/jfk.flac"), folder / "jfk.flac")
     shutil.copy(media("images/skimage_coffee.png"), folder / "coffee.png")
-    shutil.copy(media("groundtruth/manifesto.srt"), folder / "jfk.srt")
+    shutil.copy(media("groundtruth/manifesto.srt"), folder / "manifesto.srt")
     return folder, cli_environment(tmp_path_factory.mktemp("out-index"), cache_dir, tmp_path_factory.mktemp("out-tmp"))
 
 
@@ -92,9 +92,10 @@ def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, 
     assert indexed and indexed.group(1) == str(folder.resolve() / "jfk.flac"), text
     n = int(indexed.group(2))
     assert f": {plural(n, 'segment')}" in text
-    # The picture and the subtitles are not media: listed with -v, counted in the last line.
+    # The picture and the subtitles of no media file are not media: listed with -v, counted in the last line.
     assert f"left out   {folder / 'coffee.png'}: unsupported type (.png)" in text, text
-    assert f"left out   {folder / 'jfk.srt'}: unsupported type (.srt)" in text
+    assert (f"left out   {folder / 'manifesto.srt'}: unsupported type (.srt: subtitles of no media file found "
+            "here)") in text
     done = next(line for line in result.stderr.splitlines() if line.startswith("done: "))
     assert done.startswith(f"done: 1 file indexed ({plural(n, 'segment')}), 2 files left out as not media (job"), done
     assert "failed" not in done and "skipped" not in done

@@ -40,7 +40,7 @@ from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.segments import Hit
+from mediaindex.segments import SUBTITLE, Hit
 
 EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
 
@@ -75,10 +75,14 @@ class _Span:
 
     @property
     def spoken(self) -> str:
-        """What was said in the span, or its on-screen text where nothing was: a stand-in for a summary reads as
-        the speech does, not as the timecodes, captions and file names on screen around it."""
-        said = " ".join(s.text.strip() for s in self.segments if s.modality == "speech" and s.text.strip())
-        return said or self.text
+        """What was said in the span (heard, else its subtitles), or its on-screen text where nothing was: a
+        stand-in for a summary reads as the speech does, not as the timecodes, captions and file names on screen
+        around it."""
+        for modality in ("speech", SUBTITLE):
+            said = " ".join(s.text.strip() for s in self.segments if s.modality == modality and s.text.strip())
+            if said:
+                return said
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,9 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
 
     Summary and chapter segments from an earlier run are ignored: only what was heard and seen counts.
     """
-    texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()]
+    # Subtitles stand in for speech where none was heard; beside it they would say everything twice.
+    worded = TEXT_MODALITIES if any(s.modality == "speech" for s in segments) else (*TEXT_MODALITIES, SUBTITLE)
+    texts = [s for s in segments if s.modality in worded and s.text.strip()]
     visual = [s for s in segments if s.modality == "visual" and s.text.strip()]
     if not texts and not visual:
         return VideoSummary(

@@ -19,7 +19,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.naming import one_file_named
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
-from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, Hit
+from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, SUBTITLE, Hit
 
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
@@ -27,7 +27,8 @@ CONTEXT_CHARS = 450  # at most this much text per widened moment
 # Answers search deeper than a person's search: the best moments with no threshold, for the model to judge.
 ANSWER_LIMIT = 10
 ANSWER_CONFIDENCE = "none"
-SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "summary": "summary", "chapter": "chapter"}
+SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "subtitle": "subtitles", "summary": "summary",
+            "chapter": "chapter"}
 
 _RANGE = {
     "video_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "id of an indexed video"},
@@ -237,11 +238,11 @@ class Archive:
             raise ToolError(f"end ({end}) must be after start ({start})")
         if record.duration is not None and start >= record.duration:
             raise ToolError(f"start {start} is past the end of the video ({record.duration:.1f} s)")
-        wanted = ("speech",) if name == "get_transcript" else ("ocr", "visual")
+        wanted = ("speech", SUBTITLE) if name == "get_transcript" else ("ocr", "visual")
         # A shot without a confident label has no text: nothing to show the model.
         moments = [h for h in self.segments(record.video_id)
                    if h.modality in wanted and h.text and h.start < end and h.end > start]
         note = "" if moments else (
-            "no speech in this range" if name == "get_transcript"
+            "no speech or subtitles in this range" if name == "get_transcript"
             else "no on-screen text or visual concepts indexed for this range")
         return ToolResult(name, args, moments, note)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Modality = Literal["speech", "ocr", "visual", "summary", "chapter"]  # mediaindex.segments.MODALITIES
+Modality = Literal["speech", "ocr", "visual", "subtitle", "summary", "chapter"]  # mediaindex.segments.MODALITIES
 
 
 class _Strict(BaseModel):

@@ -7,7 +7,7 @@ file through the stages and is stored in the catalog record, so it must stay JSO
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,9 @@ class MediaInfo:
     display_height: int | None = None
     audio_streams: int = 0
     video_streams: int = 0
+    subtitle_streams: int = 0
+    # [name, size, mtime_ns] of each subtitle file read with it (`subtitles.subtitle_signature`)
+    subtitle_files: list[list[str | int]] = field(default_factory=list)
     bit_rate: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,6 +96,7 @@ def probe(path: str | Path) -> MediaInfo:
                 display_height=display[1] if display else None,
                 audio_streams=len(audios),
                 video_streams=len(videos),
+                subtitle_streams=len(container.streams.subtitles),
                 bit_rate=container.bit_rate or None,
             )
     except av.error.FFmpegError as exc:

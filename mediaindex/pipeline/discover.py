@@ -2,7 +2,8 @@
 
 Every entry of a walked folder ends up either in `files` or in `skipped` with one specific reason
 (dangling symlink, symlink loop, not a regular file, unreadable, hidden, unsupported type, the same
-file as another): nothing is passed over without a line. Media files the user's --include/--exclude
+file as another): nothing is passed over without a line, but for subtitle files named after a media file
+found, which are read with it. Media files the user's --include/--exclude
 globs leave out are what was asked for: they are counted in `left_out`, not listed. Names are kept as they are;
 `shown()` escapes control characters (a newline in a name must not split a report line).
 """
@@ -16,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
+
+from mediaindex.media.subtitles import SUBTITLE_SUFFIXES, subtitle_files
 
 MEDIA_SUFFIXES = {
     ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".wmv", ".flv", ".mpg", ".mpeg", ".ts", ".mts", ".3gp", ".ogv",
@@ -88,6 +91,7 @@ class _Walk:
         self.include, self.exclude = include, exclude
         self.found = Discovered()
         self.first: dict[Path, Path] = {}  # real file -> the path it was first found as
+        self.subtitles: list[Path] = []  # read with the media file they are named after, if one is found
 
     def skip(self, path: Path, reason: str) -> None:
         self.found.skipped.append((str(path), reason))
@@ -151,6 +155,8 @@ class _Walk:
             return
         if why := _not_a_file(path, st.st_mode):
             self.skip(path, why)
+        elif path.suffix.lower() in SUBTITLE_SUFFIXES:
+            self.subtitles.append(path)
         elif path.suffix.lower() not in MEDIA_SUFFIXES:
             self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix) or 'no suffix'})")
         elif not _selected(path.relative_to(top).as_posix(), self.include, self.exclude):
@@ -170,4 +176,10 @@ def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequ
     walk = _Walk(include, exclude)
     for raw in paths:
         walk.argument(Path(raw).expanduser())
+    folders = {file.resolve().parent for file in walk.subtitles}
+    read_with = {file.resolve() for media in walk.found.files if media.parent in folders
+                 for file in subtitle_files(media)}
+    for file in walk.subtitles:
+        if file.resolve() not in read_with:
+            walk.skip(file, f"{UNSUPPORTED_TYPE} ({shown(file.suffix)}: subtitles of no media file found here)")
     return walk.found

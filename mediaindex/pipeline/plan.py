@@ -13,6 +13,7 @@ from mediaindex.index.catalog import VideoRecord, content_hash
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobFile
+from mediaindex.media.subtitles import subtitle_signature
 from mediaindex.segments import ANALYSIS_ADDS, ANALYSIS_VERSION
 
 # Said of an unchanged file that an earlier version of the stages indexed.
@@ -74,10 +75,13 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
 
 
 def _unchanged(index: MediaIndex, path: Path) -> bool:
-    """Same size and mtime as when indexed, or the same bytes (then the mtime is refreshed)."""
+    """Same size and mtime as when indexed, or the same bytes (then the mtime is refreshed), and the same
+    subtitle files beside it."""
     catalog = index.catalog
     record = catalog.by_source(str(path))
     if record is None:
+        return False
+    if (record.probe.get("subtitle_files") or []) != subtitle_signature(path):
         return False
     stat = path.stat()
     if record.size == stat.st_size and record.mtime_ns == stat.st_mtime_ns:

@@ -54,3 +54,8 @@ def query_language(text: str) -> str | None:
                     reverse=True)
     (best, language), (second, _) = totals[0], totals[1]
     return language if best - second >= MIN_LEAD * len(words) else None
+
+
+def text_language(text: str, words: int = 200) -> str | None:
+    """The language of a longer text (a subtitle track), judged by its first `words` words as a query's is."""
+    return query_language(" ".join(text.split()[:words]))

@@ -7,7 +7,8 @@ const PAGE_SIZE = 24;
 // A search lists this many moments (or files) at first; "more" asks again this many deeper, up to the API's most.
 const RESULTS_STEP = 20;
 const RESULTS_MAX = 100;
-const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", chapter: "chapter", summary: "summary" };
+const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", subtitle: "subtitles", chapter: "chapter",
+  summary: "summary" };
 const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
 let videos = [];        // every indexed file, for the file filter and the empty state's languages
 let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one

@@ -1,4 +1,5 @@
-"""The first stage: probe and hash a file, then decode its video once into shots and keyframes.
+"""The first stage: probe and hash a file, decode its video once into shots and keyframes, and read its
+subtitles (its own text streams and the subtitle files beside it) into `subtitle` segments.
 
 Audio is not decoded here: the speech stage streams it from the file in chunks, so a long file's
 audio never travels between stages (or sits in memory) whole.
@@ -15,18 +16,20 @@ from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.index.catalog import content_hash, video_id_for
 from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
+from mediaindex.media.subtitles import passages, read_subtitles, subtitle_signature
 from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
+from mediaindex.search.querylang import text_language
+from mediaindex.segments import SUBTITLE, TRACK_FIELD, Segment
 
 __all__ = ["STAGE", "DecodeStage", "decode_media"]
 
 
 def decode_media(path: str, settings: Settings) -> MediaItem:
     """Probe, hash and scan one file: shots and keyframes for the vision stage, each keyframe's thumbnail
-    encoded on the item (the index writer saves them; a stage touches no index)."""
+    encoded on the item (the index writer saves them; a stage touches no index), and its subtitles' segments."""
     started = time.monotonic()
-    timeout = settings.ingest.file_timeout
     info = probe(path)
     if not info.has_audio and not info.has_video:
         raise MediaError(path, "no audio or video stream")
@@ -40,9 +43,16 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
     )
     if not info.has_audio:
         item.notes.append("no audio track: nothing to transcribe")
-    if not info.has_video:
-        return item
-    f = settings.frames
+    if info.has_video:
+        _scan(item, settings, started)
+    _add_subtitles(item)
+    return item
+
+
+def _scan(item: MediaItem, settings: Settings, started: float) -> None:
+    """Shots and keyframes (with their thumbnails) of the item's video; a video that cannot be decoded leaves a
+    note where the file has sound, and fails the file where it has none."""
+    path, info, f, timeout = item.source, item.info, settings.frames, settings.ingest.file_timeout
     try:
         scan = scan_video(
             path, info, interval=f.interval, max_side=f.max_side, max_keyframes=f.max_keyframes,
@@ -54,14 +64,14 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         if not info.has_audio or isinstance(exc, MediaTimeoutError):
             raise
         item.notes.append(f"video skipped: {exc.reason}")
-        return item
+        return
     if scan.warning:
         item.notes.append(scan.warning)
     if scan.frames == 0:
         if not info.has_audio:
             raise MediaError(path, "no decodable video frames and no audio")
         item.notes.append("video skipped: no decodable frames")
-        return item
+        return
     item.info = dataclasses.replace(
         info,
         variable_frame_rate=info.variable_frame_rate or scan.variable_frame_rate,
@@ -73,7 +83,21 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         thumb = thumbnail_name(item.video_id, picture.time, f.thumbnail_format)
         item.thumbnail_files[thumb] = encode_thumbnail(picture.image, f.thumbnail_side, f.thumbnail_format)
         item.keyframes.append(Keyframe(part.start, part.end, picture.image, thumb, [f.image for f in part.frames]))
-    return item
+
+
+def _add_subtitles(item: MediaItem) -> None:
+    """The item's subtitle tracks as `subtitle` segments, a passage of cues each; a track whose stream or file
+    name gives no language is given the one its words plainly say (or none)."""
+    found = read_subtitles(Path(item.source), item.info.subtitle_streams)
+    item.info = dataclasses.replace(item.info, subtitle_files=subtitle_signature(Path(item.source)))
+    item.notes.extend(found.notes)
+    length = item.info.duration if item.info.duration > 0 else float("inf")
+    for track in found.tracks:
+        language = track.language or text_language(" ".join(c.text for c in track.cues))
+        item.segments += [
+            Segment(item.video_id, item.source, p.start, min(p.end, length), SUBTITLE, p.text, language=language,
+                    thumbnail=item.thumbnail_at(p.start), extra={TRACK_FIELD: track.origin})
+            for p in passages(track.cues) if p.start < length]  # a cue past the end belongs to a longer cut
 
 
 class DecodeStage:

@@ -1,0 +1,210 @@
+"""Subtitles read with their media: files beside it and its own text streams, over the real captions of
+manifesto.mp4 (an SRT and YouTube's rolling WebVTT of the same captions); broken and legacy-encoded files are
+made at test time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mediaindex.index.index import MediaIndex
+from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+from mediaindex.media.subtitles import (
+    MAX_FILE_BYTES,
+    MAX_PASSAGE_CHARS,
+    MAX_PASSAGE_SECONDS,
+    language_code,
+    passages,
+    read_subtitles,
+    subtitle_files,
+)
+from mediaindex.pipeline.discover import discover
+from mediaindex.pipeline.inprocess import InProcessPipeline
+from mediaindex.search.searcher import search
+from mediaindex.segments import SUBTITLE, TRACK_FIELD
+from mediaindex.service import IngestRequest, ingest
+from tests.conftest import make_settings, media
+
+SRT = "groundtruth/manifesto.srt"
+VTT = "groundtruth/manifesto.vtt"  # YouTube's automatic captions: each line shown again under the next
+
+
+def _srt_cues(text: str) -> list[tuple[float, str]]:
+    """(start, text) of each cue of an SRT file, parsed here independently of the reader."""
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = block.strip().splitlines()
+        h, m, rest = lines[1].split(" --> ")[0].split(":")
+        s, ms = rest.split(",")
+        out.append((int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000, " ".join(lines[2:]).strip()))
+    return out
+
+
+@pytest.fixture
+def talk(tmp_path: Path) -> Path:
+    """manifesto.mp4 as talk.mp4, alone in a folder."""
+    folder = tmp_path / "talks"
+    folder.mkdir()
+    shutil.copy(media("video/manifesto.mp4"), folder / "talk.mp4")
+    return folder / "talk.mp4"
+
+
+def test_rolling_captions_keep_each_line_once(talk: Path) -> None:
+    shutil.copy(media(VTT), talk.with_name("talk.en.vtt"))
+    found = read_subtitles(talk)
+    assert found.notes == []
+    (track,) = found.tracks
+    assert (track.origin, track.language) == ("talk.en.vtt", "en")
+    expected = _srt_cues(media(SRT).read_text(encoding="utf-8"))
+    assert [c.text for c in track.cues] == [text for _, text in expected]  # the same captions as the SRT's
+    assert all(abs(c.start - start) < 0.02 for c, (start, _) in zip(track.cues, expected, strict=True))
+    assert track.cues[0].text == "this audiobook is in the public domain"
+    assert all(c.end >= c.start for c in track.cues)
+
+
+def test_an_srt_beside_the_file_and_its_language_from_the_name(talk: Path) -> None:
+    shutil.copy(media(SRT), talk.with_name("talk.srt"))
+    shutil.copy(media(SRT), talk.with_name("TALK.eng.forced.srt"))  # a language, then a flag; case differs
+    shutil.copy(media(SRT), talk.with_name("talks.srt"))  # another file's
+    shutil.copy(media(SRT), talk.with_name("talk.mp4.notes.txt"))
+    assert [p.name for p in subtitle_files(talk)] == ["TALK.eng.forced.srt", "talk.srt"]
+    tracks = read_subtitles(talk).tracks
+    assert [(t.origin, t.language) for t in tracks] == [("TALK.eng.forced.srt", "en"), ("talk.srt", None)]
+    assert tracks[1].cues[3].text == "workers of the world unite"
+    assert tracks[1].cues[3].start == pytest.approx(9.519)
+
+
+def test_language_tags() -> None:
+    assert [language_code(t) for t in ("eng", "ger", "deu", "kor", "en-US", "pt-BR", "fre")] == [
+        "en", "de", "de", "ko", "en", "pt", "fr"]
+    assert [language_code(t) for t in ("und", "forced", "sdh", "", None, "English", "x")] == [None] * 7
+
+
+def test_a_files_own_text_streams_in_one_pass(tmp_path: Path) -> None:
+    """Two SubRip streams muxed into a Matroska copy of the video: one tagged German (its words are English: the tag
+    is what the file says), one untagged."""
+    out = tmp_path / "muxed.mkv"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("video/manifesto.mp4")), "-i", str(media(SRT)),
+                    "-i", str(media(VTT)), "-map", "0", "-map", "1", "-map", "2", "-c:v", "copy", "-c:a", "copy",
+                    "-c:s", "srt", "-metadata:s:s:0", "language=ger", str(out)], check=True)
+    found = read_subtitles(out, streams=2)
+    assert found.notes == []
+    assert [(t.origin, t.language) for t in found.tracks] == [("stream 2", "de"), ("stream 3", None)]
+    expected = [text for _, text in _srt_cues(media(SRT).read_text(encoding="utf-8"))]
+    assert [c.text for c in found.tracks[0].cues] == expected
+    assert [c.text for c in found.tracks[1].cues] == expected  # the rolling captions, each line once
+    assert read_subtitles(out, streams=0).tracks == []  # the probe found none: the file is not read again
+
+
+def test_styling_is_dropped(talk: Path) -> None:
+    talk.with_name("talk.srt").write_text(
+        "1\n00:00:01,000 --> 00:00:03,500\n<i>Workers</i> of the <b>world</b>,\n{\\an8}unite!\n\n"
+        "2\n00:00:04,000 --> 00:00:06,000\n<font color=\"#ff0000\">Marx</font> &amp; Engels\n\n", encoding="utf-8")
+    (track,) = read_subtitles(talk).tracks
+    assert [c.text for c in track.cues] == ["Workers of the world, unite!", "Marx & Engels"]
+
+
+@pytest.mark.parametrize(("encoding", "file"), [("cp1252", "de"), ("utf-16", "de"), ("cp949", "ko"),
+                                                 ("utf-8-sig", "ko")])
+def test_legacy_encodings_read_as_their_text(talk: Path, encoding: str, file: str) -> None:
+    """The German and Korean reference sentences of media-val as SRT cues, written in encodings that old
+    subtitle files use."""
+    names = {"de": "azure_customspeech_de-DE_training_trans.txt", "ko": "azure_customspeech_ko-KR_training_trans.txt"}
+    root = media("MANIFEST.md").parent.parent / "media-val" / "groundtruth"
+    lines = [line.split("\t", 1)[1].strip() for line in (root / names[file]).read_text(encoding="utf-8-sig").splitlines()
+             if "\t" in line]
+    srt = "".join(f"{i + 1}\n00:00:{2 * i:02d},000 --> 00:00:{2 * i + 1:02d},500\n{text}\n\n"
+                  for i, text in enumerate(lines[:8]))
+    talk.with_name(f"talk.{file}.srt").write_bytes(srt.encode(encoding))
+    (track,) = read_subtitles(talk).tracks
+    assert [c.text for c in track.cues] == lines[:8]
+    assert track.language == file
+
+
+def test_broken_subtitle_files_are_named_and_the_rest_kept(talk: Path) -> None:
+    shutil.copy(media(SRT), talk.with_name("talk.en.srt"))
+    talk.with_name("talk.junk.srt").write_bytes(os.urandom(4000))
+    talk.with_name("talk.empty.vtt").write_bytes(b"")
+    shutil.copy(media(SRT), talk.with_name("talk.ass"))  # SubRip under an ASS name
+    with open(talk.with_name("talk.huge.srt"), "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    found = read_subtitles(talk)
+    assert [t.origin for t in found.tracks] == ["talk.en.srt"]
+    notes = "\n".join(found.notes)
+    assert "subtitle file talk.junk.srt not read" in notes
+    assert "subtitle file talk.empty.vtt not read: empty" in notes
+    assert "subtitle file talk.ass holds no cues" in notes
+    assert "subtitle file talk.huge.srt not read: larger than 20 MB" in notes
+
+
+def test_passages_join_cues_into_spoken_lengths(talk: Path) -> None:
+    shutil.copy(media(SRT), talk.with_name("talk.srt"))
+    (track,) = read_subtitles(talk).tracks
+    cues = list(track.cues)
+    joined = passages(cues)
+    assert " ".join(p.text for p in joined) == " ".join(c.text for c in cues)  # every word, in order
+    assert len(joined) < len(cues)
+    alone = {c.text for c in cues}  # a single cue may be longer itself
+    assert all(p.text in alone or (len(p.text) <= MAX_PASSAGE_CHARS and p.end - p.start <= MAX_PASSAGE_SECONDS)
+               for p in joined)
+    assert joined[0].text == ("this audiobook is in the public domain you can find the text version of this audio "
+                              "book at www.marxists.org")
+    # A sentence's end ends a passage; so does a pause.
+    first = cues[0]
+    ended = passages([first, replace(first, start=first.end, end=first.end + 1, text="Yes."),
+                      replace(first, start=first.end + 1, end=first.end + 2, text="No."),
+                      replace(first, start=first.end + 5, end=first.end + 6, text="then")])
+    assert [p.text for p in ended] == [f"{first.text} Yes.", "No.", "then"]
+
+
+def test_discovery_reads_subtitles_with_their_file(talk: Path) -> None:
+    shutil.copy(media(SRT), talk.with_name("talk.en.srt"))
+    shutil.copy(media(SRT), talk.with_name("lost.srt"))
+    found = discover([talk.parent])
+    assert [p.name for p in found.files] == ["talk.mp4"]
+    assert found.skipped == [(str(talk.with_name("lost.srt")),
+                              "unsupported type (.srt: subtitles of no media file found here)")]
+
+
+@pytest.mark.slow
+def test_ingest_indexes_subtitles_and_reads_them_again_when_they_change(tmp_path: Path, cache_dir: Path,
+                                                                        embedder) -> None:
+    """The first 40 s of manifesto.mp4 with its captions beside it: the captions are searchable moments (where
+    Whisper hears "Guizhou", they say "guizot"), cues past the cut's end are dropped, an unchanged file is not read
+    again, and a subtitle file added later is."""
+    folder = tmp_path / "talks"
+    folder.mkdir()
+    video = folder / "talk.mp4"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("video/manifesto.mp4")), "-t", "40", "-c", "copy",
+                    str(video)], check=True)
+    shutil.copy(media(VTT), folder / "talk.en.vtt")
+    settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
+    settings.index_dir.mkdir(parents=True)
+    pipeline = InProcessPipeline(settings)
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        report = ingest(IngestRequest(settings, [folder]), index, pipeline)
+        (outcome,) = report.indexed
+        stored = index.store.segments_of(outcome.video_id, modality=SUBTITLE)
+        record = index.catalog.get(outcome.video_id)
+        assert record is not None and record.duration is not None
+        assert stored and all(s["end"] <= record.duration + 1e-6 for s in stored)
+        assert {(s["language"], s["extra"][TRACK_FIELD]) for s in stored} == {("en", "talk.en.vtt")}
+        assert "guizot french radicals" in " ".join(s["text"] for s in stored)
+
+        hits = search(index, embedder, "Guizot and the French radicals", limit=3)
+        assert hits[0].modality == SUBTITLE and "guizot" in hits[0].text
+        assert hits[0].start < 37.3 and hits[0].end > 29.6
+
+        again = ingest(IngestRequest(settings, [folder]), index, pipeline)
+        assert [o.status for o in again.outcomes] == ["unchanged"]
+        (folder / "talk.de.srt").write_text("1\n00:00:01,000 --> 00:00:04,000\nEin Gespenst geht um in Europa\n\n",
+                                            encoding="utf-8")
+        changed = ingest(IngestRequest(settings, [folder]), index, pipeline)
+        assert [o.status for o in changed.outcomes] == ["indexed"]
+        stored = index.store.segments_of(outcome.video_id, modality=SUBTITLE)
+        assert ("de", "Ein Gespenst geht um in Europa") in {(s["language"], s["text"]) for s in stored}
