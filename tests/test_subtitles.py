@@ -28,6 +28,7 @@ from mediaindex.pipeline.inprocess import InProcessPipeline
 from mediaindex.search.searcher import search
 from mediaindex.segments import SUBTITLE, TRACK_FIELD
 from mediaindex.service import IngestRequest, ingest
+from mediaindex.service.archive import Archive
 from tests.conftest import make_settings, media
 
 SRT = "groundtruth/manifesto.srt"
@@ -176,21 +177,27 @@ def test_ingest_indexes_subtitles_and_reads_them_again_when_they_change(tmp_path
                                                                         embedder) -> None:
     """The first 40 s of manifesto.mp4 with its captions beside it: the captions are searchable moments (where
     Whisper hears "Guizhou", they say "guizot"), cues past the cut's end are dropped, an unchanged file is not read
-    again, and a subtitle file added later is."""
+    again, and a subtitle file added later is. A video in which nothing is said has its subtitles for a transcript."""
     folder = tmp_path / "talks"
     folder.mkdir()
     video = folder / "talk.mp4"
     subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("video/manifesto.mp4")), "-t", "40", "-c", "copy",
                     str(video)], check=True)
     shutil.copy(media(VTT), folder / "talk.en.vtt")
+    shutil.copy(media("video/cockatoo.mp4"), folder / "bird.mp4")
+    (folder / "bird.de.srt").write_text("1\n00:00:01,000 --> 00:00:04,000\nEin Kakadu sitzt auf der Stange.\n\n",
+                                        encoding="utf-8")
+    (folder / "bird.en.srt").write_text("1\n00:00:01,000 --> 00:00:04,000\nA cockatoo sits on its perch.\n\n",
+                                        encoding="utf-8")
     settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
     settings.index_dir.mkdir(parents=True)
     pipeline = InProcessPipeline(settings)
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         report = ingest(IngestRequest(settings, [folder]), index, pipeline)
-        (outcome,) = report.indexed
-        stored = index.store.segments_of(outcome.video_id, modality=SUBTITLE)
-        record = index.catalog.get(outcome.video_id)
+        ids = {Path(o.path).name: o.video_id for o in report.indexed}
+        assert sorted(ids) == ["bird.mp4", "talk.mp4"]
+        stored = index.store.segments_of(ids["talk.mp4"], modality=SUBTITLE)
+        record = index.catalog.get(ids["talk.mp4"])
         assert record is not None and record.duration is not None
         assert stored and all(s["end"] <= record.duration + 1e-6 for s in stored)
         assert {(s["language"], s["extra"][TRACK_FIELD]) for s in stored} == {("en", "talk.en.vtt")}
@@ -200,11 +207,18 @@ def test_ingest_indexes_subtitles_and_reads_them_again_when_they_change(tmp_path
         assert hits[0].modality == SUBTITLE and "guizot" in hits[0].text
         assert hits[0].start < 37.3 and hits[0].end > 29.6
 
+        archive = Archive(settings, index, embedder)
+        assert all(s["modality"] == "speech" for s in archive.speech(ids["talk.mp4"]))
+        bird = index.catalog.get(ids["bird.mp4"])
+        assert bird is not None and bird.language == "de"  # nothing heard: the first track's language
+        assert [s["text"] for s in archive.speech(ids["bird.mp4"])] == ["Ein Kakadu sitzt auf der Stange."]
+
         again = ingest(IngestRequest(settings, [folder]), index, pipeline)
-        assert [o.status for o in again.outcomes] == ["unchanged"]
+        assert [o.status for o in again.outcomes] == ["unchanged", "unchanged"]
         (folder / "talk.de.srt").write_text("1\n00:00:01,000 --> 00:00:04,000\nEin Gespenst geht um in Europa\n\n",
                                             encoding="utf-8")
         changed = ingest(IngestRequest(settings, [folder]), index, pipeline)
-        assert [o.status for o in changed.outcomes] == ["indexed"]
-        stored = index.store.segments_of(outcome.video_id, modality=SUBTITLE)
+        assert {Path(o.path).name: o.status for o in changed.outcomes} == {"bird.mp4": "unchanged",
+                                                                           "talk.mp4": "indexed"}
+        stored = index.store.segments_of(ids["talk.mp4"], modality=SUBTITLE)
         assert ("de", "Ein Gespenst geht um in Europa") in {(s["language"], s["text"]) for s in stored}

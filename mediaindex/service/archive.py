@@ -27,7 +27,7 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job, JobFinished, JobStore
-from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, Hit
+from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, SUBTITLE, TRACK_FIELD, Hit
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 from mediaindex.service import ingest as run_ingest
 
@@ -230,8 +230,20 @@ class Archive:
         return self.index.store.segments_of(video_id, modality=modality)
 
     def speech(self, video_id: str) -> list[dict[str, Any]]:
-        """A file's speech segments, in time order."""
-        return self.segments(video_id, "speech")
+        """What was said in a file, in time order: its speech segments, or where nothing was heard, its subtitles
+        (one track: the one in the file's language, else the first), so that a transcript reads once."""
+        heard = self.segments(video_id, "speech")
+        if heard:
+            return heard
+        written = self.segments(video_id, SUBTITLE)
+        record = self.index.catalog.get(video_id)
+
+        def track(s: dict[str, Any]) -> str | None:
+            return (s.get("extra") or {}).get(TRACK_FIELD)
+
+        own = [track(s) for s in written if record is not None and s.get("language") == record.language]
+        chosen = own[0] if own else track(written[0]) if written else None
+        return [s for s in written if track(s) == chosen]
 
     def transcript(self, video: str) -> Transcript | None:
         """The speech segments and facts of an indexed file (`indexed_named`), or None."""

@@ -94,6 +94,7 @@ def _add_subtitles(item: MediaItem) -> None:
     length = item.info.duration if item.info.duration > 0 else float("inf")
     for track in found.tracks:
         language = track.language or text_language(" ".join(c.text for c in track.cues))
+        item.language = item.language or language  # the file's language until speech says otherwise
         item.segments += [
             Segment(item.video_id, item.source, p.start, min(p.end, length), SUBTITLE, p.text, language=language,
                     thumbnail=item.thumbnail_at(p.start), extra={TRACK_FIELD: track.origin})
