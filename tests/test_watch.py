@@ -1,5 +1,6 @@
-"""Which files a watched folder offers to an ingest: only settled ones, each version once, and, when an indexed
-file is gone, the copies of its size that were passed over (on an index of copies of real recordings)."""
+"""Which files a watched folder offers to an ingest: only settled ones, each version once, one whose subtitles
+changed, and, when an indexed file is gone, the copies of its size that were passed over (on an index of copies of
+real recordings)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ def test_files_are_offered_once_they_settle_and_a_copy_when_its_original_goes(tm
         assert watch.look() == [] and not watch.settled  # still growing
         assert watch.look() == [str(arriving)] and watch.settled
         assert watch.look() == []  # taken once, though the ingest that took it is not run here
+
+        captions = built.folder / "talks" / "jfk.en.srt"  # subtitles arrive beside an indexed file
+        captions.write_text("1\n00:00:00,000 --> 00:00:03,000\nAnd so my fellow Americans\n\n", encoding="utf-8")
+        assert watch.look() == [] and not watch.settled
+        assert watch.look() == [str(built.folder / "talks" / "jfk.flac")]
+        assert watch.look() == []
+        captions.unlink()
 
         (built.folder / "talks" / "jfk.flac").unlink()
         assert watch.look() == [str(copy)]  # its original is gone: the copy takes its place

@@ -1,8 +1,8 @@
 """Keeping an index in step with folders: which of their files changed since they were indexed.
 
-A file is taken once it has stopped changing (the same size and modification time at two looks in a row), so a
-file still being copied in waits; each version of a file is taken once, so one that cannot be indexed is not
-tried again until it changes.
+A file is taken once it has stopped changing (the same size and modification time, and the same subtitle files
+beside it, at two looks in a row), so a file still being copied in waits; each version of a file is taken once, so
+one that cannot be indexed is not tried again until it changes.
 """
 
 from __future__ import annotations
@@ -12,12 +12,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mediaindex.media.subtitles import subtitle_signature
 from mediaindex.pipeline.inputs import plan_inputs
 
 if TYPE_CHECKING:
     from mediaindex.service.archive import Archive
 
-Version = tuple[int, int]  # size, modification time (ns)
+# Size, modification time (ns), and [name, size, mtime_ns] of each subtitle file beside it.
+Version = tuple[int, int, tuple[tuple[str | int, ...], ...]]
+
+
+def _subtitles(files: list[list[str | int]]) -> tuple[tuple[str | int, ...], ...]:
+    return tuple(tuple(f) for f in files)
 
 
 class FolderWatch:
@@ -38,7 +44,7 @@ class FolderWatch:
                 stat = os.stat(path)
             except OSError:  # gone since the folder was read
                 continue
-            found[path] = (stat.st_size, stat.st_mtime_ns)
+            found[path] = (stat.st_size, stat.st_mtime_ns, _subtitles(subtitle_signature(Path(path))))
         return found
 
     def _gone(self) -> dict[str, int]:
@@ -58,7 +64,8 @@ class FolderWatch:
             if self.seen.get(path) != version or self.taken.get(path) == version:
                 continue  # still changing (or new since the previous look), or given to an ingest already
             record = catalog.by_source(path)
-            if record is None or (record.size, record.mtime_ns) != version:
+            if record is None or (record.size, record.mtime_ns,
+                                  _subtitles(record.probe.get("subtitle_files") or [])) != version:
                 ready.append(path)
         self.settled = all(self.seen.get(path) == version for path, version in now.items())
         self.seen, self.gone = now, gone
