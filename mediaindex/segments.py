@@ -26,6 +26,19 @@ def is_web_address(text: str) -> bool:
     """The whole text is one web address ("github.com", "https://www.youtube.com/watch")."""
     return bool(WEB_ADDRESS.fullmatch(text.strip()))
 
+# Letters of Chinese and Japanese, written without spaces between words, and of Korean, which joins particles and
+# endings to its words ("프로젝트를", "프로젝트는"): a run of them is compared and indexed by its overlapping pairs
+# of characters, as search engines' CJK analysers index it, so that the same word inside two runs is found in both.
+HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_LETTER = f"[{HAN_KANA}\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]"  # and Hangul
+CJK_RUN = re.compile(CJK_LETTER + "+")
+
+
+def character_pairs(run: str) -> list[str]:
+    """A run of CJK letters as its overlapping pairs of characters (a lone letter as itself)."""
+    return [run[i:i + 2] for i in range(max(1, len(run) - 1))]
+
+
 # Languages written without spaces between words (whisper's codes).
 UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue"})
 

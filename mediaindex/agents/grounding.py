@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from mediaindex.segments import CJK_LETTER, CJK_RUN, HAN_KANA, character_pairs
+
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _STOP = frozenset(str.split("""
 a about above after again against all also am an and any are as at be because been before being below between
@@ -40,18 +42,12 @@ def _unelided(word: str) -> str:
     return parts[0] if len(parts) == 2 and parts[1] == "s" else ""
 
 
-# Chinese and Japanese are written without spaces between words, and Korean joins particles and endings to its
-# words ("프로젝트를", "프로젝트는"): a run of these characters is compared by its overlapping pairs of characters, as
-# search engines' CJK analysers index it, so that the same word inside two runs is found in both.
-_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_CJK_LETTER = f"[{_HAN_KANA}\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]"  # and Hangul
-_CJK = re.compile(_CJK_LETTER + "+")
 
 
 def content_words(text: str) -> list[str]:
     """The words that carry a text's content, lower case, as written (a run of CJK characters is one word)."""
     words = (_unelided(m.lower()) for m in _WORD_APOSTROPHES.findall(text))
-    return [w for w in words if len(w) >= (2 if _CJK.search(w) else 3) and w not in _STOP]
+    return [w for w in words if len(w) >= (2 if CJK_RUN.search(w) else 3) and w not in _STOP]
 
 
 def written_forms(text: str) -> dict[str, str]:
@@ -71,12 +67,12 @@ def terms(text: str) -> list[str]:
     overlapping pairs (a lone character as itself)."""
     out: list[str] = []
     for word in content_words(text):
-        runs = _CJK.findall(word)
+        runs = CJK_RUN.findall(word)
         if not runs:
             out.append(_stem(word))
             continue
-        out += [run[i:i + 2] for run in runs for i in range(max(1, len(run) - 1))]
-        out += [_stem(rest) for rest in _CJK.split(word) if len(rest) >= 3 and rest not in _STOP]
+        out += [pair for run in runs for pair in character_pairs(run)]
+        out += [_stem(rest) for rest in CJK_RUN.split(word) if len(rest) >= 3 and rest not in _STOP]
     return out
 
 
@@ -150,7 +146,7 @@ def relevant(query: str, hit_text: str, score: float, min_score: float) -> bool:
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-ZÄÖÜ][\w'-]+|\d[\d.,:]*)", re.UNICODE)
 # A sentence ends at a stop before a capital, a digit or a quote, or before a letter of a script without capitals
 # (Korean, Chinese, Japanese); at a full-width stop whatever follows.
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9]|" + _CJK_LETTER + r")|(?<=[。！？])\s*(?=\S)")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'A-ZÄÖÜ0-9]|" + CJK_LETTER + r")|(?<=[。！？])\s*(?=\S)")
 SUPPORT = 0.75  # share of a generated sentence's content words its sources must hold
 
 
@@ -232,7 +228,7 @@ def distinct(sentences_: list[str]) -> list[str]:
 
 # Chinese and Japanese put no spaces between words: their text is counted two characters to a word, about a word's
 # length in Chinese (Korean puts spaces between words and is counted by them).
-_UNSPACED = re.compile(f"[{_HAN_KANA}]")
+_UNSPACED = re.compile(f"[{HAN_KANA}]")
 
 
 def first_words(text: str, n: int) -> str:

@@ -88,8 +88,8 @@ def prepare(
             raise QueryError(f"the {name!r} query vector must be {index.store.dims[name]} finite numbers, not all zero")
     q = Query(query, images=images, encoder=index.sparse, language=query_language(query) if query else None)
     if query and mode != "dense":  # meaning alone: the query's words are no evidence either
-        words = index.sparse.query(query)
-        q.word_ids = set(words.indices)
+        words = index.sparse.query(query)  # retrieves by CJK runs' pairs of characters too
+        q.word_ids = set(index.sparse.query(query, pairs=False).indices)
         q.template_ids = set(index.sparse.query(TEMPLATE).indices) - q.word_ids
         q.weights = WordWeights.of(query, index.sparse)
         q.words = words or None

@@ -68,7 +68,7 @@ class WordWeights:
 
     @classmethod
     def of(cls, query: str, encoder: SparseEncoder) -> WordWeights:
-        ids_of = {token: encoder.query(token).indices for token in _TOKEN.findall(query)}
+        ids_of = {token: encoder.query(token, pairs=False).indices for token in _TOKEN.findall(query)}
         weights: dict[int, float] = {}
         for token, ids in ids_of.items():
             for i in ids:
