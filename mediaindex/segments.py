@@ -51,10 +51,12 @@ def join_words(words: list[str], language: str | None) -> str:
 # What the stages make of a file, as a number the catalog keeps per file: a file indexed by an earlier version
 # lacks what later ones find, until `ingest --reindex` analyses it again. 2: pictures without words keep their
 # likeliest image classes and are placed in the text space (1: every file indexed before). 3: the classifier sees a
-# wide frame edge to edge, not only its centre.
-ANALYSIS_VERSION = 3
+# wide frame edge to edge, not only its centre. 4: a file's own subtitle streams are read, and Chinese and Japanese
+# text is indexed by pairs of characters too (subtitle files beside a file are read again whenever they change).
+ANALYSIS_VERSION = 4
 # What re-indexing an earlier version's file gives.
-ANALYSIS_ADDS = "pictures without words become searchable, and wide frames are classified edge to edge"
+ANALYSIS_ADDS = ("subtitle streams inside it are read, words inside Chinese and Japanese sentences are found, "
+                 "pictures without words are searchable, and wide frames are classified edge to edge")
 
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"

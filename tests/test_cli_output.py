@@ -21,6 +21,7 @@ import pytest
 
 from mediaindex.cli.progress import summary_line
 from mediaindex.cli.render import job_lines, plural
+from mediaindex.segments import ANALYSIS_ADDS
 from tests.conftest import REPO, cli_environment, media
 from tests.test_cli import run
 from tests.test_index_cli import cli_index  # noqa: F401  (fixture)
@@ -164,8 +165,7 @@ def test_a_file_indexed_by_an_earlier_version_is_told_and_reindexed(archive: tup
 
     plain = run("ingest", str(folder), env=env)
     assert plain.returncode == 0, plain.stderr
-    assert (f"unchanged  {jfk}: already indexed, by an earlier version (--reindex indexes it again: pictures "
-            "without words become searchable, and wide frames are classified edge to edge)"
+    assert (f"unchanged  {jfk}: already indexed, by an earlier version (--reindex indexes it again: {ANALYSIS_ADDS})"
             ) in plain.stderr.replace("\n", ""), plain.stderr
     assert "done: 1 already indexed" in plain.stderr
     stats = run("index", "stats", env=env)
