@@ -502,6 +502,14 @@ def test_transcript_view_and_video_at_its_own_size(page: Page, server: LiveServe
     state = click_and_seek(page, target)
     assert state["tag"] == "VIDEO" and start <= state["t"] <= end, (state, start, end)
     assert page.p.get_attribute("#export-srt", "href") == f"/videos/{video}/transcript?format=srt"
+    # The transcript rides along as captions (off until the viewer turns them on; turned on here).
+    track = page.p.evaluate("() => { const p = document.getElementById('player'); p.textTracks[0].mode = 'hidden';"
+                            " return p.querySelector('track').getAttribute('src'); }")
+    assert track == f"/videos/{video}/transcript?format=vtt"
+    page.p.wait_for_function("() => document.getElementById('player').textTracks[0].cues?.length > 0")
+    first = page.p.evaluate("() => document.getElementById('player').textTracks[0].cues[0].text")
+    said = re.sub(r"<[^>]+>", "", first).split()  # a cue is a voice span: "<v S1>Hello. …</v>"
+    assert said and " ".join(said[:4]) in lines.first.inner_text(), first
     # 1280×720 is wider than the column: the player takes the column's width, never more than the screen.
     box = page.p.locator("#player").bounding_box()
     column = page.p.locator("main").evaluate("m => m.clientWidth")

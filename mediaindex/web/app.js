@@ -179,10 +179,19 @@ function play(mediaUrl, start, label, hasVideo = true) {
     seek();
   } else {
     player.dataset.src = mediaUrl;
+    setCaptions(player, mediaUrl);
     player.addEventListener("loadedmetadata", seek, { once: true });
     player.src = mediaUrl;
   }
   measureSticky();
+}
+
+// An indexed file's transcript rides along as captions: the player's captions button shows them.
+function setCaptions(player, mediaUrl) {
+  for (const t of player.querySelectorAll("track")) t.remove();
+  const id = (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
+  if (!id || player.tagName !== "VIDEO") return;
+  player.append(el("track", { kind: "captions", label: "transcript", src: `/videos/${id}/transcript?format=vtt` }));
 }
 
 // The player stays in view below the header while the page scrolls: the offset is the header's
