@@ -9,7 +9,8 @@ class MediaError(MediaIndexError):
     """A media file cannot be read or has nothing to index."""
 
     def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
+        # A name that is not UTF-8 (its bytes kept as surrogates) is said with those bytes written out.
+        super().__init__(f"{path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')}: {reason}")
         self.path = path
         self.reason = reason
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mediaindex.media.probe import NOT_UTF8_NAME
 from mediaindex.pipeline.discover import discover, shown
 from mediaindex.pipeline.inputs import plan_inputs
 from tests.conftest import REPO, media
@@ -33,7 +34,15 @@ def messy(tmp_path: Path) -> Path:
     (root / "again.flac").symlink_to(media("audio/jfk.flac"))           # the same file as jfk.flac
     (root / "bad\nname.mp4").symlink_to(tmp_path / "nowhere.mp4")       # a newline in a name
     (root / "esc\x1b[31m.txt").write_text("x")                          # a terminal escape in a name
+    (root / os.fsdecode(b"caf\xe9.flac")).write_bytes(media("audio/jfk.flac").read_bytes())  # a Latin-1 name
+    (root / os.fsdecode(b"m\xfcnchen")).mkdir()                          # a folder so named
+    (root / os.fsdecode(b"m\xfcnchen") / "talk.wav").symlink_to(media("audio/english.wav"))
     return root
+
+
+def _written(name: str) -> str:
+    """A name as the skipped lines write it: bytes that are not UTF-8 written out ("caf\\xe9")."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def test_every_entry_gets_exactly_one_specific_reason(messy: Path) -> None:
@@ -50,7 +59,8 @@ def test_every_entry_gets_exactly_one_specific_reason(messy: Path) -> None:
     assert reasons["jfk.flac"] == f"the same file as {messy / 'again.flac'}"  # walked in name order
     assert reasons["bad\nname.mp4"].startswith("dangling symlink")
     assert reasons["esc\x1b[31m.txt"].startswith("unsupported type")
-    every = {e.name for e in os.scandir(messy)} | {f"sub/{e.name}" for e in os.scandir(messy / "sub")}
+    assert reasons["caf\\xe9.flac"] == reasons["m\\xfcnchen"] == NOT_UTF8_NAME  # the folder once, not its files
+    every = {_written(e.name) for e in os.scandir(messy)} | {f"sub/{e.name}" for e in os.scandir(messy / "sub")}
     accounted = set(reasons) | {"again.flac", "sub/english.wav"}
     assert accounted == every - {"sub"}  # nothing passed over silently (the folder itself is walked)
 
@@ -103,11 +113,12 @@ def test_ingest_prints_one_line_per_entry_and_escapes_names(messy: Path, tmp_pat
                             text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 1, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith(("skipped ", "left out "))]
-    assert len(lines) == 8, result.stderr  # gone, self, sub/up, pipe, notes, .env, bad\nname, esc
+    assert len(lines) == 10, result.stderr  # gone, self, sub/up, pipe, notes, .env, bad\nname, esc, café, münchen
     assert sum(line.startswith("left out ") for line in lines) == 3, lines
     assert any("bad\\nname.mp4: dangling symlink" in line for line in lines), lines
     assert any("esc\\x1b[31m.txt: unsupported type" in line for line in lines), lines
     assert "\x1b[31m" not in result.stderr
+    assert any(line.endswith(f"caf\\xe9.flac: {NOT_UTF8_NAME}") for line in lines), lines
     assert any(line.endswith("sub/up: symlink loop (points to a folder that contains it)") for line in lines)
 
     loop = tmp_path / "loop.mp4"
@@ -115,3 +126,19 @@ def test_ingest_prints_one_line_per_entry_and_escapes_names(messy: Path, tmp_pat
     alone = subprocess.run([sys.executable, "-m", "mediaindex", "ingest", str(loop)], capture_output=True,
                            text=True, env=env, cwd=REPO, timeout=300)
     assert f"skipped    {loop}: symlink loop" in alone.stderr and "not found" not in alone.stderr
+
+
+def test_a_name_that_is_not_utf8_is_refused_by_what_reads_a_file_and_found_nowhere(messy: Path, tmp_path: Path) -> None:
+    """`transcript`, `clip` and the stages probe a file first; lookups by such a name find nothing (SQLite cannot
+    hold it) rather than fail."""
+    from mediaindex.errors import MediaError
+    from mediaindex.index.catalog import Catalog
+    from mediaindex.media.probe import probe
+
+    odd = messy / os.fsdecode(b"caf\xe9.flac")
+    with pytest.raises(MediaError) as refused:
+        probe(odd)
+    assert str(refused.value) == f"{messy}/caf\\xe9.flac: {NOT_UTF8_NAME}"
+    catalog = Catalog(tmp_path / "catalog.db")
+    assert catalog.by_source(str(odd)) is None and catalog.get(os.fsdecode(b"\xff")) is None
+    catalog.close()

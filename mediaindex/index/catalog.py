@@ -70,6 +70,16 @@ class VideoRecord:
     analysis: int = ANALYSIS_VERSION  # segments.ANALYSIS_VERSION of the stages that indexed it
 
 
+def _storable(text: str) -> bool:
+    """Whether the catalog can hold this text: a path whose name is not UTF-8 (its odd bytes kept as surrogates)
+    is never indexed, so it is looked up as nothing rather than sent to SQLite, which refuses it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def catalog_corrupt_message(path: Path, why: object) -> str:
     return (f"the catalog {path} cannot be read ({why}); nothing was changed. Restore the index folder "
             f"{path.parent} from a backup, or run `mediaindex index reset --index {path.parent}` and ingest again")
@@ -121,10 +131,14 @@ class Catalog:
         return int(self._db.execute("SELECT COUNT(*) FROM videos").fetchone()[0])
 
     def by_source(self, source: str) -> VideoRecord | None:
+        if not _storable(source):
+            return None
         row = self._db.execute("SELECT * FROM videos WHERE source = ?", (source,)).fetchone()
         return self._record(row)
 
     def get(self, video_id: str) -> VideoRecord | None:
+        if not _storable(video_id):
+            return None
         row = self._db.execute("SELECT * FROM videos WHERE video_id = ?", (video_id,)).fetchone()
         return self._record(row)
 

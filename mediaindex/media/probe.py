@@ -46,11 +46,21 @@ class MediaInfo:
         return asdict(self)
 
 
+# Why a file whose name is in another encoding than UTF-8 (an old Latin-1 archive) is refused: neither ffmpeg's
+# command line as built here nor the job store, the catalog and the index can hold its name as text.
+NOT_UTF8_NAME = ("its name is not UTF-8 text, which the index stores names as: rename it "
+                 "(e.g. `convmv -f latin1 -t utf-8 --notest`)")
+
+
 def probe(path: str | Path) -> MediaInfo:
     """Read container metadata with PyAV; refuse files that are not media with a specific reason."""
     import av
 
     path = Path(path)
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise MediaError(str(path), NOT_UTF8_NAME) from None
     if not path.exists():
         raise MediaError(str(path), "file not found")
     if not path.is_file():

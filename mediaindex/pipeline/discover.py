@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from mediaindex.media.probe import NOT_UTF8_NAME
 from mediaindex.media.subtitles import SUBTITLE_SUFFIXES, subtitle_files
 
 MEDIA_SUFFIXES = {
@@ -80,6 +81,16 @@ def _broken_link(path: Path) -> str | None:
     return None
 
 
+def _undecodable(path: Path) -> str | None:
+    """Why a path cannot be kept: a name in another encoding than UTF-8 (an old Latin-1 archive) has no text form
+    that the job store, the catalog and the index could hold."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return NOT_UTF8_NAME
+    return None
+
+
 def _not_a_file(path: Path, mode: int) -> str | None:
     if stat.S_ISREG(mode):
         return None if os.access(path, os.R_OK) else "unreadable (permission denied)"
@@ -94,9 +105,14 @@ class _Walk:
         self.subtitles: list[Path] = []  # read with the media file they are named after, if one is found
 
     def skip(self, path: Path, reason: str) -> None:
-        self.found.skipped.append((str(path), reason))
+        # A name that is not UTF-8 is listed with its odd bytes written out ("caf\\xe9.flac"): it is stored as text.
+        name = os.fsencode(path).decode("utf-8", "backslashreplace")
+        self.found.skipped.append((name, reason))
 
     def add(self, path: Path) -> None:
+        if why := _undecodable(path.resolve()):
+            self.skip(path, why)
+            return
         real = path.resolve()
         if real in self.first:
             if self.first[real] != path:
@@ -147,6 +163,9 @@ class _Walk:
             self.skip(path, f"unreadable ({exc.strerror or exc})")
             return
         if stat.S_ISDIR(st.st_mode):
+            if why := _undecodable(path):
+                self.skip(path, why)
+                return
             here = (st.st_dev, st.st_ino)
             if here in above:  # a symlink back to a folder being walked
                 self.skip(path, "symlink loop (points to a folder that contains it)")
