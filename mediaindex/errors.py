@@ -80,3 +80,17 @@ def reason_of(exc: BaseException) -> str:
 
 class IndexDiskFullError(MediaIndexError):
     """The disk holding the index has too little free space for the next write; nothing was written."""
+
+
+# Said of a query or question whose bytes were not UTF-8 (a terminal set to another encoding): Python keeps such bytes
+# as lone surrogates, which no model, index or job store can take.
+NOT_UTF8_TEXT = "is not UTF-8 text (is the terminal set to UTF-8? e.g. LANG=C.UTF-8)"
+
+
+def is_utf8(text: str) -> bool:
+    """Whether the text holds no byte that was not UTF-8 (kept by Python as a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -4,6 +4,7 @@ in-process through typer's CliRunner: the same command code, without a process s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -157,6 +158,8 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["search", ""], "query is empty"),
         (["search", "🙂🎉🚀"], "no letters or digits"),
         (["search", "x" * 10_000], "characters long"),
+        (["search", os.fsdecode(b"caf\xe9")], "query is not UTF-8 text"),  # typed in a Latin-1 terminal
+        (["ask", os.fsdecode(b"caf\xe9?")], "question is not UTF-8 text"),
         (["search", "--image", str(REPO / "pyproject.toml")], "not a readable image"),
         (["search", "--image", "no-such-picture.png"], "image file not found"),
         (["search", "x", "--limit", "0"], "--limit"),

@@ -350,6 +350,7 @@ def test_query_by_image_alone_and_with_text(index: MediaIndex, embedder) -> None
         ({"query": " \n\t "}, "query is empty"),
         ({"query": "x" * (MAX_QUERY_CHARS + 1)}, "characters long"),
         ({"query": 42}, "must be text"),
+        ({"query": "caf\udce9"}, "not UTF-8 text"),  # a byte that was not UTF-8, as Python keeps it
         ({"query": "x", "limit": 0}, "between 1 and"),
         ({"query": "x", "limit": 5000}, "between 1 and"),
         ({"query": "x", "limit": True}, "whole number"),

@@ -55,7 +55,7 @@ from mediaindex.agents.toolcall import (
 )
 from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
-from mediaindex.errors import MediaIndexError
+from mediaindex.errors import NOT_UTF8_TEXT, MediaIndexError, is_utf8
 from mediaindex.search.querylang import query_language
 from mediaindex.segments import MEDIA_MODALITIES, Hit
 
@@ -181,17 +181,25 @@ class _Run:
         return relevant(self.question, hit.text, hit.score, self.settings.min_relevance)
 
 
+
+def check_question(question: object) -> str:
+    """The question, stripped; AgentInputError for one that cannot be asked."""
+    if not isinstance(question, str) or not question.strip():
+        raise AgentInputError("the question is empty")
+    question = question.strip()
+    if not is_utf8(question):
+        raise AgentInputError(f"the question {NOT_UTF8_TEXT}")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise AgentInputError(f"the question is too long ({len(question)} characters, at most {MAX_QUESTION_CHARS})")
+    return question
+
 def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, video: str | None = None,
         fallback: bool = True, on_event: OnEvent = ignore) -> Answer:
     """Answer a question over the archive (or one video) with cited moments.
 
     With fallback=False the loop's own answer is returned even when it cites nothing real (status
     "unsupported"), which is how the benchmark measures the bare tool-calling path."""
-    question = (question or "").strip()
-    if not question:
-        raise AgentInputError("the question is empty")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise AgentInputError(f"the question is too long ({len(question)} characters, at most {MAX_QUESTION_CHARS})")
+    question = check_question(question)
     video_id = None
     if video is not None:
         record = archive.resolve(video)

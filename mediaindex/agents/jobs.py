@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError, ask
+from mediaindex.agents.ask import AgentInputError, ask, check_question
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.llm import (
     ChatModel,
@@ -67,14 +67,10 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
 
 
 def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
-    if not isinstance(question, str) or not question.strip():
-        raise AgentInputError("the question is empty")
-    if len(question.strip()) > MAX_QUESTION_CHARS:
-        raise AgentInputError(f"the question is too long ({len(question.strip())} characters, at most "
-                              f"{MAX_QUESTION_CHARS})")
+    question = check_question(question)
     store = JobStore.of(settings)
     try:
-        return store.create(ASK, {"question": question.strip(), "video": video}).id
+        return store.create(ASK, {"question": question, "video": video}).id
     finally:
         store.close()
 

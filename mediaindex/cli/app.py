@@ -707,8 +707,12 @@ def ask(
     config: ConfigOpt = None,
 ) -> None:
     """Answer a question with cited moments, or say it is not in the archive."""
-    if not question.strip():
-        raise fail("the question is empty")
+    from mediaindex.agents.ask import check_question
+
+    try:
+        question = check_question(question)
+    except MediaIndexError as exc:
+        raise fail(str(exc)) from exc
     _run_agent_job(config, index, "ask", lambda archive, on_event: archive.ask(question, video, on_event), as_json)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mediaindex.errors import NOT_UTF8_TEXT, is_utf8
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
@@ -45,6 +46,8 @@ def check_query(query: str | None) -> str:
     if query is not None and not isinstance(query, str):
         raise QueryError(f"the search query must be text, got {type(query).__name__}")
     query = " ".join((query or "").replace("\x00", " ").split())
+    if not is_utf8(query):
+        raise QueryError(f"the search query {NOT_UTF8_TEXT}")
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(f"the search query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are allowed")
     if query and not any(unicodedata.category(c)[0] in "LN" for c in query):
