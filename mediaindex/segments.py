@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # What was heard or seen in the media (or came with it as subtitles), and what the summary stage
 # (ingest.summaries) wrote about it.
@@ -64,6 +67,16 @@ CLASSES_FIELD = "classes"
 TRACK_FIELD = "track"
 # The payload field of a shot's people segment: {"faces": n, "persons": n} (`models.people`).
 PEOPLE_FIELD = "people"
+
+
+def standing_for_speech(subtitles: Sequence[T], language_of: Callable[[T], str | None], language: str | None) -> list[T]:
+    """Of a file's subtitles, those that stand for what was said where nothing was heard: the ones in the file's
+    `language`, else in the first one's. A file's subtitle tracks are mostly one text in several languages: all of
+    them would say everything again in each."""
+    if not subtitles:
+        return []
+    chosen = language if any(language_of(s) == language for s in subtitles) else language_of(subtitles[0])
+    return [s for s in subtitles if language_of(s) == chosen]
 
 
 @dataclass

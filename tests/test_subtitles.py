@@ -26,7 +26,7 @@ from mediaindex.media.subtitles import (
 from mediaindex.pipeline.discover import discover
 from mediaindex.pipeline.inprocess import InProcessPipeline
 from mediaindex.search.searcher import search
-from mediaindex.segments import SUBTITLE, TRACK_FIELD
+from mediaindex.segments import SUBTITLE, TRACK_FIELD, standing_for_speech
 from mediaindex.service import IngestRequest, ingest
 from mediaindex.service.archive import Archive
 from tests.conftest import make_settings, media
@@ -78,6 +78,14 @@ def test_an_srt_beside_the_file_and_its_language_from_the_name(talk: Path) -> No
     assert [(t.origin, t.language) for t in tracks] == [("TALK.eng.forced.srt", "en"), ("talk.srt", None)]
     assert tracks[1].cues[3].text == "workers of the world unite"
     assert tracks[1].cues[3].start == pytest.approx(9.519)
+
+
+def test_subtitles_stand_for_speech_in_one_language() -> None:
+    tracks = [("de", "Ein Kakadu"), ("en", "A cockatoo"), ("de", "sitzt"), ("en", "sits")]
+    assert standing_for_speech(tracks, lambda t: t[0], "en") == [("en", "A cockatoo"), ("en", "sits")]
+    assert standing_for_speech(tracks, lambda t: t[0], None) == [("de", "Ein Kakadu"), ("de", "sitzt")]
+    assert standing_for_speech(tracks, lambda t: t[0], "fr") == [("de", "Ein Kakadu"), ("de", "sitzt")]
+    assert standing_for_speech([], lambda t: t[0], "en") == []
 
 
 def test_language_tags() -> None:

@@ -40,7 +40,7 @@ from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.segments import SUBTITLE, Hit
+from mediaindex.segments import SUBTITLE, Hit, standing_for_speech
 
 EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
 
@@ -78,11 +78,10 @@ class _Span:
         """What was said in the span (heard, else its subtitles), or its on-screen text where nothing was: a
         stand-in for a summary reads as the speech does, not as the timecodes, captions and file names on screen
         around it."""
-        for modality in ("speech", SUBTITLE):
-            said = " ".join(s.text.strip() for s in self.segments if s.modality == modality and s.text.strip())
-            if said:
-                return said
-        return self.text
+        heard = [s for s in self.segments if s.modality == "speech" and s.text.strip()]
+        said = heard or standing_for_speech([s for s in self.segments if s.modality == SUBTITLE and s.text.strip()],
+                                            lambda s: s.language, None)
+        return " ".join(s.text.strip() for s in said) or self.text
 
 
 @dataclass(frozen=True)
@@ -92,6 +91,7 @@ class VideoRef:
     video_id: str
     source: str
     duration: float | None
+    language: str | None = None
 
 
 def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSettings,
@@ -105,7 +105,7 @@ def summarize(video: str, archive: Archive, llm: ChatModel, settings: LLMSetting
     if record is None:
         raise AgentInputError(f"no video {video!r} in the index (give a video id or its start, the path it was "
                               "ingested from, or its file name)")
-    ref = VideoRef(record.video_id, record.source, record.duration)
+    ref = VideoRef(record.video_id, record.source, record.duration, record.language)
     return summarize_segments(ref, archive.segments(record.video_id), archive.embedder.embed_passages, llm, settings,
                               on_event)
 
@@ -116,9 +116,11 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
 
     Summary and chapter segments from an earlier run are ignored: only what was heard and seen counts.
     """
-    # Subtitles stand in for speech where none was heard; beside it they would say everything twice.
-    worded = TEXT_MODALITIES if any(s.modality == "speech" for s in segments) else (*TEXT_MODALITIES, SUBTITLE)
-    texts = [s for s in segments if s.modality in worded and s.text.strip()]
+    texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()]
+    if not any(s.modality == "speech" for s in texts):  # subtitles stand in for speech where none was heard
+        written = standing_for_speech([s for s in segments if s.modality == SUBTITLE and s.text.strip()],
+                                      lambda s: s.language, video.language)
+        texts = sorted(texts + written, key=lambda s: (s.start, s.end))
     visual = [s for s in segments if s.modality == "visual" and s.text.strip()]
     if not texts and not visual:
         return VideoSummary(

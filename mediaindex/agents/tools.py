@@ -19,7 +19,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.naming import one_file_named
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
-from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, SUBTITLE, Hit
+from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, SUBTITLE, Hit, standing_for_speech
 
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
@@ -238,10 +238,14 @@ class Archive:
             raise ToolError(f"end ({end}) must be after start ({start})")
         if record.duration is not None and start >= record.duration:
             raise ToolError(f"start {start} is past the end of the video ({record.duration:.1f} s)")
-        wanted = ("speech", SUBTITLE) if name == "get_transcript" else ("ocr", "visual")
+        segments = self.segments(record.video_id)
+        if name == "get_transcript":
+            said = [h for h in segments if h.modality == "speech"] or standing_for_speech(
+                [h for h in segments if h.modality == SUBTITLE], lambda h: h.language, record.language)
+        else:
+            said = [h for h in segments if h.modality in ("ocr", "visual")]
         # A shot without a confident label has no text: nothing to show the model.
-        moments = [h for h in self.segments(record.video_id)
-                   if h.modality in wanted and h.text and h.start < end and h.end > start]
+        moments = [h for h in said if h.text and h.start < end and h.end > start]
         note = "" if moments else (
             "no speech or subtitles in this range" if name == "get_transcript"
             else "no on-screen text or visual concepts indexed for this range")

@@ -27,7 +27,7 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job, JobFinished, JobStore
-from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, SUBTITLE, TRACK_FIELD, Hit
+from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, SUBTITLE, Hit, standing_for_speech
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 from mediaindex.service import ingest as run_ingest
 
@@ -231,19 +231,13 @@ class Archive:
 
     def speech(self, video_id: str) -> list[dict[str, Any]]:
         """What was said in a file, in time order: its speech segments, or where nothing was heard, its subtitles
-        (one track: the one in the file's language, else the first), so that a transcript reads once."""
+        in one language (`segments.standing_for_speech`), so that a transcript reads once."""
         heard = self.segments(video_id, "speech")
         if heard:
             return heard
-        written = self.segments(video_id, SUBTITLE)
         record = self.index.catalog.get(video_id)
-
-        def track(s: dict[str, Any]) -> str | None:
-            return (s.get("extra") or {}).get(TRACK_FIELD)
-
-        own = [track(s) for s in written if record is not None and s.get("language") == record.language]
-        chosen = own[0] if own else track(written[0]) if written else None
-        return [s for s in written if track(s) == chosen]
+        return standing_for_speech(self.segments(video_id, SUBTITLE), lambda s: s.get("language"),
+                                   record.language if record is not None else None)
 
     def transcript(self, video: str) -> Transcript | None:
         """The speech segments and facts of an indexed file (`indexed_named`), or None."""

@@ -56,7 +56,7 @@ class SummaryStage:
         duration = item.info.duration if item.info.duration and item.info.duration > 0 else None
         hits = sorted((_hit(s, duration) for s in item.segments), key=lambda h: (h.start, h.end, h.modality))
         try:
-            summary = summarize_segments(VideoRef(item.video_id, item.source, duration), hits,
+            summary = summarize_segments(VideoRef(item.video_id, item.source, duration, item.language), hits,
                                          self.embedder.embed_passages, self.llm, self.settings.llm)
         except ModelLoadError:
             raise
