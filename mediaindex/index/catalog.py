@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mediaindex.errors import IndexCorruptError, IndexDiskFullError
+from mediaindex.errors import IndexCorruptError, IndexDiskFullError, is_utf8
 from mediaindex.index.diskspace import disk_full_message, is_disk_full
 from mediaindex.segments import ANALYSIS_VERSION
 
@@ -70,16 +70,6 @@ class VideoRecord:
     analysis: int = ANALYSIS_VERSION  # segments.ANALYSIS_VERSION of the stages that indexed it
 
 
-def _storable(text: str) -> bool:
-    """Whether the catalog can hold this text: a path whose name is not UTF-8 (its odd bytes kept as surrogates)
-    is never indexed, so it is looked up as nothing rather than sent to SQLite, which refuses it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def catalog_corrupt_message(path: Path, why: object) -> str:
     return (f"the catalog {path} cannot be read ({why}); nothing was changed. Restore the index folder "
             f"{path.parent} from a backup, or run `mediaindex index reset --index {path.parent}` and ingest again")
@@ -131,13 +121,13 @@ class Catalog:
         return int(self._db.execute("SELECT COUNT(*) FROM videos").fetchone()[0])
 
     def by_source(self, source: str) -> VideoRecord | None:
-        if not _storable(source):
+        if not is_utf8(source):  # never indexed; SQLite refuses such text rather than find nothing
             return None
         row = self._db.execute("SELECT * FROM videos WHERE source = ?", (source,)).fetchone()
         return self._record(row)
 
     def get(self, video_id: str) -> VideoRecord | None:
-        if not _storable(video_id):
+        if not is_utf8(video_id):
             return None
         row = self._db.execute("SELECT * FROM videos WHERE video_id = ?", (video_id,)).fetchone()
         return self._record(row)

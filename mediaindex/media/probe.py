@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from mediaindex.errors import MediaError
+from mediaindex.errors import MediaError, is_utf8
 
 
 @dataclass(frozen=True)
@@ -57,10 +57,8 @@ def probe(path: str | Path) -> MediaInfo:
     import av
 
     path = Path(path)
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        raise MediaError(str(path), NOT_UTF8_NAME) from None
+    if not is_utf8(str(path)):
+        raise MediaError(str(path), NOT_UTF8_NAME)
     if not path.exists():
         raise MediaError(str(path), "file not found")
     if not path.is_file():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from mediaindex.errors import is_utf8
 from mediaindex.media.probe import NOT_UTF8_NAME
 from mediaindex.media.subtitles import SUBTITLE_SUFFIXES, subtitle_files
 
@@ -84,11 +85,7 @@ def _broken_link(path: Path) -> str | None:
 def _undecodable(path: Path) -> str | None:
     """Why a path cannot be kept: a name in another encoding than UTF-8 (an old Latin-1 archive) has no text form
     that the job store, the catalog and the index could hold."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return NOT_UTF8_NAME
-    return None
+    return None if is_utf8(str(path)) else NOT_UTF8_NAME
 
 
 def _not_a_file(path: Path, mode: int) -> str | None:
