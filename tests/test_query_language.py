@@ -1,10 +1,10 @@
-"""The query's language, where its letters or words say it plainly (search/querylang.py)."""
+"""The query's language, where its letters or words say it plainly (models/text_language.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mediaindex.search.querylang import query_language
+from mediaindex.models.text_language import query_language
 
 
 @pytest.mark.parametrize(("query", "language"), [

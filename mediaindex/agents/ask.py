@@ -56,7 +56,7 @@ from mediaindex.agents.toolcall import (
 from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
 from mediaindex.errors import NOT_UTF8_TEXT, MediaIndexError, is_utf8
-from mediaindex.search.querylang import query_language
+from mediaindex.models.text_language import query_language
 from mediaindex.segments import MEDIA_MODALITIES, Hit
 
 MAX_QUESTION_CHARS = 1000

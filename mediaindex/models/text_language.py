@@ -1,4 +1,4 @@
-"""The language a query is written in, when its letters or words say so plainly.
+"""The language a query (or a longer text: a subtitle track) is written in, when its letters or words say so plainly.
 
 A multilingual embedder scores a sentence against its translation lower than against a sentence of
 its own language: e5-small gives "Ein Gespenst geht um in Europa" and "A specter is haunting Europe"
@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from mediaindex.search.wordweights import LANGUAGES as LATIN  # the Latin-script lists wordfreq holds
+# Latin-script languages whose common words wordfreq's small lists hold (a few MB each in memory); search weighs a
+# query's words by them too (`search.wordweights`). Korean and Japanese lists need MeCab to tokenise.
+LANGUAGES = ("en", "de", "fr", "es")
 
 # Letters that name their language (or the one a search archive most likely holds in them).
 SCRIPTS = (
@@ -50,7 +52,7 @@ def query_language(text: str) -> str | None:
         return None
     from wordfreq import zipf_frequency
 
-    totals = sorted(((sum(zipf_frequency(w, lang, wordlist="small") for w in words), lang) for lang in LATIN),
+    totals = sorted(((sum(zipf_frequency(w, lang, wordlist="small") for w in words), lang) for lang in LANGUAGES),
                     reverse=True)
     (best, language), (second, _) = totals[0], totals[1]
     return language if best - second >= MIN_LEAD * len(words) else None

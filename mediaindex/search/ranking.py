@@ -22,7 +22,7 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.store import SPARSE_VECTOR, TEXT_VECTOR, Retriever, ScoredHit, SparseVec
 from mediaindex.models.label_space import class_name_vectors
 from mediaindex.models.passage_cache import embedded_once
-from mediaindex.search.querylang import query_language
+from mediaindex.models.text_language import query_language
 from mediaindex.search.wordweights import WordWeights
 from mediaindex.segments import WEB_ADDRESS_PARTS
 

@@ -20,16 +20,16 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from mediaindex.models.text_language import LANGUAGES
+
 if TYPE_CHECKING:
     from mediaindex.index.sparse import SparseEncoder
 
 ZIPF_TOP = 8.0  # above the most frequent word of any list ("the" is 7.7)
 MIN_WEIGHT = 1.0
 MAX_NAME_WORDS = 3  # longer runs of capitals are a title-cased sentence, not a name
-# Languages whose common words are common query words; wordfreq's small lists take a few MB each in memory.
-# Korean and Japanese lists need MeCab to tokenise: their words weigh as unknown (they rarely meet the
-# index's words, which are stemmed as English).
-LANGUAGES = ("en", "de", "fr", "es")
+# Korean and Japanese words weigh as unknown: their lists need MeCab to tokenise (they rarely meet the index's words,
+# which are stemmed as English).
 _TOKEN = re.compile(r"[^\W_]+")
 
 

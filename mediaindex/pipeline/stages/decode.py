@@ -18,9 +18,9 @@ from mediaindex.media.decode import scan_video
 from mediaindex.media.probe import probe
 from mediaindex.media.subtitles import passages, read_subtitles, subtitle_signature
 from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
+from mediaindex.models.text_language import text_language
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
-from mediaindex.search.querylang import text_language
 from mediaindex.segments import SUBTITLE, TRACK_FIELD, Segment
 
 __all__ = ["STAGE", "DecodeStage", "decode_media"]
