@@ -30,8 +30,9 @@ def is_web_address(text: str) -> bool:
     return bool(WEB_ADDRESS.fullmatch(text.strip()))
 
 # Letters of Chinese and Japanese, written without spaces between words, and of Korean, which joins particles and
-# endings to its words ("프로젝트를", "프로젝트는"): a run of them is compared and indexed by its overlapping pairs
-# of characters, as search engines' CJK analysers index it, so that the same word inside two runs is found in both.
+# endings to its words ("프로젝트를", "프로젝트는"): a run of them is compared by its overlapping pairs of characters
+# (`agents.grounding`), as search engines' CJK analysers index it, so that the same word inside two runs is found in
+# both; the exact-word index pairs Chinese and Japanese runs only (`index.sparse`).
 HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 CJK_LETTER = f"[{HAN_KANA}\u1100-\u11ff\u3130-\u318f\uac00-\ud7af]"  # and Hangul
 CJK_RUN = re.compile(CJK_LETTER + "+")
