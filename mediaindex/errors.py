@@ -9,8 +9,7 @@ class MediaError(MediaIndexError):
     """A media file cannot be read or has nothing to index."""
 
     def __init__(self, path: str, reason: str) -> None:
-        # A name that is not UTF-8 (its bytes kept as surrogates) is said with those bytes written out.
-        super().__init__(f"{path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')}: {reason}")
+        super().__init__(f"{written_out(path)}: {reason}")
         self.path = path
         self.reason = reason
 
@@ -85,6 +84,11 @@ class IndexDiskFullError(MediaIndexError):
 # Said of a query or question whose bytes were not UTF-8 (a terminal set to another encoding): Python keeps such bytes
 # as lone surrogates, which no model, index or job store can take.
 NOT_UTF8_TEXT = "is not UTF-8 text (is the terminal set to UTF-8? e.g. LANG=C.UTF-8)"
+
+
+def written_out(text: str) -> str:
+    """Text with each byte that was not UTF-8 (kept by Python as a lone surrogate) written out: "caf\\xe9.flac"."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def is_utf8(text: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from mediaindex.errors import is_utf8
+from mediaindex.errors import is_utf8, written_out
 from mediaindex.media.probe import NOT_UTF8_NAME
 from mediaindex.media.subtitles import SUBTITLE_SUFFIXES, subtitle_files
 
@@ -102,9 +102,7 @@ class _Walk:
         self.subtitles: list[Path] = []  # read with the media file they are named after, if one is found
 
     def skip(self, path: Path, reason: str) -> None:
-        # A name that is not UTF-8 is listed with its odd bytes written out ("caf\\xe9.flac"): it is stored as text.
-        name = os.fsencode(path).decode("utf-8", "backslashreplace")
-        self.found.skipped.append((name, reason))
+        self.found.skipped.append((written_out(str(path)), reason))  # stored as text: odd bytes written out
 
     def add(self, path: Path) -> None:
         if why := _undecodable(path.resolve()):
