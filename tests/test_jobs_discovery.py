@@ -142,3 +142,34 @@ def test_a_name_that_is_not_utf8_is_refused_by_what_reads_a_file_and_found_nowhe
     catalog = Catalog(tmp_path / "catalog.db")
     assert catalog.by_source(str(odd)) is None and catalog.get(os.fsdecode(b"\xff")) is None
     catalog.close()
+
+
+# Containers archives hold beyond the usual ones, made at test time from the shared recordings.
+ARCHIVE_FORMATS = {  # name: (ffmpeg output options, from a video)
+    "camcorder.m2ts": (["-c", "copy", "-f", "mpegts"], True),
+    "dvd.vob": (["-c:v", "mpeg2video", "-c:a", "mp2", "-f", "vob"], True),
+    "old.asf": (["-c:v", "wmv2", "-c:a", "wmav2", "-f", "asf"], True),
+    "real.rm": (["-vf", "scale=320:240", "-c:v", "rv20", "-c:a", "ac3", "-f", "rm"], True),
+    "tape.dv": (["-an", "-vf", "scale=720:576,fps=25", "-pix_fmt", "yuv420p", "-c:v", "dvvideo", "-f", "dv"], True),
+    "book.m4b": (["-c:a", "aac", "-f", "ipod"], False),
+    "music.mka": (["-c:a", "flac", "-f", "matroska"], False),
+    "film.ac3": (["-c:a", "ac3", "-f", "ac3"], False),
+    "memo.caf": (["-f", "caf"], False),
+    "radio.mp2": (["-c:a", "mp2", "-f", "mp2"], False),
+}
+
+
+def test_media_in_the_formats_archives_hold_are_found_and_read(tmp_path: Path) -> None:
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.media.probe import probe
+
+    for name, (options, video) in ARCHIVE_FORMATS.items():
+        source = media("video/cockatoo.mp4" if video else "audio/jfk.flac")
+        subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-i", str(source), "-t", "3", *options,
+                        str(tmp_path / name)], check=True)
+    found = discover([tmp_path])
+    assert sorted(p.name for p in found.files) == sorted(ARCHIVE_FORMATS) and not found.skipped
+    for path in found.files:
+        info = probe(path)
+        assert info.has_video == ARCHIVE_FORMATS[path.name][1], path.name
+        assert info.duration == pytest.approx(3.0, abs=0.3), path.name

@@ -784,3 +784,35 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
         assert line.is_hidden() and page.p.input_value("#q") == "fellow Amer"
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()
+
+
+def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser, tmp_path: Path, cache_dir: Path,
+                                                                        embedder) -> None:
+    """An AVI (MPEG-4 Part 2 + MP3) at the desktop size and a WMA at the phone size: Chromium cannot open them,
+    so the page plays the server's copy from the moment asked for, says so, and marks the transcript line of
+    the file's time (the copy's time plus where it starts); another line plays from there."""
+    from tests.test_playable import build_unplayable
+
+    archive = build_unplayable(tmp_path, cache_dir, embedder)
+    with LiveServer(create_app(archive.settings, embedder=embedder)) as live:
+        for size, name in zip(VIEWPORTS, ["jfk.avi", "jfk.wma"], strict=True):
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            video_id = archive.ids[name]
+            page.p.goto(f"{live.url}/#/video/{video_id}?t=4")
+            page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentTime > 0.5")
+            state = page.p.evaluate(f"""() => {{ const p = {PLAYER}; return {{tag: p.tagName, src: p.currentSrc,
+                w: p.videoWidth || 0, at: fileTime(p), error: p.error && p.error.code}}; }}""")
+            assert state["src"] == f"{live.url}/media/{video_id}/playable?start=4" and state["error"] is None
+            assert (state["tag"], state["w"]) == (("VIDEO", 320) if name.endswith(".avi") else ("AUDIO", 0))
+            assert page.p.locator("#now-playing").inner_text() == f"{name} · converted to play here"
+            current = page.p.locator("#transcript .line.current")
+            current.wait_for()
+            assert float(current.get_attribute("data-start")) <= state["at"] < float(current.get_attribute("data-end"))
+            page.fits()
+            page.shot("converted")
+            first = page.p.locator("#transcript .line").first
+            first.click()
+            page.p.wait_for_function(f"() => {PLAYER}.currentSrc.endsWith('/playable?start=0') "
+                                     f"&& {PLAYER}.currentTime > 0.3")
+            assert not page.errors and not page.failed, (page.errors, page.failed)
+            page.context.close()

@@ -256,6 +256,20 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def shifted(segments: Sequence[Mapping[str, Any]], offset: float) -> list[dict[str, Any]]:
+    """The segments as a copy of the file that starts `offset` seconds in hears them: times less `offset`,
+    the segments that end before it left out, a word or segment begun before it starting at 0."""
+    out = []
+    for seg in segments:
+        if float(seg["end"]) <= offset:
+            continue
+        words = [[max(0.0, float(w[0]) - offset), float(w[1]) - offset, w[2]]
+                 for w in (seg.get("extra") or {}).get("words") or [] if float(w[1]) > offset]
+        out.append({**seg, "start": max(0.0, float(seg["start"]) - offset), "end": float(seg["end"]) - offset,
+                    "extra": {**(seg.get("extra") or {}), "words": words}})
+    return out
+
+
 def export(segments: Sequence[Mapping[str, Any]], fmt: str, meta: Mapping[str, Any],
            limits: CueLimits | None = None) -> str:
     check_format(fmt)

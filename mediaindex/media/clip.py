@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import ffmpeg
 
@@ -52,9 +53,8 @@ def clip_name(source: str | Path, start: float, end: float, has_video: bool) -> 
     return f"{stem}_{at(start)}-{at(end)}{clip_suffix(has_video)}"
 
 
-def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool) -> Path:
-    """Write `source` from `start` to `end` seconds to `out` (MP4 with video, else M4A); MediaError if ffmpeg fails."""
-    start, end = check_span(start, end)
+def read_from(source: str | Path, start: float) -> tuple[Any, dict[str, float]]:
+    """ffmpeg's input of `source` for output from `start` seconds, and the output's `ss` that reaches it."""
     # Jumping (the container's keyframe index) lands on a frame that decodes to garbage where the index names
     # frames that are no real keyframes (seen: a 4:4:4 H.264 file whose only clean picture is its first): decode
     # from the file's start while that is cheap, else from a jump well before `start`.
@@ -62,7 +62,14 @@ def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool
     # Absolute paths: a relative name could read as an option ("-x.mp4") or a protocol ("concat:…") to ffmpeg.
     stream = ffmpeg.input(str(Path(source).absolute()), **({"ss": jump} if jump else {}), nostdin=None,
                           hide_banner=None, loglevel="error")
-    span = {"ss": start - jump, "t": end - start} if start > jump else {"t": end - start}
+    return stream, ({"ss": start - jump} if start > jump else {})
+
+
+def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool) -> Path:
+    """Write `source` from `start` to `end` seconds to `out` (MP4 with video, else M4A); MediaError if ffmpeg fails."""
+    start, end = check_span(start, end)
+    stream, skip = read_from(source, start)
+    span = {**skip, "t": end - start}
     if has_video:
         stream = stream.output(str(out.absolute()), **span, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
                                vf="scale=trunc(iw/2)*2:trunc(ih/2)*2",  # H.264 in 4:2:0 wants even sides

@@ -22,9 +22,14 @@ from mediaindex.errors import is_utf8, written_out
 from mediaindex.media.probe import NOT_UTF8_NAME
 from mediaindex.media.subtitles import SUBTITLE_SUFFIXES, subtitle_files
 
+# What archives hold: camcorder streams (.mts, .m2ts), DVD titles (.vob), broadcast and production files (.ts,
+# .mxf, .dv), old web and desktop video (.flv, .f4v, .wmv, .asf, .rm, .divx), audiobooks (.m4b), phone memos
+# (.amr, .3gp); FFmpeg reads them all.
 MEDIA_SUFFIXES = {
     ".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".wmv", ".flv", ".mpg", ".mpeg", ".ts", ".mts", ".3gp", ".ogv",
+    ".m2ts", ".m2t", ".vob", ".3g2", ".f4v", ".asf", ".divx", ".mxf", ".dv", ".rm", ".rmvb",
     ".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg", ".opus", ".aiff", ".aif", ".wma",
+    ".aifc", ".mka", ".m4b", ".oga", ".weba", ".amr", ".ac3", ".eac3", ".mp2", ".wv", ".ape", ".au", ".caf", ".spx",
 }
 # Entries of a walked folder that are simply not media (pictures, subtitles, notes, dotfiles): the CLI counts
 # them and lists them only when asked (-v), where every other skip gets its line.

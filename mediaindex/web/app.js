@@ -151,12 +151,17 @@ function stopPlayback() {
     p.pause();
     p.removeAttribute("src");
     delete p.dataset.src;
+    delete p.dataset.offset;
     p.load();  // drops the old file: nothing keeps playing or buffering
     p.hidden = true;
   }
   $("player-area").hidden = true;
   $("now-playing").textContent = "";
 }
+
+// Files whose format the browser does not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC here, ...): their
+// media URLs, once seen to fail. They play through a copy the server makes as it plays, from the moment asked for.
+const converted = new Set();
 
 function play(mediaUrl, start, label, hasVideo = true) {
   const player = hasVideo ? $("player") : $("audio-player");
@@ -165,33 +170,64 @@ function play(mediaUrl, start, label, hasVideo = true) {
     other.pause();
     other.removeAttribute("src");
     delete other.dataset.src;
+    delete other.dataset.offset;
     other.load();
     other.hidden = true;
   }
   player.hidden = false;
   $("player-area").hidden = false;
   $("now-playing").textContent = label || "";
-  const seek = () => {
+  if (converted.has(mediaUrl)) {
+    playConverted(player, mediaUrl, start);
+  } else if (player.dataset.src === mediaUrl && player.readyState >= 1) {
     player.currentTime = start;
     player.play().catch(() => {});  // autoplay may be refused; the position is set either way
-  };
-  if (player.dataset.src === mediaUrl && player.readyState >= 1) {
-    seek();
   } else {
+    const cannotPlay = () => {
+      if (player.dataset.src !== mediaUrl || player.dataset.offset !== undefined) return;  // another file by now
+      converted.add(mediaUrl);
+      playConverted(player, mediaUrl, start);
+    };
     player.dataset.src = mediaUrl;
+    delete player.dataset.offset;
     setCaptions(player, mediaUrl);
-    player.addEventListener("loadedmetadata", seek, { once: true });
+    player.onerror = cannotPlay;  // a format it cannot open
+    player.onloadedmetadata = () => {
+      if (hasVideo && player.videoWidth === 0) return cannotPlay();  // opened, but no picture it can decode
+      player.currentTime = start;
+      player.play().catch(() => {});
+    };
     player.src = mediaUrl;
   }
   measureSticky();
 }
 
+// The converted copy starts at the moment (its time 0 is `start` in the file); another moment asks for another.
+function playConverted(player, mediaUrl, start) {
+  const from = Math.max(0, Math.floor(start * 10) / 10);
+  player.dataset.src = mediaUrl;
+  player.dataset.offset = String(from);
+  setCaptions(player, mediaUrl, from);
+  $("now-playing").textContent += " · converted to play here";
+  player.onerror = () => {
+    if (player.dataset.src === mediaUrl) notice("This file cannot be played here, not even converted.", "error");
+  };
+  player.onloadedmetadata = () => player.play().catch(() => {});
+  player.src = `${mediaUrl}/playable?start=${from}`;
+}
+
+// Where in the file the player is (a converted copy starts later in it).
+function fileTime(player) {
+  return Number(player.dataset.offset || 0) + player.currentTime;
+}
+
 // An indexed file's transcript rides along as captions: the player's captions button shows them.
-function setCaptions(player, mediaUrl) {
+function setCaptions(player, mediaUrl, offset = 0) {
   for (const t of player.querySelectorAll("track")) t.remove();
   const id = (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
   if (!id || player.tagName !== "VIDEO") return;
-  player.append(el("track", { kind: "captions", label: "transcript", src: `/videos/${id}/transcript?format=vtt` }));
+  const shift = offset ? `&offset=${offset}` : "";
+  player.append(el("track", { kind: "captions", label: "transcript", src: `/videos/${id}/transcript?format=vtt${shift}` }));
 }
 
 // The player stays in view below the header while the page scrolls: the offset is the header's
@@ -981,7 +1017,7 @@ async function showVideo(videoId, t, token) {
 // Mark the transcript line being played.
 for (const p of [$("player"), $("audio-player")]) {
   p.addEventListener("timeupdate", () => {
-    const now = p.currentTime;
+    const now = fileTime(p);
     for (const line of document.querySelectorAll("#transcript .line")) {
       line.classList.toggle("current", now >= Number(line.dataset.start) && now < Number(line.dataset.end));
     }

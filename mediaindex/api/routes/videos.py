@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 import os
 import tempfile
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
-from fastapi.responses import FileResponse, PlainTextResponse
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
@@ -32,6 +35,7 @@ from mediaindex.api.state import ApiState
 from mediaindex.errors import MediaError
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.store import hit_from_payload
+from mediaindex.media import playable
 from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
@@ -124,15 +128,20 @@ def video_transcript(request: Request, video_id: str = VideoId,
                      format: Literal["json", "srt", "vtt", "txt", "tsv"] = Query("json"),  # noqa: A002
                      max_line_width: int = Query(42, ge=10, le=1000, description="Subtitle line width in columns "
                                                  "(srt, vtt; a CJK character takes two)"),
-                     max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)")):
+                     max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)"),
+                     offset: float = Query(0.0, ge=0, le=1e7, description="Seconds taken off every time, earlier "
+                                           "lines left out (srt, vtt, txt, tsv): captions for a copy of the file "
+                                           "that starts there (/media/{video_id}/playable?start=)")):
     """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
-    from mediaindex.index.transcript import CueLimits, export
+    from mediaindex.index.transcript import CueLimits, export, shifted
 
     state = get_state(request)
     record = _record(state, video_id)
     if format == "json":
         return transcript(state, record)
     segments = state.archive.speech(record.video_id)
+    if offset:
+        segments = shifted(segments, offset)
     text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
@@ -226,6 +235,54 @@ def media_clip(request: Request, video_id: str = VideoId,
     return FileResponse(out, media_type="video/mp4" if has_video else "audio/mp4",
                         filename=clip_name(record.source, start, end, has_video),
                         background=BackgroundTask(out.unlink, missing_ok=True))
+
+
+# Copies being played (ffmpeg processes): each takes up to a core while it runs ahead of the player.
+_PLAYING: set[asyncio.subprocess.Process] = set()
+MAX_PLAYING = 3
+_CHUNK = 64 * 1024
+
+
+@router.get("/media/{video_id}/playable", response_class=StreamingResponse, responses={
+    200: {"content": {"video/mp4": {}, "audio/mp4": {}},
+          "description": "Fragmented MP4 from `start` to the file's end, made as it is read"},
+    403: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+async def media_playable(request: Request, video_id: str = VideoId,
+                         start: float = Query(0.0, ge=0, le=1e7, description="Seconds from the start of the file"),
+                         ) -> StreamingResponse:
+    """The file re-encoded as it is read, from `start` on (H.264 + AAC in fragmented MP4; AAC for sound alone):
+    for files whose format browsers do not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC, ...). Seeking
+    elsewhere is another request; nothing is kept once the reader goes."""
+    state = get_state(request)
+    record = _record(state, video_id)
+    real = _served(state, record)
+    if record.duration is not None and start >= record.duration:
+        raise ApiError(422, f"start {start:g} s is after the file ends ({record.duration:g} s)")
+    if sum(p.returncode is None for p in _PLAYING) >= MAX_PLAYING:
+        raise ApiError(503, f"{MAX_PLAYING} files are being converted for playing: try again in a few seconds",
+                       headers={"Retry-After": "5"})
+    has_video = bool(record.probe.get("has_video"))
+    cmd = playable.command(real, start, has_video)
+
+    async def body() -> AsyncIterator[bytes]:
+        # Started here, not before the response: a reader gone before it starts leaves no process behind.
+        proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        _PLAYING.add(proc)
+        try:
+            assert proc.stdout is not None
+            while chunk := await proc.stdout.read(_CHUNK):
+                yield chunk
+        finally:
+            _PLAYING.discard(proc)
+            if proc.returncode is None:
+                proc.kill()  # the reader went (or the server stops)
+            with anyio.CancelScope(shield=True):
+                await proc.wait()
+
+    return StreamingResponse(body(), media_type=playable.media_type(has_video),
+                             headers={"Cache-Control": "no-store"})
 
 
 @router.get("/files/{path:path}", response_class=FileResponse, responses={
