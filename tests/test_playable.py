@@ -41,7 +41,8 @@ class Unplayable:
 
 def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) -> Unplayable:
     """An index of `jfk.avi` and `jfk.wma` (made from the shared recordings) with jfk.flac's transcript, and
-    where `long`, `long.avi`: 90 s of cockatoo.mp4's pictures looped, without sound or segments."""
+    where `long`, `long.mkv`: 90 s of cockatoo.mp4's pictures looped, without sound or segments, and `broken.avi`:
+    bytes that are no media."""
     folder = root / "media"
     folder.mkdir(parents=True)
     jfk = media("audio/jfk.flac")
@@ -65,13 +66,17 @@ def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) 
             index.replace_video(record, own, embedder.embed_passages([s.text for s in own]))
             ids[path.name] = video_id
         if long:
-            path = folder / "long.avi"
+            path = folder / "long.mkv"  # copied, not encoded: made at once; its 720p copy takes a while
             subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-stream_loop", "-1", "-i",
-                            str(media("video/cockatoo.mp4")), "-t", "90", "-an", "-vf", "scale=320:-2", "-c:v", "mpeg4",
-                            str(path)], check=True)
-            index.replace_video(VideoRecord("longavi", str(path), path.name, path.stat().st_size, 1, 90.0, None, 0,
+                            str(media("video/cockatoo.mp4")), "-t", "90", "-an", "-c", "copy", str(path)], check=True)
+            index.replace_video(VideoRecord("longmkv", str(path), path.name, path.stat().st_size, 1, 90.0, None, 0,
                                             {"has_video": True}, 0.0), [], [])
-            ids[path.name] = "longavi"
+            ids[path.name] = "longmkv"
+            broken = folder / "broken.avi"  # indexed, then damaged
+            broken.write_bytes(bytes(range(256)) * 200)
+            index.replace_video(VideoRecord("brokenavi", str(broken), broken.name, broken.stat().st_size, 1, 9.0, None,
+                                            0, {"has_video": True}, 0.0), [], [])
+            ids[broken.name] = "brokenavi"
     return Unplayable(settings, ids, duration)
 
 
@@ -130,6 +135,14 @@ def test_unknown_or_gone_files_are_not_converted(client, unplayable: Unplayable)
     assert r.status_code == 404
 
 
+def test_a_file_ffmpeg_cannot_read_is_refused_with_its_reason(client, unplayable: Unplayable) -> None:
+    r = client.get(f"/media/{unplayable.ids['broken.avi']}/playable")
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == ("the file could not be converted for playing: Error opening input files: "
+                                   "Invalid data found when processing input")
+    assert not videos._PLAYING
+
+
 def test_too_many_at_once_are_asked_to_come_back(client, unplayable: Unplayable, monkeypatch) -> None:
     monkeypatch.setattr(videos, "MAX_PLAYING", 0)
     r = client.get(f"/media/{unplayable.ids['jfk.avi']}/playable")
@@ -138,11 +151,12 @@ def test_too_many_at_once_are_asked_to_come_back(client, unplayable: Unplayable,
 
 
 def test_a_reader_that_goes_stops_the_conversion(unplayable: Unplayable, embedder) -> None:
-    """A 90 s copy is still being made when its reader goes after the first bytes: its ffmpeg is killed."""
+    """A 90 s 720p copy is still being made when its reader goes after the first bytes: its ffmpeg is killed."""
     with LiveServer(create_app(unplayable.settings, embedder=embedder)) as live:
-        with httpx.stream("GET", f"{live.url}/media/longavi/playable", timeout=60) as r:
+        with httpx.stream("GET", f"{live.url}/media/longmkv/playable", timeout=60) as r:
             assert r.status_code == 200
-            next(r.iter_bytes())
+            chunks = r.iter_bytes()  # kept: a dropped iterator closes the connection when it is collected
+            next(chunks)
             [proc] = videos._PLAYING
             assert proc.returncode is None
         deadline = time.monotonic() + 10

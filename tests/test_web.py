@@ -787,10 +787,14 @@ def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, 
 
 
 def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser, tmp_path: Path, cache_dir: Path,
-                                                                        embedder) -> None:
+                                                                        embedder, monkeypatch) -> None:
     """An AVI (MPEG-4 Part 2 + MP3) at the desktop size and a WMA at the phone size: Chromium cannot open them,
     so the page plays the server's copy from the moment asked for, says so, and marks the transcript line of
-    the file's time (the copy's time plus where it starts); another line plays from there."""
+    the file's time (the copy's time plus where it starts); another line plays from there. A server busy with
+    other copies is asked again; a file that cannot be converted either is said to be so."""
+    import time
+
+    from mediaindex.api.routes import videos
     from tests.test_playable import build_unplayable
 
     archive = build_unplayable(tmp_path, cache_dir, embedder)
@@ -816,3 +820,23 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
                                      f"&& {PLAYER}.currentTime > 0.3")
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
+
+        page = Page(browser.new_context(viewport=VIEWPORTS["desktop"]), "desktop")
+        monkeypatch.setattr(videos, "MAX_PLAYING", 0)
+        page.p.goto(f"{live.url}/#/video/{archive.ids['jfk.wma']}?t=2")
+        deadline = time.monotonic() + 30
+        while not any(f.startswith("503 ") for f in page.failed) and time.monotonic() < deadline:
+            page.p.wait_for_timeout(100)
+        assert [f.split()[0] for f in page.failed] == ["503"], page.failed
+        monkeypatch.setattr(videos, "MAX_PLAYING", 3)
+        page.p.wait_for_function(f"() => {PLAYER}.currentSrc.endsWith('/playable?start=2') && {PLAYER}.currentTime > 0.3")
+        assert page.p.locator("#now-playing").inner_text() == "jfk.wma · converted to play here"
+
+        (Path(archive.settings.api.media_roots[0]) / "jfk.wma").write_bytes(bytes(range(256)) * 200)
+        page.p.goto(f"{live.url}/#/video/{archive.ids['jfk.avi']}")  # another file, then the broken one afresh
+        page.p.reload()
+        page.p.goto(f"{live.url}/#/video/{archive.ids['jfk.wma']}?t=3")
+        page.p.wait_for_function("() => document.getElementById('notice').textContent.includes('cannot be played')")
+        assert page.p.locator("#notice").inner_text() == "This file cannot be played here, not even converted."
+        assert not page.errors, page.errors
+        page.context.close()

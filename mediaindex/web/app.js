@@ -203,14 +203,18 @@ function play(mediaUrl, start, label, hasVideo = true) {
 }
 
 // The converted copy starts at the moment (its time 0 is `start` in the file); another moment asks for another.
-function playConverted(player, mediaUrl, start) {
+function playConverted(player, mediaUrl, start, tries = 0) {
   const from = Math.max(0, Math.floor(start * 10) / 10);
+  const current = () => player.dataset.src === mediaUrl && player.dataset.offset === String(from);
   player.dataset.src = mediaUrl;
   player.dataset.offset = String(from);
   setCaptions(player, mediaUrl, from);
-  $("now-playing").textContent += " · converted to play here";
+  if (!tries) $("now-playing").textContent += " · converted to play here";
   player.onerror = () => {
-    if (player.dataset.src === mediaUrl) notice("This file cannot be played here, not even converted.", "error");
+    if (!current()) return;
+    // The server busy with other copies (503) or a dropped connection: asked again twice before giving up.
+    if (tries < 2) setTimeout(() => current() && playConverted(player, mediaUrl, start, tries + 1), 2000);
+    else notice("This file cannot be played here, not even converted.", "error");
   };
   player.onloadedmetadata = () => player.play().catch(() => {});
   player.src = `${mediaUrl}/playable?start=${from}`;

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mimetypes
 import os
 import tempfile
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Literal
@@ -243,6 +245,13 @@ MAX_PLAYING = 3
 _CHUNK = 64 * 1024
 
 
+def _stop(proc: asyncio.subprocess.Process) -> None:
+    _PLAYING.discard(proc)
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            proc.kill()
+
+
 @router.get("/media/{video_id}/playable", response_class=StreamingResponse, responses={
     200: {"content": {"video/mp4": {}, "audio/mp4": {}},
           "description": "Fragmented MP4 from `start` to the file's end, made as it is read"},
@@ -262,27 +271,39 @@ async def media_playable(request: Request, video_id: str = VideoId,
         raise ApiError(503, f"{MAX_PLAYING} files are being converted for playing: try again in a few seconds",
                        headers={"Retry-After": "5"})
     has_video = bool(record.probe.get("has_video"))
-    cmd = playable.command(real, start, has_video)
+    # ffmpeg's complaints go to a file (a pipe left unread could fill and stall it), read if it fails at once.
+    with tempfile.TemporaryFile() as said:
+        proc = await asyncio.create_subprocess_exec(*playable.command(real, start, has_video),
+                                                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=said)
+        _PLAYING.add(proc)
+        out = proc.stdout
+        assert out is not None
+        try:
+            first = await out.read(_CHUNK)  # a file ffmpeg cannot read fails here, as an error of its own
+            if not first:
+                await proc.wait()
+                said.seek(0)
+                lines = said.read().decode(errors="replace").strip().splitlines()
+                raise ApiError(422, "the file could not be converted for playing: "
+                                    f"{lines[-1] if lines else 'ffmpeg wrote nothing'}")
+        except BaseException:
+            _stop(proc)
+            raise
 
     async def body() -> AsyncIterator[bytes]:
-        # Started here, not before the response: a reader gone before it starts leaves no process behind.
-        proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        _PLAYING.add(proc)
         try:
-            assert proc.stdout is not None
-            while chunk := await proc.stdout.read(_CHUNK):
+            yield first
+            while chunk := await out.read(_CHUNK):
                 yield chunk
         finally:
-            _PLAYING.discard(proc)
-            if proc.returncode is None:
-                proc.kill()  # the reader went (or the server stops)
+            _stop(proc)  # the reader went (or the server stops)
             with anyio.CancelScope(shield=True):
                 await proc.wait()
 
-    return StreamingResponse(body(), media_type=playable.media_type(has_video),
-                             headers={"Cache-Control": "no-store"})
+    stream = body()
+    weakref.finalize(stream, _stop, proc)  # a reader gone before the body started: the stream is never run
+    return StreamingResponse(stream, media_type=playable.media_type(has_video), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/files/{path:path}", response_class=FileResponse, responses={
