@@ -840,3 +840,70 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
         assert page.p.locator("#notice").inner_text() == "This file cannot be played here, not even converted."
         assert not page.errors, page.errors
         page.context.close()
+
+
+# Arabic written for this test (the shared recordings hold no right-to-left language): "And so, my fellow
+# Americans, ask not what your country can do for you" and "ask what you can do for your country".
+ARABIC = ["ولذلك يا إخوتي الأمريكيين، لا تسألوا ماذا يمكن أن يفعل وطنكم من أجلكم",
+          "بل اسألوا ماذا يمكنكم أن تفعلوا من أجل وطنكم"]
+
+
+def test_right_to_left_text_reads_right_to_left(browser, tmp_path: Path, cache_dir: Path, embedder) -> None:
+    """A file named in Arabic whose transcript is Arabic (jfk.flac's reference lines, translated) beside
+    jfk.flac: its name, hits, transcript lines and a query typed in Arabic run right to left; English stays
+    left to right, at both sizes."""
+    from dataclasses import replace
+
+    from mediaindex.config import ApiSettings
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.index import MediaIndex
+    from tests.corpus import references
+
+    folder = tmp_path / "media"
+    folder.mkdir()
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        media_roots=[folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    segs = [s for s in references() if Path(s.source).name == "jfk.flac"]
+    assert len(segs) == len(ARABIC)
+    with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
+        for name, video_id, texts, language in (("jfk.flac", "english", [s.text for s in segs], "en"),
+                                                 ("خطاب كينيدي.flac", "arabic", ARABIC, "ar")):
+            path = folder / name
+            shutil.copyfile(media("audio/jfk.flac"), path)
+            own = [replace(s, source=str(path), video_id=video_id, text=t, language=language, vectors={})
+                   for s, t in zip(segs, texts, strict=True)]
+            index.replace_video(VideoRecord(video_id, str(path), name, path.stat().st_size, 1, segs[-1].end, language,
+                                            len(own), {"has_video": False}, 0.0),
+                                own, embedder.embed_passages(texts))
+    direction = "(e) => getComputedStyle(e).direction"
+    with LiveServer(create_app(settings, embedder=embedder)) as live:
+        for size in VIEWPORTS:
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            page.p.goto(f"{live.url}/")
+            arabic = page.p.locator("#library .file[data-video='arabic'] .title")
+            arabic.wait_for()
+            assert arabic.evaluate(direction) == "rtl"
+            assert page.p.locator("#library .file[data-video='english'] .title").evaluate(direction) == "ltr"
+
+            page.p.fill("#q", "وطنكم")
+            assert page.p.locator("#q").evaluate(direction) == "rtl"
+            page.p.press("#q", "Enter")
+            hit = page.p.locator("#results .hit[data-video='arabic']").first
+            hit.wait_for()
+            assert hit.locator(".snippet").evaluate(direction) == "rtl"
+            assert hit.locator(".title").evaluate(direction) == "rtl"
+            page.fits()
+            page.shot("rtl-search")
+
+            page.p.goto(f"{live.url}/#/video/arabic")
+            line = page.p.locator("#transcript .line .text").first
+            line.wait_for()
+            assert [t.evaluate(direction) for t in page.p.locator("#transcript .line .text").all()] == ["rtl", "rtl"]
+            assert page.p.locator("#video-title").evaluate(direction) == "rtl"
+            page.fits()
+            page.shot("rtl-transcript")
+            page.p.goto(f"{live.url}/#/video/english")
+            page.p.locator("#transcript .line .text").first.wait_for()
+            assert page.p.locator("#transcript .line .text").first.evaluate(direction) == "ltr"
+            assert not page.errors, page.errors
+            page.context.close()

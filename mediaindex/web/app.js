@@ -270,7 +270,7 @@ function libraryItem(v) {
     .filter(Boolean).join(" · ");
   return el("li", { class: "file", "data-video": v.video_id },
     el("a", { href: `#/video/${encodeURIComponent(v.video_id)}` }, thumb,
-      el("span", { class: "title" }, v.title),
+      el("span", { class: "title", dir: "auto" }, v.title),
       el("span", { class: "meta" }, meta),
       el("span", { class: "meta" }, kindsText(v.kinds, v.segments)),
       v.on_disk ? null : el("span", { class: "meta gone" }, "gone from disk")));
@@ -407,7 +407,7 @@ $("more").addEventListener("click", () => {
 function fileGroup(f) {
   const shown = f.count > f.moments.length ? `, the best ${f.moments.length} below` : "";
   const head = el("div", { class: "file-head" },
-    el("a", { class: "title", href: f.page_url.replace(/^\//, "") }, f.title),
+    el("a", { class: "title", dir: "auto", href: f.page_url.replace(/^\//, "") }, f.title),
     f.on_disk === false ? el("span", { class: "gone" }, "gone from disk") : null,
     f.band ? el("span", { class: `band ${f.band}`, title: `score ${Number(f.score).toFixed(2)}` },
                 BANDS[f.band] || f.band) : null,
@@ -487,7 +487,7 @@ function hitItem(hit) {
                              : play(hit.media_url, hit.start, label, hasVideo);
   time.addEventListener("click", (e) => { e.preventDefault(); playHit(); });
   const head = el("div", { class: "head" },
-    el("span", { class: "title" }, title), time,
+    el("span", { class: "title", dir: "auto" }, title), time,
     gone ? el("span", { class: "gone" }, "gone from disk") : null,
     el("span", { class: `badge ${hit.modality}` }, KINDS[hit.modality] || hit.modality),
     hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
@@ -497,7 +497,7 @@ function hitItem(hit) {
   const unnamed = !hit.text && hit.modality === "visual";
   const looks = (hit.looks_like || []).length ? `; looks like ${hit.looks_like.join(", ")}` : "";
   const snippet = unnamed ? el("p", { class: "snippet hint" }, `picture without words${looks}`)
-                          : el("p", { class: "snippet", lang: hit.language || undefined },
+                          : el("p", { class: "snippet", dir: "auto", lang: hit.language || undefined },
                                highlighted(hit.text || "", hit.highlights));
   const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
                             "transcript");
@@ -826,7 +826,7 @@ function showAnswer(question, job) {
   const list = $("ask-moments");
   list.replaceChildren(...citations.map((c) => el("li", { class: "cited" }, momentLink(c),
     isGone(c.video_id) ? el("span", { class: "gone" }, "gone from disk") : null,
-    c.text ? el("q", { lang: textLanguage(c.text) }, c.text) : null)));
+    c.text ? el("q", { dir: "auto", lang: textLanguage(c.text) }, c.text) : null)));
   if (out.status !== "answered") {
     list.append(el("li", { class: "hint" }, "Search for it instead: ",
                    el("a", { href: searchHash(question, out.video_id || "", "") }, question)));
@@ -930,7 +930,7 @@ function showSummary(v, text, chapters, citations) {
       play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
     });
     return el("li", { class: "chapter" }, time,
-              el("div", { lang: textLanguage(`${c.title} ${c.summary}`, c.generated ? undefined : v.language) },
+              el("div", { dir: "auto", lang: textLanguage(`${c.title} ${c.summary}`, c.generated ? undefined : v.language) },
                  el("strong", {}, c.title), " ", c.summary));
   }));
 }
@@ -1002,7 +1002,7 @@ async function showVideo(videoId, t, token) {
                     clock(line.start));
     const item = el("li", { class: "line", "data-start": line.start, "data-end": line.end }, time,
       line.speaker ? el("span", { class: "speaker" }, line.speaker) : null,
-      el("span", { class: "text", lang: line.language || v.language || undefined }, line.text));
+      el("span", { class: "text", dir: "auto", lang: line.language || v.language || undefined }, line.text));
     item.addEventListener("click", (e) => {
       e.preventDefault();
       play(v.media_url, line.start, `${v.title} at ${clock(line.start)}`, v.has_video);
