@@ -708,6 +708,10 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
             if size == "desktop":
                 page.p.locator("#library .hint").wait_for()
                 assert page.p.locator("#library .hint").inner_text().startswith("Add media above, or index a folder")
+                # The picker offers media by type and by the suffixes the server takes (".ts" is no type of media
+                # to every system).
+                accept = page.p.locator("#add-input").get_attribute("accept").split(",")
+                assert accept[:2] == ["audio/*", "video/*"] and {".ts", ".m2ts", ".vob", ".m4b", ".mkv"} <= set(accept)
                 big = media("audio/jfk.flac")  # 1.1 MB: over this server's 0.5 MB
                 page.p.set_input_files("#add-input", [str(media("audio/LJ002-0035.wav")), str(notes), str(big)])
                 done, failed = page.p.locator("#uploads .upload.done"), page.p.locator("#uploads .upload.failed")

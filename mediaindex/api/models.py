@@ -125,6 +125,7 @@ class LibraryOut(BaseModel):
     examples: list[str] = Field(description="A few queries taken from what the index holds")
     keys_required: bool = Field(description="Whether this server asks for API keys")
     max_upload_bytes: int = Field(description="The largest file POST /ingest/upload takes")
+    media_suffixes: list[str] = Field(description="The file types taken as media (by suffix: \".mkv\", \".m2ts\")")
 
 
 class TranscriptLine(BaseModel):

@@ -304,6 +304,8 @@ async function showLibrary(page, token) {
   told = "";
   $("key-button").hidden = !lib.keys_required;
   maxUpload = lib.max_upload_bytes;
+  // By suffix too: a picker filters by the system's types, which miss some media (".ts" reads as TypeScript).
+  $("add-input").accept = ["audio/*", "video/*", ...(lib.media_suffixes || [])].join(",");
   $("library-size").textContent = lib.files
     ? `${plural(lib.files, "file")}, ${span(lib.duration)} of media, ${plural(lib.segments, "segment")}`
     : "The index is empty";

@@ -39,6 +39,7 @@ from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.store import hit_from_payload
 from mediaindex.media import playable
 from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 429: {"model": ErrorOut}})
@@ -95,7 +96,8 @@ def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
             for r in records[offset:offset + limit]]
     return LibraryOut(files=len(records), segments=store.count(), duration=sum(r.duration or 0 for r in records),
                       offset=offset, limit=limit, videos=page, examples=example_queries(store, records),
-                      keys_required=state.keys_required(), max_upload_bytes=state.settings.api.max_upload_bytes)
+                      keys_required=state.keys_required(), max_upload_bytes=state.settings.api.max_upload_bytes,
+                      media_suffixes=sorted(MEDIA_SUFFIXES))
 
 
 @router.get("/videos/{video_id}", response_model=VideoDetail)
