@@ -40,7 +40,8 @@ class Unplayable:
 
 
 def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) -> Unplayable:
-    """An index of `jfk.avi` and `jfk.wma` (made from the shared recordings) with jfk.flac's transcript, and
+    """An index of `jfk.avi`, `jfk.wma` and `jfk.mkv` (H.264 with AC-3 sound, which Chromium plays as silence), made
+    from the shared recordings, with jfk.flac's transcript, and
     where `long`, `long.mkv`: 90 s of cockatoo.mp4's pictures looped, without sound or segments, and `broken.avi`:
     bytes that are no media."""
     folder = root / "media"
@@ -51,6 +52,10 @@ def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) 
                     "-i", str(jfk), "-map", "0:v", "-map", "1:a", "-shortest", "-vf", "scale=320:-2",
                     "-c:v", "mpeg4", "-c:a", "libmp3lame", str(avi)], check=True)
     subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-i", str(jfk), "-c:a", "wmav2", str(wma)], check=True)
+    mkv = folder / "jfk.mkv"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-stream_loop", "-1", "-i", str(media("video/cockatoo.mp4")),
+                    "-i", str(jfk), "-map", "0:v", "-map", "1:a", "-shortest", "-c:v", "copy", "-c:a", "ac3", str(mkv)],
+                   check=True)
     segs = [s for s in references() if Path(s.source).name == "jfk.flac"]
     with av.open(str(jfk)) as f:
         duration = float(f.duration or 0) / 1e6
@@ -58,11 +63,11 @@ def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) 
         media_roots=[folder], rate_limit_per_minute=0, keys_db=root / "keys.db")})
     ids = {}
     with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
-        for path, has_video in ((avi, True), (wma, False)):
+        for path, has_video in ((avi, True), (wma, False), (mkv, True)):
             video_id = path.stem + path.suffix[1:]
             own = [replace(s, source=str(path), video_id=video_id, vectors={}) for s in segs]
             record = VideoRecord(video_id, str(path), path.name, path.stat().st_size, 1, duration, "en", len(own),
-                                 {"has_video": has_video}, 0.0)
+                                 {"has_video": has_video, "has_audio": True}, 0.0)
             index.replace_video(record, own, embedder.embed_passages([s.text for s in own]))
             ids[path.name] = video_id
         if long:
@@ -70,7 +75,7 @@ def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) 
             subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-stream_loop", "-1", "-i",
                             str(media("video/cockatoo.mp4")), "-t", "90", "-an", "-c", "copy", str(path)], check=True)
             index.replace_video(VideoRecord("longmkv", str(path), path.name, path.stat().st_size, 1, 90.0, None, 0,
-                                            {"has_video": True}, 0.0), [], [])
+                                            {"has_video": True, "has_audio": False}, 0.0), [], [])
             ids[path.name] = "longmkv"
             broken = folder / "broken.avi"  # indexed, then damaged
             broken.write_bytes(bytes(range(256)) * 200)
@@ -107,6 +112,11 @@ def test_a_video_browsers_do_not_play_comes_as_fragmented_h264_from_the_moment(c
     kinds, duration = streams(r.content, tmp_path)
     assert kinds == ["video:h264", "audio:aac"]
     assert duration == pytest.approx(unplayable.duration - 4, abs=0.3)
+
+
+def test_the_files_say_whether_they_have_sound(client, unplayable: Unplayable) -> None:
+    sound = {v["title"]: v["has_audio"] for v in client.get("/videos").json()}
+    assert sound["jfk.mkv"] and sound["jfk.wma"] and not sound["long.mkv"]
 
 
 def test_sound_alone_comes_as_aac(client, unplayable: Unplayable, tmp_path: Path) -> None:

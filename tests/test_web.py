@@ -794,8 +794,9 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
                                                                         embedder, monkeypatch) -> None:
     """An AVI (MPEG-4 Part 2 + MP3) at the desktop size and a WMA at the phone size: Chromium cannot open them,
     so the page plays the server's copy from the moment asked for, says so, and marks the transcript line of
-    the file's time (the copy's time plus where it starts); another line plays from there. A server busy with
-    other copies is asked again; a file that cannot be converted either is said to be so."""
+    the file's time (the copy's time plus where it starts); another line plays from there. A video whose sound
+    it plays as silence (AC-3) goes on converted after a second. A server busy with other copies is asked again;
+    a file that cannot be converted either is said to be so."""
     import time
 
     from mediaindex.api.routes import videos
@@ -824,6 +825,17 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
                                      f"&& {PLAYER}.currentTime > 0.3")
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
+
+        # Sound it cannot decode (AC-3 in Matroska) plays as silence, without an error: after a silent second
+        # the page goes on from there with the converted copy.
+        page = Page(browser.new_context(viewport=VIEWPORTS["phone"]), "phone")
+        page.p.goto(f"{live.url}/#/video/{archive.ids['jfk.mkv']}?t=2")
+        page.p.wait_for_function(f"() => {PLAYER}.currentSrc.includes('/playable?start=') && {PLAYER}.currentTime > 0.3")
+        src, decoded = page.p.evaluate(f"() => [{PLAYER}.currentSrc, {PLAYER}.webkitAudioDecodedByteCount]")
+        assert 3.0 <= float(src.rsplit("=", 1)[1]) < 6.0 and decoded > 0, src
+        assert page.p.locator("#now-playing").inner_text() == "jfk.mkv · converted to play here"
+        assert not page.errors and not page.failed, (page.errors, page.failed)
+        page.context.close()
 
         page = Page(browser.new_context(viewport=VIEWPORTS["desktop"]), "desktop")
         monkeypatch.setattr(videos, "MAX_PLAYING", 0)

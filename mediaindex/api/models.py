@@ -105,6 +105,7 @@ class VideoOut(BaseModel):
     segments: int
     indexed_at: float
     has_video: bool
+    has_audio: bool = Field(True, description="Whether the file has sound")
     media_url: str
     thumbnail_url: str | None = None
     on_disk: bool = Field(True, description="False when the file is no longer at its path (it cannot be played; "

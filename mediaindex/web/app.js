@@ -183,23 +183,46 @@ function play(mediaUrl, start, label, hasVideo = true) {
     player.currentTime = start;
     player.play().catch(() => {});  // autoplay may be refused; the position is set either way
   } else {
-    const cannotPlay = () => {
+    const cannotPlay = (at = start) => {
       if (player.dataset.src !== mediaUrl || player.dataset.offset !== undefined) return;  // another file by now
       converted.add(mediaUrl);
-      playConverted(player, mediaUrl, start);
+      playConverted(player, mediaUrl, at);
     };
     player.dataset.src = mediaUrl;
     delete player.dataset.offset;
     setCaptions(player, mediaUrl);
-    player.onerror = cannotPlay;  // a format it cannot open
+    player.onerror = () => cannotPlay();  // a format it cannot open
     player.onloadedmetadata = () => {
       if (hasVideo && player.videoWidth === 0) return cannotPlay();  // opened, but no picture it can decode
       player.currentTime = start;
       player.play().catch(() => {});
+      watchSound(player, mediaUrl, cannotPlay);
     };
     player.src = mediaUrl;
   }
   measureSticky();
+}
+
+// Sound the browser cannot decode (AC-3, E-AC-3, DTS here) plays as silence, with no error: once a second has
+// played and no sound was decoded, the file is converted from where it is. (A count Chromium and Safari keep.)
+function watchSound(player, mediaUrl, silent) {
+  const id = (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
+  if (!id || !fileOf(decodeURIComponent(id)).has_audio || !("webkitAudioDecodedByteCount" in player)) return;
+  let played = 0;
+  let last = null;
+  const check = () => {
+    if (player.dataset.src !== mediaUrl || player.dataset.offset !== undefined || player.webkitAudioDecodedByteCount > 0) {
+      player.removeEventListener("timeupdate", check);
+      return;
+    }
+    if (last !== null && player.currentTime > last) played += player.currentTime - last;
+    last = player.currentTime;
+    if (played >= 1) {
+      player.removeEventListener("timeupdate", check);
+      silent(player.currentTime);
+    }
+  };
+  player.addEventListener("timeupdate", check);
 }
 
 // The converted copy starts at the moment (its time 0 is `start` in the file); another moment asks for another.
