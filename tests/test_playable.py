@@ -8,6 +8,7 @@ an AVI (MPEG-4 Part 2 + MP3) and jfk.flac as WMA; the index holds jfk.flac's ref
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, replace
@@ -42,8 +43,8 @@ class Unplayable:
 def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) -> Unplayable:
     """An index of `jfk.avi`, `jfk.wma` and `jfk.mkv` (H.264 with AC-3 sound, which Chromium plays as silence), made
     from the shared recordings, with jfk.flac's transcript, and
-    where `long`, `long.mkv`: 90 s of cockatoo.mp4's pictures looped, without sound or segments, and `broken.avi`:
-    bytes that are no media."""
+    where `long`, `long.mkv`: 90 s of cockatoo.mp4's pictures looped, without sound or segments, `broken.avi`:
+    bytes that are no media, and `gone.avi`: indexed, then deleted."""
     folder = root / "media"
     folder.mkdir(parents=True)
     jfk = media("audio/jfk.flac")
@@ -82,6 +83,12 @@ def build_unplayable(root: Path, cache_dir: Path, embedder, long: bool = False) 
             index.replace_video(VideoRecord("brokenavi", str(broken), broken.name, broken.stat().st_size, 1, 9.0, None,
                                             0, {"has_video": True}, 0.0), [], [])
             ids[broken.name] = "brokenavi"
+            gone = folder / "gone.avi"  # indexed, then deleted
+            shutil.copyfile(broken, gone)
+            index.replace_video(VideoRecord("goneavi", str(gone), gone.name, gone.stat().st_size, 1, 9.0, None, 0,
+                                            {"has_video": True}, 0.0), [], [])
+            gone.unlink()
+            ids[gone.name] = "goneavi"
     return Unplayable(settings, ids, duration)
 
 
@@ -141,8 +148,8 @@ def test_a_start_that_is_no_time_in_the_file_is_refused(client, unplayable: Unpl
 def test_unknown_or_gone_files_are_not_converted(client, unplayable: Unplayable) -> None:
     r = client.get("/media/nosuchfile/playable")
     assert r.status_code == 404 and "no video with id 'nosuchfile'" in r.json()["message"]
-    r = client.get("/media/../playable")
-    assert r.status_code == 404
+    r = client.get(f"/media/{unplayable.ids['gone.avi']}/playable")
+    assert r.status_code == 404 and r.json()["message"] == "the file of video 'goneavi' is no longer on disk"
 
 
 def test_a_file_ffmpeg_cannot_read_is_refused_with_its_reason(client, unplayable: Unplayable) -> None:

@@ -146,15 +146,18 @@ function show(view) {
 // ---- the player: <video> for files with pictures, <audio> for sound only -----------------------
 function currentPlayer() { return $("player").hidden ? $("audio-player") : $("player"); }
 
+// A player let go of its file: nothing keeps playing or buffering.
+function release(p) {
+  p.pause();
+  p.removeAttribute("src");
+  delete p.dataset.src;
+  delete p.dataset.offset;
+  p.load();
+  p.hidden = true;
+}
+
 function stopPlayback() {
-  for (const p of [$("player"), $("audio-player")]) {
-    p.pause();
-    p.removeAttribute("src");
-    delete p.dataset.src;
-    delete p.dataset.offset;
-    p.load();  // drops the old file: nothing keeps playing or buffering
-    p.hidden = true;
-  }
+  for (const p of [$("player"), $("audio-player")]) release(p);
   $("player-area").hidden = true;
   $("now-playing").textContent = "";
 }
@@ -166,14 +169,7 @@ const converted = new Set();
 function play(mediaUrl, start, label, hasVideo = true) {
   const player = hasVideo ? $("player") : $("audio-player");
   const other = hasVideo ? $("audio-player") : $("player");
-  if (!other.hidden || other.dataset.src) {
-    other.pause();
-    other.removeAttribute("src");
-    delete other.dataset.src;
-    delete other.dataset.offset;
-    other.load();
-    other.hidden = true;
-  }
+  if (!other.hidden || other.dataset.src) release(other);
   player.hidden = false;
   $("player-area").hidden = false;
   $("now-playing").textContent = label || "";
@@ -206,7 +202,7 @@ function play(mediaUrl, start, label, hasVideo = true) {
 // Sound the browser cannot decode (AC-3, E-AC-3, DTS here) plays as silence, with no error: once a second has
 // played and no sound was decoded, the file is converted from where it is. (A count Chromium and Safari keep.)
 function watchSound(player, mediaUrl, silent) {
-  const id = (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
+  const id = videoIdOf(mediaUrl);
   if (!id || !fileOf(decodeURIComponent(id)).has_audio || !("webkitAudioDecodedByteCount" in player)) return;
   let played = 0;
   let last = null;
@@ -243,6 +239,11 @@ function playConverted(player, mediaUrl, start, tries = 0) {
   player.src = `${mediaUrl}/playable?start=${from}`;
 }
 
+// The (URL-encoded) video id of an indexed file's media URL, "/media/ID"; undefined for another URL.
+function videoIdOf(mediaUrl) {
+  return (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
+}
+
 // Where in the file the player is (a converted copy starts later in it).
 function fileTime(player) {
   return Number(player.dataset.offset || 0) + player.currentTime;
@@ -251,7 +252,7 @@ function fileTime(player) {
 // An indexed file's transcript rides along as captions: the player's captions button shows them.
 function setCaptions(player, mediaUrl, offset = 0) {
   for (const t of player.querySelectorAll("track")) t.remove();
-  const id = (mediaUrl.match(/^\/media\/([^/?#]+)/) || [])[1];
+  const id = videoIdOf(mediaUrl);
   if (!id || player.tagName !== "VIDEO") return;
   const shift = offset ? `&offset=${offset}` : "";
   player.append(el("track", { kind: "captions", label: "transcript", src: `/videos/${id}/transcript?format=vtt${shift}` }));
