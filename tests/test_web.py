@@ -160,7 +160,7 @@ def test_results_show_band_highlights_and_play_the_moment(page: Page, server: Li
     assert state["src"].endswith(f"/media/{sample.video_id('auto-editor_example.mp4')}") and state["tag"] == "VIDEO"
     assert start <= state["t"] <= end, (state, start, end)
     assert page.p.evaluate("location.hash").startswith("#/search")  # played in place, not navigated away
-    page.p.wait_for_function(f"() => {PLAYER}.currentTime > 0 && !{PLAYER}.paused")
+    page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentTime > 0 && !{PLAYER}.paused")
     page.fits()
     page.taps("header a, header button, header select, header input, .hit a")
     if page.size == "phone":
@@ -821,7 +821,7 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
             page.shot("converted")
             first = page.p.locator("#transcript .line").first
             first.click()
-            page.p.wait_for_function(f"() => {PLAYER}.currentSrc.endsWith('/playable?start=0') "
+            page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.endsWith('/playable?start=0') "
                                      f"&& {PLAYER}.currentTime > 0.3")
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
@@ -830,7 +830,7 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
         # the page goes on from there with the converted copy.
         page = Page(browser.new_context(viewport=VIEWPORTS["phone"]), "phone")
         page.p.goto(f"{live.url}/#/video/{archive.ids['jfk.mkv']}?t=2")
-        page.p.wait_for_function(f"() => {PLAYER}.currentSrc.includes('/playable?start=') && {PLAYER}.currentTime > 0.3")
+        page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.includes('/playable?start=') && {PLAYER}.currentTime > 0.3")
         src, decoded = page.p.evaluate(f"() => [{PLAYER}.currentSrc, {PLAYER}.webkitAudioDecodedByteCount]")
         assert 3.0 <= float(src.rsplit("=", 1)[1]) < 6.0 and decoded > 0, src
         assert page.p.locator("#now-playing").inner_text() == "jfk.mkv · converted to play here"
@@ -845,7 +845,7 @@ def test_files_browsers_do_not_play_are_played_converted_from_the_moment(browser
             page.p.wait_for_timeout(100)
         assert [f.split()[0] for f in page.failed] == ["503"], page.failed
         monkeypatch.setattr(videos, "MAX_PLAYING", 3)
-        page.p.wait_for_function(f"() => {PLAYER}.currentSrc.endsWith('/playable?start=2') && {PLAYER}.currentTime > 0.3")
+        page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.endsWith('/playable?start=2') && {PLAYER}.currentTime > 0.3")
         assert page.p.locator("#now-playing").inner_text() == "jfk.wma · converted to play here"
 
         (Path(archive.settings.api.media_roots[0]) / "jfk.wma").write_bytes(bytes(range(256)) * 200)
