@@ -4,6 +4,7 @@ made at test time."""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
@@ -149,6 +150,109 @@ def test_broken_subtitle_files_are_named_and_the_rest_kept(talk: Path) -> None:
     assert "subtitle file talk.empty.vtt not read: empty" in notes
     assert "subtitle file talk.ass holds no cues" in notes
     assert "subtitle file talk.huge.srt not read: larger than 20 MB" in notes
+
+
+def _wrapped(text: str, width: int = 32) -> list[str]:
+    """A caption's words in lines of at most `width` characters, as closed captions are written."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(word)
+    return lines
+
+
+def _other_formats(talk: Path, cues: list[tuple[float, str]]) -> dict[str, tuple[int, float]]:
+    """manifesto.srt's first cues written beside the talk in the other formats subtitle files come in: by FFmpeg
+    (TTML, LRC), by ttconv (SCC, from lines a caption fits) and here (SAMI in EUC-KR as Korean files are, with the
+    empty cue that clears the screen; MicroDVD counting the video's 25 frames a second, and with a first cue that
+    names its rate; SubViewer; YouTube's SBV). Each name → (how many cues it holds, how near its times are kept)."""
+    srt = media(SRT)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(srt), str(talk.with_name("talk.en.ttml"))], check=True)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(srt), str(talk.with_name("talk.lrc"))], check=True)
+    shutil.copy(talk.with_name("talk.en.ttml"), talk.with_name("talk.dfxp"))
+    from ttconv.scc import writer as scc_writer
+    from ttconv.srt import reader as srt_reader
+
+    ends = [start for start, _ in cues[1:]] + [cues[-1][0] + 2]
+    wrapped = "".join(f"{i + 1}\n{_stamp(start, ',')} --> {_stamp(end, ',')}\n" + "\n".join(_wrapped(text)) + "\n\n"
+                      for i, ((start, text), end) in enumerate(zip(cues, ends, strict=True)))
+    talk.with_name("talk.scc").write_text(scc_writer.from_model(srt_reader.to_model(io.StringIO(wrapped))))
+    sync = "".join(f"<SYNC Start={round(start * 1000)}><P Class=KRCC>{text}\n" for start, text in cues)
+    talk.with_name("talk.ko.smi").write_bytes(
+        ("<SAMI>\n<HEAD>\n<STYLE TYPE=\"text/css\">\n<!--\nP { font-family: Gulim; }\n"
+         ".KRCC { Name: Korean; lang: ko-KR; }\n-->\n</STYLE>\n</HEAD>\n<BODY>\n" + sync
+         + f"<SYNC Start={round(ends[-1] * 1000)}><P Class=KRCC>&nbsp;\n</BODY>\n</SAMI>\n").encode("cp949"))
+    frames = "".join(f"{{{round(start * 25)}}}{{{round(end * 25)}}}{'|'.join(_wrapped(text))}\n"
+                     for (start, text), end in zip(cues, ends, strict=True))
+    talk.with_name("talk.sub").write_text(frames)
+    (talk.parent / "named").mkdir()
+    shutil.copy(talk, talk.parent / "named" / "talk.mp4")
+    (talk.parent / "named" / "talk.sub").write_text("{1}{1}50.000\n" + frames)  # at 50 frames a second
+    times = "".join(f"{_stamp(start, '.')},{_stamp(end, '.')}\n{text}\n\n" for (start, text), end in zip(cues, ends, strict=True))
+    (talk.parent / "viewer").mkdir()
+    shutil.copy(talk, talk.parent / "viewer" / "talk.mp4")
+    (talk.parent / "viewer" / "talk.sub").write_text("[INFORMATION]\n[TITLE]talk\n[END INFORMATION]\n[SUBTITLE]\n"
+                                                      + times)
+    talk.with_name("talk.sbv").write_text("".join(f"{_stamp(start, ':')},{_stamp(end, ':')}\n{text}\n\n"
+                                                  for (start, text), end in zip(cues, ends, strict=True)))
+    return {"talk.en.ttml": (37, 0.002), "talk.dfxp": (37, 0.002), "talk.lrc": (37, 0.011),
+            "talk.scc": (len(cues), 0.1), "talk.ko.smi": (len(cues), 0.001), "talk.sub": (len(cues), 0.021),
+            "talk.sbv": (len(cues), 0.001)}
+
+
+def _stamp(seconds: float, mark: str) -> str:
+    """SubRip's 01:02:03,456 (mark ","), SubViewer's 01:02:03.46 (mark ".") or SBV's 1:02:03.456 (mark ":")."""
+    whole, millis = divmod(round(seconds * 1000), 1000)
+    hours, minutes, secs = whole // 3600, whole // 60 % 60, whole % 60
+    if mark == ":":
+        return f"{hours}:{minutes:02d}:{secs:02d}.{millis:03d}"
+    fraction = f"{millis:03d}" if mark == "," else f"{millis // 10:02d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{mark}{fraction}"
+
+
+def test_other_subtitle_formats_read_as_their_cues(talk: Path) -> None:
+    """TTML, DFXP, SCC, SAMI, LRC, MicroDVD, SubViewer and SBV files of the same captions give the same cues, at
+    their times, with the language their names give."""
+    expected = _srt_cues(media(SRT).read_text(encoding="utf-8"))
+    made = _other_formats(talk, expected[:12])
+    found = read_subtitles(talk)
+    assert found.notes == []
+    assert sorted((t.origin, t.language) for t in found.tracks) == sorted(
+        (name, "en" if ".en." in name else "ko" if ".ko." in name else None) for name in made)
+    for track in found.tracks:
+        count, near = made[track.origin]
+        assert [c.text for c in track.cues] == [text for _, text in expected[:count]], track.origin
+        assert all(abs(c.start - start) <= near for c, (start, _) in zip(track.cues, expected, strict=False)), track.origin
+        assert all(c.end > c.start for c in track.cues[:-1]), track.origin
+    # A MicroDVD file that names its frame rate is read at that rate; a SubViewer file under the same suffix as
+    # MicroDVD is read as what it is.
+    for folder, scale in (("named", 0.5), ("viewer", 1.0)):
+        (track,) = read_subtitles(talk.parent / folder / "talk.mp4").tracks
+        assert [c.text for c in track.cues] == [text for _, text in expected[:12]]
+        assert all(abs(c.start - start * scale) <= 0.021 for c, (start, _) in zip(track.cues, expected, strict=False))
+    assert [p.name for p in discover([talk.parent]).files] == ["talk.mp4", "talk.mp4", "talk.mp4"]
+    assert discover([talk.parent]).skipped == []
+
+
+def test_broken_files_of_the_other_formats_are_named(talk: Path) -> None:
+    talk.with_name("talk.ttml").write_text("<tt xmlns='http://www.w3.org/ns/ttml'><body><div><p begin='1s'>cut off")
+    talk.with_name("talk.dfxp").write_text("<html><body>not timed text</body></html>")
+    talk.with_name("talk.scc").write_bytes(os.urandom(3000))
+    talk.with_name("talk.sub").write_bytes(b"\x00\x00\x01\xba" + os.urandom(4000))  # VobSub: MPEG-PS pictures
+    talk.with_name("talk.en.smi").write_text("<SAMI><BODY><P>no sync at all</BODY></SAMI>")
+    talk.with_name("talk.lrc").write_text("[ar:nobody]\n[ti:no lines]\n")
+    found = read_subtitles(talk)
+    assert found.tracks == []
+    notes = "\n".join(found.notes)
+    assert "subtitle file talk.ttml not read: not a TTML file (" in notes
+    assert "subtitle file talk.dfxp not read: not a TTML file" in notes
+    assert "subtitle file talk.scc not read: " in notes
+    assert "subtitle file talk.sub not read: VobSub pictures, not text" in notes
+    assert "subtitle file talk.en.smi holds no cues" in notes or "subtitle file talk.en.smi not read" in notes
+    assert "subtitle file talk.lrc holds no cues" in notes or "subtitle file talk.lrc not read" in notes
+    assert len(found.notes) == 6
 
 
 def test_passages_join_cues_into_spoken_lengths(talk: Path) -> None:

@@ -1,9 +1,10 @@
 """Timed text that comes with a media file: its text subtitle streams, and subtitle files beside it.
 
 A file's subtitle streams (SubRip, WebVTT, ASS/SSA, MP4 timed text) are decoded with PyAV. So are the files named
-after it ("talk.srt", "talk.en.vtt", "talk.de.ass"), after their bytes are read as UTF-8 (legacy files are often
-Windows-1252 or EUC-KR, which FFmpeg refuses). Picture subtitles (DVD, Blu-ray, DVB) would need OCR: they are
-left out with a note. Captions that roll, as automatic captions do (each line shown again under the next), keep
+after it ("talk.srt", "talk.en.vtt", "talk.de.ass", and SAMI, LRC lyrics, MicroDVD, SubViewer and YouTube's SBV),
+after their bytes are read as UTF-8 (legacy files are often Windows-1252 or EUC-KR, which FFmpeg refuses). TTML
+(DFXP) and Scenarist closed captions (SCC), which FFmpeg does not read, are converted to SubRip by ttconv first.
+Picture subtitles (DVD, Blu-ray, DVB, VobSub) would need OCR: they are left out with a note. Captions that roll, as automatic captions do (each line shown again under the next), keep
 each line once.
 """
 
@@ -18,14 +19,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-SUBTITLE_SUFFIXES = (".srt", ".vtt", ".ass", ".ssa")
-_FORMATS = {".srt": "srt", ".vtt": "webvtt", ".ass": "ass", ".ssa": "ass"}
+# FFmpeg's demuxer for each suffix it reads; ".sub" is MicroDVD or SubViewer, told apart by its first line.
+_FORMATS = {".srt": "srt", ".vtt": "webvtt", ".ass": "ass", ".ssa": "ass", ".smi": "sami", ".sami": "sami",
+            ".lrc": "lrc", ".sbv": "subviewer", ".sub": "subviewer"}
+# Read by ttconv and handed on as SubRip.
+_CONVERTED = {".ttml": "TTML", ".dfxp": "TTML", ".scc": "SCC"}
+SUBTITLE_SUFFIXES = tuple(sorted({*_FORMATS, *_CONVERTED}))
 PICTURE_CODECS = frozenset({"dvd_subtitle", "dvdsub", "hdmv_pgs_subtitle", "pgssub", "dvb_subtitle", "dvbsub",
                             "xsub", "dvb_teletext"})
 # A subtitle file larger than this is not a subtitle file (a feature film's has a few hundred kB).
 MAX_FILE_BYTES = 20 * 2**20
 _OVERRIDE = re.compile(r"\{[^{}]*\}")  # ASS style overrides: {\i1}, {\an8}, {\c&HFF&}
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")  # HTML-like tags some decoders leave: <i>, <font color=...>
+_MICRODVD = re.compile(r"\{\d+\}\{\d*\}")  # "{25}{75}text": frames, not times
+_MICRODVD_RATE = re.compile(r"\{1\}\{1\}\s*\d+(\.\d+)?\s*$")  # a first cue "{1}{1}23.976" gives the frame rate
 _SPACE = re.compile(r"\s+")
 
 
@@ -150,20 +157,68 @@ def _read_file(file: Path, media: Path) -> SubtitleTrack:
         data = file.read_bytes()
     except OSError as exc:
         raise _Unreadable(exc.strerror or str(exc)) from exc
+    suffix = file.suffix.casefold()
+    if suffix == ".sub" and data.startswith(b"\x00\x00\x01\xba"):  # an MPEG program stream: VobSub's pictures
+        raise _Unreadable("VobSub pictures, not text")
     text = _as_text(data)
     if not text.strip():
         raise _Unreadable("empty")
+    kind = _CONVERTED.get(suffix) or suffix.lstrip(".").upper()
+    form, options = _FORMATS.get(suffix, "srt"), {}
+    if suffix in _CONVERTED:
+        text = _as_subrip(text, kind)
+    elif suffix == ".sub" and _MICRODVD.match(first := text.lstrip()):
+        form, kind = "microdvd", "MicroDVD"
+        if not _MICRODVD_RATE.match(first.split("\n", 1)[0]) and (rate := _frame_rate(media)):
+            options["subfps"] = rate  # cues count the video's frames, as players read them
     try:
-        with av.open(io.BytesIO(text.encode("utf-8")), format=_FORMATS[file.suffix.casefold()]) as container:
+        with av.open(io.BytesIO(text.encode("utf-8")), format=form, options=options) as container:
             if not container.streams.subtitles:
                 raise _Unreadable("no subtitles in it")
             stream = container.streams.subtitles[0]
             cues = _decode(container, [stream], 0.0)[stream.index]
     except av.error.FFmpegError as exc:
-        raise _Unreadable(f"not a {file.suffix.lstrip('.').upper()} file ({exc.strerror or type(exc).__name__})") from exc
+        raise _Unreadable(f"not a {kind} file ({exc.strerror or type(exc).__name__})") from exc
     between = file.name[len(media.stem) + 1:-len(file.suffix)]  # "en" of "talk.en.srt"; "" of "talk.srt"
     language = next((code for part in reversed(between.split(".")) if (code := language_code(part))), None)
     return SubtitleTrack(file.name, language, cues)
+
+
+def _as_subrip(text: str, kind: str) -> str:
+    """A TTML or SCC document as SubRip text, by ttconv."""
+    import logging
+    import xml.etree.ElementTree as ElementTree
+
+    from ttconv.imsc import reader as ttml_reader
+    from ttconv.scc import reader as scc_reader
+    from ttconv.srt import writer as srt_writer
+
+    # ttconv warns on every caption wider than a TV line and every overlap it resolves: nothing a reader can act on.
+    logging.getLogger("ttconv").setLevel(logging.ERROR)
+    try:
+        if kind == "SCC":
+            document = scc_reader.to_model(text)
+        else:
+            document = ttml_reader.to_model(ElementTree.ElementTree(ElementTree.fromstring(text.lstrip("\ufeff"))))
+        if document is None:
+            raise _Unreadable(f"not a {kind} file")
+        return str(srt_writer.from_model(document))
+    except _Unreadable:
+        raise
+    except Exception as exc:  # ttconv raises what its parsers meet (ValueError, KeyError, ParseError, ...)
+        raise _Unreadable(f"not a {kind} file ({exc or type(exc).__name__})") from exc
+
+
+def _frame_rate(media: Path) -> str | None:
+    """The media file's video frame rate ("25", "24000/1001"), or None when it has no video or cannot be read."""
+    import av
+
+    try:
+        with av.open(str(media), metadata_errors="ignore", timeout=60.0) as container:
+            rate = container.streams.video[0].average_rate if container.streams.video else None
+    except (av.error.FFmpegError, OSError):
+        return None
+    return str(rate) if rate else None
 
 
 def _as_text(data: bytes) -> str:
@@ -186,6 +241,8 @@ def _as_text(data: bytes) -> str:
 def _decode(container: Any, streams: list[Any], offset: float) -> dict[int, tuple[Cue, ...]]:
     """Each stream's cues in time order (by stream index), in one pass over the file; each line once: a line the
     stream's cue before showed is not repeated."""
+    import av
+
     cues: dict[int, list[Cue]] = {s.index: [] for s in streams}
     shown: dict[int, list[str]] = {s.index: [] for s in streams}
     for packet in container.demux(*streams):
@@ -194,7 +251,11 @@ def _decode(container: Any, streams: list[Any], offset: float) -> dict[int, tupl
         index = packet.stream.index
         start = max(0.0, float(packet.pts * packet.time_base) - offset)
         end = start + float((packet.duration or 0) * packet.time_base)
-        lines = [line for sub in packet.decode() for line in _lines(sub)]
+        try:
+            decoded = packet.decode()
+        except av.error.FFmpegError:  # a cue its decoder refuses (SAMI's empty "&nbsp;" cue that clears the screen)
+            continue
+        lines = [line for sub in decoded for line in _lines(sub)]
         new = [line for line in lines if line not in shown[index]]
         shown[index] = lines
         if new:
