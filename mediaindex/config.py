@@ -392,6 +392,9 @@ class IngestSettings(_Section):
     # A job with summaries, or with ray.address set, always runs on Ray.
     in_process_max_files: int = Field(default=16, ge=0)
     in_process_max_seconds: float = Field(default=900.0, ge=0)
+    # Where media given by web address (`ingest https://…`) are downloaded to, one folder per host (None:
+    # downloads/ in the index directory). They stay there: they are the files the index plays and cites.
+    download_dir: Path | None = None
 
 
 WATCH_MAX_S = 7 * 24 * 3600  # a look at the folders at least once a week (and a finite sleep between looks)
@@ -488,6 +491,12 @@ class Settings(BaseSettings):
     @property
     def thumbs_dir(self) -> Path:
         return self.index_dir / "thumbs"
+
+    @property
+    def download_dir(self) -> Path:
+        """Where media given by web address are downloaded to."""
+        folder = self.ingest.download_dir
+        return Path(folder).expanduser() if folder else self.index_dir / "downloads"
 
     @property
     def upload_dir(self) -> Path:

@@ -65,15 +65,16 @@ class ApiState:
         api = settings.api
         self.upload_dir = settings.upload_dir
         self.upload_dir.mkdir(parents=True, exist_ok=True)
-        # Uploaded files are media too: the upload folder is always a root.
-        self.roots = MediaRoots([*api.media_roots, self.upload_dir])
+        # Uploaded and downloaded files are media too: their folders are always roots.
+        self.roots = MediaRoots([*api.media_roots, self.upload_dir, settings.download_dir])
         self.thumbs = MediaRoots([settings.thumbs_dir])
         from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
         # Whatever the roots, the index's own files (catalog, jobs, keys, vectors, thumbnails' folder for
         # /files/) never leave the server, and neither does anything hidden.
         own = [settings.index_dir, settings.cache_dir, settings.temp_dir, keys_db_path(settings)]
-        self.media = MediaPolicy(self.roots, own, allowed_inside_private=[self.upload_dir], suffixes=MEDIA_SUFFIXES)
+        self.media = MediaPolicy(self.roots, own, allowed_inside_private=[self.upload_dir, settings.download_dir],
+                                 suffixes=MEDIA_SUFFIXES)
         self.thumb_files = MediaPolicy(self.thumbs, [keys_db_path(settings)], [], suffixes=THUMB_SUFFIXES)
         # Server folders that never appear in an answer: messages name them by these labels instead.
         home = os.path.expanduser("~")

@@ -112,7 +112,9 @@ def _require_index(settings: Settings) -> None:
 
 @app.command()
 def ingest(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Media files or folders (searched recursively).")] = None,
+    inputs: Annotated[list[str] | None, typer.Argument(
+        help="Media files or folders (searched recursively), or web addresses of media files (http, https: "
+        "downloaded once into ingest.download_dir, then indexed).", metavar="PATH|URL")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
     manifest: Annotated[list[Path] | None, typer.Option(
@@ -151,9 +153,16 @@ def ingest(
 
     # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
     limit_malloc_arenas()
-    if resume and (paths or manifest or include or exclude):
+    from mediaindex.media.download import is_url
+
+    urls = [i for i in inputs or [] if is_url(i)]
+    paths = [Path(i) for i in inputs or [] if not is_url(i)]
+    if watch is not None and urls:
+        raise fail("--watch watches files and folders; a web address is downloaded once: ingest it without "
+                   "--watch, or watch the folder it is downloaded to")
+    if resume and (inputs or manifest or include or exclude):
         raise fail("--resume continues a job with its own inputs: give no paths, --manifest, --include or --exclude")
-    if not resume and not paths and not manifest:
+    if not resume and not inputs and not manifest:
         raise fail("nothing to ingest: give media files or folders, --manifest FILE, or --resume JOB")
     if resume and reindex:
         raise fail("--resume continues a job as it was started: give --reindex when starting it")
@@ -165,6 +174,10 @@ def ingest(
     choices = {"summaries": summaries, "reindex": reindex or None}
     settings = _settings(config, index, ray={"address": address} if address else None,
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
+    if urls:
+        paths += _download(urls, settings.download_dir)
+        if not paths and not manifest:
+            raise typer.Exit(1)
     try:
         if (remote := _remote(settings)) is not None:
             if watch is not None:
@@ -247,6 +260,39 @@ def _say_gone(count: int, where: str) -> None:
 
     say(f"{plural(count, 'file')} indexed from {where} {'is' if count == 1 else 'are'} gone from disk: "
         "`mediaindex index remove --missing` takes them out of the index")
+
+
+def _download(urls: list[str], folder: Path) -> list[Path]:
+    """The files at these web addresses, downloaded into `folder` (a file there already, as the server has it, is
+    not downloaded again); an address that gives none is said to be skipped, with why."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
+
+    from mediaindex.media.download import Downloaded, DownloadError, download
+    from mediaindex.pipeline.discover import MEDIA_SUFFIXES
+
+    files = []
+    for url in urls:
+        # A bar where someone watches; into a pipe or a log, the line said when the file is there is enough.
+        with Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
+                      transient=True, disable=not err.is_terminal) as bar:
+            task = bar.add_task(f"downloading {url}", total=None)
+
+            def shown(done: int, total: int | None, task: TaskID = task, bar: Progress = bar) -> None:
+                bar.update(task, completed=done, total=total)
+
+            try:
+                got: Downloaded | str = download(url, folder, MEDIA_SUFFIXES, shown)
+            except DownloadError as exc:
+                got = str(exc)
+            except KeyboardInterrupt:
+                err.print(f"stopped downloading {url}: nothing of it was kept", highlight=False, soft_wrap=True)
+                raise typer.Exit(130) from None
+        if isinstance(got, str):
+            say(f"skipped    {url}: {got}")
+            continue
+        say(f"{'downloaded' if got.fetched else 'already downloaded'} {url} to {got.path}")
+        files.append(got.path)
+    return files
 
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,
@@ -488,7 +534,7 @@ def transcript(
         found = _indexed_transcript(settings, video)
         path = Path(video).expanduser()
         if found is None and path.is_file() and save:
-            ingest(paths=[path], index=settings.index_dir, config=config)
+            ingest(inputs=[str(path)], index=settings.index_dir, config=config)
             found = _indexed_transcript(settings, video)
         if found is None:
             if not path.is_file():

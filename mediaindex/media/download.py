@@ -1,0 +1,156 @@
+"""Media given by its web address (http, https): downloaded once into a folder, then indexed as a file.
+
+A download lands at `<folder>/<host>/<the address's path>`, so that one address always names one file and
+two addresses never share one; an ingest of the same address again finds the file there and downloads it only when
+the server's copy differs in size. Bytes arrive in a hidden `.part` file that is renamed when complete: a download
+cut short, refused or interrupted leaves nothing a later ingest would take for media. A web page (a video site's
+watch page) is refused with what to do instead: its video is not at that address.
+"""
+
+from __future__ import annotations
+
+import http.client
+import mimetypes
+import os
+import re
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from email.message import Message
+from pathlib import Path
+
+SCHEMES = ("http", "https")
+CHUNK_BYTES = 1 << 20
+TIMEOUT_S = 30.0  # without a byte for this long, a download has failed
+MARGIN_BYTES = 64 * 1024**2  # left free beside a download (the index writes on the same disk)
+MAX_NAME_BYTES = 200  # a path part longer than this is cut (file systems take 255 bytes)
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]")
+_TYPE_SUFFIXES = {"audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/x-m4a": ".m4a", "audio/wav": ".wav",
+                  "audio/x-wav": ".wav", "audio/flac": ".flac", "audio/ogg": ".ogg", "video/ogg": ".ogv",
+                  "video/quicktime": ".mov", "video/x-matroska": ".mkv", "video/x-msvideo": ".avi",
+                  "video/mp2t": ".ts", "video/x-flv": ".flv"}
+
+
+class DownloadError(Exception):
+    """Why an address gave no media file; said to the user beside the address."""
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    url: str
+    path: Path
+    fetched: bool  # False: the file was there already, as the server has it
+
+
+Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
+
+
+def is_url(text: str) -> bool:
+    """Whether an input names a web address rather than a path ("http://…", "HTTPS://…")."""
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def download(url: str, folder: Path, media_suffixes: Collection[str], progress: Progress | None = None,
+             timeout: float = TIMEOUT_S) -> Downloaded:
+    """The media file at `url`, downloaded into `folder` unless it is there already; DownloadError says why not."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+        raise DownloadError("not a web address of a file (http:// or https:// with a host)")
+    request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (the scheme is checked above)
+    except urllib.error.HTTPError as exc:
+        raise DownloadError(f"the server answered {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else exc.reason
+        raise DownloadError(f"cannot reach {parts.hostname} ({reason})") from exc
+    except (TimeoutError, OSError, ValueError) as exc:
+        raise DownloadError(f"cannot reach {parts.hostname} ({exc})") from exc
+    with response:
+        headers: Message = response.headers
+        kind = headers.get_content_type()
+        if kind in ("text/html", "application/xhtml+xml"):
+            raise DownloadError("a web page, not a media file: give the address of the file itself (a video "
+                                "site's page can be saved with a downloader such as yt-dlp, then ingested)")
+        target = folder / _place(response.geturl(), headers, kind, media_suffixes)
+        total = _length(headers)
+        if total is not None and target.is_file() and target.stat().st_size == total:
+            return Downloaded(url, target, fetched=False)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if total is not None and (free := shutil.disk_usage(target.parent).free) < total + MARGIN_BYTES:
+            raise DownloadError(f"it is {_mb(total)} and the disk holding {target.parent} has {_mb(free)} free")
+        _receive(response, target, total, progress)
+    return Downloaded(url, target, fetched=True)
+
+
+def _receive(response: http.client.HTTPResponse, target: Path, total: int | None, progress: Progress | None) -> None:
+    """The response's body into `target`, through a hidden part file renamed once every byte is there."""
+    part = target.with_name(f".{target.name}.part")
+    done = 0
+    try:
+        with part.open("wb") as out:
+            while chunk := response.read1(CHUNK_BYTES):  # what has arrived: a stalled transfer counts it
+                out.write(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, total)
+            out.flush()
+            os.fsync(out.fileno())
+        if total is not None and done < total:
+            raise DownloadError(f"the transfer ended after {_mb(done)} of {_mb(total)}")
+        if done == 0:
+            raise DownloadError("the server sent no bytes")
+        os.replace(part, target)
+    except TimeoutError as exc:
+        raise DownloadError(f"the transfer stalled after {_mb(done)}") from exc
+    except http.client.IncompleteRead as exc:
+        raise DownloadError(f"the transfer ended after {_mb(done + len(exc.partial))}"
+                            + (f" of {_mb(total)}" if total is not None else "")) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise DownloadError(f"the transfer failed after {_mb(done)} ({reason})") from exc
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _place(url: str, headers: Message, kind: str, media_suffixes: Collection[str]) -> Path:
+    """Where an address's file goes below the download folder: its host (and port), then its path's parts, the
+    last one named as the server names the file when it says (Content-Disposition), with a media suffix."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or "host"
+    folders = [_safe(urllib.parse.unquote(p)) for p in parts.path.split("/")[:-1]]
+    folders = [f for f in folders if f]
+    name = _safe(headers.get_filename() or "") or _safe(urllib.parse.unquote(parts.path.rsplit("/", 1)[-1]))
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix not in media_suffixes:
+        guessed = _TYPE_SUFFIXES.get(kind) or mimetypes.guess_extension(kind) or ""
+        if guessed.lower() not in media_suffixes:
+            shown = f"“{name}”, " if name else ""
+            raise DownloadError(f"not a media file ({shown}{kind}); the types indexed are audio and video")
+        name = f"{name or 'media'}{guessed}"
+    return Path(_safe(f"{host}_{parts.port}" if parts.port else host), *folders, name)
+
+
+def _safe(part: str) -> str:
+    """One path part as a file name: no separators or control characters, not hidden, not "." or "..", short."""
+    part = _UNSAFE.sub("_", part).strip().lstrip(".")
+    while len(part.encode()) > MAX_NAME_BYTES:
+        stem, suffix = os.path.splitext(part)
+        part = stem[:-1] + suffix
+    return part
+
+
+def _length(headers: Message) -> int | None:
+    try:
+        value = int(headers.get("Content-Length", ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size:,} bytes"

@@ -1,0 +1,196 @@
+"""Media given by web address: downloaded from a real HTTP server on loopback serving the shared recordings,
+then indexed as files; servers that answer with errors, web pages, other types or cut-off transfers are made at
+test time."""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mediaindex.media.download import DownloadError, download, is_url
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES
+from tests.conftest import REPO, cli_environment, media
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """The shared recordings under /files/, and the odd answers servers give."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+    def _send(self, status: int, kind: str, body: bytes, length: int | None = None, **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body) if length is None else length))
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (the base class's name)
+        bird = media("video/cockatoo.mp4").read_bytes()
+        if self.path.startswith("/files/"):
+            super().do_GET()
+        elif self.path == "/watch?v=cockatoo":
+            self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>A cockatoo</title><video></video>")
+        elif self.path == "/get/1234":  # no name in the path: the server names the file
+            self._send(200, "video/mp4", bird, Content_Disposition='attachment; filename="bird clip.mp4"')
+        elif self.path == "/stream/bird":  # no name anywhere: the type gives the suffix
+            self._send(200, "video/mp4", bird)
+        elif self.path == "/blob":
+            self._send(200, "application/octet-stream", b"\x00" * 1000)
+        elif self.path == "/notes.txt":
+            self._send(200, "text/plain", b"not media")
+        elif self.path == "/moved.mp4":
+            self.send_response(302)
+            self.send_header("Location", "/files/cockatoo.mp4")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path == "/cut.mp4":  # says its length, sends half, closes
+            self._send(200, "video/mp4", bird[: len(bird) // 2], length=len(bird))
+            self.close_connection = True
+        elif self.path == "/stalls.mp4":
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp4")
+            self.send_header("Content-Length", str(len(bird)))
+            self.end_headers()
+            self.wfile.write(bird[:1000])
+            self.wfile.flush()
+            time.sleep(3)
+        elif self.path == "/empty.mp4":
+            self._send(200, "video/mp4", b"")
+        else:
+            self._send(404, "text/plain", b"no such file")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A loopback server: /files/ holds cockatoo.mp4 and jfk.flac, copied from the shared media."""
+    root = tmp_path_factory.mktemp("served")
+    (root / "files").mkdir()
+    shutil.copy(media("video/cockatoo.mp4"), root / "files" / "cockatoo.mp4")
+    shutil.copy(media("audio/jfk.flac"), root / "files" / "jfk speech.flac")
+
+    def handler(*args: object) -> _Handler:
+        return _Handler(*args, directory=str(root))  # type: ignore[arg-type]
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_addresses_are_told_from_paths() -> None:
+    assert [is_url(t) for t in ("http://host/a.mp4", "HTTPS://host/a.mp4", "https://h")] == [True] * 3
+    assert [is_url(t) for t in ("a.mp4", "/tmp/http://x", "ftp://host/a.mp4", "http:/host/a.mp4", "")] == [False] * 5
+
+
+def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path: Path) -> None:
+    host = server.removeprefix("http://").replace(":", "_")
+    got = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES)
+    assert got.fetched and got.path == tmp_path / host / "files" / "cockatoo.mp4"
+    assert got.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
+    seen: list[tuple[int, int | None]] = []
+    again = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    assert (again.path, again.fetched, seen) == (got.path, False, [])  # there already, as the server has it
+    got.path.write_bytes(b"an older copy")
+    again = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    assert again.fetched and again.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
+    size = got.path.stat().st_size
+    assert seen[-1] == (size, size)
+    # A space in the name; a redirect lands where the file is; a name from the server, or a suffix from its type.
+    assert download(f"{server}/files/jfk%20speech.flac", tmp_path, MEDIA_SUFFIXES).path.name == "jfk speech.flac"
+    assert download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES).path == got.path
+    assert download(f"{server}/get/1234", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "get" / "bird clip.mp4"
+    assert download(f"{server}/stream/bird", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "stream" / "bird.mp4"
+    # A path that climbs out of the folder stays in it.
+    with pytest.raises(DownloadError, match="404"):
+        download(f"{server}/files/%2E%2E/%2E%2E/etc/passwd.mp4", tmp_path, MEDIA_SUFFIXES)
+    assert all(tmp_path in p.parents for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("/watch?v=cockatoo", "a web page, not a media file: give the address of the file itself"),
+    ("/files/nothing.mp4", "the server answered 404 File not found"),
+    ("/gone", "the server answered 404 Not Found"),
+    ("/blob", "not a media file (“blob”, application/octet-stream)"),
+    ("/notes.txt", "not a media file (“notes.txt”, text/plain)"),
+    ("/cut.mp4", "the transfer ended after "),
+    ("/stalls.mp4", "the transfer stalled after 1,000 bytes"),
+    ("/empty.mp4", "the server sent no bytes"),
+])
+def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_path: Path, path: str, said: str) -> None:
+    with pytest.raises(DownloadError) as caught:
+        download(f"{server}{path}", tmp_path, MEDIA_SUFFIXES, timeout=1.0)
+    assert str(caught.value).startswith(said), str(caught.value)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no part file left behind
+
+
+def test_an_unreachable_host_is_said(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    with pytest.raises(DownloadError, match=r"cannot reach 127\.0\.0\.1 \(Connection refused\)"):
+        download(f"http://127.0.0.1:{port}/a.mp4", tmp_path, MEDIA_SUFFIXES)
+    with pytest.raises(DownloadError, match="cannot reach no-such-host.invalid"):
+        download("http://no-such-host.invalid/a.mp4", tmp_path, MEDIA_SUFFIXES)
+
+
+@pytest.mark.slow
+@pytest.mark.beside
+def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path) -> None:
+    """`mediaindex ingest URL …` as a user runs it: the file is downloaded into the index's downloads/ folder and
+    indexed; an address with no media file is said to be skipped; again, nothing is downloaded or indexed anew."""
+    env = cli_environment(tmp_path / "index", cache_dir, tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    cmd = [sys.executable, "-m", "mediaindex", "ingest", f"{server}/files/jfk%20speech.flac", f"{server}/watch?v=cockatoo"]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr
+    stored = tmp_path / "index" / "downloads" / server.removeprefix("http://").replace(":", "_") / "files" / "jfk speech.flac"
+    said = result.stderr.replace("\n", " ")
+    assert f"downloaded {server}/files/jfk%20speech.flac to {stored}" in said
+    assert f"skipped    {server}/watch?v=cockatoo: a web page, not a media file" in said
+    assert "done: 1 file indexed" in said
+    search = subprocess.run([sys.executable, "-m", "mediaindex", "search", "ask not what your country can do",
+                             "--json", "--limit", "1"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert f'"source": "{stored}"' in search.stdout, search.stdout + search.stderr
+
+    result = subprocess.run(cmd[:5], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"already downloaded {server}/files/jfk%20speech.flac" in result.stderr.replace("\n", " ")
+    assert "done: 1 already indexed" in result.stderr and not result.stderr.startswith("\n")
+
+    only_bad = subprocess.run(cmd[:4] + [f"{server}/blob"], capture_output=True, text=True, env=env, cwd=REPO,
+                              timeout=300)
+    assert only_bad.returncode == 1 and "skipped    " in only_bad.stderr and "Traceback" not in only_bad.stderr
+    watched = subprocess.run(cmd[:5] + ["--watch", "5"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert watched.returncode == 2 and "a web address is downloaded once" in watched.stderr
+
+
+def test_serve_takes_downloaded_files_as_media(server: str, tmp_path: Path) -> None:
+    """The download folder is a media root of `serve`, as the upload folder is: a downloaded file may be ingested
+    through the server and played from it; a part file still arriving may not."""
+    from mediaindex.api.errors import ApiError
+    from mediaindex.api.state import ApiState
+    from mediaindex.config import load_settings
+
+    settings = load_settings("cpu", index_dir=tmp_path / "index", cache_dir=tmp_path / "cache")
+    got = download(f"{server}/files/cockatoo.mp4", settings.download_dir, MEDIA_SUFFIXES)
+    part = got.path.with_name(".next.mp4.part")
+    part.write_bytes(b"arriving")
+    state = ApiState(settings)
+    assert state.media.resolve(str(got.path)) == got.path.resolve()
+    for refused in (part, settings.index_dir / "jobs.db"):
+        with pytest.raises(ApiError):
+            state.media.resolve(str(refused))
