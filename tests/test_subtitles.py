@@ -236,6 +236,35 @@ def test_other_subtitle_formats_read_as_their_cues(talk: Path) -> None:
     assert discover([talk.parent]).skipped == []
 
 
+def test_timed_text_as_players_and_broadcasters_write_it(talk: Path) -> None:
+    """TTML timed in ticks with styled spans and line breaks (as streaming services deliver it), and DFXP under
+    the draft namespace of Flash-era players: the same cues."""
+    cues = _srt_cues(media(SRT).read_text(encoding="utf-8"))[:6]
+    ends = [start for start, _ in cues[1:]] + [cues[-1][0] + 2]
+
+    def lines(text: str) -> str:
+        first, *rest = _wrapped(text, 20)
+        return f'<span tts:fontStyle="italic">{first}</span>' + "".join(f"<br/>{line}" for line in rest)
+
+    ticks = "".join(f'<p begin="{round(a * 10_000_000)}t" end="{round(b * 10_000_000)}t">{lines(text)}</p>\n'
+                    for (a, text), b in zip(cues, ends, strict=True))
+    talk.with_name("talk.en.ttml").write_text(
+        '<?xml version="1.0" encoding="utf-8"?>\n<tt xmlns="http://www.w3.org/ns/ttml" '
+        'xmlns:ttp="http://www.w3.org/ns/ttml#parameter" xmlns:tts="http://www.w3.org/ns/ttml#styling" '
+        f'ttp:tickRate="10000000" xml:lang="en"><body><div>\n{ticks}</div></body></tt>\n', encoding="utf-8")
+    clock = "".join(f'<p begin="{_stamp(a, ".")}" end="{b:.3f}s">{lines(text)}</p>\n'
+                    for (a, text), b in zip(cues, ends, strict=True))
+    talk.with_name("talk.dfxp").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n<tt xml:lang="en" xmlns="http://www.w3.org/2006/10/ttaf1" '
+        'xmlns:tts="http://www.w3.org/2006/10/ttaf1#styling"><head><styling><style xml:id="s1" tts:color="white"/>'
+        f'</styling></head><body><div>\n{clock}</div></body></tt>\n', encoding="utf-8")
+    found = read_subtitles(talk)
+    assert found.notes == [] and len(found.tracks) == 2
+    for track in found.tracks:
+        assert [c.text for c in track.cues] == [text for _, text in cues], track.origin
+        assert all(abs(c.start - a) <= 0.011 for c, (a, _) in zip(track.cues, cues, strict=True)), track.origin
+
+
 def test_broken_files_of_the_other_formats_are_named(talk: Path) -> None:
     talk.with_name("talk.ttml").write_text("<tt xmlns='http://www.w3.org/ns/ttml'><body><div><p begin='1s'>cut off")
     talk.with_name("talk.dfxp").write_text("<html><body>not timed text</body></html>")

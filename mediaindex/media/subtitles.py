@@ -24,6 +24,8 @@ _FORMATS = {".srt": "srt", ".vtt": "webvtt", ".ass": "ass", ".ssa": "ass", ".smi
             ".lrc": "lrc", ".sbv": "subviewer", ".sub": "subviewer"}
 # Read by ttconv and handed on as SubRip.
 _CONVERTED = {".ttml": "TTML", ".dfxp": "TTML", ".scc": "SCC"}
+_TTML_NAMESPACE = "http://www.w3.org/ns/ttml"
+_TTAF_NAMESPACES = ("http://www.w3.org/2006/10/ttaf1", "http://www.w3.org/2006/04/ttaf1")
 SUBTITLE_SUFFIXES = tuple(sorted({*_FORMATS, *_CONVERTED}))
 PICTURE_CODECS = frozenset({"dvd_subtitle", "dvdsub", "hdmv_pgs_subtitle", "pgssub", "dvb_subtitle", "dvbsub",
                             "xsub", "dvb_teletext"})
@@ -193,12 +195,15 @@ def _as_subrip(text: str, kind: str) -> str:
     from ttconv.scc import reader as scc_reader
     from ttconv.srt import writer as srt_writer
 
-    # ttconv warns on every caption wider than a TV line and every overlap it resolves: nothing a reader can act on.
-    logging.getLogger("ttconv").setLevel(logging.ERROR)
+    # ttconv logs every caption wider than a TV line, every overlap it resolves and why a document is refused:
+    # the file's note says the last, the others are nothing a reader can act on.
+    logging.getLogger("ttconv").setLevel(logging.CRITICAL)
     try:
         if kind == "SCC":
             document = scc_reader.to_model(text)
         else:
+            for old in _TTAF_NAMESPACES:  # DFXP written before TTML 1.0 (Flash-era players) names its drafts'
+                text = text.replace(old, _TTML_NAMESPACE)
             document = ttml_reader.to_model(ElementTree.ElementTree(ElementTree.fromstring(text.lstrip("\ufeff"))))
         if document is None:
             raise _Unreadable(f"not a {kind} file")
