@@ -66,6 +66,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(bird[:1000])
             self.wfile.flush()
             time.sleep(3)
+        elif self.path == "/live/index.m3u8":
+            self._send(200, "application/vnd.apple.mpegurl", b"#EXTM3U\n#EXT-X-VERSION:3\nsegment0.ts\n")
         elif self.path == "/empty.mp4":
             self._send(200, "video/mp4", b"")
         else:
@@ -129,6 +131,7 @@ def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path:
     ("/cut.mp4", "the transfer ended after "),
     ("/stalls.mp4", "the transfer stalled after 1,000 bytes"),
     ("/empty.mp4", "the server sent no bytes"),
+    ("/live/index.m3u8", "a streaming playlist (HLS or DASH), not a media file: save the stream as one file"),
 ])
 def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_path: Path, path: str, said: str) -> None:
     with pytest.raises(DownloadError) as caught:

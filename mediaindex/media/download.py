@@ -34,6 +34,10 @@ _TYPE_SUFFIXES = {"audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/x-m4a": ".m4
                   "video/mp2t": ".ts", "video/x-flv": ".flv"}
 
 
+_PLAYLISTS = ("application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl",
+              "application/dash+xml")
+
+
 class DownloadError(Exception):
     """Why an address gave no media file; said to the user beside the address."""
 
@@ -76,6 +80,9 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         if kind in ("text/html", "application/xhtml+xml"):
             raise DownloadError("a web page, not a media file: give the address of the file itself (a video "
                                 "site's page can be saved with a downloader such as yt-dlp, then ingested)")
+        if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
+            raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
+                                "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
         target = folder / _place(response.geturl(), headers, kind, media_suffixes)
         total = _length(headers)
         if total is not None and target.is_file() and target.stat().st_size == total:
