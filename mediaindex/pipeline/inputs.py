@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mediaindex.errors import MediaIndexError
+from mediaindex.media.download import is_url
 from mediaindex.pipeline.discover import discover
 
 RESERVED_KEYS = {"path", "words"}  # "words" is what the speech stage keeps in extra
@@ -108,6 +109,9 @@ def read_manifest(path: Path) -> list[tuple[str, Meta]]:
     rows = parse(path, text)
     if not rows:
         raise ManifestError(f"manifest {path} lists no files")
+    if urls := [p for p, _ in rows if is_url(p)]:
+        raise ManifestError(f"manifest {path} lists a web address ({urls[0]}): a manifest lists files and folders; "
+                            "give web addresses to `mediaindex ingest` as arguments (they are downloaded first)")
     base = path.resolve().parent
     return [(str(base / Path(p).expanduser()), meta) for p, meta in rows]
 
