@@ -4,8 +4,8 @@ A file's subtitle streams (SubRip, WebVTT, ASS/SSA, MP4 timed text) are decoded 
 after it ("talk.srt", "talk.en.vtt", "talk.de.ass", and SAMI, LRC lyrics, MicroDVD, SubViewer and YouTube's SBV),
 after their bytes are read as UTF-8 (legacy files are often Windows-1252 or EUC-KR, which FFmpeg refuses). TTML
 (DFXP) and Scenarist closed captions (SCC), which FFmpeg does not read, are converted to SubRip by ttconv first.
-Picture subtitles (DVD, Blu-ray, DVB, VobSub) would need OCR: they are left out with a note. Captions that roll, as automatic captions do (each line shown again under the next), keep
-each line once.
+Picture subtitles (DVD, Blu-ray, DVB, VobSub) would need OCR: they are left out with a note. Captions that roll,
+as automatic captions do (each line shown again under the next), keep each line once.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def _as_subrip(text: str, kind: str) -> str:
         if kind == "SCC":
             document = scc_reader.to_model(text)
         else:
-            for old in _TTAF_NAMESPACES:  # DFXP written before TTML 1.0 (Flash-era players) names its drafts'
+            for old in _TTAF_NAMESPACES:  # DFXP of Flash-era players is in the namespace of TTML's drafts
                 text = text.replace(old, _TTML_NAMESPACE)
             document = ttml_reader.to_model(ElementTree.ElementTree(ElementTree.fromstring(text.lstrip("\ufeff"))))
         if document is None:
