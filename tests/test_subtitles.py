@@ -237,8 +237,8 @@ def test_other_subtitle_formats_read_as_their_cues(talk: Path) -> None:
 
 
 def test_timed_text_as_players_and_broadcasters_write_it(talk: Path) -> None:
-    """TTML timed in ticks with styled spans and line breaks (as streaming services deliver it), and DFXP under
-    the draft namespace of Flash-era players: the same cues."""
+    """TTML timed in ticks with styled spans and line breaks (as streaming services deliver it), TTML whose times
+    count from a division's begin, and DFXP under the draft namespace of Flash-era players: the same cues."""
     cues = _srt_cues(media(SRT).read_text(encoding="utf-8"))[:6]
     ends = [start for start, _ in cues[1:]] + [cues[-1][0] + 2]
 
@@ -258,8 +258,13 @@ def test_timed_text_as_players_and_broadcasters_write_it(talk: Path) -> None:
         '<?xml version="1.0" encoding="UTF-8"?>\n<tt xml:lang="en" xmlns="http://www.w3.org/2006/10/ttaf1" '
         'xmlns:tts="http://www.w3.org/2006/10/ttaf1#styling"><head><styling><style xml:id="s1" tts:color="white"/>'
         f'</styling></head><body><div>\n{clock}</div></body></tt>\n', encoding="utf-8")
+    # Times nested in a division that begins a second in, the text laid out over indented lines.
+    nested = "".join(f'    <p begin="{a - 1:.3f}s" end="{b - 1:.3f}s">\n      ' + "\n      ".join(_wrapped(text, 20))
+                     + "\n    </p>\n" for (a, text), b in zip(cues, ends, strict=True))
+    talk.with_name("talk.nested.ttml").write_text(
+        f'<tt xmlns="http://www.w3.org/ns/ttml">\n <body>\n  <div begin="1s">\n{nested}  </div>\n </body>\n</tt>\n')
     found = read_subtitles(talk)
-    assert found.notes == [] and len(found.tracks) == 2
+    assert found.notes == [] and len(found.tracks) == 3
     for track in found.tracks:
         assert [c.text for c in track.cues] == [text for _, text in cues], track.origin
         assert all(abs(c.start - a) <= 0.011 for c, (a, _) in zip(track.cues, cues, strict=True)), track.origin

@@ -15,6 +15,7 @@ import io
 import os
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -187,13 +188,12 @@ def _read_file(file: Path, media: Path) -> SubtitleTrack:
 
 
 def _as_subrip(text: str, kind: str) -> str:
-    """A TTML or SCC document as SubRip text, by ttconv."""
+    """A TTML or SCC document as SubRip text: read by ttconv, each paragraph a cue."""
     import logging
     import xml.etree.ElementTree as ElementTree
 
     from ttconv.imsc import reader as ttml_reader
     from ttconv.scc import reader as scc_reader
-    from ttconv.srt import writer as srt_writer
 
     # ttconv logs every caption wider than a TV line, every overlap it resolves and why a document is refused:
     # the file's note says the last, the others are nothing a reader can act on.
@@ -207,11 +207,69 @@ def _as_subrip(text: str, kind: str) -> str:
             document = ttml_reader.to_model(ElementTree.ElementTree(ElementTree.fromstring(text.lstrip("\ufeff"))))
         if document is None:
             raise _Unreadable(f"not a {kind} file")
-        return str(srt_writer.from_model(document))
+        return _subrip(_paragraphs(document))
     except _Unreadable:
         raise
     except Exception as exc:  # ttconv raises what its parsers meet (ValueError, KeyError, ParseError, ...)
         raise _Unreadable(f"not a {kind} file ({exc or type(exc).__name__})") from exc
+
+
+def _paragraphs(document: Any) -> list[tuple[float, float | None, str]]:
+    """(begin, end, text) of every paragraph of a ttconv document, in seconds from its start, in document order.
+
+    A paragraph's words are taken over the whole time it is shown: words timed within it (SCC's paint-on text,
+    karaoke spans) appear during that time. ttconv's own SubRip writer computes the whole screen at every time
+    anything changes, which takes time growing with the square of the cues (14 s for a 3,000-cue film).
+    Times nest as TTML's `par` containers do: an element's offsets count from its parent's begin, and it ends by
+    its parent's end."""
+    from ttconv import model
+
+    out: list[tuple[float, float | None, str]] = []
+
+    def text_of(element: Any) -> str:
+        if isinstance(element, model.Text):
+            return str(element.get_text())
+        if isinstance(element, model.Br):
+            return "\n"
+        if isinstance(element, model.Rt | model.Rtc | model.Rp):  # ruby's reading aids, not the text
+            return ""
+        return "".join(text_of(child) for child in element)
+
+    def visit(element: Any, parent_begin: Fraction, parent_end: Fraction | None) -> None:
+        begin = parent_begin + (element.get_begin() or 0)
+        end = parent_end if element.get_end() is None else parent_begin + element.get_end()
+        if end is not None and parent_end is not None:
+            end = min(end, parent_end)
+        if end is not None and end <= begin:
+            return
+        if isinstance(element, model.P):
+            out.append((float(begin), None if end is None else float(end), text_of(element)))
+            return
+        for child in element:
+            visit(child, begin, end)
+
+    body = document.get_body()
+    if body is not None:
+        visit(body, Fraction(0), None)
+    return out
+
+
+def _subrip(paragraphs: list[tuple[float, float | None, str]]) -> str:
+    """Paragraphs as SubRip cues in time order; one shown until further notice ends where the next begins."""
+    timed = sorted(paragraphs, key=lambda p: p[0])
+    blocks: list[str] = []
+    for i, (begin, end, text) in enumerate(timed):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if not lines:
+            continue
+        until = end if end is not None else timed[i + 1][0] if i + 1 < len(timed) else begin
+        blocks.append(f"{len(blocks) + 1}\n{_srt_time(begin)} --> {_srt_time(until)}\n" + "\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
+def _srt_time(seconds: float) -> str:
+    whole, millis = divmod(round(seconds * 1000), 1000)
+    return f"{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d},{millis:03d}"
 
 
 def _frame_rate(media: Path) -> str | None:
