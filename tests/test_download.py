@@ -44,7 +44,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>A cockatoo</title><video></video>")
         elif self.path == "/get/1234":  # no name in the path: the server names the file
             self._send(200, "video/mp4", bird, Content_Disposition='attachment; filename="bird clip.mp4"')
-        elif self.path == "/stream/bird":  # no name anywhere: the type gives the suffix
+        elif self.path == "/stream/bird" or self.path.startswith("/any/"):  # /stream/bird: the type names it
             self._send(200, "video/mp4", bird)
         elif self.path == "/blob":
             self._send(200, "application/octet-stream", b"\x00" * 1000)
@@ -116,6 +116,10 @@ def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path:
     assert download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES).path == got.path
     assert download(f"{server}/get/1234", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "get" / "bird clip.mp4"
     assert download(f"{server}/stream/bird", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "stream" / "bird.mp4"
+    # A file downloaded where another address needs a folder: said, nothing written.
+    assert download(f"{server}/any/clip.mp4", tmp_path, MEDIA_SUFFIXES).fetched
+    with pytest.raises(DownloadError, match="cannot make the folder .*clip.mp4 "):
+        download(f"{server}/any/clip.mp4/part.mp4", tmp_path, MEDIA_SUFFIXES)
     # A path that climbs out of the folder stays in it.
     with pytest.raises(DownloadError, match="404"):
         download(f"{server}/files/%2E%2E/%2E%2E/etc/passwd.mp4", tmp_path, MEDIA_SUFFIXES)

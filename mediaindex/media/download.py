@@ -66,7 +66,7 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (the scheme is checked above)
+        response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"the server answered {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
@@ -87,7 +87,10 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         total = _length(headers)
         if total is not None and target.is_file() and target.stat().st_size == total:
             return Downloaded(url, target, fetched=False)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # read-only, or a file downloaded earlier where this address needs a folder
+            raise DownloadError(f"cannot make the folder {target.parent} ({exc.strerror or exc})") from exc
         if total is not None and (free := shutil.disk_usage(target.parent).free) < total + MARGIN_BYTES:
             raise DownloadError(f"it is {_mb(total)} and the disk holding {target.parent} has {_mb(free)} free")
         _receive(response, target, total, progress)
