@@ -40,8 +40,16 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         bird = media("video/cockatoo.mp4").read_bytes()
         if self.path.startswith("/files/"):
             super().do_GET()
-        elif self.path == "/watch?v=cockatoo":
-            self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>A cockatoo</title><video></video>")
+        elif self.path == "/watch?v=cockatoo":  # a page whose video is elsewhere
+            self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>A cockatoo</title>"
+                       b'<video controls src="/files/cockatoo.mp4"></video>')
+        elif self.path == "/two":
+            self._send(200, "text/html", b'<title>Two</title><video src="/files/cockatoo.mp4"></video>'
+                                         b'<video src="/files/jfk%20speech.flac"></video>')
+        elif self.path == "/lost":
+            self._send(200, "text/html", b'<title>Lost</title><video src="/files/gone.mp4"></video>')
+        elif self.path == "/about":
+            self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>About</title><p>Nothing to see.</p>")
         elif self.path == "/get/1234":  # no name in the path: the server names the file
             self._send(200, "video/mp4", bird, Content_Disposition='attachment; filename="bird clip.mp4"')
         elif self.path == "/stream/bird" or self.path.startswith("/any/"):  # /stream/bird: the type names it
@@ -127,7 +135,9 @@ def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path:
 
 
 @pytest.mark.parametrize(("path", "said"), [
-    ("/watch?v=cockatoo", "a web page, not a media file: give the address of the file itself"),
+    ("/about", "a web page with no video found in it: give the address of the media file itself"),
+    ("/two", "a web page of 2 videos: give the address of one of them"),
+    ("/lost", "the page's video could not be saved (unable to download video data: HTTP Error 404"),
     ("/files/nothing.mp4", "the server answered 404 File not found"),
     ("/gone", "the server answered 404 Not Found"),
     ("/blob", "not a media file (“blob”, application/octet-stream)"),
@@ -142,6 +152,19 @@ def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_pa
         download(f"{server}{path}", tmp_path, MEDIA_SUFFIXES, timeout=1.0)
     assert str(caught.value).startswith(said), str(caught.value)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no part file left behind
+
+
+def test_the_video_of_a_web_page_is_saved_once(server: str, tmp_path: Path) -> None:
+    """A page with a video in it: yt-dlp finds the video and saves it under the page's host, named by its title."""
+    seen: list[tuple[int, int | None]] = []
+    got = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    host = server.removeprefix("http://").replace(":", "_")
+    assert got.fetched and got.path.parent == tmp_path / host and got.path.name.startswith("A cockatoo")
+    assert got.path.suffix == ".mp4" and got.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
+    assert seen and seen[-1][0] == got.path.stat().st_size
+    again = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES)
+    assert (again.path, again.fetched) == (got.path, False)
+    assert sorted(p.name for p in (tmp_path / host).iterdir()) == [got.path.name]
 
 
 def test_an_unreachable_host_is_said(tmp_path: Path) -> None:
@@ -161,13 +184,13 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     indexed; an address with no media file is said to be skipped; again, nothing is downloaded or indexed anew."""
     env = cli_environment(tmp_path / "index", cache_dir, tmp_path / "tmp")
     (tmp_path / "tmp").mkdir()
-    cmd = [sys.executable, "-m", "mediaindex", "ingest", f"{server}/files/jfk%20speech.flac", f"{server}/watch?v=cockatoo"]
+    cmd = [sys.executable, "-m", "mediaindex", "ingest", f"{server}/files/jfk%20speech.flac", f"{server}/about"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
     stored = tmp_path / "index" / "downloads" / server.removeprefix("http://").replace(":", "_") / "files" / "jfk speech.flac"
     said = result.stderr.replace("\n", " ")
     assert f"downloaded {server}/files/jfk%20speech.flac to {stored}" in said
-    assert f"skipped    {server}/watch?v=cockatoo: a web page, not a media file" in said
+    assert f"skipped    {server}/about: a web page with no video found in it" in said
     assert "done: 1 file indexed" in said
     search = subprocess.run([sys.executable, "-m", "mediaindex", "search", "ask not what your country can do",
                              "--json", "--limit", "1"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)

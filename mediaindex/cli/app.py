@@ -113,8 +113,8 @@ def _require_index(settings: Settings) -> None:
 @app.command()
 def ingest(
     inputs: Annotated[list[str] | None, typer.Argument(
-        help="Media files or folders (searched recursively), or web addresses of media files (http, https: "
-        "downloaded once into ingest.download_dir, then indexed).", metavar="PATH|URL")] = None,
+        help="Media files or folders (searched recursively), or web addresses (http, https) of media files or of "
+        "pages with a video (downloaded once into ingest.download_dir, then indexed).", metavar="PATH|URL")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
     manifest: Annotated[list[Path] | None, typer.Option(

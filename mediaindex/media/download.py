@@ -1,10 +1,11 @@
 """Media given by its web address (http, https): downloaded once into a folder, then indexed as a file.
 
-A download lands at `<folder>/<host>/<the address's path>`, so that one address always names one file and
+A file's address lands at `<folder>/<host>/<the address's path>`, so that one address always names one file and
 two addresses never share one; an ingest of the same address again finds the file there and downloads it only when
 the server's copy differs in size. Bytes arrive in a hidden `.part` file that is renamed when complete: a download
 cut short, refused or interrupted leaves nothing a later ingest would take for media. A web page (a video site's
-watch page) is refused with what to do instead: its video is not at that address.
+watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
+`<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from email.message import Message
+from glob import escape as glob_escape
 from pathlib import Path
 
 SCHEMES = ("http", "https")
@@ -78,8 +80,8 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         headers: Message = response.headers
         kind = headers.get_content_type()
         if kind in ("text/html", "application/xhtml+xml"):
-            raise DownloadError("a web page, not a media file: give the address of the file itself (a video "
-                                "site's page can be saved with a downloader such as yt-dlp, then ingested)")
+            response.close()
+            return _from_page(url, folder / _host_folder(parts), progress)
         if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
             raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
                                 "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
@@ -131,7 +133,6 @@ def _place(url: str, headers: Message, kind: str, media_suffixes: Collection[str
     """Where an address's file goes below the download folder: its host (and port), then its path's parts, the
     last one named as the server names the file when it says (Content-Disposition), with a media suffix."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or "host"
     folders = [_safe(urllib.parse.unquote(p)) for p in parts.path.split("/")[:-1]]
     folders = [f for f in folders if f]
     name = _safe(headers.get_filename() or "") or _safe(urllib.parse.unquote(parts.path.rsplit("/", 1)[-1]))
@@ -142,7 +143,67 @@ def _place(url: str, headers: Message, kind: str, media_suffixes: Collection[str
             shown = f"“{name}”, " if name else ""
             raise DownloadError(f"not a media file ({shown}{kind}); the types indexed are audio and video")
         name = f"{name or 'media'}{guessed}"
-    return Path(_safe(f"{host}_{parts.port}" if parts.port else host), *folders, name)
+    return Path(_host_folder(parts), *folders, name)
+
+
+def _host_folder(parts: urllib.parse.SplitResult) -> str:
+    """A host (and port) as the name of its folder."""
+    host = parts.hostname or "host"
+    return _safe(f"{host}_{parts.port}" if parts.port else host)
+
+
+class _Quiet:
+    """yt-dlp's logger: its messages are not the user's (what went wrong comes back as the exception)."""
+
+    def debug(self, message: str) -> None: ...
+    def info(self, message: str) -> None: ...
+    def warning(self, message: str) -> None: ...
+    def error(self, message: str) -> None: ...
+
+
+def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
+    """The video of a web page, by yt-dlp (which knows the pages of video sites, and finds a <video> in others)."""
+    import yt_dlp
+
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+
+    def hook(status: dict) -> None:
+        if progress is not None and status.get("status") == "downloading":
+            progress(int(status.get("downloaded_bytes") or 0), status.get("total_bytes"))
+
+    options = {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
+               "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
+               "socket_timeout": TIMEOUT_S}
+    target: Path | None = None
+    try:
+        with yt_dlp.YoutubeDL(options) as loader:
+            info = loader.extract_info(url, download=False)
+            entries = info.get("entries") if info else None
+            if isinstance(entries, list) and len(entries) == 1:  # a page with one video in it
+                info = entries[0]
+            if info is None or info.get("_type") in ("playlist", "multi_video"):
+                count = len(entries) if isinstance(entries, list) else info and info.get("playlist_count")
+                raise DownloadError(f"a web page of {count or 'several'} videos: give the address of one of them")
+            target = Path(loader.prepare_filename(info))
+            if target.is_file():
+                return Downloaded(url, target, fetched=False)
+            folder.mkdir(parents=True, exist_ok=True)
+            done = loader.process_ie_result(info, download=True)
+            saved = [Path(d["filepath"]) for d in done.get("requested_downloads") or [] if d.get("filepath")]
+            return Downloaded(url, saved[0] if saved else target, fetched=True)
+    except yt_dlp.utils.YoutubeDLError as exc:
+        cause = exc.exc_info[1] if isinstance(exc, yt_dlp.utils.DownloadError) and exc.exc_info else exc
+        if isinstance(cause, yt_dlp.utils.UnsupportedError):
+            raise DownloadError("a web page with no video found in it: give the address of the media file itself"
+                                ) from exc
+        reason = str(exc).removeprefix("ERROR: ").strip() or type(exc).__name__
+        raise DownloadError(f"the page's video could not be saved ({reason})") from exc
+    except OSError as exc:
+        raise DownloadError(f"the page's video could not be saved ({exc.strerror or exc})") from exc
+    finally:
+        if target is not None and not target.is_file():  # what an interrupted or failed download left
+            for left in folder.glob(f"{glob_escape(target.stem)}*.part"):
+                left.unlink(missing_ok=True)
 
 
 def _safe(part: str) -> str:
