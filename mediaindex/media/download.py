@@ -5,7 +5,8 @@ two addresses never share one; an ingest of the same address again finds the fil
 the server's copy differs in size. Bytes arrive in a hidden `.part` file that is renamed when complete: a download
 cut short, refused or interrupted leaves nothing a later ingest would take for media. A web page (a video site's
 watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
-`<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg.
+`<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg; a page of several videos
+(a playlist) is refused, so that one address stays one file.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ _TYPE_SUFFIXES = {"audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/x-m4a": ".m4
                   "audio/x-wav": ".wav", "audio/flac": ".flac", "audio/ogg": ".ogg", "video/ogg": ".ogv",
                   "video/quicktime": ".mov", "video/x-matroska": ".mkv", "video/x-msvideo": ".avi",
                   "video/mp2t": ".ts", "video/x-flv": ".flv"}
-
-
 _PLAYLISTS = ("application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl",
               "application/dash+xml")
 
@@ -48,7 +47,7 @@ class DownloadError(Exception):
 class Downloaded:
     url: str
     path: Path
-    fetched: bool  # False: the file was there already, as the server has it
+    fetched: bool  # False: the file was there already (as the server has it, for a file's address)
 
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
