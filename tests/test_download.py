@@ -43,6 +43,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         elif self.path == "/watch?v=cockatoo":  # a page whose video is elsewhere
             self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>A cockatoo</title>"
                        b'<video controls src="/files/cockatoo.mp4"></video>')
+        elif self.path == "/talk":  # the talk's own captions beside its video; one more track that is gone
+            self._send(200, "text/html", b'<title>Manifesto</title><video src="/files/manifesto.mp4">'
+                                         b'<track kind="captions" srclang="en" src="/files/manifesto.vtt">'
+                                         b'<track kind="subtitles" srclang="de" src="/files/gone.vtt"></video>')
         elif self.path == "/two":
             self._send(200, "text/html", b'<title>Two</title><video src="/files/cockatoo.mp4"></video>'
                                          b'<video src="/files/jfk%20speech.flac"></video>')
@@ -89,6 +93,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (root / "files").mkdir()
     shutil.copy(media("video/cockatoo.mp4"), root / "files" / "cockatoo.mp4")
     shutil.copy(media("audio/jfk.flac"), root / "files" / "jfk speech.flac")
+    shutil.copy(media("video/manifesto.mp4"), root / "files" / "manifesto.mp4")
+    shutil.copy(media("groundtruth/manifesto.vtt"), root / "files" / "manifesto.vtt")
 
     def handler(*args: object) -> _Handler:
         return _Handler(*args, directory=str(root))  # type: ignore[arg-type]
@@ -165,6 +171,20 @@ def test_the_video_of_a_web_page_is_saved_once(server: str, tmp_path: Path) -> N
     again = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES)
     assert (again.path, again.fetched) == (got.path, False)
     assert sorted(p.name for p in (tmp_path / host).iterdir()) == [got.path.name]
+
+
+def test_a_pages_subtitles_come_with_its_video(server: str, tmp_path: Path) -> None:
+    """The captions a page gives its video are saved beside it, named as subtitle files are read with their media
+    file; a track the page names but the server lacks costs only that track."""
+    from mediaindex.media.subtitles import read_subtitles
+
+    got = download(f"{server}/talk", tmp_path, MEDIA_SUFFIXES)
+    assert got.fetched and got.path.read_bytes() == media("video/manifesto.mp4").read_bytes()
+    assert sorted(p.name for p in got.path.parent.iterdir()) == sorted([got.path.name, f"{got.path.stem}.en.vtt"])
+    found = read_subtitles(got.path)
+    (track,) = found.tracks
+    assert (track.origin, track.language) == (f"{got.path.stem}.en.vtt", "en")
+    assert track.cues[0].text == "this audiobook is in the public domain"
 
 
 def test_an_unreachable_host_is_said(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ two addresses never share one; an ingest of the same address again finds the fil
 the server's copy differs in size. Bytes arrive in a hidden `.part` file that is renamed when complete: a download
 cut short, refused or interrupted leaves nothing a later ingest would take for media. A web page (a video site's
 watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
-`<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg; a page of several videos
-(a playlist) is refused, so that one address stays one file.
+`<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg, the page's own subtitles
+beside it; a page of several videos (a playlist) is refused, so that one address stays one file.
 """
 
 from __future__ import annotations
@@ -173,6 +173,11 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
     options = {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
                "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
                "socket_timeout": TIMEOUT_S}
+    # The page's own subtitles (not the site's automatic captions: speech is transcribed here), saved beside the
+    # video as "<title> [<id>].<language>.vtt", the name they are read with it by (media.subtitles); a track that
+    # cannot be had costs that track alone.
+    subtitles = {**options, "skip_download": True, "writesubtitles": True, "subtitleslangs": ["all", "-live_chat"],
+                 "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
     target: Path | None = None
     try:
         with yt_dlp.YoutubeDL(options) as loader:
@@ -188,8 +193,11 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
                 return Downloaded(url, target, fetched=False)
             folder.mkdir(parents=True, exist_ok=True)
             done = loader.process_ie_result(info, download=True)
-            saved = [Path(d["filepath"]) for d in done.get("requested_downloads") or [] if d.get("filepath")]
-            return Downloaded(url, saved[0] if saved else target, fetched=True)
+        saved = [Path(d["filepath"]) for d in done.get("requested_downloads") or [] if d.get("filepath")]
+        if info.get("subtitles"):
+            with yt_dlp.YoutubeDL(subtitles) as loader:
+                loader.process_ie_result(info, download=True)
+        return Downloaded(url, saved[0] if saved else target, fetched=True)
     except yt_dlp.utils.YoutubeDLError as exc:
         cause = exc.exc_info[1] if isinstance(exc, yt_dlp.utils.DownloadError) and exc.exc_info else exc
         if isinstance(cause, yt_dlp.utils.UnsupportedError):
