@@ -4,6 +4,7 @@ test time."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import shutil
 import socket
@@ -19,6 +20,9 @@ import pytest
 from mediaindex.media.download import DownloadError, download, is_url
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 from tests.conftest import REPO, cli_environment, media
+
+# A server's file that can be sent from a byte on: its version (ETag), and whether its next whole sending is cut off.
+RESUMABLE: dict = {"etag": '"v1"', "cut": True, "asked": []}
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -36,6 +40,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _resumable(self, body: bytes) -> None:
+        asked, version = self.headers.get("Range"), self.headers.get("If-Range")
+        RESUMABLE["asked"].append(asked)
+        if asked and version == RESUMABLE["etag"]:
+            start = int(asked.removeprefix("bytes=").removesuffix("-"))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+            sent = body[start:]
+        else:
+            self.send_response(200)
+            sent = body[: len(body) // 3] if RESUMABLE["cut"] else body
+            RESUMABLE["cut"] = False
+        self.send_header("Content-Type", "video/mp4")
+        self.send_header("Content-Length", str(len(sent) if asked and version == RESUMABLE["etag"] else len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", RESUMABLE["etag"])
+        self.end_headers()
+        with contextlib.suppress(OSError):  # the client read the headers and went (it asks for the rest instead)
+            self.wfile.write(sent)
+        self.close_connection = True
+
     def do_GET(self) -> None:  # noqa: N802 (the base class's name)
         bird = media("video/cockatoo.mp4").read_bytes()
         if self.path.startswith("/files/"):
@@ -47,6 +72,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self._send(200, "text/html", b'<title>Manifesto</title><video src="/files/manifesto.mp4">'
                                          b'<track kind="captions" srclang="en" src="/files/manifesto.vtt">'
                                          b'<track kind="subtitles" srclang="de" src="/files/gone.vtt"></video>')
+        elif self.path == "/big/lecture.mp4":
+            self._resumable(media("video/manifesto.mp4").read_bytes())
         elif self.path == "/two":
             self._send(200, "text/html", b'<title>Two</title><video src="/files/cockatoo.mp4"></video>'
                                          b'<video src="/files/jfk%20speech.flac"></video>')
@@ -185,6 +212,35 @@ def test_a_pages_subtitles_come_with_its_video(server: str, tmp_path: Path) -> N
     (track,) = found.tracks
     assert (track.origin, track.language) == (f"{got.path.stem}.en.vtt", "en")
     assert track.cues[0].text == "this audiobook is in the public domain"
+
+
+def test_a_download_cut_short_goes_on_from_where_it_stopped(server: str, tmp_path: Path) -> None:
+    """A server that sends a file from a byte on (Accept-Ranges, ETag): a transfer cut off keeps its hidden part,
+    and the next download of the address asks for the rest of that version alone; a changed version comes whole."""
+    whole = media("video/manifesto.mp4").read_bytes()
+    url = f"{server}/big/lecture.mp4"
+    RESUMABLE.update(etag='"v1"', cut=True, asked=[])
+    with pytest.raises(DownloadError, match="the transfer ended after .* of .*; an ingest of this address again goes "
+                                            "on from there"):
+        download(url, tmp_path, MEDIA_SUFFIXES)
+    kept = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert sorted(p.name for p in kept) == [".lecture.mp4.part", ".lecture.mp4.part.version"]  # hidden: not media
+    seen: list[tuple[int, int | None]] = []
+    got = download(url, tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    assert got.fetched and got.path.read_bytes() == whole
+    third = len(whole) // 3
+    assert RESUMABLE["asked"] == [None, None, f"bytes={third}-"]  # the rest alone, once the file was seen unchanged
+    assert seen[0][0] > third and seen[-1] == (len(whole), len(whole))
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["lecture.mp4"]
+
+    got.path.unlink()
+    RESUMABLE.update(cut=True)
+    with pytest.raises(DownloadError):
+        download(url, tmp_path, MEDIA_SUFFIXES)
+    RESUMABLE.update(etag='"v2"', asked=[])  # the file changed on the server: what was kept is not continued
+    got = download(url, tmp_path, MEDIA_SUFFIXES)
+    assert got.path.read_bytes() == whole and RESUMABLE["asked"] == [None]
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["lecture.mp4"]
 
 
 def test_an_unreachable_host_is_said(tmp_path: Path) -> None:

@@ -285,7 +285,8 @@ def _download(urls: list[str], folder: Path) -> list[Path]:
             except DownloadError as exc:
                 got = str(exc)
             except KeyboardInterrupt:
-                err.print(f"stopped downloading {url}: nothing of it was kept", highlight=False, soft_wrap=True)
+                err.print(f"stopped downloading {url}: nothing of it is indexed; where its server allows, an ingest "
+                          "of it again goes on from where it stopped", highlight=False, soft_wrap=True)
                 raise typer.Exit(130) from None
         if isinstance(got, str):
             say(f"skipped    {url}: {got}")

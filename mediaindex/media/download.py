@@ -3,7 +3,9 @@
 A file's address lands at `<folder>/<host>/<the address's path>`, so that one address always names one file and
 two addresses never share one; an ingest of the same address again finds the file there and downloads it only when
 the server's copy differs in size. Bytes arrive in a hidden `.part` file that is renamed when complete: a download
-cut short, refused or interrupted leaves nothing a later ingest would take for media. A web page (a video site's
+cut short, refused or interrupted leaves nothing a later ingest would take for media; where the server can send the
+file from a byte on, the part is kept with the version it belongs to, and the next download of that version asks
+for the rest alone. A web page (a video site's
 watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
 `<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg, the page's own subtitles
 beside it; a page of several videos (a playlist) is refused, so that one address stays one file.
@@ -94,16 +96,65 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
             raise DownloadError(f"cannot make the folder {target.parent} ({exc.strerror or exc})") from exc
         if total is not None and (free := shutil.disk_usage(target.parent).free) < total + MARGIN_BYTES:
             raise DownloadError(f"it is {_mb(total)} and the disk holding {target.parent} has {_mb(free)} free")
-        _receive(response, target, total, progress)
+        version = _version(headers, total)
+        part = target.with_name(f".{target.name}.part")
+        if version is not None and total is not None and _kept_version(part) == version and part.is_file() \
+                and 0 < (start := part.stat().st_size) < total:
+            response.close()  # an earlier download of this version stopped part way: it goes on from there
+            response = _open_range(request, start, version, timeout, parts.hostname)
+            if response.status == 206 and response.headers.get("Content-Range") != f"bytes {start}-{total - 1}/{total}":
+                response.close()
+                part.unlink(missing_ok=True)
+                raise DownloadError("the server sent another part of the file than was asked for: an ingest of "
+                                    "this address again downloads it whole")
+            if response.status != 206:  # the file changed since: it comes whole, as it is now
+                total = _length(response.headers)
+                version = _version(response.headers, total)
+        _receive(response, part, target, total, version, progress)
     return Downloaded(url, target, fetched=True)
 
 
-def _receive(response: http.client.HTTPResponse, target: Path, total: int | None, progress: Progress | None) -> None:
-    """The response's body into `target`, through a hidden part file renamed once every byte is there."""
-    part = target.with_name(f".{target.name}.part")
-    done = 0
+def _version(headers: Message, total: int | None) -> str | None:
+    """What names this version of a file, when its server can send it from a byte on (None: it cannot, or does not
+    say which version it sends): its ETag, else its modification time, with its length."""
+    validator = headers.get("ETag") or headers.get("Last-Modified")
+    if headers.get("Accept-Ranges", "").lower() != "bytes" or not validator or total is None:
+        return None
+    return f"{validator}\n{total}"
+
+
+def _kept_version(part: Path) -> str | None:
     try:
-        with part.open("wb") as out:
+        return part.with_name(part.name + ".version").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _open_range(request: urllib.request.Request, start: int, version: str, timeout: float,
+                host: str | None) -> http.client.HTTPResponse:
+    """The file from byte `start` on, if it is still the version that was being downloaded (If-Range: else the
+    server sends the whole file again, with 200)."""
+    ranged = urllib.request.Request(request.full_url, headers={**request.headers, "Range": f"bytes={start}-",
+                                                               "If-Range": version.split("\n", 1)[0]})
+    try:
+        return urllib.request.urlopen(ranged, timeout=timeout)
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise DownloadError(f"cannot reach {host} again ({exc})") from exc
+
+
+def _receive(response: http.client.HTTPResponse, part: Path, target: Path, total: int | None, version: str | None,
+             progress: Progress | None) -> None:
+    """The response's body into `target`, through a hidden part file renamed once every byte is there. A part
+    file of a version its server can resume (`version`) is kept when the transfer stops, with the version beside
+    it, and a response that resumes it (206) is appended to it; otherwise what a failed transfer wrote is deleted."""
+    resumed = response.status == 206
+    done = part.stat().st_size if resumed else 0
+    kept = part.with_name(part.name + ".version")
+    complete = False
+    try:
+        if version is not None and not resumed:
+            kept.write_text(version, encoding="utf-8")
+        with part.open("ab" if resumed else "wb") as out:
             while chunk := response.read1(CHUNK_BYTES):  # what has arrived: a stalled transfer counts it
                 out.write(chunk)
                 done += len(chunk)
@@ -112,20 +163,27 @@ def _receive(response: http.client.HTTPResponse, target: Path, total: int | None
             out.flush()
             os.fsync(out.fileno())
         if total is not None and done < total:
-            raise DownloadError(f"the transfer ended after {_mb(done)} of {_mb(total)}")
+            raise DownloadError(f"the transfer ended after {_mb(done)} of {_mb(total)}{_goes_on(version)}")
         if done == 0:
             raise DownloadError("the server sent no bytes")
         os.replace(part, target)
+        complete = True
     except TimeoutError as exc:
-        raise DownloadError(f"the transfer stalled after {_mb(done)}") from exc
+        raise DownloadError(f"the transfer stalled after {_mb(done)}{_goes_on(version)}") from exc
     except http.client.IncompleteRead as exc:
         raise DownloadError(f"the transfer ended after {_mb(done + len(exc.partial))}"
-                            + (f" of {_mb(total)}" if total is not None else "")) from exc
+                            + (f" of {_mb(total)}" if total is not None else "") + _goes_on(version)) from exc
     except (OSError, http.client.HTTPException) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-        raise DownloadError(f"the transfer failed after {_mb(done)} ({reason})") from exc
+        raise DownloadError(f"the transfer failed after {_mb(done)} ({reason}){_goes_on(version)}") from exc
     finally:
-        part.unlink(missing_ok=True)
+        if complete or version is None or not part.is_file() or part.stat().st_size == 0:
+            part.unlink(missing_ok=True)
+            kept.unlink(missing_ok=True)
+
+
+def _goes_on(version: str | None) -> str:
+    return "; an ingest of this address again goes on from there" if version is not None else ""
 
 
 def _place(url: str, headers: Message, kind: str, media_suffixes: Collection[str]) -> Path:
