@@ -14,6 +14,7 @@ import html
 import io
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -168,27 +169,29 @@ def _read_file(file: Path, media: Path) -> SubtitleTrack:
         raise _Unreadable("empty")
     kind = _CONVERTED.get(suffix) or suffix.lstrip(".").upper()
     form, options = _FORMATS.get(suffix, "srt"), {}
-    if suffix in _CONVERTED:
-        text = _as_subrip(text, kind)
-    elif suffix == ".sub" and _MICRODVD.match(first := text.lstrip()):
+    if suffix == ".sub" and _MICRODVD.match(first := text.lstrip()):
         form, kind = "microdvd", "MicroDVD"
         if not _MICRODVD_RATE.match(first.split("\n", 1)[0]) and (rate := _frame_rate(media)):
             options["subfps"] = rate  # cues count the video's frames, as players read them
-    try:
-        with av.open(io.BytesIO(text.encode("utf-8")), format=form, options=options) as container:
-            if not container.streams.subtitles:
-                raise _Unreadable("no subtitles in it")
-            stream = container.streams.subtitles[0]
-            cues = _decode(container, [stream], 0.0)[stream.index]
-    except av.error.FFmpegError as exc:
-        raise _Unreadable(f"not a {kind} file ({exc.strerror or type(exc).__name__})") from exc
+    if suffix in _CONVERTED:
+        cues = _timed_text_cues(text, kind)
+    else:
+        try:
+            with av.open(io.BytesIO(text.encode("utf-8")), format=form, options=options) as container:
+                if not container.streams.subtitles:
+                    raise _Unreadable("no subtitles in it")
+                stream = container.streams.subtitles[0]
+                cues = _decode(container, [stream], 0.0)[stream.index]
+        except av.error.FFmpegError as exc:
+            raise _Unreadable(f"not a {kind} file ({exc.strerror or type(exc).__name__})") from exc
     between = file.name[len(media.stem) + 1:-len(file.suffix)]  # "en" of "talk.en.srt"; "" of "talk.srt"
     language = next((code for part in reversed(between.split(".")) if (code := language_code(part))), None)
     return SubtitleTrack(file.name, language, cues)
 
 
-def _as_subrip(text: str, kind: str) -> str:
-    """A TTML or SCC document as SubRip text: read by ttconv, each paragraph a cue."""
+def _timed_text_cues(text: str, kind: str) -> tuple[Cue, ...]:
+    """The cues of a TTML or SCC document, read by ttconv: each paragraph a cue (one shown until further notice
+    ends where the next begins)."""
     import logging
     import xml.etree.ElementTree as ElementTree
 
@@ -207,11 +210,15 @@ def _as_subrip(text: str, kind: str) -> str:
             document = ttml_reader.to_model(ElementTree.ElementTree(ElementTree.fromstring(text.lstrip("\ufeff"))))
         if document is None:
             raise _Unreadable(f"not a {kind} file")
-        return _subrip(_paragraphs(document))
+        timed = sorted(((b, e, lines) for b, e, words in _paragraphs(document) if (lines := _text_lines(words))),
+                       key=lambda p: p[0])
     except _Unreadable:
         raise
     except Exception as exc:  # ttconv raises what its parsers meet (ValueError, KeyError, ParseError, ...)
         raise _Unreadable(f"not a {kind} file ({exc or type(exc).__name__})") from exc
+    ends = [end if end is not None else timed[i + 1][0] if i + 1 < len(timed) else begin
+            for i, (begin, end, _) in enumerate(timed)]
+    return _each_line_once((begin, until, lines) for (begin, _, lines), until in zip(timed, ends, strict=True))
 
 
 def _paragraphs(document: Any) -> list[tuple[float, float | None, str]]:
@@ -254,24 +261,6 @@ def _paragraphs(document: Any) -> list[tuple[float, float | None, str]]:
     return out
 
 
-def _subrip(paragraphs: list[tuple[float, float | None, str]]) -> str:
-    """Paragraphs as SubRip cues in time order; one shown until further notice ends where the next begins."""
-    timed = sorted(paragraphs, key=lambda p: p[0])
-    blocks: list[str] = []
-    for i, (begin, end, text) in enumerate(timed):
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        if not lines:
-            continue
-        until = end if end is not None else timed[i + 1][0] if i + 1 < len(timed) else begin
-        blocks.append(f"{len(blocks) + 1}\n{_srt_time(begin)} --> {_srt_time(until)}\n" + "\n".join(lines) + "\n")
-    return "\n".join(blocks)
-
-
-def _srt_time(seconds: float) -> str:
-    whole, millis = divmod(round(seconds * 1000), 1000)
-    return f"{whole // 3600:02d}:{whole // 60 % 60:02d}:{whole % 60:02d},{millis:03d}"
-
-
 def _frame_rate(media: Path) -> str | None:
     """The media file's video frame rate ("25", "24000/1001"), or None when it has no video or cannot be read."""
     import av
@@ -306,8 +295,7 @@ def _decode(container: Any, streams: list[Any], offset: float) -> dict[int, tupl
     stream's cue before showed is not repeated."""
     import av
 
-    cues: dict[int, list[Cue]] = {s.index: [] for s in streams}
-    shown: dict[int, list[str]] = {s.index: [] for s in streams}
+    events: dict[int, list[tuple[float, float, list[str]]]] = {s.index: [] for s in streams}
     for packet in container.demux(*streams):
         if packet.pts is None or not packet.size:
             continue
@@ -318,12 +306,19 @@ def _decode(container: Any, streams: list[Any], offset: float) -> dict[int, tupl
             decoded = packet.decode()
         except av.error.FFmpegError:  # a cue its decoder refuses (SAMI's empty "&nbsp;" cue that clears the screen)
             continue
-        lines = [line for sub in decoded for line in _lines(sub)]
-        new = [line for line in lines if line not in shown[index]]
-        shown[index] = lines
-        if new:
-            cues[index].append(Cue(round(start, 3), round(end, 3), " ".join(new)))
-    return {index: tuple(sorted(found, key=lambda c: (c.start, c.end))) for index, found in cues.items()}
+        events[index].append((start, end, [line for sub in decoded for line in _lines(sub)]))
+    return {index: _each_line_once(found) for index, found in events.items()}
+
+
+def _each_line_once(events: Iterable[tuple[float, float, list[str]]]) -> tuple[Cue, ...]:
+    """Cues of (start, end, lines shown) in the order shown, in time order; a line the cue before showed is not
+    repeated (captions that roll show each line again under the next)."""
+    cues, shown = [], []
+    for start, end, lines in events:
+        if new := [line for line in lines if line not in shown]:
+            cues.append(Cue(round(start, 3), round(end, 3), " ".join(new)))
+        shown = lines
+    return tuple(sorted(cues, key=lambda c: (c.start, c.end)))
 
 
 def _lines(sub: Any) -> list[str]:
@@ -332,7 +327,10 @@ def _lines(sub: Any) -> list[str]:
     if raw is None:
         return []
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-    text = html.unescape(_TAG.sub("", _OVERRIDE.sub("", text)))
+    return _text_lines(html.unescape(_TAG.sub("", _OVERRIDE.sub("", text))))
+
+
+def _text_lines(text: str) -> list[str]:
     return [line for part in text.splitlines() if (line := _SPACE.sub(" ", part).strip())]
 
 
