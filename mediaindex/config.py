@@ -421,6 +421,10 @@ class ApiSettings(_Section):
     failed_upload_retention_s: float = Field(default=24 * 3600.0, ge=0)
     # MCP clients (/mcp) may start ingest jobs; otherwise the MCP server is read-only.
     mcp_allow_ingest: bool = False
+    # Web addresses given to POST /ingest, the page and MCP: downloaded from public internet addresses only
+    # ("public": never this machine or its private networks, which a client could not reach itself), from any
+    # ("all": a server for one person, or on a trusted network), or not at all ("off").
+    fetch_urls: Literal["public", "all", "off"] = "public"
 
 
 def _default_data_dir() -> Path:

@@ -243,11 +243,26 @@ class JobStore:
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 (job_id, kind, "pending", json.dumps(params), None, None, now, now, key),
             )
-            self._db.executemany(
-                "INSERT OR IGNORE INTO job_files (job_id, seq, path, state, meta) VALUES (?,?,?,?,?)",
-                [(job_id, i, path, "pending", json.dumps(meta)) for i, (path, meta) in enumerate(files or [])],
-            )
+            self._insert_files(job_id, 0, files or [], "pending", "")
         return self.get(job_id)
+
+    def add_files(self, job_id: str, files: list[tuple[str, dict[str, Any]]], state: FileState = "pending",
+                  reason: str = "") -> None:
+        """Files found for a job once it runs (what its web addresses gave), after those it has; a file it has
+        already stays as it is."""
+        with self._db:
+            last = self._db.execute("SELECT MAX(seq) FROM job_files WHERE job_id = ?", (job_id,)).fetchone()[0]
+            self._insert_files(job_id, 0 if last is None else last + 1, files, state, reason)
+            self._db.execute("UPDATE jobs SET updated = ? WHERE id = ?", (time.time(), job_id))
+
+    def _insert_files(self, job_id: str, first: int, files: list[tuple[str, dict[str, Any]]], state: FileState,
+                      reason: str) -> None:
+        if state not in FILE_STATES:
+            raise ValueError(f"unknown file state {state!r}")
+        self._db.executemany(
+            "INSERT OR IGNORE INTO job_files (job_id, seq, path, state, reason, meta) VALUES (?,?,?,?,?,?)",
+            [(job_id, first + i, path, state, reason, json.dumps(meta)) for i, (path, meta) in enumerate(files)],
+        )
 
     def get(self, job_id: str) -> Job:
         row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()

@@ -115,9 +115,15 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A loopback server: /files/ holds cockatoo.mp4 and jfk.flac, copied from the shared media."""
-    root = tmp_path_factory.mktemp("served")
-    (root / "files").mkdir()
+    with serving(tmp_path_factory.mktemp("served")) as address:
+        yield address
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[str]:
+    """A loopback server's address: /files/ holds cockatoo.mp4, jfk.flac, manifesto.mp4 and its captions, copied
+    from the shared media into `root`."""
+    (root / "files").mkdir(parents=True)
     shutil.copy(media("video/cockatoo.mp4"), root / "files" / "cockatoo.mp4")
     shutil.copy(media("audio/jfk.flac"), root / "files" / "jfk speech.flac")
     shutil.copy(media("video/manifesto.mp4"), root / "files" / "manifesto.mp4")
@@ -129,9 +135,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_addresses_are_told_from_paths() -> None:

@@ -744,6 +744,49 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
             page.context.close()
 
 
+def test_media_added_by_web_address_are_downloaded_and_indexed(browser, tmp_path: Path, cache_dir: Path, embedder,
+                                                              pipeline) -> None:
+    """Add from a web address: the server downloads the address and indexes its file, the line saying so with a
+    link to the file's page; an address that gives no media says why. Desktop, then phone."""
+    from mediaindex.config import ApiSettings
+    from tests.test_download import serving
+
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        rate_limit_per_minute=0, keys_db=tmp_path / "keys.db", fetch_urls="all")})
+    with serving(tmp_path / "served") as files, \
+            LiveServer(create_app(settings, embedder=embedder, pipeline=pipeline)) as live:
+        for size, address in (("desktop", f"{files}/files/jfk%20speech.flac"), ("phone", f"{files}/about")):
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            page.p.goto(f"{live.url}/")
+            page.p.locator("#library-size").wait_for()
+            assert page.p.locator("#url-form").is_hidden()
+            page.taps("#url-button")
+            page.p.click("#url-button")
+            page.taps("#url-form button")
+            page.p.fill("#url-input", address)
+            page.p.locator("#url-form button[type=submit]").click()
+            assert page.p.locator("#url-form").is_hidden()
+            line = page.p.locator("#uploads .upload").last
+            assert line.locator(".name").inner_text() == address
+            if size == "desktop":
+                line.and_(page.p.locator(".done")).wait_for(timeout=180_000)
+                assert line.locator(".state").inner_text() == "indexed: 1 segment"
+                page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
+                assert page.p.locator("#library .file .title").all_inner_texts() == ["jfk speech.flac"]
+                page.shot("add-address")
+                line.locator(".state a").click()
+                page.p.locator("#transcript .line").first.wait_for()
+                assert page.p.locator("#video-title").inner_text() == "jfk speech.flac"
+            else:
+                line.and_(page.p.locator(".failed")).wait_for(timeout=180_000)
+                assert line.locator(".state").inner_text() == (
+                    "not indexed: a web page with no video found in it: give the address of the media file itself")
+                page.fits()
+                page.shot("add-address")
+            assert not page.errors and not page.failed, (page.errors, page.failed)
+            page.context.close()
+
+
 def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, tmp_path: Path, cache_dir: Path,
                                                                         embedder, pipeline) -> None:
     """An ingest job the server has queued (as a watched folder or the CLI through it queues one) is said above the

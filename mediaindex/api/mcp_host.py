@@ -57,8 +57,9 @@ class ApiHost:
     def play_path(self, hit: Hit, query: str) -> str:
         return hit_out(hit, query, self.state.index.sparse, self.state.shown).play_url
 
-    def ingest(self, paths: list[str], summaries: bool | None, reindex: bool = False) -> dict[str, Any]:
-        job, joined = ingest_job(self.state, [(p, {}) for p in paths], summaries, reindex=reindex)
+    def ingest(self, paths: list[str], summaries: bool | None, reindex: bool = False,
+               urls: list[str] | None = None) -> dict[str, Any]:
+        job, joined = ingest_job(self.state, [(p, {}) for p in paths], summaries, reindex=reindex, urls=urls or [])
         if not joined:
             self.state.runner.submit(job.id)
         return job_out(self.state, job).model_dump(mode="json")

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mediaindex.media.download import WebAddress
+
 Modality = Literal["speech", "ocr", "visual", "subtitle", "summary", "chapter"]  # mediaindex.segments.MODALITIES
 
 
@@ -127,6 +129,8 @@ class LibraryOut(BaseModel):
     keys_required: bool = Field(description="Whether this server asks for API keys")
     max_upload_bytes: int = Field(description="The largest file POST /ingest/upload takes")
     media_suffixes: list[str] = Field(description="The file types taken as media (by suffix: \".mkv\", \".m2ts\")")
+    fetch_urls: Literal["public", "all", "off"] = Field(description=(
+        "Which web addresses POST /ingest downloads (api.fetch_urls): public ones, all, or none"))
 
 
 class TranscriptLine(BaseModel):
@@ -185,6 +189,12 @@ class IngestRequest(_Strict):
     include: list[Glob] = Field(default_factory=list, max_length=100,
                                 description="Globs a file inside a folder must match (path below the folder or name)")
     exclude: list[Glob] = Field(default_factory=list, max_length=100, description="Globs that leave a file out")
+    urls: list[WebAddress] = Field(
+        default_factory=list, max_length=20, description=(
+            "Web addresses (http, https) of media files or of pages with one video (video sites' watch pages): "
+            "the job downloads each into the server's download folder, then indexes it; an address that gives no "
+            "media file is listed among the job's files as skipped, with why. Public addresses only unless the "
+            "server's api.fetch_urls says otherwise"))
     # Strict: JSON true, false or null; a string or number is refused rather than guessed at ("no" -> False).
     summaries: bool | None = Field(default=None, strict=True, description=SUMMARIES_DOC)
     reindex: bool = Field(default=False, strict=True, description=(
@@ -193,8 +203,8 @@ class IngestRequest(_Strict):
 
     @model_validator(mode="after")
     def _something_to_ingest(self) -> IngestRequest:
-        if not self.paths and not self.manifest:
-            raise ValueError("nothing to ingest: give paths or manifest entries")
+        if not self.paths and not self.manifest and not self.urls:
+            raise ValueError("nothing to ingest: give paths, manifest entries or urls")
         return self
 
 

@@ -4,6 +4,7 @@ Jobs that a stopped server left pending or running are picked up again when it s
 job then goes on with the files that were not finished. A job cancelled while it waited is never
 started; a running ingest asked to stop ends at its next file boundary, as "cancelled", with the
 files it finished kept (a summary or question, before its next language-model call). After each job, uploads that were not indexed are swept (see uploads.py).
+An ingest job given web addresses downloads them first, each file found joining the job's files.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ from typing import Any, Protocol
 from mediaindex.api.uploads import sweep_uploads
 from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
+from mediaindex.media.download import is_url
 
 log = logging.getLogger("mediaindex.api.jobs")
 STOP_WAIT_S = 5.0  # how long a stopping server waits for the job in progress to end
+DOWNLOAD_REPORT_S = 1.0  # a download's share done is recorded on its job at most this often
+
+
+class _Stopped(Exception):
+    """A download ended because its job was cancelled or the server is stopping."""
 
 
 class JobHost(Protocol):
@@ -147,6 +154,14 @@ class JobRunner:
                     metrics.media_seconds.inc(record.duration)
 
         started = time.monotonic()
+        if urls := params.get("urls"):
+            try:
+                self._download(job_id, urls, settings)
+            except _Stopped:
+                if self._stopping.is_set():  # left running, as after a kill: the next start goes on with it
+                    raise
+                self._set(job_id, "cancelled", error="cancelled while downloading its web addresses: nothing indexed")
+                return
         try:
             # The ingest runs this job's own record (files, states, attempts) in jobs.db: a new run would
             # record a second ingest job for the same files.
@@ -171,8 +186,46 @@ class JobRunner:
         elif done:
             self._set(job_id, "done", result=result)
         else:
-            reasons = "; ".join(f"{Path(f.path).name}: {f.reason}" for f in failed[:5]) or "no file was processed"
+            reasons = "; ".join(f"{f.path if is_url(f.path) else Path(f.path).name}: {f.reason}"
+                                for f in failed[:5]) or "no file was processed"
             self._set(job_id, "failed", result=result, error=f"nothing could be indexed: {reasons}")
+
+    def _download(self, job_id: str, urls: list[str], settings: Settings) -> None:
+        """The job's web addresses, downloaded into the download folder (a file there already, as its server has
+        it, is not downloaded again: a resumed job finds what it downloaded before). Each file found joins the
+        job's files; an address that gives none is listed among them as skipped, with why."""
+        from mediaindex.media.download import DownloadError, download, public_only
+        from mediaindex.pipeline.discover import MEDIA_SUFFIXES
+
+        policy = settings.api.fetch_urls
+        for url in urls:
+            last = 0.0
+
+            def shown(done: int, total: int | None, url: str = url) -> None:
+                nonlocal last
+                if self._stopping.is_set():
+                    raise _Stopped
+                if time.monotonic() - last < DOWNLOAD_REPORT_S:
+                    return
+                last = time.monotonic()
+                if self._cancel_requested(job_id):
+                    raise _Stopped
+                share = min(1.0, done / total) if total else None
+                with self.state.jobs_lock:
+                    self.state.jobs.set_progress(job_id, {"now": {url: {"download": share}}, "updated": time.time()})
+
+            shown(0, None)
+            try:
+                if policy == "off":
+                    raise DownloadError("this server does not download web addresses (api.fetch_urls is off)")
+                got = download(url, settings.download_dir, MEDIA_SUFFIXES, shown,
+                               check=public_only if policy == "public" else None)
+            except DownloadError as exc:
+                with self.state.jobs_lock:
+                    self.state.jobs.add_files(job_id, [(url, {})], "skipped", str(exc))
+                continue
+            with self.state.jobs_lock:
+                self.state.jobs.add_files(job_id, [(str(got.path.resolve()), {})])
 
     def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
         """The agentic summary job, on this server's open index (it sets the job's state itself)."""

@@ -36,9 +36,10 @@ class ArchiveHost(Protocol):
     def play_path(self, hit: Hit, query: str) -> str:
         """Where the HTTP API plays this moment, relative to its root (`/media/ID#t=SECONDS`)."""
 
-    def ingest(self, paths: list[str], summaries: bool | None, reindex: bool = False) -> dict[str, Any]:
-        """Queue an ingest job for files or folders inside the media roots (`reindex`: unchanged files too); the
-        job as the HTTP API shows it."""
+    def ingest(self, paths: list[str], summaries: bool | None, reindex: bool = False,
+               urls: list[str] | None = None) -> dict[str, Any]:
+        """Queue an ingest job for files or folders inside the media roots and web addresses the job downloads
+        (`reindex`: unchanged files too); the job as the HTTP API shows it."""
 
     def job(self, job_id: str) -> dict[str, Any]:
         """A job as the HTTP API shows it (state, files, result or error)."""

@@ -23,6 +23,7 @@ from pydantic import Field
 from mediaindex.index.filters import SearchFilters
 from mediaindex.mcp import models
 from mediaindex.mcp.searching import search as run_search
+from mediaindex.media.download import WebAddress
 from mediaindex.segments import MODALITIES, Hit
 
 if TYPE_CHECKING:
@@ -272,22 +273,28 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     def ingest(
         paths: Annotated[list[Annotated[str, Field(min_length=1, max_length=4096)]], Field(
-            min_length=1, max_length=1000, description=(
-                "Media files or folders on the server, relative to a media root or absolute inside one"))],
+            max_length=1000, description=(
+                "Media files or folders on the server, relative to a media root or absolute inside one"))] | None = None,
+        urls: Annotated[list[WebAddress], Field(max_length=20, description=(
+            "Web addresses (http, https) of media files or of pages with one video (a video site's watch page): "
+            "the job downloads each, then indexes it"))] | None = None,
         summaries: Annotated[bool | None, Field(description=(
             "Also summarise each file with chapters (slower; default: the server's setting)"))] = None,
         reindex: Annotated[bool, Field(strict=True, description=(
             "Index files again even when they are indexed and unchanged (files indexed by an earlier version "
             "get what this one finds)"))] = False,
     ) -> models.Job:
-        """Index media files or folders that lie under the server's media roots, as a background job: returns
-        the job at once; follow it with job_status until its state is done, then search the new files. Only a
-        server started with write access (--allow-ingest) takes this; others refuse."""
+        """Index media files or folders that lie under the server's media roots, or media at web addresses, as
+        a background job: returns the job at once; follow it with job_status until its state is done, then
+        search the new files (an address that gave no media file is among the job's files as skipped, with why).
+        Only a server started with write access (--allow-ingest) takes this; others refuse."""
         with tool_errors(host):
             if not allow_ingest:
                 raise ToolError("this server is read-only: ingest needs a server started with write access "
                                 "(`mediaindex mcp --allow-ingest`, or api.mcp_allow_ingest for `serve`)")
-            return models.Job.model_validate(host.ingest(list(paths), summaries, reindex))
+            if not paths and not urls:
+                raise ToolError("nothing to ingest: give paths or urls")
+            return models.Job.model_validate(host.ingest(list(paths or []), summaries, reindex, list(urls or [])))
 
     @server.tool(annotations=READ_ONLY)
     def job_status(

@@ -9,15 +9,21 @@ for the rest alone. A web page (a video site's
 watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
 `<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg, the page's own subtitles
 beside it; a page of several videos (a playlist) is refused, so that one address stays one file.
+
+A server that downloads the addresses its clients give checks each address it is about to read (`check`: e.g.
+`public_only`, which refuses hosts on private networks and the server's own): the address given, every redirect of
+a file's download, and each request yt-dlp makes for a page (the address it reads and where it ended up).
 """
 
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import mimetypes
 import os
 import re
 import shutil
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,6 +32,9 @@ from dataclasses import dataclass
 from email.message import Message
 from glob import escape as glob_escape
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
 
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
@@ -45,6 +54,10 @@ class DownloadError(Exception):
     """Why an address gave no media file; said to the user beside the address."""
 
 
+class PrivateAddress(DownloadError):
+    """An address on this machine or a private network, where only public ones are downloaded from."""
+
+
 @dataclass(frozen=True)
 class Downloaded:
     url: str
@@ -53,6 +66,36 @@ class Downloaded:
 
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
+Check = Callable[[str], None]  # raises DownloadError for an address that must not be read
+
+
+def public_only(url: str) -> None:
+    """Refuse an address whose host is, or resolves to, anything but a public internet address: this machine,
+    a private or link-local network (a cloud's metadata service), a shared or reserved range."""
+    host = urllib.parse.urlsplit(url).hostname
+    if not host:
+        raise DownloadError("not a web address of a file (http:// or https:// with a host)")
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except (socket.gaierror, UnicodeError) as exc:
+        raise DownloadError(f"cannot reach {host} ({getattr(exc, 'strerror', None) or exc})") from exc
+    for address in sorted(found):
+        ip = ipaddress.ip_address(str(address).split("%", 1)[0])
+        if not ip.is_global or ip.is_multicast:
+            raise PrivateAddress(f"{host} is on a private network or this machine ({ip}); this server downloads "
+                                 "from public addresses only (api.fetch_urls)")
+
+
+class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects followed only to addresses the check lets through."""
+
+    def __init__(self, check: Check) -> None:
+        self.check = check
+
+    def redirect_request(self, req: urllib.request.Request, fp: object, code: int, msg: str, headers: Message,
+                         newurl: str) -> urllib.request.Request | None:
+        self.check(newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)  # type: ignore[arg-type]
 
 
 def is_url(text: str) -> bool:
@@ -61,15 +104,33 @@ def is_url(text: str) -> bool:
     return bool(sep) and scheme.lower() in SCHEMES
 
 
+def web_address(text: str) -> str:
+    """`text` if it is a web address this module downloads from; ValueError says what one looks like."""
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError as exc:
+        raise ValueError(f"not a web address ({exc})") from exc
+    if parts.scheme.lower() not in SCHEMES or not parts.hostname or any(c.isspace() for c in text):
+        raise ValueError("not a web address: give http:// or https:// with a host, e.g. https://example.org/talk.mp4")
+    return text
+
+
+WebAddress = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator(web_address)]
+
+
 def download(url: str, folder: Path, media_suffixes: Collection[str], progress: Progress | None = None,
-             timeout: float = TIMEOUT_S) -> Downloaded:
-    """The media file at `url`, downloaded into `folder` unless it is there already; DownloadError says why not."""
+             timeout: float = TIMEOUT_S, check: Check | None = None) -> Downloaded:
+    """The media file at `url`, downloaded into `folder` unless it is there already; DownloadError says why not.
+    `check` is asked about every address read on the way (see the module's notes)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
+    if check is not None:
+        check(url)
+    opener = urllib.request.build_opener(*([_CheckedRedirects(check)] if check is not None else []))
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
     try:
-        response = urllib.request.urlopen(request, timeout=timeout)
+        response = opener.open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         raise DownloadError(f"the server answered {exc.code} {exc.reason}") from exc
     except urllib.error.URLError as exc:
@@ -82,7 +143,7 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         kind = headers.get_content_type()
         if kind in ("text/html", "application/xhtml+xml"):
             response.close()
-            return _from_page(url, folder / _host_folder(parts), progress)
+            return _from_page(url, folder / _host_folder(parts), progress, check)
         if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
             raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
                                 "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
@@ -101,7 +162,7 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         if version is not None and total is not None and _kept_version(part) == version and part.is_file() \
                 and 0 < (start := part.stat().st_size) < total:
             response.close()  # an earlier download of this version stopped part way: it goes on from there
-            response = _open_range(request, start, version, timeout, parts.hostname)
+            response = _open_range(opener, request, start, version, timeout, parts.hostname)
             if response.status == 206 and response.headers.get("Content-Range") != f"bytes {start}-{total - 1}/{total}":
                 response.close()
                 part.unlink(missing_ok=True)
@@ -130,14 +191,14 @@ def _kept_version(part: Path) -> str | None:
         return None
 
 
-def _open_range(request: urllib.request.Request, start: int, version: str, timeout: float,
-                host: str | None) -> http.client.HTTPResponse:
+def _open_range(opener: urllib.request.OpenerDirector, request: urllib.request.Request, start: int, version: str,
+                timeout: float, host: str | None) -> http.client.HTTPResponse:
     """The file from byte `start` on, if it is still the version that was being downloaded (If-Range: else the
     server sends the whole file again, with 200)."""
     ranged = urllib.request.Request(request.full_url, headers={**request.headers, "Range": f"bytes={start}-",
                                                                "If-Range": version.split("\n", 1)[0]})
     try:
-        return urllib.request.urlopen(ranged, timeout=timeout)
+        return opener.open(ranged, timeout=timeout)
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         raise DownloadError(f"cannot reach {host} again ({exc})") from exc
 
@@ -218,7 +279,7 @@ class _Quiet:
     def error(self, message: str) -> None: ...
 
 
-def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
+def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None) -> Downloaded:
     """The video of a web page, by yt-dlp (which knows the pages of video sites, and finds a <video> in others)."""
     import yt_dlp
 
@@ -227,6 +288,26 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
     def hook(status: dict) -> None:
         if progress is not None and status.get("status") == "downloading":
             progress(int(status.get("downloaded_bytes") or 0), status.get("total_bytes"))
+
+    def checked(loader: yt_dlp.YoutubeDL) -> yt_dlp.YoutubeDL:
+        """Every request the loader makes, for the page and for its media, checked before it is sent and where
+        it ended after its redirects."""
+        if check is not None:
+            send = loader.urlopen
+
+            def urlopen(request: Any) -> Any:
+                check(getattr(request, "url", None) or getattr(request, "full_url", None) or str(request))
+                response = send(request)
+                if (ended := getattr(response, "url", None)) and ended != url:
+                    try:
+                        check(ended)
+                    except DownloadError:
+                        response.close()
+                        raise
+                return response
+
+            loader.urlopen = urlopen
+        return loader
 
     options = {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
                "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
@@ -238,7 +319,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
                  "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
     target: Path | None = None
     try:
-        with yt_dlp.YoutubeDL(options) as loader:
+        with checked(yt_dlp.YoutubeDL(options)) as loader:
             info = loader.extract_info(url, download=False)
             entries = info.get("entries") if info else None
             if isinstance(entries, list) and len(entries) == 1:  # a page with one video in it
@@ -246,6 +327,11 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
             if info is None or info.get("_type") in ("playlist", "multi_video"):
                 count = len(entries) if isinstance(entries, list) else info and info.get("playlist_count")
                 raise DownloadError(f"a web page of {count or 'several'} videos: give the address of one of them")
+            if check is not None:  # media fetched by ffmpeg (a stream's parts) is not read through the loader
+                for chosen in info.get("requested_formats") or [info]:
+                    for address in (chosen.get("url"), chosen.get("manifest_url")):
+                        if address:
+                            check(address)
             target = Path(loader.prepare_filename(info))
             if target.is_file():
                 return Downloaded(url, target, fetched=False)
@@ -253,7 +339,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None) -> Downloaded:
             done = loader.process_ie_result(info, download=True)
         saved = [Path(d["filepath"]) for d in done.get("requested_downloads") or [] if d.get("filepath")]
         if info.get("subtitles"):
-            with yt_dlp.YoutubeDL(subtitles) as loader:
+            with checked(yt_dlp.YoutubeDL(subtitles)) as loader:
                 loader.process_ie_result(info, download=True)
         return Downloaded(url, saved[0] if saved else target, fetched=True)
     except yt_dlp.utils.YoutubeDLError as exc:

@@ -38,7 +38,10 @@ async function api(path, method = "GET", body = undefined) {
     return api(path, method, body);
   }
   const answer = await res.json().catch(() => ({ message: res.statusText }));
-  if (!res.ok) throw new Error(answer.message || `HTTP ${res.status}`);
+  if (!res.ok) {
+    throw Object.assign(new Error(answer.message || `HTTP ${res.status}`),
+                        { status: res.status, retryAfter: Number(res.headers.get("retry-after")) || 0 });
+  }
   return answer;
 }
 
@@ -328,6 +331,7 @@ async function showLibrary(page, token) {
   told = "";
   $("key-button").hidden = !lib.keys_required;
   maxUpload = lib.max_upload_bytes;
+  $("url-button").hidden = lib.fetch_urls === "off";
   // By suffix too: a picker filters by the system's types, which miss some media (".ts" reads as TypeScript).
   $("add-input").accept = ["audio/*", "video/*", ...(lib.media_suffixes || [])].join(",");
   $("library-size").textContent = lib.files
@@ -606,6 +610,7 @@ function ingestsText(active) {
   const running = active.filter((j) => j.state === "running");
   const parts = running.map((j) => {
     const p = j.progress || {};
+    if (Object.values(p.now || {}).some((stages) => "download" in stages)) return "downloading a web address";
     const total = p.total || Object.values(j.counts || {}).reduce((n, c) => n + c, 0);
     return `${p.finished || 0} of ${plural(total, "file")} done` + (p.eta ? `, about ${span(p.eta)} left` : "");
   });
@@ -694,15 +699,17 @@ function uploadOutcome(job) {
 
 function indexingText(job) {
   if (job.state === "pending") return "waiting for the jobs before it";
-  const eta = (job.progress || {}).eta;
-  return eta ? `indexing, about ${span(eta)} left` : "indexing";
+  const progress = job.progress || {};
+  const fetching = Object.values(progress.now || {}).find((stages) => "download" in stages);
+  if (fetching) return fetching.download === null ? "downloading" : `downloading, ${Math.floor(fetching.download * 100)} %`;
+  return progress.eta ? `indexing, about ${span(progress.eta)} left` : "indexing";
 }
 
-// One chosen file's line: its name, what is happening to it, and Stop while there is something to stop (its
-// upload, a wait for room in the server's queue, its job).
-function uploadLine(file) {
+// One chosen file's or web address's line: its name, what is happening to it, and Stop while there is something
+// to stop (its upload, a wait for room in the server's queue, its job).
+function uploadLine(name, file = null, waiting = "waiting to upload") {
   const line = { file, stopped: false, control: {}, job: null, wake: null };
-  line.state = el("span", { class: "state" }, "waiting to upload");
+  line.state = el("span", { class: "state" }, waiting);
   line.stop = el("button", { type: "button", class: "stop" }, "Stop");
   line.stop.addEventListener("click", () => {
     line.stopped = true;
@@ -711,7 +718,7 @@ function uploadLine(file) {
     if (line.wake) line.wake();
     if (line.job) api(`/jobs/${encodeURIComponent(line.job)}`, "DELETE").catch(() => {});  // its next poll says
   });
-  line.item = el("li", { class: "upload" }, el("span", { class: "name" }, file.name), line.state, line.stop);
+  line.item = el("li", { class: "upload" }, el("span", { class: "name", dir: "auto" }, name), line.state, line.stop);
   return line;
 }
 
@@ -726,7 +733,7 @@ function ended(line, text, outcome) {
 async function addFiles(files) {
   const list = $("uploads");
   list.hidden = false;
-  const lines = files.map(uploadLine);
+  const lines = files.map((file) => uploadLine(file.name, file));
   list.append(...lines.map((line) => line.item));
   const jobs = [];
   for (const line of lines) {
@@ -737,7 +744,9 @@ async function addFiles(files) {
       ended(line, `not uploaded: ${megabytes(size)} is more than this server takes (${megabytes(maxUpload)})`, "failed");
     } else {
       try {
-        line.job = (await uploadWhenRoom(line)).id;
+        line.job = (await whenRoom(line, () => postFile(
+          `/ingest/upload?filename=${encodeURIComponent(line.file.name)}`, line.file, "application/octet-stream",
+          (share) => { line.state.textContent = `uploading, ${Math.floor(share * 100)} %`; }, line.control))).id;
         if (line.stopped) await api(`/jobs/${encodeURIComponent(line.job)}`, "DELETE").catch(() => {});
         jobs.push(followUpload(line));
       } catch (e) {
@@ -754,12 +763,10 @@ async function addFiles(files) {
 }
 
 // A full queue on the server (many files added at once) is waited out, as its Retry-After asks.
-async function uploadWhenRoom(line) {
-  const path = `/ingest/upload?filename=${encodeURIComponent(line.file.name)}`;
-  const sent = (share) => { line.state.textContent = `uploading, ${Math.floor(share * 100)} %`; };
+async function whenRoom(line, send) {
   for (;;) {
     try {
-      return await postFile(path, line.file, "application/octet-stream", sent, line.control);
+      return await send();
     } catch (e) {
       if (e.status !== 429) throw e;
       const wait = Math.max(1, e.retryAfter || 30);
@@ -789,6 +796,41 @@ async function followUpload(line) {
   ended(line, indexed && id ? el("a", { href: `#/video/${encodeURIComponent(id)}` }, text) : text,
         indexed ? "done" : job.state === "cancelled" ? "stopped" : "failed");
 }
+
+// A web address: the server downloads it (a media file, or a page with one video) as its job's first step.
+async function addAddress(url) {
+  const list = $("uploads");
+  list.hidden = false;
+  const line = uploadLine(url, null, "asking the server");
+  list.append(line.item);
+  try {
+    line.job = (await whenRoom(line, () => api("/ingest", "POST", { urls: [url] }))).id;
+    if (line.stopped) await api(`/jobs/${encodeURIComponent(line.job)}`, "DELETE").catch(() => {});
+  } catch (e) {
+    ended(line, `not downloaded: ${e.message}`, e.stopped ? "stopped" : "failed");
+    return;
+  }
+  await followUpload(line);
+  await loadVideos();
+  if (!$("library-view").hidden) {
+    refreshing = true;
+    route();
+  }
+}
+
+$("url-button").addEventListener("click", () => {
+  $("url-form").hidden = false;
+  $("url-input").focus();
+});
+$("url-cancel").addEventListener("click", () => { $("url-form").hidden = true; });
+$("url-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const url = $("url-input").value.trim();
+  if (!url) return;
+  $("url-input").value = "";
+  $("url-form").hidden = true;
+  addAddress(url);
+});
 
 $("add-button").addEventListener("click", () => $("add-input").click());
 $("add-input").addEventListener("change", () => {

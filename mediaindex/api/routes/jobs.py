@@ -35,6 +35,7 @@ from mediaindex.api.models import (
 from mediaindex.api.paths import MAX_NAME_BYTES, quoted
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
+from mediaindex.media.download import DownloadError, PrivateAddress, public_only
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
 from mediaindex.pipeline.inputs import ManifestError, Meta, check_meta
 
@@ -117,19 +118,24 @@ def _create_ingest(state: ApiState, params: dict, files: list[tuple[Path, Meta]]
 def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
     """Index media files or folders on the server (inside the media roots) as a background job; the same
     rules as for serving files: only media, never hidden files or the index's own files. Manifest entries carry
-    metadata for their files; `include` / `exclude` globs choose the files inside folders."""
+    metadata for their files; `include` / `exclude` globs choose the files inside folders. Web addresses are
+    downloaded by the job (403 where the server's api.fetch_urls refuses them)."""
     state = get_state(request)
     entries: list[tuple[str, Meta]] = [(p, {}) for p in body.paths]
     entries += [(e.path, dict(e.metadata)) for e in body.manifest]
-    job, joined = ingest_job(state, entries, body.summaries, body.include, body.exclude, body.reindex)
+    job, joined = ingest_job(state, entries, body.summaries, body.include, body.exclude, body.reindex, body.urls)
     return _accepted(state, job, joined)
 
 
 def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool | None,
-               include: Sequence[str] = (), exclude: Sequence[str] = (), reindex: bool = False) -> tuple[Job, bool]:
-    """The ingest job for server paths, each with its metadata (a waiting identical one is joined: True), not yet
-    submitted to the runner; every path is confined to the media roots as files served are, and the first
-    mention of a file wins."""
+               include: Sequence[str] = (), exclude: Sequence[str] = (), reindex: bool = False,
+               urls: Sequence[str] = ()) -> tuple[Job, bool]:
+    """The ingest job for server paths, each with its metadata, and web addresses (a waiting identical one is
+    joined: True), not yet submitted to the runner; every path is confined to the media roots as files served
+    are, and the first mention of a file wins."""
+    urls = list(dict.fromkeys(urls))
+    for url in urls:
+        _may_fetch(state, url)
     for pattern in (*include, *exclude):
         if not pattern.strip():
             raise ApiError(400, "an include/exclude glob is empty")
@@ -156,7 +162,26 @@ def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool
     params: dict = {"paths": [raw for raw, _ in entries]}
     if include or exclude:
         params.update(include=list(include), exclude=list(exclude))
-    return _create_ingest(state, params, list(files.items()), summaries, reindex=reindex)
+    if urls:
+        params["urls"] = urls
+    return _create_ingest(state, params, list(files.items()), summaries, reindex=reindex,
+                          same_work={"urls": urls} if urls else None)
+
+
+def _may_fetch(state: ApiState, url: str) -> None:
+    """403 for an address this server does not download (api.fetch_urls); one it cannot resolve now is left to
+    the job, which says why it gave nothing."""
+    policy = state.settings.api.fetch_urls
+    if policy == "off":
+        raise ApiError(403, "this server does not download web addresses (api.fetch_urls is off): put the file in "
+                            "a media root and give its path, or upload it")
+    if policy == "public":
+        try:
+            public_only(url)
+        except PrivateAddress as exc:
+            raise ApiError(403, str(exc)) from exc
+        except DownloadError:
+            pass
 
 
 UPLOAD_NAME_BYTES = MAX_NAME_BYTES - 55  # room for the server's own suffixes beside it (e.g. ".partial")

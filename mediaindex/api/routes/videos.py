@@ -98,7 +98,7 @@ def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
     return LibraryOut(files=len(records), segments=store.count(), duration=sum(r.duration or 0 for r in records),
                       offset=offset, limit=limit, videos=page, examples=example_queries(store, records),
                       keys_required=state.keys_required(), max_upload_bytes=state.settings.api.max_upload_bytes,
-                      media_suffixes=sorted(MEDIA_SUFFIXES))
+                      media_suffixes=sorted(MEDIA_SUFFIXES), fetch_urls=state.settings.api.fetch_urls)
 
 
 @router.get("/videos/{video_id}", response_model=VideoDetail)

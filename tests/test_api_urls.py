@@ -1,0 +1,139 @@
+"""Web addresses given to a running server (POST /ingest, MCP): its job downloads them from a real HTTP server
+on loopback and indexes what they give; addresses the server's policy (api.fetch_urls) does not allow are
+refused before a job exists, and so is every address read on the way there (redirects, a page's video)."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mediaindex.api import create_app
+from mediaindex.api.mcp_host import ApiHost
+from mediaindex.config import ApiSettings
+from mediaindex.media.download import DownloadError, PrivateAddress, download, public_only
+from mediaindex.pipeline.discover import MEDIA_SUFFIXES
+from tests.conftest import MEDIA, make_settings
+from tests.test_api import assert_error
+from tests.test_api_jobs import wait_for_job
+from tests.test_api_support import Sample, sample  # noqa: F401  (fixture)
+from tests.test_download import server  # noqa: F401  (fixture)
+
+
+def _client(sample: Sample, tmp: Path, cache_dir: Path, **api: object) -> TestClient:  # noqa: F811
+    settings = make_settings(tmp / "index", cache_dir)
+    settings = settings.model_copy(update={"api": ApiSettings(media_roots=[MEDIA], rate_limit_per_minute=0, **api)})
+    return TestClient(create_app(settings, embedder=sample.embedder, pipeline=sample.pipeline),
+                      raise_server_exceptions=False)
+
+
+@pytest.fixture
+def trusting(sample: Sample, tmp_path: Path, cache_dir: Path) -> Iterator[TestClient]:  # noqa: F811
+    """A server that downloads from any address (the test's server is on loopback)."""
+    with _client(sample, tmp_path, cache_dir, fetch_urls="all") as client:
+        yield client
+
+
+@pytest.mark.slow
+def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: TestClient, server: str) -> None:  # noqa: F811
+    flac, about = f"{server}/files/jfk%20speech.flac", f"{server}/about"
+    r = trusting.post("/ingest", json={"urls": [flac, about, flac]})
+    assert r.status_code == 202, r.text
+    assert r.json()["params"]["urls"] == [flac, about]  # named twice, downloaded once
+    job = wait_for_job(trusting, r.json()["id"])
+    assert job["state"] == "done", job
+    files = {f["path"]: f for f in job["files"]}
+    assert files[about]["state"] == "skipped"
+    assert files[about]["reason"] == "a web page with no video found in it: give the address of the media file itself"
+    [stored] = [f for f in job["files"] if f["state"] == "done"]
+    assert Path(stored["path"]).name == "jfk speech.flac" and stored["video_id"] in job["result"]["video_ids"]
+    hits = trusting.get("/search", params={"q": "ask not what your country can do", "limit": 1}).json()
+    assert hits["hits"][0]["video_id"] == stored["video_id"], hits
+
+    # The same request again joins nothing (the first ended) and downloads nothing: the file is there as the
+    # server has it, and indexed.
+    again = wait_for_job(trusting, trusting.post("/ingest", json={"urls": [flac]}).json()["id"])
+    assert again["state"] == "done" and again["result"]["unchanged"] == 1, again
+
+    # Only addresses that give nothing: the job fails, saying why for each.
+    failed = wait_for_job(trusting, trusting.post("/ingest", json={"urls": [about, f"{server}/notes.txt"]}).json()["id"])
+    assert failed["state"] == "failed" and f"{about}: a web page with no video" in failed["error"], failed
+    assert "not a media file" in failed["error"]
+
+
+def test_an_agent_gives_addresses_through_mcp(sample: Sample, tmp_path: Path, cache_dir: Path,  # noqa: F811
+                                              server: str) -> None:  # noqa: F811
+    with _client(sample, tmp_path, cache_dir, fetch_urls="all") as client:
+        host = ApiHost(client.app.state.api)  # type: ignore[attr-defined]
+        job = host.ingest([], None, urls=[f"{server}/blob"])
+        assert job["params"]["urls"] == [f"{server}/blob"]
+        done = wait_for_job(client, job["id"])
+        assert done["state"] == "failed" and "not a media file" in done["error"], done
+
+
+@pytest.mark.parametrize(("body", "status", "words"), [
+    ({"urls": ["ftp://example.org/talk.mp4"]}, 422, "not a web address"),
+    ({"urls": ["https://"]}, 422, "not a web address"),
+    ({"urls": ["https://example.org/a talk.mp4"]}, 422, "not a web address"),
+    ({"urls": [""]}, 422, "at least 1 character"),
+    ({"urls": ["https://example.org/" + "a" * 2100]}, 422, "at most 2048"),
+    ({"urls": [f"https://example.org/{i}.mp4" for i in range(21)]}, 422, "at most 20"),
+    ({"urls": "https://example.org/talk.mp4"}, 422, "valid list"),
+    ({"urls": []}, 422, "nothing to ingest"),
+])
+def test_what_is_not_a_web_address_is_refused(sample: Sample, tmp_path: Path, cache_dir: Path,  # noqa: F811
+                                              body: dict, status: int, words: str) -> None:
+    with _client(sample, tmp_path, cache_dir) as client:
+        assert_error(client.post("/ingest", json=body), status, words)
+        assert client.get("/jobs").json() == []
+
+
+def test_private_addresses_are_refused_unless_the_server_allows_them(sample: Sample, tmp_path: Path,  # noqa: F811
+                                                                     cache_dir: Path, server: str) -> None:  # noqa: F811
+    address = f"{server}/files/cockatoo.mp4"
+    with _client(sample, tmp_path / "public", cache_dir) as client:  # the default: public addresses only
+        assert client.get("/library").json()["fetch_urls"] == "public"
+        assert_error(client.post("/ingest", json={"urls": [address]}), 403,
+                     "127.0.0.1 is on a private network or this machine (127.0.0.1); this server downloads from "
+                     "public addresses only (api.fetch_urls)")
+        assert client.get("/jobs").json() == []
+    with _client(sample, tmp_path / "off", cache_dir, fetch_urls="off") as client:
+        assert client.get("/library").json()["fetch_urls"] == "off"
+        assert_error(client.post("/ingest", json={"urls": [address]}), 403, "does not download web addresses")
+        assert_error(client.post("/ingest", json={"urls": ["https://example.org/talk.mp4"]}), 403,
+                     "api.fetch_urls is off")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.1.2.3", "192.168.0.10", "169.254.169.254",
+                                  "100.64.0.1", "[::1]", "[fe80::1]", "0.0.0.0", "224.0.0.1"])
+def test_hosts_off_the_public_internet_are_private(host: str) -> None:
+    with pytest.raises(PrivateAddress, match="on a private network or this machine"):
+        public_only(f"http://{host}/talk.mp4")
+
+
+def test_public_addresses_pass() -> None:
+    public_only("http://93.184.215.14/talk.mp4")  # an address literal: nothing to resolve
+    public_only("https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/talk.mp4")
+
+
+def test_every_address_on_the_way_is_checked(server: str, tmp_path: Path) -> None:  # noqa: F811
+    """A redirect to an address the check refuses is not followed; a page whose video lies at a refused address
+    gives nothing; what the check lets through downloads as before."""
+    asked: list[str] = []
+
+    def no_files(url: str) -> None:
+        asked.append(urllib.parse.urlsplit(url).path)
+        if url.startswith(f"{server}/files/"):
+            raise PrivateAddress(f"refused {url}")
+
+    with pytest.raises(DownloadError, match="refused .*/files/cockatoo.mp4"):
+        download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES, check=no_files)
+    assert asked == ["/moved.mp4", "/files/cockatoo.mp4"]
+    with pytest.raises(DownloadError, match="refused .*/files/cockatoo.mp4"):
+        download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES, check=no_files)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    got = download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES, check=lambda url: None)
+    assert got.path.name == "cockatoo.mp4" and got.fetched
