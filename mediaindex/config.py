@@ -395,6 +395,8 @@ class IngestSettings(_Section):
     # Where media given by web address (`ingest https://…`) are downloaded to, one folder per host (None:
     # downloads/ in the index directory). They stay there: they are the files the index plays and cites.
     download_dir: Path | None = None
+    # The videos taken from one web page of several (a playlist, a channel): the first this many.
+    max_page_videos: int = Field(default=100, ge=1, le=10_000)
 
 
 WATCH_MAX_S = 7 * 24 * 3600  # a look at the folders at least once a week (and a finite sleep between looks)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.media.download import DownloadError, download, is_url
+from mediaindex.media.download import Downloaded, DownloadError, Missed, download, is_url
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 from tests.conftest import REPO, cli_environment, media
 
@@ -77,6 +77,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         elif self.path == "/two":
             self._send(200, "text/html", b'<title>Two</title><video src="/files/cockatoo.mp4"></video>'
                                          b'<video src="/files/jfk%20speech.flac"></video>')
+        elif self.path == "/one-lost":
+            self._send(200, "text/html", b'<title>Two</title><video src="/files/cockatoo.mp4"></video>'
+                                         b'<video src="/files/gone.mp4"></video>')
+        elif self.path == "/sounds":
+            self._send(200, "text/html", b'<title>Sounds</title><audio src="/files/jfk%20speech.flac"></audio>'
+                                         b'<audio src="/files/gone.flac"></audio>')
         elif self.path == "/lost":
             self._send(200, "text/html", b'<title>Lost</title><video src="/files/gone.mp4"></video>')
         elif self.path == "/about":
@@ -149,24 +155,24 @@ def test_addresses_are_told_from_paths() -> None:
 
 def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path: Path) -> None:
     host = server.removeprefix("http://").replace(":", "_")
-    got = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES)
+    [got] = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES)
     assert got.fetched and got.path == tmp_path / host / "files" / "cockatoo.mp4"
     assert got.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
     seen: list[tuple[int, int | None]] = []
-    again = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    [again] = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
     assert (again.path, again.fetched, seen) == (got.path, False, [])  # there already, as the server has it
     got.path.write_bytes(b"an older copy")
-    again = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    [again] = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
     assert again.fetched and again.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
     size = got.path.stat().st_size
     assert seen[-1] == (size, size)
     # A space in the name; a redirect lands where the file is; a name from the server, or a suffix from its type.
-    assert download(f"{server}/files/jfk%20speech.flac", tmp_path, MEDIA_SUFFIXES).path.name == "jfk speech.flac"
-    assert download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES).path == got.path
-    assert download(f"{server}/get/1234", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "get" / "bird clip.mp4"
-    assert download(f"{server}/stream/bird", tmp_path, MEDIA_SUFFIXES).path == tmp_path / host / "stream" / "bird.mp4"
+    assert download(f"{server}/files/jfk%20speech.flac", tmp_path, MEDIA_SUFFIXES)[0].path.name == "jfk speech.flac"
+    assert download(f"{server}/moved.mp4", tmp_path, MEDIA_SUFFIXES)[0].path == got.path
+    assert download(f"{server}/get/1234", tmp_path, MEDIA_SUFFIXES)[0].path == tmp_path / host / "get" / "bird clip.mp4"
+    assert download(f"{server}/stream/bird", tmp_path, MEDIA_SUFFIXES)[0].path == tmp_path / host / "stream" / "bird.mp4"
     # A file downloaded where another address needs a folder: said, nothing written.
-    assert download(f"{server}/any/clip.mp4", tmp_path, MEDIA_SUFFIXES).fetched
+    assert download(f"{server}/any/clip.mp4", tmp_path, MEDIA_SUFFIXES)[0].fetched
     with pytest.raises(DownloadError, match="cannot make the folder .*clip.mp4 "):
         download(f"{server}/any/clip.mp4/part.mp4", tmp_path, MEDIA_SUFFIXES)
     # A path that climbs out of the folder stays in it.
@@ -177,7 +183,6 @@ def test_a_file_is_downloaded_once_where_its_address_says(server: str, tmp_path:
 
 @pytest.mark.parametrize(("path", "said"), [
     ("/about", "a web page with no video found in it: give the address of the media file itself"),
-    ("/two", "a web page of 2 videos: give the address of one of them"),
     ("/lost", "the page's video could not be saved (unable to download video data: HTTP Error 404"),
     ("/files/nothing.mp4", "the server answered 404 File not found"),
     ("/gone", "the server answered 404 Not Found"),
@@ -198,14 +203,33 @@ def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_pa
 def test_the_video_of_a_web_page_is_saved_once(server: str, tmp_path: Path) -> None:
     """A page with a video in it: yt-dlp finds the video and saves it under the page's host, named by its title."""
     seen: list[tuple[int, int | None]] = []
-    got = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    [got] = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
     host = server.removeprefix("http://").replace(":", "_")
     assert got.fetched and got.path.parent == tmp_path / host and got.path.name.startswith("A cockatoo")
     assert got.path.suffix == ".mp4" and got.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
     assert seen and seen[-1][0] == got.path.stat().st_size
-    again = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES)
+    [again] = download(f"{server}/watch?v=cockatoo", tmp_path, MEDIA_SUFFIXES)
     assert (again.path, again.fetched) == (got.path, False)
     assert sorted(p.name for p in (tmp_path / host).iterdir()) == [got.path.name]
+
+
+def test_each_video_of_a_page_of_several_is_saved_up_to_the_limit(server: str, tmp_path: Path) -> None:
+    """A page of several videos (a playlist's, a channel's) gives each of its videos as a file; past the limit
+    they are left out, and said to be; one that cannot be had costs only itself."""
+    host = tmp_path / server.removeprefix("http://").replace(":", "_")
+    first, more = download(f"{server}/two", tmp_path, MEDIA_SUFFIXES, max_videos=1)
+    assert isinstance(first, Downloaded) and first.fetched and first.path.parent == host
+    assert first.url == f"{server}/files/cockatoo.mp4" and first.path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
+    assert more == Missed(f"{server}/two", "the page's videos after the first 1 are left out (ingest.max_page_videos)")
+    both = download(f"{server}/two", tmp_path, MEDIA_SUFFIXES)
+    assert [(type(d), d.fetched) for d in both] == [(Downloaded, False), (Downloaded, True)]  # type: ignore[union-attr]
+    assert both[1].path.suffix == ".flac" and both[1].path.read_bytes() == media("audio/jfk.flac").read_bytes()  # type: ignore[union-attr]
+    one_lost = download(f"{server}/one-lost", tmp_path, MEDIA_SUFFIXES)
+    assert isinstance(one_lost[0], Downloaded) and one_lost[0].path.name == "Two (1) [one-lost-1].mp4"
+    assert isinstance(one_lost[1], Missed) and one_lost[1].url == f"{server}/files/gone.mp4"
+    assert one_lost[1].reason.startswith("the page's video could not be saved (unable to download video data: HTTP "
+                                         "Error 404")
+    assert sorted(p.suffix for p in host.iterdir()) == [".flac", ".mp4", ".mp4"]  # and no part file
 
 
 def test_a_pages_subtitles_come_with_its_video(server: str, tmp_path: Path) -> None:
@@ -213,7 +237,7 @@ def test_a_pages_subtitles_come_with_its_video(server: str, tmp_path: Path) -> N
     file; a track the page names but the server lacks costs only that track."""
     from mediaindex.media.subtitles import read_subtitles
 
-    got = download(f"{server}/talk", tmp_path, MEDIA_SUFFIXES)
+    [got] = download(f"{server}/talk", tmp_path, MEDIA_SUFFIXES)
     assert got.fetched and got.path.read_bytes() == media("video/manifesto.mp4").read_bytes()
     assert sorted(p.name for p in got.path.parent.iterdir()) == sorted([got.path.name, f"{got.path.stem}.en.vtt"])
     found = read_subtitles(got.path)
@@ -234,7 +258,7 @@ def test_a_download_cut_short_goes_on_from_where_it_stopped(server: str, tmp_pat
     kept = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert sorted(p.name for p in kept) == [".lecture.mp4.part", ".lecture.mp4.part.version"]  # hidden: not media
     seen: list[tuple[int, int | None]] = []
-    got = download(url, tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
+    [got] = download(url, tmp_path, MEDIA_SUFFIXES, lambda d, t: seen.append((d, t)))
     assert got.fetched and got.path.read_bytes() == whole
     third = len(whole) // 3
     assert RESUMABLE["asked"] == [None, None, f"bytes={third}-"]  # the rest alone, once the file was seen unchanged
@@ -246,7 +270,7 @@ def test_a_download_cut_short_goes_on_from_where_it_stopped(server: str, tmp_pat
     with pytest.raises(DownloadError):
         download(url, tmp_path, MEDIA_SUFFIXES)
     RESUMABLE.update(etag='"v2"', asked=[])  # the file changed on the server: what was kept is not continued
-    got = download(url, tmp_path, MEDIA_SUFFIXES)
+    [got] = download(url, tmp_path, MEDIA_SUFFIXES)
     assert got.path.read_bytes() == whole and RESUMABLE["asked"] == [None]
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["lecture.mp4"]
 
@@ -300,7 +324,7 @@ def test_serve_takes_downloaded_files_as_media(server: str, tmp_path: Path) -> N
     from mediaindex.config import load_settings
 
     settings = load_settings("cpu", index_dir=tmp_path / "index", cache_dir=tmp_path / "cache")
-    got = download(f"{server}/files/cockatoo.mp4", settings.download_dir, MEDIA_SUFFIXES)
+    [got] = download(f"{server}/files/cockatoo.mp4", settings.download_dir, MEDIA_SUFFIXES)
     part = got.path.with_name(".next.mp4.part")
     part.write_bytes(b"arriving")
     state = ApiState(settings)

@@ -194,7 +194,7 @@ class JobRunner:
         """The job's web addresses, downloaded into the download folder (a file there already, as its server has
         it, is not downloaded again: a resumed job finds what it downloaded before). Each file found joins the
         job's files; an address that gives none is listed among them as skipped, with why."""
-        from mediaindex.media.download import DownloadError, download, public_only
+        from mediaindex.media.download import Downloaded, DownloadError, download, public_only
         from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
         policy = settings.api.fetch_urls
@@ -219,13 +219,18 @@ class JobRunner:
                 if policy == "off":
                     raise DownloadError("this server does not download web addresses (api.fetch_urls is off)")
                 got = download(url, settings.download_dir, MEDIA_SUFFIXES, shown,
-                               check=public_only if policy == "public" else None)
+                               check=public_only if policy == "public" else None,
+                               max_videos=settings.ingest.max_page_videos)
             except DownloadError as exc:
                 with self.state.jobs_lock:
                     self.state.jobs.add_files(job_id, [(url, {})], "skipped", str(exc))
                 continue
             with self.state.jobs_lock:
-                self.state.jobs.add_files(job_id, [(str(got.path.resolve()), {})])
+                for each in got:
+                    if isinstance(each, Downloaded):
+                        self.state.jobs.add_files(job_id, [(str(each.path.resolve()), {})])
+                    else:
+                        self.state.jobs.add_files(job_id, [(each.url, {})], "skipped", each.reason)
 
     def _summarize(self, job_id: str, params: dict[str, Any]) -> None:
         """The agentic summary job, on this server's open index (it sets the job's state itself)."""

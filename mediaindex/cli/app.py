@@ -175,7 +175,7 @@ def ingest(
     settings = _settings(config, index, ray={"address": address} if address else None,
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
     if urls:
-        paths += _download(urls, settings.download_dir)
+        paths += _download(urls, settings.download_dir, settings.ingest.max_page_videos)
         if not paths and not manifest:
             raise typer.Exit(1)
     try:
@@ -262,12 +262,13 @@ def _say_gone(count: int, where: str) -> None:
         "`mediaindex index remove --missing` takes them out of the index")
 
 
-def _download(urls: list[str], folder: Path) -> list[Path]:
-    """The files at these web addresses, downloaded into `folder` (a file there already, as the server has it, is
-    not downloaded again); an address that gives none is said to be skipped, with why."""
+def _download(urls: list[str], folder: Path, max_videos: int) -> list[Path]:
+    """The files at these web addresses (a page's videos, up to `max_videos`), downloaded into `folder` (a file
+    there already, as the server has it, is not downloaded again); an address that gives none is said to be
+    skipped, with why, and so is each video of a page that gives none."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
 
-    from mediaindex.media.download import Downloaded, DownloadError, download
+    from mediaindex.media.download import Downloaded, DownloadError, Missed, download
     from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
     files = []
@@ -281,18 +282,19 @@ def _download(urls: list[str], folder: Path) -> list[Path]:
                 bar.update(task, completed=done, total=total)
 
             try:
-                got: Downloaded | str = download(url, folder, MEDIA_SUFFIXES, shown)
+                got: list[Downloaded | Missed] = download(url, folder, MEDIA_SUFFIXES, shown, max_videos=max_videos)
             except DownloadError as exc:
-                got = str(exc)
+                got = [Missed(url, str(exc))]
             except KeyboardInterrupt:
                 err.print(f"stopped downloading {url}: nothing of it is indexed; where its server allows, an ingest "
                           "of it again goes on from where it stopped", highlight=False, soft_wrap=True)
                 raise typer.Exit(130) from None
-        if isinstance(got, str):
-            say(f"skipped    {url}: {got}")
-            continue
-        say(f"{'downloaded' if got.fetched else 'already downloaded'} {url} to {got.path}")
-        files.append(got.path)
+        for each in got:
+            if isinstance(each, Missed):
+                say(f"skipped    {each.url}: {each.reason}")
+                continue
+            say(f"{'downloaded' if each.fetched else 'already downloaded'} {each.url} to {each.path}")
+            files.append(each.path)
     return files
 
 

@@ -8,7 +8,7 @@ file from a byte on, the part is kept with the version it belongs to, and the ne
 for the rest alone. A web page (a video site's
 watch page, a page with a video in it) is handed to yt-dlp, which finds the page's video and saves it as
 `<folder>/<host>/<title> [<id>].<ext>`, sound and picture joined by the bundled ffmpeg, the page's own subtitles
-beside it; a page of several videos (a playlist) is refused, so that one address stays one file.
+beside it; a page of several videos (a playlist, a channel) gives each of them so, up to a limit.
 
 A server that downloads the addresses its clients give checks each address it is about to read (`check`: e.g.
 `public_only`, which refuses hosts on private networks and the server's own): the address given, every redirect of
@@ -41,6 +41,7 @@ CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 30.0  # without a byte for this long, a download has failed
 MARGIN_BYTES = 64 * 1024**2  # left free beside a download (the index writes on the same disk)
 MAX_NAME_BYTES = 200  # a path part longer than this is cut (file systems take 255 bytes)
+MAX_PAGE_VIDEOS = 100  # the videos taken from one page (a playlist, a channel): ingest.max_page_videos
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]")
 _TYPE_SUFFIXES = {"audio/mpeg": ".mp3", "audio/mp4": ".m4a", "audio/x-m4a": ".m4a", "audio/wav": ".wav",
                   "audio/x-wav": ".wav", "audio/flac": ".flac", "audio/ogg": ".ogg", "video/ogg": ".ogv",
@@ -60,9 +61,17 @@ class PrivateAddress(DownloadError):
 
 @dataclass(frozen=True)
 class Downloaded:
-    url: str
+    url: str  # the address given, or a page's video's own (of a playlist, for one)
     path: Path
     fetched: bool  # False: the file was there already (as the server has it, for a file's address)
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A video of a page of several that gave no file, or the videos past the limit."""
+
+    url: str
+    reason: str
 
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
@@ -119,9 +128,12 @@ WebAddress = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator
 
 
 def download(url: str, folder: Path, media_suffixes: Collection[str], progress: Progress | None = None,
-             timeout: float = TIMEOUT_S, check: Check | None = None) -> Downloaded:
-    """The media file at `url`, downloaded into `folder` unless it is there already; DownloadError says why not.
-    `check` is asked about every address read on the way (see the module's notes)."""
+             timeout: float = TIMEOUT_S, check: Check | None = None,
+             max_videos: int = MAX_PAGE_VIDEOS) -> list[Downloaded | Missed]:
+    """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
+    downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
+    why one video of several gave none. `check` is asked about every address read on the way (see the module's
+    notes)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
@@ -143,14 +155,14 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
         kind = headers.get_content_type()
         if kind in ("text/html", "application/xhtml+xml"):
             response.close()
-            return _from_page(url, folder / _host_folder(parts), progress, check)
+            return _from_page(url, folder / _host_folder(parts), progress, check, max_videos)
         if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
             raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
                                 "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
         target = folder / _place(response.geturl(), headers, kind, media_suffixes)
         total = _length(headers)
         if total is not None and target.is_file() and target.stat().st_size == total:
-            return Downloaded(url, target, fetched=False)
+            return [Downloaded(url, target, fetched=False)]
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # read-only, or a file downloaded earlier where this address needs a folder
@@ -172,7 +184,7 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
                 total = _length(response.headers)
                 version = _version(response.headers, total)
         _receive(response, part, target, total, version, progress)
-    return Downloaded(url, target, fetched=True)
+    return [Downloaded(url, target, fetched=True)]
 
 
 def _version(headers: Message, total: int | None) -> str | None:
@@ -279,8 +291,10 @@ class _Quiet:
     def error(self, message: str) -> None: ...
 
 
-def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None) -> Downloaded:
-    """The video of a web page, by yt-dlp (which knows the pages of video sites, and finds a <video> in others)."""
+def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None,
+               max_videos: int) -> list[Downloaded | Missed]:
+    """The videos of a web page, by yt-dlp (which knows the pages of video sites, a playlist's or a channel's
+    among them, and finds <video> elements in others): the first `max_videos`, each saved once."""
     import yt_dlp
 
     from mediaindex.media.ffmpeg_bin import ffmpeg_exe
@@ -309,52 +323,80 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             loader.urlopen = urlopen
         return loader
 
+    # A playlist's videos are listed, not opened, until each is saved (`extract_flat`), and no further than
+    # the limit and one more, which tells that there are more.
     options = {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
                "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
-               "socket_timeout": TIMEOUT_S}
+               "socket_timeout": TIMEOUT_S, "extract_flat": "in_playlist", "playlistend": max_videos + 1}
     # The page's own subtitles (not the site's automatic captions: speech is transcribed here), saved beside the
     # video as "<title> [<id>].<language>.vtt", the name they are read with it by (media.subtitles); a track that
     # cannot be had costs that track alone.
     subtitles = {**options, "skip_download": True, "writesubtitles": True, "subtitleslangs": ["all", "-live_chat"],
                  "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
-    target: Path | None = None
     try:
         with checked(yt_dlp.YoutubeDL(options)) as loader:
             info = loader.extract_info(url, download=False)
-            entries = info.get("entries") if info else None
-            if isinstance(entries, list) and len(entries) == 1:  # a page with one video in it
-                info = entries[0]
-            if info is None or info.get("_type") in ("playlist", "multi_video"):
-                count = len(entries) if isinstance(entries, list) else info and info.get("playlist_count")
-                raise DownloadError(f"a web page of {count or 'several'} videos: give the address of one of them")
-            if check is not None:  # media fetched by ffmpeg (a stream's parts) is not read through the loader
-                for chosen in info.get("requested_formats") or [info]:
-                    for address in (chosen.get("url"), chosen.get("manifest_url")):
-                        if address:
-                            check(address)
-            target = Path(loader.prepare_filename(info))
-            if target.is_file():
-                return Downloaded(url, target, fetched=False)
-            folder.mkdir(parents=True, exist_ok=True)
-            done = loader.process_ie_result(info, download=True)
+            if info is None:
+                raise DownloadError("a web page with no video found in it: give the address of the media file itself")
+            if info.get("_type") not in ("playlist", "multi_video"):
+                return [_save_video(loader, info, url, folder, check, subtitles, checked)]
+            entries = [e for e in info.get("entries") or [] if e]
+            if not entries:
+                raise DownloadError("a web page of no videos: give the address of a page with one")
+            out: list[Downloaded | Missed] = []
+            for entry in entries[:max_videos]:
+                address = next((a for a in (entry.get("url"), entry.get("webpage_url")) if a and is_url(a)), url)
+                try:
+                    video = loader.process_ie_result(entry, download=False)
+                    out.append(_save_video(loader, video, address, folder, check, subtitles, checked))
+                except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
+                    out.append(Missed(address, _page_reason(exc, yt_dlp)))
+            if len(entries) > max_videos:
+                out.append(Missed(url, f"the page's videos after the first {max_videos} are left out "
+                                       "(ingest.max_page_videos)"))
+            return out
+    except (yt_dlp.utils.YoutubeDLError, OSError) as exc:
+        raise DownloadError(_page_reason(exc, yt_dlp)) from exc
+
+
+def _save_video(loader: Any, info: dict, url: str, folder: Path, check: Check | None, subtitles: dict,
+                checked: Callable[[Any], Any]) -> Downloaded:
+    """One video of a page, saved with its subtitles unless it is there already."""
+    import yt_dlp
+
+    if check is not None:  # media fetched by ffmpeg (a stream's parts) is not read through the loader
+        for chosen in info.get("requested_formats") or [info]:
+            for address in (chosen.get("url"), chosen.get("manifest_url")):
+                if address:
+                    check(address)
+    target = Path(loader.prepare_filename(info))
+    if target.is_file():
+        return Downloaded(url, target, fetched=False)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        done = loader.process_ie_result(info, download=True)
         saved = [Path(d["filepath"]) for d in done.get("requested_downloads") or [] if d.get("filepath")]
         if info.get("subtitles"):
-            with checked(yt_dlp.YoutubeDL(subtitles)) as loader:
-                loader.process_ie_result(info, download=True)
+            with checked(yt_dlp.YoutubeDL(subtitles)) as subtitle_loader:
+                subtitle_loader.process_ie_result(info, download=True)
         return Downloaded(url, saved[0] if saved else target, fetched=True)
-    except yt_dlp.utils.YoutubeDLError as exc:
-        cause = exc.exc_info[1] if isinstance(exc, yt_dlp.utils.DownloadError) and exc.exc_info else exc
-        if isinstance(cause, yt_dlp.utils.UnsupportedError):
-            raise DownloadError("a web page with no video found in it: give the address of the media file itself"
-                                ) from exc
-        reason = str(exc).removeprefix("ERROR: ").strip() or type(exc).__name__
-        raise DownloadError(f"the page's video could not be saved ({reason})") from exc
-    except OSError as exc:
-        raise DownloadError(f"the page's video could not be saved ({exc.strerror or exc})") from exc
     finally:
-        if target is not None and not target.is_file():  # what an interrupted or failed download left
+        if not target.is_file():  # what an interrupted or failed download left
             for left in folder.glob(f"{glob_escape(target.stem)}*.part"):
                 left.unlink(missing_ok=True)
+
+
+def _page_reason(exc: BaseException, yt_dlp: Any) -> str:
+    """Why a page's video gave no file, as the user is told."""
+    if isinstance(exc, DownloadError):
+        return str(exc)
+    cause = exc.exc_info[1] if isinstance(exc, yt_dlp.utils.DownloadError) and exc.exc_info else exc
+    if isinstance(cause, yt_dlp.utils.UnsupportedError):
+        return "a web page with no video found in it: give the address of the media file itself"
+    if isinstance(exc, OSError):
+        return f"the page's video could not be saved ({exc.strerror or exc})"
+    reason = str(exc).removeprefix("ERROR: ").strip() or type(exc).__name__
+    return f"the page's video could not be saved ({reason})"
 
 
 def _safe(part: str) -> str:

@@ -686,7 +686,18 @@ function postFile(path, file, type, sent = () => {}, control = {}) {
 
 // What an ingest job's one file came to, and whether it is in the index.
 function uploadOutcome(job) {
-  const file = (job.files || [])[0] || { state: job.state, reason: job.error || "" };
+  const files = job.files || [];
+  if (files.length > 1 && job.state === "done") {  // a web page's several videos
+    const done = files.filter((f) => f.state === "done");
+    const missed = files.filter((f) => f.state !== "done");
+    const already = done.filter((f) => f.reason).length;  // unchanged, or the same content as a file indexed
+    const parts = [];
+    if (done.length > already) parts.push(`${plural(done.length - already, "file")} indexed`);
+    if (already) parts.push(`${already} already indexed`);
+    if (missed.length) parts.push(`${missed.length} not: ${missed[0].reason}`);
+    return [true, parts.join("; ")];
+  }
+  const file = files[0] || { state: job.state, reason: job.error || "" };
   if (job.state === "done" && file.video_id) {  // indexed, or an entry moved to it (its reason says so)
     const segments = (job.result || {}).segments;
     if (segments) return [true, `indexed: ${plural(segments, "segment")}`];
@@ -792,7 +803,7 @@ async function followUpload(line) {
     return;
   }
   const [indexed, text] = uploadOutcome(job);
-  const id = ((job.files || [])[0] || {}).video_id;
+  const id = (job.files || []).length === 1 ? job.files[0].video_id : null;
   ended(line, indexed && id ? el("a", { href: `#/video/${encodeURIComponent(id)}` }, text) : text,
         indexed ? "done" : job.state === "cancelled" ? "stopped" : "failed");
 }
