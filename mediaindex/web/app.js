@@ -163,6 +163,7 @@ function stopPlayback() {
   for (const p of [$("player"), $("audio-player")]) release(p);
   $("player-area").hidden = true;
   $("now-playing").textContent = "";
+  $("file-time").hidden = true;
 }
 
 // Files whose format the browser does not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC here, ...): their
@@ -176,6 +177,7 @@ function play(mediaUrl, start, label, hasVideo = true) {
   player.hidden = false;
   $("player-area").hidden = false;
   $("now-playing").textContent = label || "";
+  $("file-time").hidden = true;
   if (converted.has(mediaUrl)) {
     playConverted(player, mediaUrl, start);
   } else if (player.dataset.src === mediaUrl && player.readyState >= 1) {
@@ -250,6 +252,15 @@ function videoIdOf(mediaUrl) {
 // Where in the file the player is (a converted copy starts later in it).
 function fileTime(player) {
   return Number(player.dataset.offset || 0) + player.currentTime;
+}
+
+// A converted copy's own controls count from the moment it starts at: the file's time is said below them.
+for (const p of [$("player"), $("audio-player")]) {
+  p.addEventListener("timeupdate", () => {
+    if (p.hidden || p.dataset.offset === undefined) return;
+    $("file-time").hidden = false;
+    $("file-time").textContent = `at ${clock(fileTime(p))} in the file (the copy plays from ${clock(Number(p.dataset.offset))})`;
+  });
 }
 
 // An indexed file's transcript rides along as captions: the player's captions button shows them.
