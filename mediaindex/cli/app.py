@@ -114,7 +114,8 @@ def _require_index(settings: Settings) -> None:
 def ingest(
     inputs: Annotated[list[str] | None, typer.Argument(
         help="Media files or folders (searched recursively), or web addresses (http, https) of media files or of "
-        "pages with a video (downloaded once into ingest.download_dir, then indexed).", metavar="PATH|URL")] = None,
+        "pages with videos, a playlist's or a channel's among them (downloaded once into ingest.download_dir, then "
+        "indexed).", metavar="PATH|URL")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
     manifest: Annotated[list[Path] | None, typer.Option(
