@@ -40,9 +40,11 @@ def trusting(sample: Sample, tmp_path: Path, cache_dir: Path) -> Iterator[TestCl
 @pytest.mark.slow
 def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: TestClient, server: str) -> None:  # noqa: F811
     flac, about = f"{server}/files/jfk%20speech.flac", f"{server}/about"
-    r = trusting.post("/ingest", json={"urls": [flac, about, flac]})
+    # An address as a manifest entry carries its metadata into its file's segments.
+    described = {"path": flac, "metadata": {"title": "Inaugural", "year": 1961}}
+    r = trusting.post("/ingest", json={"urls": [about, about], "manifest": [described, {"path": flac}]})
     assert r.status_code == 202, r.text
-    assert r.json()["params"]["urls"] == [flac, about]  # named twice, downloaded once
+    assert r.json()["params"]["urls"] == [about, flac]  # named twice, downloaded once
     job = wait_for_job(trusting, r.json()["id"])
     assert job["state"] == "done", job
     files = {f["path"]: f for f in job["files"]}
@@ -50,6 +52,9 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
     assert files[about]["reason"] == "a web page with no video found in it: give the address of the media file itself"
     [stored] = [f for f in job["files"] if f["state"] == "done"]
     assert Path(stored["path"]).name == "jfk speech.flac" and stored["video_id"] in job["result"]["video_ids"]
+    index = trusting.app.state.api.index  # type: ignore[attr-defined]
+    assert all((s["extra"]["title"], s["extra"]["year"]) == ("Inaugural", 1961)
+               for s in index.store.segments_of(stored["video_id"]))
     hits = trusting.get("/search", params={"q": "ask not what your country can do", "limit": 1}).json()
     assert hits["hits"][0]["video_id"] == stored["video_id"], hits
 
@@ -91,6 +96,9 @@ def test_an_agent_gives_addresses_through_mcp(sample: Sample, tmp_path: Path, ca
     ({"urls": [f"https://example.org/{i}.mp4" for i in range(21)]}, 422, "at most 20"),
     ({"urls": "https://example.org/talk.mp4"}, 422, "valid list"),
     ({"urls": []}, 422, "nothing to ingest"),
+    ({"manifest": [{"path": "https://"}]}, 400, "manifest entry 'https://': not a web address"),
+    ({"manifest": [{"path": "https://example.org/a.mp4", "metadata": {"path": "x"}}]}, 400,
+     "cannot be used as a metadata key"),
 ])
 def test_what_is_not_a_web_address_is_refused(sample: Sample, tmp_path: Path, cache_dir: Path,  # noqa: F811
                                               body: dict, status: int, words: str) -> None:
@@ -104,9 +112,10 @@ def test_private_addresses_are_refused_unless_the_server_allows_them(sample: Sam
     address = f"{server}/files/cockatoo.mp4"
     with _client(sample, tmp_path / "public", cache_dir) as client:  # the default: public addresses only
         assert client.get("/library").json()["fetch_urls"] == "public"
-        assert_error(client.post("/ingest", json={"urls": [address]}), 403,
-                     "127.0.0.1 is on a private network or this machine (127.0.0.1); this server downloads from "
-                     "public addresses only (api.fetch_urls)")
+        for body in ({"urls": [address]}, {"manifest": [{"path": address, "metadata": {"title": "A bird"}}]}):
+            assert_error(client.post("/ingest", json=body), 403,
+                         "127.0.0.1 is on a private network or this machine (127.0.0.1); this server downloads from "
+                         "public addresses only (api.fetch_urls)")
         assert client.get("/jobs").json() == []
     with _client(sample, tmp_path / "off", cache_dir, fetch_urls="off") as client:
         assert client.get("/library").json()["fetch_urls"] == "off"

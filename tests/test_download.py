@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import shutil
 import socket
 import subprocess
@@ -134,6 +135,7 @@ def serving(root: Path) -> Iterator[str]:
     shutil.copy(media("audio/jfk.flac"), root / "files" / "jfk speech.flac")
     shutil.copy(media("video/manifesto.mp4"), root / "files" / "manifesto.mp4")
     shutil.copy(media("groundtruth/manifesto.vtt"), root / "files" / "manifesto.vtt")
+    shutil.copy(media("audio/LJ002-0020.wav"), root / "files" / "LJ002-0020.wav")
 
     def handler(*args: object) -> _Handler:
         return _Handler(*args, directory=str(root))  # type: ignore[arg-type]
@@ -314,6 +316,23 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     assert only_bad.returncode == 1 and "skipped    " in only_bad.stderr and "Traceback" not in only_bad.stderr
     watched = subprocess.run(cmd[:5] + ["--watch", "5"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert watched.returncode == 2 and "a web address is downloaded once" in watched.stderr
+
+    # A manifest may list web addresses beside files: each is downloaded, its files keeping the row's metadata.
+    manifest = tmp_path / "talks.csv"
+    manifest.write_text(f"path,title,tags\n{server}/files/LJ002-0020.wav,In 1813,prison;history\n"
+                        f"{server}/notes.txt,Notes,\n")
+    listed = subprocess.run(cmd[:4] + ["--manifest", str(manifest)], capture_output=True, text=True, env=env,
+                            cwd=REPO, timeout=300)
+    assert listed.returncode == 0, listed.stderr
+    said = listed.stderr.replace("\n", " ")
+    assert f"downloaded {server}/files/LJ002-0020.wav to " in said and "done: 1 file indexed" in said
+    assert f"skipped    {server}/notes.txt: not a media file" in said
+    job = json.loads(subprocess.run([sys.executable, "-m", "mediaindex", "jobs", "--json", "--limit", "1"],
+                                    capture_output=True, text=True, env=env, cwd=REPO, timeout=300).stdout)[0]
+    shown = json.loads(subprocess.run([sys.executable, "-m", "mediaindex", "jobs", job["id"], "--json"],
+                                      capture_output=True, text=True, env=env, cwd=REPO, timeout=300).stdout)
+    assert [(Path(f["path"]).name, f["state"], f["meta"]) for f in shown["files"]] == [
+        ("LJ002-0020.wav", "done", {"title": "In 1813", "tags": ["prison", "history"]})]
 
 
 def test_serve_takes_downloaded_files_as_media(server: str, tmp_path: Path) -> None:

@@ -80,7 +80,8 @@ def test_csv_and_jsonl_manifests_carry_metadata(tmp_path: Path) -> None:
         ("nested.jsonl", '{"path": "a.mp4", "title": {"en": "A"}}\n', "metadata 'title' must be a string"),
         ("reserved.jsonl", '{"path": "a.mp4", "words": "x"}\n', "'words' cannot be used as a metadata key"),
         ("web.csv", "path,title\na.mp4,A\nhttps://example.org/b.mp4,B\n",
-         "lists a web address (https://example.org/b.mp4): a manifest lists files and folders"),
+         "lists a web address (https://example.org/b.mp4): it is downloaded first, by `mediaindex ingest "
+         "--manifest` or a server's ingest job"),
     ],
 )
 def test_bad_manifests_are_refused_with_file_and_line(tmp_path: Path, name: str, content: str, message: str) -> None:

@@ -156,7 +156,7 @@ class JobRunner:
         started = time.monotonic()
         if urls := params.get("urls"):
             try:
-                self._download(job_id, urls, settings)
+                self._download(job_id, urls, params.get("url_metadata") or {}, settings)
             except _Stopped:
                 if self._stopping.is_set():  # left running, as after a kill: the next start goes on with it
                     raise
@@ -190,10 +190,11 @@ class JobRunner:
                                 for f in failed[:5]) or "no file was processed"
             self._set(job_id, "failed", result=result, error=f"nothing could be indexed: {reasons}")
 
-    def _download(self, job_id: str, urls: list[str], settings: Settings) -> None:
+    def _download(self, job_id: str, urls: list[str], metadata: dict[str, dict], settings: Settings) -> None:
         """The job's web addresses, downloaded into the download folder (a file there already, as its server has
         it, is not downloaded again: a resumed job finds what it downloaded before). Each file found joins the
-        job's files; an address that gives none is listed among them as skipped, with why."""
+        job's files, with its address's metadata; an address that gives none is listed among them as skipped,
+        with why."""
         from mediaindex.media.download import Downloaded, DownloadError, download, public_only
         from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
@@ -228,7 +229,7 @@ class JobRunner:
             with self.state.jobs_lock:
                 for each in got:
                     if isinstance(each, Downloaded):
-                        self.state.jobs.add_files(job_id, [(str(each.path.resolve()), {})])
+                        self.state.jobs.add_files(job_id, [(str(each.path.resolve()), metadata.get(url, {}))])
                     else:
                         self.state.jobs.add_files(job_id, [(each.url, {})], "skipped", each.reason)
 

@@ -177,8 +177,9 @@ def ingest(
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
     if urls:
         paths += _download(urls, settings.download_dir, settings.ingest.max_page_videos)
-        if not paths and not manifest:
-            raise typer.Exit(1)
+    given, manifest = _manifest_addresses(manifest or [], settings)
+    if not resume and not paths and not manifest and not given:
+        raise typer.Exit(1)  # every address gave nothing: said above
     try:
         if (remote := _remote(settings)) is not None:
             if watch is not None:
@@ -186,7 +187,7 @@ def ingest(
                            "watches; stop the server first, or ingest through it without --watch")
             try:
                 _ingest_through(remote, paths, manifest, include, exclude, summaries, reindex, verbose,
-                                local_only=bool(resume or address))
+                                local_only=bool(resume or address), given=given)
             except KeyboardInterrupt:
                 err.print("stopped: the server's job stops after the files it is working on; the files it "
                           "finished are kept", highlight=False, soft_wrap=True)
@@ -202,7 +203,7 @@ def ingest(
         raise fail(str(exc)) from exc
     display = IngestDisplay(err, verbose=verbose)
     try:
-        report = _run_ingest(archive, display, settings, paths, manifest, include, exclude, resume)
+        report = _run_ingest(archive, display, settings, paths, manifest, include, exclude, resume, given)
         render.ingest_report(report, verbose)
         if gone := len(archive.missing(paths or [])):
             _say_gone(gone, "these folders earlier")
@@ -263,6 +264,29 @@ def _say_gone(count: int, where: str) -> None:
         "`mediaindex index remove --missing` takes them out of the index")
 
 
+def _manifest_addresses(manifests: list[Path], settings: Settings) -> tuple[list[tuple[str, dict]], list[Path]]:
+    """The entries of the manifests that list web addresses, each address downloaded as one given as an argument
+    and its files given the row's metadata; and the manifests that list files and folders alone, left to the
+    ingest to read."""
+    from mediaindex.media.download import is_url
+    from mediaindex.pipeline.inputs import read_manifest
+
+    given: list[tuple[str, dict]] = []
+    plain: list[Path] = []
+    for manifest in manifests:
+        try:
+            rows = read_manifest(manifest)
+        except MediaIndexError as exc:
+            raise fail(str(exc)) from exc
+        if not any(is_url(p) for p, _ in rows):
+            plain.append(manifest)
+            continue
+        for path, meta in rows:
+            got = _download([path], settings.download_dir, settings.ingest.max_page_videos) if is_url(path) else [path]
+            given += [(str(p), meta) for p in got]
+    return given, plain
+
+
 def _download(urls: list[str], folder: Path, max_videos: int) -> list[Path]:
     """The files at these web addresses (a page's videos, up to `max_videos`), downloaded into `folder` (a file
     there already, as the server has it, is not downloaded again); an address that gives none is said to be
@@ -301,7 +325,7 @@ def _download(urls: list[str], folder: Path, max_videos: int) -> list[Path]:
 
 def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: list[Path] | None,
                     include: list[str] | None, exclude: list[str] | None, summaries: bool | None, reindex: bool,
-                    verbose: bool, local_only: bool) -> None:
+                    verbose: bool, local_only: bool, given: list[tuple[str, dict]]) -> None:
     """An ingest through the server that holds the index becomes one of its jobs: said file by file, as a local
     ingest says it, when it ends (exit 0 when a file was done)."""
     if local_only:
@@ -310,19 +334,21 @@ def _ingest_through(remote: RemoteArchive, paths: list[Path] | None, manifest: l
                    "stop the server to run those here")
     job = remote.ingest(list(paths or []), summaries, reindex=reindex,
                         on_job=lambda job_id: err.print(f"job {job_id} (on the server)", highlight=False),
-                        manifests=list(manifest or []), include=list(include or []), exclude=list(exclude or []))
+                        manifests=list(manifest or []), include=list(include or []), exclude=list(exclude or []),
+                        given=given)
     for line in render.job_lines(job, verbose):
         say(line)
     raise typer.Exit(0 if (job.get("counts") or {}).get("done") else 1)
 
 
 def _run_ingest(archive: Archive, display, settings: Settings, paths: list[Path] | None, manifest: list[Path] | None,
-                include: list[str] | None, exclude: list[str] | None, resume: str | None):
+                include: list[str] | None, exclude: list[str] | None, resume: str | None,
+                given: list[tuple[str, dict]] | None = None):
     from mediaindex.service import IngestHooks, IngestRequest
 
     with display:
         request = IngestRequest(settings, list(paths or []), list(manifest or []), list(include or []),
-                                list(exclude or []), resume=resume)
+                                list(exclude or []), resume=resume, given=list(given or []))
         hooks = IngestHooks(on_job=display.on_job, on_plan=display.on_plan, on_file=display.on_file,
                             on_tick=display.on_tick)
         return archive.ingest(request, hooks=hooks)

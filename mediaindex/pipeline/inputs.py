@@ -2,7 +2,9 @@
 
 A manifest is one path per line (``#`` comments and blank lines ignored), or CSV with a ``path`` column,
 or JSONL with a ``path`` key; every other column or key is metadata stored in each segment's ``extra``
-payload (``tags`` in CSV is split on ``;``). Relative paths are relative to the manifest's folder.
+payload (``tags`` in CSV is split on ``;``). Relative paths are relative to the manifest's folder. A row may
+name a web address instead: its caller downloads it first and gives the files it got as `entries`, each with
+the row's metadata (plan_inputs refuses an address itself).
 """
 
 from __future__ import annotations
@@ -109,11 +111,8 @@ def read_manifest(path: Path) -> list[tuple[str, Meta]]:
     rows = parse(path, text)
     if not rows:
         raise ManifestError(f"manifest {path} lists no files")
-    if urls := [p for p, _ in rows if is_url(p)]:
-        raise ManifestError(f"manifest {path} lists a web address ({urls[0]}): a manifest lists files and folders; "
-                            "give web addresses to `mediaindex ingest` as arguments (they are downloaded first)")
     base = path.resolve().parent
-    return [(str(base / Path(p).expanduser()), meta) for p, meta in rows]
+    return [(p if is_url(p) else str(base / Path(p).expanduser()), meta) for p, meta in rows]
 
 
 def plan_inputs(
@@ -121,16 +120,23 @@ def plan_inputs(
     manifests: Sequence[Path] = (),
     include: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    given: Sequence[tuple[str, Meta]] = (),
 ) -> Plan:
-    """Expand paths and manifest entries into files (first mention wins), each with its metadata."""
+    """Expand paths, manifest entries and `given` (path, metadata) entries into files (first mention wins), each
+    with its metadata."""
     for pattern in (*include, *exclude):
         if not pattern.strip():
             raise InputError("an --include/--exclude glob is empty")
-    if not paths and not manifests:
+    if not paths and not manifests and not given:
         raise InputError("nothing to ingest: give media files, folders or --manifest FILE")
     entries: list[tuple[str | Path, Meta]] = [(p, {}) for p in paths]
     for manifest in manifests:
-        entries += read_manifest(Path(manifest))  # all manifests are read before anything starts
+        rows = read_manifest(Path(manifest))  # all manifests are read before anything starts
+        if urls := [p for p, _ in rows if is_url(p)]:
+            raise ManifestError(f"manifest {manifest} lists a web address ({urls[0]}): it is downloaded first, by "
+                                "`mediaindex ingest --manifest` or a server's ingest job")
+        entries += rows
+    entries += list(given)
     plan = Plan()
     seen: set[str] = set()
     for target, meta in entries:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
-from mediaindex.pipeline.inputs import InputError, plan_inputs
+from mediaindex.pipeline.inputs import InputError, Meta, plan_inputs
 
 
 def jobs_store(settings: Settings) -> JobStore:
@@ -25,9 +25,10 @@ def with_choices(settings: Settings, summaries: bool | None = None, reindex: boo
 
 
 def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] = (), manifests: Sequence[Path] = (),
-               include: Sequence[str] = (), exclude: Sequence[str] = ()) -> str:
+               include: Sequence[str] = (), exclude: Sequence[str] = (),
+               given: Sequence[tuple[str, Meta]] = ()) -> str:
     """Expand the inputs into a persisted manifest (nothing runs yet); returns the job id."""
-    plan = plan_inputs(paths, manifests, include, exclude)
+    plan = plan_inputs(paths, manifests, include, exclude, given)
     params = {
         "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
         "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
@@ -22,6 +23,8 @@ class IngestRequest:
     include: Sequence[str] = ()
     exclude: Sequence[str] = ()
     resume: str | None = None
+    # (path, metadata) entries already read: the files a manifest's web addresses were downloaded to, with its rows'
+    given: Sequence[tuple[str, dict[str, Any]]] = ()
     jobs: JobStore | None = None  # None: the job store beside the index, opened and closed by the run
     # False: a run that completes leaves the job "running" and its caller records the end with its own result
     # (the API's job runner), so nobody sees the job done before its result is there.

@@ -114,7 +114,7 @@ class _Run:
         else:
             self.settings = request.settings
             self.job_id = create_job(jobs, self.settings, request.paths, request.manifests, request.include,
-                                     request.exclude)
+                                     request.exclude, request.given)
             skipped = jobs.files(self.job_id, states=("skipped",))
         hooks.on_job(self.job_id)
         self.report = IngestReport(job_id=self.job_id)

@@ -26,6 +26,7 @@ from mediaindex.errors import MediaIndexError
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.holder import Holder, read_holder
 from mediaindex.index.naming import files_named
+from mediaindex.media.download import is_url
 from mediaindex.pipeline.inputs import read_manifest
 from mediaindex.service.archive import JobOutcome
 
@@ -151,11 +152,13 @@ class RemoteArchive:
 
     def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
                manifests: Sequence[Path] = (), include: Sequence[str] = (), exclude: Sequence[str] = (),
-               reindex: bool = False) -> dict[str, Any]:
-        """An ingest job on the server for these paths and the entries of these manifest files (read here, with
-        their metadata; every file must lie in the server's media roots), followed to its end."""
-        entries = [{"path": str(Path(p).expanduser().absolute()), "metadata": meta}
-                   for manifest in manifests for p, meta in read_manifest(Path(manifest))]
+               reindex: bool = False, given: Sequence[tuple[str, dict[str, Any]]] = ()) -> dict[str, Any]:
+        """An ingest job on the server for these paths, the entries of these manifest files (read here, with
+        their metadata) and the `given` (path, metadata) entries; every file must lie in the server's media roots.
+        Followed to its end."""
+        rows = [row for manifest in manifests for row in read_manifest(Path(manifest))] + list(given)
+        entries = [{"path": p if is_url(p) else str(Path(p).expanduser().absolute()), "metadata": meta}
+                   for p, meta in rows]
         job = self.server.request("POST", "/ingest", body={
             "paths": [str(Path(p).expanduser().absolute()) for p in paths], "manifest": entries,
             "include": list(include), "exclude": list(exclude), "summaries": summaries,

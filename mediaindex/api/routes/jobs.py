@@ -35,7 +35,7 @@ from mediaindex.api.models import (
 from mediaindex.api.paths import MAX_NAME_BYTES, quoted
 from mediaindex.api.state import ApiState
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
-from mediaindex.media.download import DownloadError, PrivateAddress, public_only
+from mediaindex.media.download import DownloadError, PrivateAddress, is_url, public_only, web_address
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
 from mediaindex.pipeline.inputs import ManifestError, Meta, check_meta
 
@@ -130,11 +130,20 @@ def ingest_paths(request: Request, body: IngestRequest) -> JSONResponse:
 def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool | None,
                include: Sequence[str] = (), exclude: Sequence[str] = (), reindex: bool = False,
                urls: Sequence[str] = ()) -> tuple[Job, bool]:
-    """The ingest job for server paths, each with its metadata, and web addresses (a waiting identical one is
-    joined: True), not yet submitted to the runner; every path is confined to the media roots as files served
-    are, and the first mention of a file wins."""
-    urls = list(dict.fromkeys(urls))
-    for url in urls:
+    """The ingest job for server paths and web addresses (an entry's too), each with its metadata (a waiting
+    identical one is joined: True), not yet submitted to the runner; every path is confined to the media roots as
+    files served are, and the first mention of a file or address wins."""
+    addresses: dict[str, Meta] = {url: {} for url in urls}
+    for raw, given in entries:
+        if is_url(raw):
+            try:
+                addresses.setdefault(web_address(raw), check_meta(f"manifest entry {quoted(raw)}", given))
+            except ManifestError as exc:
+                raise ApiError(400, str(exc)) from exc
+            except ValueError as exc:
+                raise ApiError(400, f"manifest entry {quoted(raw)}: {exc}") from exc
+    entries = [(raw, given) for raw, given in entries if not is_url(raw)]
+    for url in addresses:
         _may_fetch(state, url)
     for pattern in (*include, *exclude):
         if not pattern.strip():
@@ -162,10 +171,12 @@ def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool
     params: dict = {"paths": [raw for raw, _ in entries]}
     if include or exclude:
         params.update(include=list(include), exclude=list(exclude))
-    if urls:
-        params["urls"] = urls
+    if addresses:
+        params["urls"] = list(addresses)
+    if described := {url: meta for url, meta in addresses.items() if meta}:
+        params["url_metadata"] = described  # the job gives each of the address's files this metadata
     return _create_ingest(state, params, list(files.items()), summaries, reindex=reindex,
-                          same_work={"urls": urls} if urls else None)
+                          same_work={"urls": params.get("urls"), "url_metadata": described} if addresses else None)
 
 
 def _may_fetch(state: ApiState, url: str) -> None:
