@@ -124,6 +124,25 @@ def test_private_addresses_are_refused_unless_the_server_allows_them(sample: Sam
                      "api.fetch_urls is off")
 
 
+def test_each_host_is_looked_up_once(sample: Sample, tmp_path: Path, cache_dir: Path,  # noqa: F811
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manifest of many addresses on few hosts asks the resolver once a host, not once an address."""
+    import socket
+
+    looked_up: list[str] = []
+    resolve = socket.getaddrinfo
+
+    def counted(host: str, *args: object, **kwargs: object) -> object:
+        looked_up.append(host)
+        return resolve(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    entries = [{"path": f"http://{host}/talk-{i}.mp4"} for i in range(300) for host in ("93.184.215.14", "10.9.8.7")]
+    with _client(sample, tmp_path, cache_dir) as client:
+        assert_error(client.post("/ingest", json={"manifest": entries}), 403, "10.9.8.7 is on a private network")
+    assert looked_up == ["93.184.215.14", "10.9.8.7"]
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "10.1.2.3", "192.168.0.10", "169.254.169.254",
                                   "100.64.0.1", "[::1]", "[fe80::1]", "0.0.0.0", "224.0.0.1"])
 def test_hosts_off_the_public_internet_are_private(host: str) -> None:

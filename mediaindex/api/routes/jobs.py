@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -143,8 +144,7 @@ def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool
             except ValueError as exc:
                 raise ApiError(400, f"manifest entry {quoted(raw)}: {exc}") from exc
     entries = [(raw, given) for raw, given in entries if not is_url(raw)]
-    for url in addresses:
-        _may_fetch(state, url)
+    _may_fetch(state, list(addresses))
     for pattern in (*include, *exclude):
         if not pattern.strip():
             raise ApiError(400, "an include/exclude glob is empty")
@@ -179,14 +179,19 @@ def ingest_job(state: ApiState, entries: list[tuple[str, Meta]], summaries: bool
                           same_work={"urls": params.get("urls"), "url_metadata": described} if addresses else None)
 
 
-def _may_fetch(state: ApiState, url: str) -> None:
-    """403 for an address this server does not download (api.fetch_urls); one it cannot resolve now is left to
-    the job, which says why it gave nothing."""
+def _may_fetch(state: ApiState, urls: list[str]) -> None:
+    """403 for addresses this server does not download (api.fetch_urls), each host looked up once; one it cannot
+    resolve now is left to the job, which says why it gave nothing."""
     policy = state.settings.api.fetch_urls
-    if policy == "off":
+    if urls and policy == "off":
         raise ApiError(403, "this server does not download web addresses (api.fetch_urls is off): put the file in "
                             "a media root and give its path, or upload it")
-    if policy == "public":
+    if policy != "public":
+        return
+    first: dict[str | None, str] = {}
+    for url in urls:
+        first.setdefault(urllib.parse.urlsplit(url).hostname, url)
+    for url in first.values():
         try:
             public_only(url)
         except PrivateAddress as exc:
