@@ -37,6 +37,9 @@ def test_explicit_override_beats_environment(monkeypatch: pytest.MonkeyPatch, tm
         ("ray:\n  object_store_memory: lots\n", "ray.object_store_memory"),
         ("api:\n  watch_s: .inf\n", "api.watch_s"),  # a look at the roots at least once a week
         ("api:\n  watch_s: 0.5\n", "api.watch_s"),
+        ("api:\n  fetch_urls: yes\n", "api.fetch_urls"),  # YAML's true, not a policy
+        ("api:\n  fetch_urls: private\n", "api.fetch_urls"),
+        ("ingest:\n  max_page_videos: 0\n", "ingest.max_page_videos"),
     ],
 )
 def test_bad_yaml_is_refused_clearly(tmp_path: Path, content: str, message: str) -> None:
