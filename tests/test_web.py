@@ -686,6 +686,16 @@ def test_a_file_is_taken_out_of_the_index_from_its_page(browser, tmp_path: Path,
     assert (archive.folder / "talks/jfk.flac").is_file()
 
 
+def _the_one_file_added_is_listed_and_opens(page: Page, link, name: str, shot: str) -> None:
+    """The library lists the file added, alone; its line's link opens the file's page."""
+    page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
+    assert page.p.locator("#library .file .title").all_inner_texts() == [name]
+    page.shot(shot)
+    link.click()
+    page.p.locator("#transcript .line").first.wait_for()
+    assert page.p.locator("#video-title").inner_text() == name
+
+
 def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path: Path, cache_dir: Path, embedder,
                                                                pipeline) -> None:
     """The library's Add media uploads each chosen file (a job each) and says what came of it: indexed, with a link
@@ -724,12 +734,7 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
                 said = failed.locator(".state").all_inner_texts()
                 assert said[0].startswith("not indexed: not a readable media file")
                 assert said[1] == "not uploaded: 1.1 MB is more than this server takes (0.5 MB)"
-                page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
-                assert page.p.locator("#library .file .title").all_inner_texts() == ["LJ002-0035.wav"]
-                page.shot("add-media")
-                done.locator(".state a").click()
-                page.p.locator("#transcript .line").first.wait_for()
-                assert page.p.locator("#video-title").inner_text() == "LJ002-0035.wav"
+                _the_one_file_added_is_listed_and_opens(page, done.locator(".state a"), "LJ002-0035.wav", "add-media")
             else:
                 page.p.locator("#library .file").first.wait_for()
                 page.p.set_input_files("#add-input", str(copy))
@@ -772,12 +777,7 @@ def test_media_added_by_web_address_are_downloaded_and_indexed(browser, tmp_path
             if size == "desktop":
                 line.and_(page.p.locator(".done")).wait_for(timeout=180_000)
                 assert line.locator(".state").inner_text() == "indexed: 1 segment"
-                page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
-                assert page.p.locator("#library .file .title").all_inner_texts() == ["jfk speech.flac"]
-                page.shot("add-address")
-                line.locator(".state a").click()
-                page.p.locator("#transcript .line").first.wait_for()
-                assert page.p.locator("#video-title").inner_text() == "jfk speech.flac"
+                _the_one_file_added_is_listed_and_opens(page, line.locator(".state a"), "jfk speech.flac", "add-address")
             else:
                 line.and_(page.p.locator(".done")).wait_for(timeout=180_000)  # a page of two recordings, one gone
                 said = line.locator(".state").inner_text()
