@@ -717,7 +717,8 @@ def test_media_added_from_the_library_are_uploaded_and_indexed(browser, tmp_path
             page.p.goto(f"{live.url}/")
             if size == "desktop":
                 page.p.locator("#library .hint").wait_for()
-                assert page.p.locator("#library .hint").inner_text().startswith("Add media above, or index a folder")
+                assert page.p.locator("#library .hint").inner_text().startswith(
+                    "Add media or a web address above, or index a folder")
                 # The picker offers media by type and by the suffixes the server takes (".ts" is no type of media
                 # to every system).
                 accept = page.p.locator("#add-input").get_attribute("accept").split(",")

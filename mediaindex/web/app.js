@@ -359,7 +359,8 @@ async function showLibrary(page, token) {
   const list = $("library");
   list.replaceChildren(...lib.videos.map(libraryItem));
   if (!lib.files) {
-    list.append(el("li", { class: "hint" }, "Add media above, or index a folder with ",
+    const added = lib.fetch_urls === "off" ? "Add media above" : "Add media or a web address above";
+    list.append(el("li", { class: "hint" }, `${added}, or index a folder with `,
                    el("code", {}, "mediaindex ingest FOLDER"), ", then come back."));
   }
   followIngests(token);
