@@ -69,6 +69,30 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
     assert "not a media file" in failed["error"]
 
 
+def test_a_job_cancelled_while_it_downloads_stops_downloading(trusting: TestClient, server: str,  # noqa: F811
+                                                              tmp_path: Path) -> None:
+    """Its line says how far the download is; a cancel ends it at the next chunk, indexing nothing and leaving no
+    part file (this server cannot send the rest later)."""
+    import time
+
+    address = f"{server}/slow.mp4"
+    job_id = trusting.post("/ingest", json={"urls": [address]}).json()["id"]
+    deadline = time.monotonic() + 60
+    while (share := ((trusting.get(f"/jobs/{job_id}").json().get("progress") or {}).get("now") or {})
+           .get(address, {}).get("download")) is None:  # first None: the length is not known yet
+        assert time.monotonic() < deadline, "the job never said how far its download was"
+        time.sleep(0.1)
+    assert 0 < share < 0.5
+    assert trusting.delete(f"/jobs/{job_id}").status_code in (200, 202)
+    began = time.monotonic()
+    job = wait_for_job(trusting, job_id, timeout=30)
+    assert time.monotonic() - began < 5  # at the next chunk, not at the end of the file
+    assert job["state"] == "cancelled", job
+    assert job["error"] == "cancelled while downloading its web addresses: nothing indexed"
+    downloads = trusting.app.state.api.settings.download_dir  # type: ignore[attr-defined]
+    assert [p for p in downloads.rglob("*") if p.is_file()] == []
+
+
 @pytest.mark.slow
 def test_an_agent_gives_addresses_through_mcp(sample: Sample, tmp_path: Path, cache_dir: Path,  # noqa: F811
                                               server: str) -> None:  # noqa: F811

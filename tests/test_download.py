@@ -112,6 +112,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(bird[:1000])
             self.wfile.flush()
             time.sleep(3)
+        elif self.path == "/slow.mp4":  # a large file arriving slowly: a chunk every tenth of a second
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp4")
+            self.send_header("Content-Length", str(len(bird) * 100))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client went
+                for _ in range(300):
+                    self.wfile.write(bird[:4096])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            self.close_connection = True
         elif self.path == "/live/index.m3u8":
             self._send(200, "application/vnd.apple.mpegurl", b"#EXTM3U\n#EXT-X-VERSION:3\nsegment0.ts\n")
         elif self.path == "/empty.mp4":
