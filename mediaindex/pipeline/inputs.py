@@ -3,8 +3,8 @@
 A manifest is one path per line (``#`` comments and blank lines ignored), or CSV with a ``path`` column,
 or JSONL with a ``path`` key; every other column or key is metadata stored in each segment's ``extra``
 payload (``tags`` in CSV is split on ``;``). Relative paths are relative to the manifest's folder. A row may
-name a web address instead: its caller downloads it first and gives the files it got as `entries`, each with
-the row's metadata (plan_inputs refuses an address itself).
+name a web address instead: its caller downloads it first and gives plan_inputs the files it got as `given`
+entries, each with the row's metadata (plan_inputs refuses an address itself).
 """
 
 from __future__ import annotations
