@@ -68,6 +68,10 @@ CLASSES_FIELD = "classes"
 TRACK_FIELD = "track"
 # The payload field of a shot's people segment: {"faces": n, "persons": n} (`models.people`).
 PEOPLE_FIELD = "people"
+# The `extra` keys the stages write, beside which a file's metadata (a manifest's columns) is kept; where a column
+# has one of these names, the stage's value is what its segments keep.
+STAGE_KEYS = frozenset({"words", "no_speech_prob", "channel", "labels", "aliases", "raw", "summary", "chapter",
+                        CLASSES_FIELD, TRACK_FIELD, PEOPLE_FIELD})
 
 
 def standing_for_speech(subtitles: Sequence[T], language_of: Callable[[T], str | None], language: str | None) -> list[T]:

@@ -74,6 +74,15 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
     assert found.returncode == 0, said(found)
     hits = json.loads(found.stdout)
     assert hits and Path(hits[0]["source"]).name == "jfk.flac"
+    # A manifest's values for a file indexed already reach it in place; a search may ask for them.
+    manifest = Path(env["MEDIAINDEX_TEMP_DIR"]) / "talks.csv"
+    manifest.write_text(f"path,tags\n{media('audio/jfk.flac')},inaugural;1961\n")
+    tagged = cli("ingest", "--manifest", str(manifest), env=env)
+    assert tagged.returncode == 0 and "already indexed; its metadata updated (tags)" in said(tagged), said(tagged)
+    only = cli("search", "country", "--where", "tags=1961", "--json", "--min-confidence", "none", env=env)
+    assert {Path(h["source"]).name for h in json.loads(only.stdout)} == {"jfk.flac"}, said(only)
+    none = cli("search", "country", "--where", "tags=1962", env=env)
+    assert none.stdout == "no moments match: nothing indexed passes these filters\n", said(none)
 
     outside = cli("ingest", str(media("video/chaplin.mp4")), env=env)  # not under the server's media roots
     assert outside.returncode == 2 and "outside the configured media roots" in said(outside)

@@ -53,10 +53,23 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
     [stored] = [f for f in job["files"] if f["state"] == "done"]
     assert Path(stored["path"]).name == "jfk speech.flac" and stored["video_id"] in job["result"]["video_ids"]
     index = trusting.app.state.api.index  # type: ignore[attr-defined]
-    assert all((s["extra"]["title"], s["extra"]["year"]) == ("Inaugural", 1961)
+    assert all((s["extra"]["title"], s["extra"]["year"], s["extra"]["source_url"]) == ("Inaugural", 1961, flac)
                for s in index.store.segments_of(stored["video_id"]))
     hits = trusting.get("/search", params={"q": "ask not what your country can do", "limit": 1}).json()
     assert hits["hits"][0]["video_id"] == stored["video_id"], hits
+    # The file's page says what it was given and where it came from; a search may ask for either.
+    detail = trusting.get(f"/videos/{stored['video_id']}").json()
+    assert detail["metadata"] == {"source_url": flac, "title": "Inaugural", "year": 1961}
+    ask = {"q": "ask not what your country can do", "min_confidence": "none"}
+    for where, found in ((["year=1961"], True), (["year=1961.0", f"source_url={flac}"], True), (["year=1962"], False),
+                         (["title=inaugural"], False)):
+        hits = trusting.get("/search", params={**ask, "where": where}).json()["hits"]
+        assert bool(hits) is found and all(h["video_id"] == stored["video_id"] for h in hits), (where, hits)
+    posted = trusting.post("/search", json={**ask, "filters": {"where": {"title": "Inaugural", "year": 1961}}})
+    assert posted.json()["hits"][0]["video_id"] == stored["video_id"], posted.text
+    for bad, message in ((["year"], "a metadata filter is KEY=VALUE"), (["year=1", "year=2"], "is given twice"),
+                         (['ti"tle=A'], "without quotes")):
+        assert_error(trusting.get("/search", params={**ask, "where": bad}), 422, message)
 
     # The same request again joins nothing (the first ended) and downloads nothing: the file is there as the
     # server has it, and indexed.
@@ -109,6 +122,10 @@ def test_an_agent_gives_addresses_through_mcp(sample: Sample, tmp_path: Path, ca
                                                "indexed are audio and video")
         assert files[1][:2] == ("Sounds (1) [sounds-1].flac", "done")
         assert files[2][:2] == ("gone.flac", "skipped") and "HTTP Error 404" in files[2][2]
+        # A page's video keeps its own address, not the page's.
+        [kept] = [f for f in done["files"] if f["state"] == "done"]
+        address = client.get(f"/videos/{kept['video_id']}").json()["metadata"]["source_url"]
+        assert address.startswith(f"{server}/") and address != f"{server}/sounds", address
 
 
 @pytest.mark.parametrize(("body", "status", "words"), [

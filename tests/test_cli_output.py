@@ -151,7 +151,8 @@ def test_index_stats_and_models_take_the_index(archive: tuple[Path, dict[str, st
 
 
 def test_a_file_indexed_by_an_earlier_version_is_told_and_reindexed(archive: tuple[Path, dict[str, str]]) -> None:
-    """An index written before files carried their analysis version (its catalog without the column): ingest
+    """An index written before files carried their analysis version and metadata (its catalog without those
+    columns): ingest
     says such a file is from an earlier version, stats counts it, and `--reindex` indexes it again in place."""
     import sqlite3
 
@@ -160,6 +161,7 @@ def test_a_file_indexed_by_an_earlier_version_is_told_and_reindexed(archive: tup
     before = json.loads(run("index", "stats", "--json", env=env).stdout)
     with sqlite3.connect(index_dir / "catalog.db") as db:
         db.execute("ALTER TABLE videos DROP COLUMN analysis")
+        db.execute("ALTER TABLE videos DROP COLUMN metadata")
     db.close()
     jfk = folder.resolve() / "jfk.flac"
 

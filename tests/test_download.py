@@ -316,6 +316,15 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     search = subprocess.run([sys.executable, "-m", "mediaindex", "search", "ask not what your country can do",
                              "--json", "--limit", "1"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert f'"source": "{stored}"' in search.stdout, search.stdout + search.stderr
+    # The file keeps the address it came from: a search may ask for what came from there.
+    for where, found in ((f"source_url={server}/files/jfk%20speech.flac", True), ("source_url=elsewhere", False)):
+        search = subprocess.run([sys.executable, "-m", "mediaindex", "search", "ask not what your country can do",
+                                 "--json", "--min-confidence", "none", "--where", where], capture_output=True,
+                                text=True, env=env, cwd=REPO, timeout=300)
+        assert search.returncode == 0 and (f'"source": "{stored}"' in search.stdout) is found, search.stderr
+    table = subprocess.run([sys.executable, "-m", "mediaindex", "search", "ask not what your country can do", "--where",
+                            "source_url=elsewhere"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert table.stdout == "no moments match: nothing indexed passes these filters\n", table.stdout + table.stderr
 
     result = subprocess.run(cmd[:5], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -343,7 +352,12 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     shown = json.loads(subprocess.run([sys.executable, "-m", "mediaindex", "jobs", job["id"], "--json"],
                                       capture_output=True, text=True, env=env, cwd=REPO, timeout=300).stdout)
     assert [(Path(f["path"]).name, f["state"], f["meta"]) for f in shown["files"]] == [
-        ("LJ002-0020.wav", "done", {"title": "In 1813", "tags": ["prison", "history"]})]
+        ("LJ002-0020.wav", "done", {"source_url": f"{server}/files/LJ002-0020.wav", "title": "In 1813",
+                                    "tags": ["prison", "history"]})]
+    tagged = subprocess.run([sys.executable, "-m", "mediaindex", "search", "prison", "--json", "--min-confidence",
+                             "none", "--where", "tags=history", "--where", "title=In 1813"], capture_output=True,
+                            text=True, env=env, cwd=REPO, timeout=300)
+    assert {Path(h["source"]).name for h in json.loads(tagged.stdout)} == {"LJ002-0020.wav"}, tagged.stderr
 
 
 def test_serve_takes_downloaded_files_as_media(server: str, tmp_path: Path) -> None:

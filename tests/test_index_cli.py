@@ -78,6 +78,8 @@ def test_search_in_one_file_named_as_the_other_commands_name_it(cli_index: dict[
         (["--mode", "fuzzy"], "unknown search mode"),
         (["--limit", "5000"], "--limit"),
         (["--by-file", "--segments"], "--by-file groups the moments of a text search"),
+        (["--where", "tags"], "a metadata filter is KEY=VALUE (e.g. tags=physics), got 'tags'"),
+        (["--where", "year=1", "--where", "year=2"], "metadata 'year' is given twice"),
     ],
 )
 def test_bad_search_options_are_refused_clearly(cli_index: dict[str, str], args: list[str], message: str) -> None:

@@ -92,6 +92,36 @@ def test_filters_select_exactly_the_matching_segments(tmp_path: Path, cache_dir:
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])
+def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: Path, segments, embedder,
+                                                    backend: str) -> None:
+    """A file's metadata as a CSV manifest gives it (text), as a JSONL one does (numbers, lists) and as a download
+    gives it; a value given as text finds either."""
+    segs, vectors = segments
+    given = {"manifesto.mp4": {"title": "Manifesto", "year": "1848", "tags": ["politics", "history"],
+                               "Read by": "A. Reader"},
+             "jfk.flac": {"year": 1961, "tags": "speech", "length": 12.5, "source_url": "https://example.org/jfk"}}
+    tagged = [Segment(**{**s.__dict__, "extra": dict(given.get(Path(s.source).name, {}))}) for s in segs]
+    with MediaIndex(_settings(tmp_path, cache_dir, backend), DIM, embedder.name) as index:
+        _fill(index, tagged, vectors)
+        files = {Path(s.source).name for s in segs}
+
+        def found(*pairs: tuple[str, str]) -> set[str]:
+            hits = index.store.search(vectors[0], limit=200, filters=SearchFilters(metadata=pairs))
+            assert len(hits) == index.store.count(SearchFilters(metadata=pairs))
+            return {Path(h.source).name for h in hits}
+
+        assert len(files) > 2
+        assert found(("tags", "history")) == found(("year", "1848")) == found(("Read by", "A. Reader")) \
+            == {"manifesto.mp4"}
+        assert found(("year", "1961")) == found(("year", "1961.0")) == found(("length", "12.5")) \
+            == found(("source_url", "https://example.org/jfk")) == found(("tags", "speech")) == {"jfk.flac"}
+        assert found(("tags", "politics"), ("title", "Manifesto")) == {"manifesto.mp4"}
+        assert found(("tags", "politics"), ("year", "1961")) == set()
+        assert found(("title", "manifesto")) == found(("year", "1962")) == found(("nowhere", "1")) == set()
+        assert found(("year", "nan")) == found(("year", "inf")) == set()
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
 def test_replacing_a_file_never_duplicates_and_removing_it_leaves_the_rest(
     tmp_path: Path, cache_dir: Path, segments, embedder, backend: str
 ) -> None:
@@ -165,6 +195,16 @@ def test_vectors_that_do_not_fit_are_refused_before_writing(tmp_path: Path, cach
         ({"end": float("nan")}, "end must be a time"),
         ({"start": "10"}, "start must be a time"),
         ({"start": 10, "end": 5}, "ends (5) before it starts (10)"),
+        ({"metadata": (("", "x"),)}, "metadata key '' must be 1 to 200 characters"),
+        ({"metadata": (('a"b', "x"),)}, "without quotes"),
+        ({"metadata": (("a=b", "x"),)}, "without quotes, '=', backslashes"),
+        ({"metadata": (("a\nb", "x"),)}, "control characters"),
+        ({"metadata": (("k" * 201, "x"),)}, "1 to 200 characters"),
+        ({"metadata": (("tags", " "),)}, "metadata 'tags' needs a value of 1 to 1000 characters"),
+        ({"metadata": (("tags", "x" * 1001),)}, "needs a value"),
+        ({"metadata": (("tags", "a"), ("tags", "b"))}, "metadata 'tags' is given twice"),
+        ({"metadata": (("tags",),)}, "a metadata filter is a key and a value"),
+        ({"metadata": [("tags", "a")]}, "metadata filters are (key, value) pairs"),
     ],
 )
 def test_bad_filters_are_refused(kwargs: dict, message: str) -> None:

@@ -87,3 +87,49 @@ def test_a_moved_file_keeps_its_segments_and_a_copy_runs_through_no_stage(tmp_pa
         assert sorted(r.source for r in index.catalog.all()) == [str(folder / "LJ002-0035.wav"), str(moved)]
         after = index.store.segments_of(jfk.video_id)
         assert [p["text"] for p in after] == [p["text"] for p in before] and {p["source"] for p in after} == {str(moved)}
+
+
+def test_a_manifest_edited_since_gives_its_new_values_without_indexing_again(tmp_path: Path, cache_dir: Path,
+                                                                            embedder) -> None:
+    """Values a job gives an indexed, unchanged file are set in place, through no stage; keys it does not give keep
+    theirs, also through a folder's walk and a file indexed again; a search may ask for them."""
+    from mediaindex.index.filters import SearchFilters
+
+    settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
+    settings.index_dir.mkdir(parents=True)
+    pipeline = InProcessPipeline(settings)
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    shutil.copyfile(media("audio/jfk.flac"), folder / "jfk.flac")
+    manifest = folder / "talks.csv"
+
+    def run(*inputs: Path, reindex: bool = False) -> dict[str, tuple[str, str, int]]:
+        """The file's status and reason, and how many files went through the stages."""
+        run_settings = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"reindex": reindex})})
+        planned: list[int] = []
+        report = ingest(IngestRequest(run_settings, [p for p in inputs if p.suffix != ".csv"],
+                                      manifests=[p for p in inputs if p.suffix == ".csv"]),
+                        index, pipeline, IngestHooks(on_plan=planned.append))
+        return {Path(o.path).name: (o.status, o.reason, planned[0]) for o in report.outcomes
+                if o.path.endswith(".flac")}
+
+    def holds(key: str, value: str) -> bool:
+        return index.store.count(SearchFilters(metadata=((key, value),))) == len(index.store.segments_of(jfk))
+
+    with MediaIndex(settings, embedder.dim, embedder.name) as index:
+        manifest.write_text("path,title,tags\njfk.flac,Inaugural,speech;1961\n")
+        assert run(manifest)["jfk.flac"][::2] == ("indexed", 1)
+        jfk = index.catalog.by_source(str(folder / "jfk.flac")).video_id
+        assert index.catalog.get(jfk).metadata == {"title": "Inaugural", "tags": ["speech", "1961"]}
+
+        manifest.write_text("path,title,year\njfk.flac,Inaugural address,1961\n")
+        assert run(manifest) == {"jfk.flac": ("unchanged", "already indexed; its metadata updated (title, year)", 0)}
+        assert index.catalog.get(jfk).metadata == {"title": "Inaugural address", "tags": ["speech", "1961"],
+                                                   "year": "1961"}
+        assert holds("title", "Inaugural address") and holds("year", "1961") and holds("tags", "speech")
+        assert not holds("title", "Inaugural")
+        assert all(p["extra"]["words"] for p in index.store.segments_of(jfk, modality="speech"))  # the stage's own
+
+        assert run(manifest) == run(folder) == {"jfk.flac": ("unchanged", "already indexed", 0)}
+        assert run(folder, reindex=True)["jfk.flac"][::2] == ("indexed", 1)
+        assert index.catalog.get(jfk).metadata["title"] == "Inaugural address" and holds("year", "1961")

@@ -779,6 +779,10 @@ def test_media_added_by_web_address_are_downloaded_and_indexed(browser, tmp_path
                 line.and_(page.p.locator(".done")).wait_for(timeout=180_000)
                 assert line.locator(".state").inner_text() == "indexed: 1 segment"
                 _the_one_file_added_is_listed_and_opens(page, line.locator(".state a"), "jfk speech.flac", "add-address")
+                # Its page says where it came from, as a link there.
+                assert page.p.locator("#video-metadata dt").all_inner_texts() == ["from"]
+                source = page.p.locator("#video-metadata dd a")
+                assert source.inner_text() == address and source.get_attribute("href") == address
             else:
                 line.and_(page.p.locator(".done")).wait_for(timeout=180_000)  # a page of two recordings, one gone
                 said = line.locator(".state").inner_text()

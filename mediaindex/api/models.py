@@ -30,6 +30,12 @@ class Filters(_Strict):
                               description="Only files whose path starts with this (e.g. a folder, ending in /)")
     from_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that end after this time")
     to_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that start before this time")
+    where: dict[Annotated[str, Field(min_length=1, max_length=200)],
+                Annotated[str, Field(min_length=1, max_length=1000)] | int | float] = Field(
+        default_factory=dict, max_length=20,
+        description="Only files whose metadata (a manifest's columns, a downloaded file's `source_url`) has these "
+                    "values: {\"tags\": \"physics\", \"year\": 1999}; a list (tags) has a value when one of its "
+                    "items is it; all must hold")
 
 
 class SearchRequest(_Strict):
@@ -112,6 +118,9 @@ class VideoOut(BaseModel):
     thumbnail_url: str | None = None
     on_disk: bool = Field(True, description="False when the file is no longer at its path (it cannot be played; "
                                             "DELETE /videos/{id} takes it out of the index)")
+    metadata: dict[str, Any] = Field(default_factory=dict, description=(
+        "What the file was indexed with: a manifest's columns (title, tags, …), a downloaded file's `source_url`; "
+        "search's `where` filters on it"))
 
 
 class LibraryVideoOut(VideoOut):

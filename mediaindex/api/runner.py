@@ -229,7 +229,7 @@ class JobRunner:
             with self.state.jobs_lock:
                 for each in got:
                     if isinstance(each, Downloaded):
-                        self.state.jobs.add_files(job_id, [(str(each.path.resolve()), metadata.get(url, {}))])
+                        self.state.jobs.add_files(job_id, [(str(each.path.resolve()), each.metadata(metadata.get(url)))])
                     else:
                         self.state.jobs.add_files(job_id, [(each.url, {})], "skipped", each.reason)
 

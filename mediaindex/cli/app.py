@@ -23,7 +23,7 @@ from mediaindex.cli import render
 from mediaindex.cli.render import err, fail, out, say
 from mediaindex.config import WATCH_MAX_S, Settings, load_settings
 from mediaindex.errors import MediaIndexError
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import SearchFilters, parse_where
 from mediaindex.index.transcript import CueLimits, check_format, export
 from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path
 from mediaindex.models.bundled import (
@@ -40,6 +40,7 @@ from mediaindex.models.registry import check_models
 if TYPE_CHECKING:
     from mediaindex.api.keys import KeyStore
     from mediaindex.index.holder import Holder
+    from mediaindex.media.download import Downloaded
     from mediaindex.service.archive import Archive
     from mediaindex.service.remote import RemoteArchive
 
@@ -175,9 +176,10 @@ def ingest(
     choices = {"summaries": summaries, "reindex": reindex or None}
     settings = _settings(config, index, ray={"address": address} if address else None,
                          ingest={k: v for k, v in choices.items() if v is not None} or None)
-    if urls:
-        paths += _download(urls, settings.download_dir, settings.ingest.max_page_videos)
-    given, manifest = _manifest_addresses(manifest or [], settings)
+    given = [(str(d.path), d.metadata()) for d in _download(urls, settings.download_dir,
+                                                            settings.ingest.max_page_videos)]
+    from_manifests, manifest = _manifest_addresses(manifest or [], settings)
+    given += from_manifests
     if not resume and not paths and not manifest and not given:
         raise typer.Exit(1)  # every address gave nothing: said above
     try:
@@ -282,18 +284,21 @@ def _manifest_addresses(manifests: list[Path], settings: Settings) -> tuple[list
             plain.append(manifest)
             continue
         for path, meta in rows:
-            got = _download([path], settings.download_dir, settings.ingest.max_page_videos) if is_url(path) else [path]
-            given += [(str(p), meta) for p in got]
+            if is_url(path):
+                given += [(str(d.path), d.metadata(meta))
+                          for d in _download([path], settings.download_dir, settings.ingest.max_page_videos)]
+            else:
+                given.append((path, meta))
     return given, plain
 
 
-def _download(urls: list[str], folder: Path, max_videos: int) -> list[Path]:
+def _download(urls: list[str], folder: Path, max_videos: int) -> list[Downloaded]:
     """The files at these web addresses (a page's videos, up to `max_videos`), downloaded into `folder` (a file
     there already, as the server has it, is not downloaded again); an address that gives none is said to be
     skipped, with why, and so is each video of a page that gives none."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TransferSpeedColumn
 
-    from mediaindex.media.download import Downloaded, DownloadError, Missed, download
+    from mediaindex.media.download import DownloadError, Missed, download
     from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
     files = []
@@ -319,7 +324,7 @@ def _download(urls: list[str], folder: Path, max_videos: int) -> list[Path]:
                 say(f"skipped    {each.url}: {each.reason}")
                 continue
             say(f"{'downloaded' if each.fetched else 'already downloaded'} {each.url} to {each.path}")
-            files.append(each.path)
+            files.append(each)
     return files
 
 
@@ -441,6 +446,10 @@ def search(
     after: Annotated[str | None, typer.Option("--from", help="Only moments that end after this time: seconds (90) or "
                                               "minutes:seconds (1:30), as the table shows times.")] = None,
     before: Annotated[str | None, typer.Option("--to", help="Only moments that start before this time (as --from).")] = None,
+    where: Annotated[list[str] | None, typer.Option("--where", help="Only files whose metadata has this value: "
+                                                    "KEY=VALUE, e.g. tags=physics (a manifest's columns, a "
+                                                    "downloaded file's source_url); repeat it for more, all must "
+                                                    "hold.")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
     segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
     by_file: Annotated[bool, typer.Option("--by-file", help="Which files hold a match: one entry per file (--limit "
@@ -468,7 +477,8 @@ def search(
         filters = SearchFilters(video_id=video, source_prefix=_path_prefix(under) if under else None,
                                 modality=modality, language=language, speaker=speaker,
                                 start=None if after is None else parse_time(after, "--from"),
-                                end=None if before is None else parse_time(before, "--to"))
+                                end=None if before is None else parse_time(before, "--to"),
+                                metadata=parse_where(where or []))
         settings = _settings(config, index)
         picture = _picture(image) if image is not None else None
         with _archive(settings) as archive:
@@ -489,10 +499,10 @@ def search(
     # A full list may go on: the table says how to see more (JSON lists what was asked for, no more).
     more = min(2 * limit, MAX_HITS) if found and len(found) >= limit and limit < MAX_HITS and not as_json else None
     if by_file:
-        render.files(found, as_json, settings.thumbs_dir, closest, more=more)
+        render.files(found, as_json, settings.thumbs_dir, closest, more=more, filtered=not filters.is_empty())
     else:
         render.hits(found, as_json, settings.thumbs_dir, closest, by_picture=image is not None or like is not None,
-                    more=more, noun="segment" if segments else "moment")
+                    more=more, noun="segment" if segments else "moment", filtered=not filters.is_empty())
 
 
 def _like(archive, like: str, limit: int, filters: SearchFilters, min_confidence: str) -> list[dict]:

@@ -56,15 +56,18 @@ def timestamp(t: float) -> str:
 
 
 def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
-         by_picture: bool = False, more: int | None = None, noun: str = "moment") -> None:
+         by_picture: bool = False, more: int | None = None, noun: str = "moment", filtered: bool = False) -> None:
     """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails;
-    `more`: the list is full, and this --limit lists more."""
+    `more`: the list is full, and this --limit lists more; `filtered`: the search had filters."""
     if as_json:
         print(json.dumps(_absolute_thumbnails(found, thumbs_dir), ensure_ascii=False, indent=2))
         return
     if not found:
         if by_picture:
             out.print("no shot looks like it closely enough (--min-confidence none lists the closest)", highlight=False)
+            return
+        if not closest and filtered:  # not even the closest moments: none passes the filters
+            out.print("no moments match: nothing indexed passes these filters", highlight=False)
             return
         if not closest:
             out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
@@ -120,7 +123,7 @@ def _absolute_thumbnails(moments: list[dict], thumbs_dir: Path) -> list[dict]:
 
 
 def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
-          more: int | None = None) -> None:
+          more: int | None = None, filtered: bool = False) -> None:
     """Files that hold a match, each under one heading line (its best moment's confidence, its name, how many of
     its moments match) with its best moments beneath; or as JSON."""
     if as_json:
@@ -129,7 +132,7 @@ def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict
         print(json.dumps(found, ensure_ascii=False, indent=2))
         return
     if not found:
-        hits([], False, thumbs_dir, closest)
+        hits([], False, thumbs_dir, closest, filtered=filtered)
         return
     for f in found:
         count = plural(f["count"], "moment")

@@ -8,7 +8,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS videos (
     segments INTEGER NOT NULL,
     probe TEXT,
     indexed_at REAL NOT NULL,
-    analysis INTEGER NOT NULL DEFAULT 1
+    analysis INTEGER NOT NULL DEFAULT 1,
+    metadata TEXT NOT NULL DEFAULT '{}'
 );
 -- The words of each file's speech and on-screen text (index.vocabulary), for sound-alike names; a file
 -- is in `worded` once its words are recorded (files indexed before this table get them on first use).
@@ -68,6 +69,9 @@ class VideoRecord:
     probe: dict[str, Any]
     indexed_at: float
     analysis: int = ANALYSIS_VERSION  # segments.ANALYSIS_VERSION of the stages that indexed it
+    # What the file was given when indexed (a manifest's columns, a downloaded file's web address), also in the
+    # `extra` of each of its segments.
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def catalog_corrupt_message(path: Path, why: object) -> str:
@@ -87,24 +91,25 @@ class Catalog:
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
             self._db.executescript(_SCHEMA)
-            self._add_analysis_column()
+            self._add_columns()
         except sqlite3.DatabaseError as exc:
             self._db.close()
             if is_disk_full(exc):
                 raise IndexDiskFullError(disk_full_message(path.parent)) from exc
             raise IndexCorruptError(catalog_corrupt_message(path, exc)) from exc
 
-    def _add_analysis_column(self) -> None:
-        """A catalog written before files carried their analysis version: its files are of version 1."""
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(videos)")}
-        if "analysis" in columns:
-            return
-        try:
-            with self._db:
-                self._db.execute("ALTER TABLE videos ADD COLUMN analysis INTEGER NOT NULL DEFAULT 1")
-        except sqlite3.OperationalError as exc:
-            if "duplicate column" not in str(exc):  # another process added it first
-                raise
+    def _add_columns(self) -> None:
+        """A catalog written before files carried their analysis version (its files are of version 1) or their
+        metadata (kept in their segments alone)."""
+        for column, definition in (("analysis", "INTEGER NOT NULL DEFAULT 1"), ("metadata", "TEXT NOT NULL DEFAULT '{}'")):
+            if column in {r[1] for r in self._db.execute("PRAGMA table_info(videos)")}:
+                continue
+            try:
+                with self._db:
+                    self._db.execute(f"ALTER TABLE videos ADD COLUMN {column} {definition}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it first
+                    raise
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -150,10 +155,10 @@ class Catalog:
             self._db.execute("DELETE FROM videos WHERE source = ? OR video_id = ?", (record.source, record.video_id))
             self._db.execute(
                 "INSERT INTO videos (video_id, source, content_hash, size, mtime_ns, duration, language, segments, "
-                "probe, indexed_at, analysis) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                "probe, indexed_at, analysis, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (record.video_id, record.source, record.content_hash, record.size, record.mtime_ns,
                  record.duration, record.language, record.segments, json.dumps(record.probe), record.indexed_at,
-                 record.analysis),
+                 record.analysis, json.dumps(record.metadata, ensure_ascii=False)),
             )
 
     def earlier_analysis(self, version: int) -> int:
@@ -203,6 +208,7 @@ class Catalog:
             return None
         data = dict(row)
         data["probe"] = json.loads(data["probe"] or "{}")
+        data["metadata"] = json.loads(data["metadata"] or "{}")
         return VideoRecord(**data)
 
 

@@ -210,6 +210,16 @@ class EdgeStore(VectorStore):
             self._shard.update(q.UpdateOperation.set_payload_by_filter(flt, {"source": source}))
             self._shard.flush()
 
+    def set_metadata(self, video_id: str, values: dict[str, Any]) -> None:
+        import qdrant_edge as q
+
+        flt = self._filter(SearchFilters(video_id=video_id))
+        assert flt is not None  # the video id is always a condition
+        require_free_space(self.path.parent, self.path, extra=MARGIN_BYTES)
+        with self._engine("writing"):
+            self._shard.update(q.UpdateOperation.set_payload_by_filter(flt, values, "extra"))
+            self._shard.flush()
+
     def delete_other_videos(self, keep: list[str]) -> None:
         import qdrant_edge as q
 
@@ -239,6 +249,10 @@ class EdgeStore(VectorStore):
                 return q.FieldCondition(key=c.key, match=q.MatchPrefix(c.value))
             if c.kind == "any":
                 return q.FieldCondition(key=c.key, match=q.MatchAny(c.value))
+            if c.kind == "one_of":
+                return q.Filter(should=[q.FieldCondition(key=c.key, match=q.MatchValue(v)) if isinstance(v, str)
+                                        else q.FieldCondition(key=c.key, range=q.RangeFloat(gte=v, lte=v))
+                                        for v in c.value])
             bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}
             return q.FieldCondition(key=c.key, range=q.RangeFloat(**bound))
 

@@ -3,10 +3,57 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mediaindex.segments import MODALITIES
+
+# A file's metadata (a manifest's columns, a downloaded file's web address) lies in each segment's `extra`; a key is
+# named in a JSON path inside quotes, so it may hold spaces and dots but not these; nor "=", which ends it in
+# KEY=VALUE.
+_BAD_KEY = re.compile(r'["=\\\x00-\x1f\x7f]')
+MAX_KEY_CHARS, MAX_VALUE_CHARS = 200, 1000
+
+
+def check_metadata(pairs: tuple[tuple[str, str], ...]) -> None:
+    """Refuse a metadata condition that could not name a key or a value, or names a key twice (the same words in
+    every surface)."""
+    keys: set[str] = set()
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ValueError(f"a metadata filter is a key and a value, got {pair!r}")
+        key, value = pair
+        if not key.strip() or len(key) > MAX_KEY_CHARS or _BAD_KEY.search(key):
+            raise ValueError(f"metadata key {key!r} must be 1 to {MAX_KEY_CHARS} characters without quotes, "
+                             "'=', backslashes or control characters")
+        if not value.strip() or len(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"metadata {key!r} needs a value of 1 to {MAX_VALUE_CHARS} characters")
+        if key in keys:
+            raise ValueError(f"metadata {key!r} is given twice: one value per key")
+        keys.add(key)
+
+
+def metadata_values(value: str) -> list[str | float]:
+    """What a value given as text may be stored as: the text, and a number where it reads as one (a CSV
+    manifest's year is "1999", a JSON one's 1999)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return [value]
+    return [value, number] if math.isfinite(number) else [value]
+
+
+def parse_where(texts: list[str]) -> tuple[tuple[str, str], ...]:
+    """`KEY=VALUE` texts (a CLI option, a query parameter) as metadata conditions."""
+    pairs = []
+    for text in texts:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ValueError(f"a metadata filter is KEY=VALUE (e.g. tags=physics), got {text!r}")
+        pairs.append((key.strip(), value.strip()))
+    check_metadata(tuple(pairs))
+    return tuple(pairs)
 
 
 @dataclass(frozen=True)
@@ -20,6 +67,9 @@ class SearchFilters:
     speaker: str | None = None  # a speech segment's speaker label within its file, e.g. "S2"
     start: float | None = None
     end: float | None = None
+    # (key, value) conditions on the file's metadata, all of which must hold; a list (tags) holds a value when
+    # one of its items is it.
+    metadata: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("video_id", "source_prefix", "language", "speaker"):
@@ -38,6 +88,9 @@ class SearchFilters:
                 raise ValueError(f"filter {name} must be a time in seconds (>= 0), got {value!r}")
         if self.start is not None and self.end is not None and self.end < self.start:
             raise ValueError(f"time range ends ({self.end}) before it starts ({self.start})")
+        if not isinstance(self.metadata, tuple):
+            raise ValueError(f"metadata filters are (key, value) pairs, got {self.metadata!r}")
+        check_metadata(self.metadata)
 
     @property
     def modalities(self) -> tuple[str, ...] | None:
@@ -49,7 +102,7 @@ class SearchFilters:
 
     def is_empty(self) -> bool:
         return all(getattr(self, n) is None for n in ("video_id", "source_prefix", "modality", "language",
-                                                       "speaker", "start", "end"))
+                                                       "speaker", "start", "end")) and not self.metadata
 
 
 @dataclass(frozen=True)
@@ -57,7 +110,7 @@ class Condition:
     """One payload condition, in terms both Qdrant APIs (edge and client) express the same way."""
 
     key: str
-    kind: Literal["equals", "prefix", "any", "at_least", "at_most"]
+    kind: Literal["equals", "prefix", "any", "at_least", "at_most", "one_of"]
     value: Any
 
 
@@ -76,4 +129,6 @@ def conditions(filters: SearchFilters | None) -> list[Condition]:
         out.append(Condition("end", "at_least", filters.start))
     if filters.end is not None:
         out.append(Condition("start", "at_most", filters.end))
+    # "one_of": the payload value is one of these (text equal, a number of equal value, int or float).
+    out += [Condition(f'extra."{key}"', "one_of", metadata_values(value)) for key, value in filters.metadata]
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from mediaindex.index.shared_store import READ, Access, SharedStore
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
 from mediaindex.index.vocabulary import WORDED, words_of
-from mediaindex.segments import Segment
+from mediaindex.segments import STAGE_KEYS, Segment
 
 
 def open_store(settings: IndexSettings, index_dir, dims: dict[str, int], encoder: SparseEncoder,
@@ -181,6 +182,18 @@ class MediaIndex:
         in between leaves the old entry, which the next ingest of the new path moves again."""
         self.store.set_source(video_id, source)
         self.catalog.move(video_id, source, mtime_ns)
+
+    def add_metadata(self, video_id: str, metadata: dict[str, Any]) -> None:
+        """Give an indexed file these metadata values (its other keys kept): its segments first (keys its stages
+        keep stay theirs), then its entry, so a stop in between leaves the old entry, which the next ingest with
+        this metadata sets again."""
+        record = self.catalog.get(video_id)
+        if record is None:
+            return
+        values = {k: v for k, v in metadata.items() if k not in STAGE_KEYS}
+        if values:
+            self.store.set_metadata(video_id, values)
+        self.catalog.upsert(replace(record, metadata={**record.metadata, **metadata}))
 
     def remove_video(self, video_id: str) -> None:
         """Take a file out of the index: its entry first (a stop after it leaves points the next open removes),

@@ -146,6 +146,12 @@ class ServerStore(VectorStore):
         self._client.set_payload(self.collection, {"source": source}, wait=True, points=models.FilterSelector(
             filter=self._filter(SearchFilters(video_id=video_id))))
 
+    def set_metadata(self, video_id: str, values: dict[str, Any]) -> None:
+        from qdrant_client import models
+
+        self._client.set_payload(self.collection, values, key="extra", wait=True, points=models.FilterSelector(
+            filter=self._filter(SearchFilters(video_id=video_id))))
+
     def delete_other_videos(self, keep: list[str]) -> None:
         from qdrant_client import models
 
@@ -166,6 +172,10 @@ class ServerStore(VectorStore):
                 return models.FieldCondition(key=c.key, match=models.MatchPrefix(prefix=c.value))
             if c.kind == "any":
                 return models.FieldCondition(key=c.key, match=models.MatchAny(any=c.value))
+            if c.kind == "one_of":
+                return models.Filter(should=[
+                    models.FieldCondition(key=c.key, match=models.MatchValue(value=v)) if isinstance(v, str)
+                    else models.FieldCondition(key=c.key, range=models.Range(gte=v, lte=v)) for v in c.value])
             bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}
             return models.FieldCondition(key=c.key, range=models.Range(**bound))
 

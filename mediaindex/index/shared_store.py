@@ -217,6 +217,9 @@ class SharedStore(VectorStore):
     def set_source(self, video_id: str, source: str) -> None:
         self._writable().set_source(video_id, source)
 
+    def set_metadata(self, video_id: str, values: dict[str, Any]) -> None:
+        self._writable().set_metadata(video_id, values)
+
     def delete_other_videos(self, keep: list[str]) -> None:
         self._writable().delete_other_videos(keep)
 

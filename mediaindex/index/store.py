@@ -98,6 +98,9 @@ class VectorStore(Protocol):
 
     def set_source(self, video_id: str, source: str) -> None:
         """Every point of the video names this path (the file was moved)."""
+
+    def set_metadata(self, video_id: str, values: dict[str, Any]) -> None:
+        """Every point of the video has these keys of its `extra` set to these values (its other keys kept)."""
         ...
 
     def delete_other_videos(self, keep: list[str]) -> None:

@@ -50,14 +50,21 @@ Language = Annotated[str | None, Field(min_length=1, max_length=16, description=
     "Only moments in this language code, e.g. en"))]
 Speaker = Annotated[str | None, Field(min_length=1, max_length=16, description=(
     "Only speech of this speaker label within a file (S1, S2, ...)"))]
+Where = Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)],
+                        Annotated[str, Field(min_length=1, max_length=1000)] | int | float] | None, Field(
+    max_length=20, description=(
+        "Only files whose metadata has these values, e.g. {\"tags\": \"physics\"} (what they were indexed with: "
+        "a manifest's columns, a downloaded file's source_url); a list (tags) has a value when one of its items "
+        "is it; all must hold"))]
 MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field(description=(
     "Leave out moments the search is less sure of than this"))]
 
 
 def search_filters(video_id: str | None, modality: list[Modality] | None, language: str | None, speaker: str | None,
-                   start: float | None, end: float | None) -> SearchFilters:
+                   start: float | None, end: float | None, where: dict[str, str | int | float] | None) -> SearchFilters:
     return SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None, language=language,
-                         speaker=speaker, start=start, end=end)
+                         speaker=speaker, start=start, end=end,
+                         metadata=tuple((k, str(v)) for k, v in (where or {}).items()))
 
 
 @contextmanager
@@ -119,6 +126,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         speaker: Speaker = None,
         from_seconds: Annotated[Seconds | None, Field(description="Only moments that end after this time")] = None,
         to_seconds: Annotated[Seconds | None, Field(description="Only moments that start before this time")] = None,
+        where: Where = None,
         min_confidence: MinConfidence = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="At most this many moments")] = 10,
         ctx: Context | None = None,
@@ -128,7 +136,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         it. Cite a moment as file @ start-end; read around it with get_transcript."""
         with tool_errors(host):
             video_id = resolve(host, file).video_id if file is not None else None
-            filters = search_filters(video_id, modality, language, speaker, from_seconds, to_seconds)
+            filters = search_filters(video_id, modality, language, speaker, from_seconds, to_seconds, where)
             hits = run_search(host, query, limit, filters, min_confidence)
             base = base_url(ctx)
             return models.SearchResult(query=query,
@@ -140,6 +148,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         modality: Modalities = None,
         language: Language = None,
         speaker: Speaker = None,
+        where: Where = None,
         min_confidence: MinConfidence = None,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="At most this many files")] = 10,
         per_file: Annotated[int, Field(ge=1, le=MAX_PER_FILE, description=(
@@ -150,7 +159,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
         moment), each with how many of its moments match and the best of them. For questions like "which
         videos talk about X"; an empty list means no file holds it."""
         with tool_errors(host):
-            filters = search_filters(None, modality, language, speaker, None, None)
+            filters = search_filters(None, modality, language, speaker, None, None, where)
             found = host.archive.search_files(query, limit, filters, min_confidence=min_confidence, per_file=per_file)
             base = base_url(ctx)
             return models.FilesResult(query=query, files=[models.FileMatch(

@@ -59,11 +59,20 @@ class PrivateAddress(DownloadError):
     """An address on this machine or a private network, where only public ones are downloaded from."""
 
 
+# The metadata key under which a downloaded file keeps the address it came from (searchable as any manifest column).
+SOURCE_URL = "source_url"
+
+
 @dataclass(frozen=True)
 class Downloaded:
     url: str  # the address given, or a page's video's own (of a playlist, for one)
     path: Path
     fetched: bool  # False: the file was there already (as the server has it, for a file's address)
+
+    def metadata(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The file's metadata: where it came from, under what it was given with (a manifest row's own
+        `source_url` wins)."""
+        return {SOURCE_URL: self.url, **(given or {})}
 
 
 @dataclass(frozen=True)

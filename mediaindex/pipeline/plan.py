@@ -25,6 +25,7 @@ class Outcome(StrEnum):
     NEEDS_SUMMARY = "needs summary"  # indexed and unchanged, without a summary: from the summary stage on
     UNCHANGED = "unchanged"  # indexed and unchanged: nothing to do
     MOVED = "moved"  # indexed from a path where it no longer is: its entry follows it, nothing runs
+    NEW_METADATA = "new metadata"  # indexed and unchanged, given other metadata values: set in place, nothing runs
     POISON = "poison"  # the whole run died during its work on every try: given up
     UNREADABLE = "unreadable"  # cannot even be looked at: skipped
 
@@ -69,6 +70,11 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
         return Plan(f.path, Outcome.NEW, f.meta, f.attempts)
     if settings.ingest.summaries and indexed is not None and _needs_summary(index, indexed):
         return Plan(f.path, Outcome.NEEDS_SUMMARY, f.meta, f.attempts, video_id=indexed.video_id)
+    # Keys a job does not give (none, for a folder's walk) keep what an earlier job gave.
+    if indexed is not None and any(indexed.metadata.get(k) != v for k, v in f.meta.items()):
+        changed = ", ".join(k for k, v in f.meta.items() if indexed.metadata.get(k) != v)
+        return Plan(f.path, Outcome.NEW_METADATA, f.meta, f.attempts, video_id=indexed.video_id,
+                    reason=f"already indexed; its metadata updated ({changed})")
     if indexed is not None and indexed.analysis < ANALYSIS_VERSION:
         return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason=EARLIER_ANALYSIS)
     return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")

@@ -45,7 +45,14 @@ from mediaindex.pipeline.spec import StageSpec, default_stages
 from mediaindex.pipeline.stages.merge import merge
 from mediaindex.pipeline.stages.registry import StageName
 from mediaindex.pipeline.stages.summary import indexed_item
-from mediaindex.pipeline.write import FileOutcome, Status, write_item, write_move, write_summary
+from mediaindex.pipeline.write import (
+    FileOutcome,
+    Status,
+    write_item,
+    write_metadata,
+    write_move,
+    write_summary,
+)
 
 __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "PipelineStarter", "StagePipeline", "Status",
            "create_job", "ingest", "jobs_store", "start_in_process", "with_choices"]
@@ -175,6 +182,8 @@ class _Run:
                 self._close(plan, FileOutcome(plan.path, Status.UNCHANGED, plan.reason))
             elif plan.outcome is Outcome.MOVED:
                 self._close(plan, write_move(self.index, plan.path, plan.video_id, plan.reason))
+            elif plan.outcome is Outcome.NEW_METADATA:
+                self._close(plan, write_metadata(self.index, plan.path, plan.video_id, plan.meta, plan.reason))
             elif plan.outcome is Outcome.POISON:
                 self._close(plan, FileOutcome(plan.path, Status.FAILED, plan.reason))
             else:

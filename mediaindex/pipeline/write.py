@@ -42,6 +42,9 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
                            video_id=item.video_id)
     if item.vectors is None or len(item.vectors) != len(item.segments):
         return FileOutcome(item.source, Status.FAILED, "internal error: segments were not embedded")
+    # Indexed again (changed, or --reindex): what earlier jobs gave it stays, under what this one gives.
+    earlier = index.catalog.by_source(item.source)
+    meta = {**(earlier.metadata if earlier is not None else {}), **meta}
     for seg in item.segments:
         # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
         seg.extra = {**meta, **seg.extra}
@@ -49,7 +52,7 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,
         segments=len(item.segments), probe=item.info.to_dict(), indexed_at=now(),
-        analysis=ANALYSIS_VERSION,
+        analysis=ANALYSIS_VERSION, metadata=meta,
     )
     save_thumbnails(index.thumbs_dir, item.thumbnail_files)  # before the segments that name them
     index.replace_video(record, item.segments, item.vectors)
@@ -67,6 +70,15 @@ def write_move(index: MediaIndex, path: str, video_id: str | None, reason: str) 
         return FileOutcome(path, Status.FAILED, f"cannot read: {exc.strerror or exc}", video_id=video_id)
     index.move_video(video_id, path, mtime_ns)
     return FileOutcome(path, Status.UNCHANGED, f"{reason}; its segments follow it", video_id=video_id)
+
+
+def write_metadata(index: MediaIndex, path: str, video_id: str | None, meta: dict[str, Any],
+                   reason: str) -> FileOutcome:
+    """Give an indexed, unchanged file the metadata its job gives it (a manifest row edited since); keys the job
+    does not give keep their values."""
+    assert video_id is not None
+    index.add_metadata(video_id, meta)
+    return FileOutcome(path, Status.UNCHANGED, reason, video_id=video_id)
 
 
 def write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> FileOutcome:

@@ -59,7 +59,7 @@ class Remote:
         self.key = os.environ.get(KEY_ENV) or None
 
     def request(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None) -> Any:
-        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.url}{path}{'?' + query if query else ''}", data=data, method=method)
         if data is not None:
@@ -148,7 +148,7 @@ class RemoteArchive:
         return {"q": query or "", "limit": min(limit, API_MAX_LIMIT), "video_id": f.video_id,
                 "modality": f.modalities[0] if f.modalities else None, "language": f.language, "speaker": f.speaker,
                 "under": f.source_prefix, "from_seconds": f.start, "to_seconds": f.end,
-                "min_confidence": min_confidence or "low"}
+                "where": [f"{k}={v}" for k, v in f.metadata], "min_confidence": min_confidence or "low"}
 
     def ingest(self, paths: list[Path], summaries: bool | None, on_job: Callable[[str], None] | None = None, *,
                manifests: Sequence[Path] = (), include: Sequence[str] = (), exclude: Sequence[str] = (),

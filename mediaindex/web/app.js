@@ -981,6 +981,8 @@ async function runAsk(question, video, token) {
 function clearVideoView() {
   $("video-title").textContent = "";
   $("video-meta").textContent = "";
+  $("video-metadata").replaceChildren();
+  $("video-metadata").hidden = true;
   $("summary-area").hidden = true;
   $("summary-status").textContent = "";
   $("summary-text").replaceChildren();
@@ -989,6 +991,19 @@ function clearVideoView() {
   document.querySelector("#video-view .exports").hidden = true;
   $("transcript").replaceChildren();
   $("remove-button").disabled = false;
+}
+
+// What the file was indexed with (a manifest's title, tags, …; a downloaded file's address, as a link).
+function showMetadata(metadata) {
+  const list = $("video-metadata");
+  for (const [key, value] of Object.entries(metadata)) {
+    const text = Array.isArray(value) ? value.join(", ") : String(value);
+    const web = key === "source_url" && /^https?:\/\//i.test(text);
+    list.append(el("dt", {}, key === "source_url" ? "from" : key),
+                el("dd", { dir: "auto" }, web ? el("a", { href: text, rel: "noopener noreferrer", target: "_blank" }, text)
+                                               : text));
+  }
+  list.hidden = !list.children.length;
 }
 
 // Take the file out of the index (the server keeps the media file itself, except an upload's copy).
@@ -1072,6 +1087,7 @@ async function showVideo(videoId, t, token) {
   const lang = v.language ? ` · language ${v.language}` : "";
   $("video-meta").textContent = `${clock(v.duration || 0)} · ${v.has_video ? "video" : "audio"}${lang} · ` +
     plural(v.segments, "segment") + (v.on_disk ? "" : " · gone from disk");
+  showMetadata(v.metadata || {});
   for (const fmt of ["srt", "vtt", "json"]) {
     $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
   }

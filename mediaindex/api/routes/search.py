@@ -27,6 +27,7 @@ from mediaindex.api.models import (
     SearchResponse,
 )
 from mediaindex.errors import MediaIndexError
+from mediaindex.index.filters import parse_where
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
@@ -64,7 +65,8 @@ def _filters(**values: Any) -> SearchFilters:
 
 def _search_filters(f: Filters) -> SearchFilters:
     return _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker,
-                    source_prefix=f.under, start=f.from_seconds, end=f.to_seconds)
+                    source_prefix=f.under, start=f.from_seconds, end=f.to_seconds,
+                    metadata=tuple((k, str(v)) for k, v in f.where.items()))
 
 
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
@@ -90,10 +92,17 @@ def filters_query(
                               description="Only files whose path starts with this (e.g. a folder, ending in /)"),
     from_seconds: float | None = Query(None, ge=0, le=1e7, description="Only moments that end after this time"),
     to_seconds: float | None = Query(None, ge=0, le=1e7, description="Only moments that start before this time"),
+    where: Annotated[list[str] | None, Query(max_length=20, description=(
+        "Only files whose metadata has this value: KEY=VALUE (tags=physics), repeated for more; all must "
+        "hold"))] = None,
 ) -> Filters:
     """The filters of a GET search, as the JSON body's."""
+    try:
+        pairs = dict(parse_where(where or []))
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from exc
     return Filters(video_id=video_id, modality=modality, language=language, speaker=speaker, under=under,
-                   from_seconds=from_seconds, to_seconds=to_seconds)
+                   from_seconds=from_seconds, to_seconds=to_seconds, where=pairs)
 
 
 GetFilters = Annotated[Filters, Depends(filters_query)]

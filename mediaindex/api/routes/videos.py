@@ -61,7 +61,7 @@ def _video_out(state: ApiState, r: VideoRecord) -> dict:
                 language=r.language, segments=r.segments, indexed_at=r.indexed_at,
                 has_video=bool(r.probe.get("has_video")), has_audio=bool(r.probe.get("has_audio", True)),
                 media_url=f"/media/{quote(r.video_id)}",
-                thumbnail_url=_thumb_url(state, r.video_id), on_disk=os.path.exists(r.source))
+                thumbnail_url=_thumb_url(state, r.video_id), on_disk=os.path.exists(r.source), metadata=r.metadata)
 
 
 def _record(state: ApiState, video_id: str) -> VideoRecord:
