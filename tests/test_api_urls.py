@@ -60,6 +60,7 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
     # The file's page says what it was given and where it came from; a search may ask for either.
     detail = trusting.get(f"/videos/{stored['video_id']}").json()
     assert detail["metadata"] == {"source_url": flac, "title": "Inaugural", "year": 1961}
+    assert detail["title"] == hits["hits"][0]["title"] == "Inaugural"  # a manifest's title is the file's
     ask = {"q": "ask not what your country can do", "min_confidence": "none"}
     for where, found in ((["year=1961"], True), (["year=1961.0", f"source_url={flac}"], True), (["year=1962"], False),
                          (["title=inaugural"], False)):

@@ -55,7 +55,7 @@ class ApiHost:
         return self.state.public(message)
 
     def play_path(self, hit: Hit, query: str) -> str:
-        return hit_out(hit, query, self.state.index.sparse, self.state.shown).play_url
+        return hit_out(hit, query, self.state).play_url
 
     def ingest(self, paths: list[str], summaries: bool | None, reindex: bool = False,
                urls: list[str] | None = None) -> dict[str, Any]:

@@ -151,6 +151,12 @@ class ApiState:
             return [self.shown(v) for v in value]
         return value
 
+    def title(self, video_id: str, source: str) -> str:
+        """What answers call a file: the title its metadata gives (a manifest's `title`), else its file name."""
+        record = self.index.catalog.get(video_id)
+        given = record.metadata.get("title") if record is not None else None
+        return given.strip() if isinstance(given, str) and given.strip() else Path(source).name
+
     def public(self, message: str) -> str:
         """The message with this server's own folders replaced by labels (answers never show them)."""
         message = self.shown(message)

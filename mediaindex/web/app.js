@@ -1085,9 +1085,12 @@ async function showVideo(videoId, t, token) {
   notice("");
   $("video-title").textContent = v.title;
   const lang = v.language ? ` · language ${v.language}` : "";
-  $("video-meta").textContent = `${clock(v.duration || 0)} · ${v.has_video ? "video" : "audio"}${lang} · ` +
+  const name = v.source.split(/[\\/]/).pop();  // the title is a manifest's: the file's name is said too
+  $("video-meta").textContent = (name !== v.title ? `${name} · ` : "") +
+    `${clock(v.duration || 0)} · ${v.has_video ? "video" : "audio"}${lang} · ` +
     plural(v.segments, "segment") + (v.on_disk ? "" : " · gone from disk");
-  showMetadata(v.metadata || {});
+  const { title, ...metadata } = v.metadata || {};
+  showMetadata(title === v.title ? metadata : v.metadata || {});
   for (const fmt of ["srt", "vtt", "json"]) {
     $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
   }

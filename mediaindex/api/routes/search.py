@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
@@ -33,24 +31,23 @@ from mediaindex.segments import Hit
 
 if TYPE_CHECKING:
     from mediaindex.api.state import ApiState
-    from mediaindex.index.sparse import SparseEncoder
 
 router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
 _IMAGE_TYPES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
 
 
-def hit_out(hit: Hit, query: str, words: SparseEncoder, shown: Callable[[str], str]) -> HitOut:
-    """The hit as the API answers it; `shown` maps its file's path to what answers show (an upload by its name)."""
+def hit_out(hit: Hit, query: str, state: ApiState) -> HitOut:
+    """The hit as the API answers it: its file's path as answers show it (an upload by its name), its title."""
     vid = quote(hit.video_id, safe="")
     return HitOut(
-        **{**hit.to_dict(), "source": shown(hit.source)},
-        title=Path(hit.source).name,
+        **{**hit.to_dict(), "source": state.shown(hit.source)},
+        title=state.title(hit.video_id, hit.source),
         thumbnail_url=f"/thumbs/{quote(hit.thumbnail)}" if hit.thumbnail else None,
         media_url=f"/media/{vid}",
         play_url=f"/media/{vid}#t={hit.seek if hit.seek is not None else hit.start:.2f}",
         page_url=f"/#/video/{vid}?t={hit.start:.2f}",
-        highlights=highlights(query, hit.text, words),
+        highlights=highlights(query, hit.text, state.index.sparse),
         on_disk=os.path.exists(hit.source),
     )
 
@@ -80,7 +77,7 @@ def _run(request: Request, body: SearchRequest) -> SearchResponse:
     state.metrics.searches.labels("text").inc()
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(query=body.q, took_ms=round(took, 2),
-                          hits=[hit_out(h, body.q, state.index.sparse, state.shown) for h in hits])
+                          hits=[hit_out(h, body.q, state) for h in hits])
 
 
 def filters_query(
@@ -155,10 +152,11 @@ def _run_files(request: Request, body: SearchFilesRequest) -> FilesResponse:
         raise ApiError(422, str(exc)) from exc
     state.metrics.searches.labels("files").inc()
     took = (time.perf_counter() - started) * 1000
-    files = [FileHitsOut(video_id=g.video_id, source=state.shown(g.source), title=Path(g.source).name, score=g.score,
+    files = [FileHitsOut(video_id=g.video_id, source=state.shown(g.source), title=state.title(g.video_id, g.source),
+                         score=g.score,
                          band=g.band, count=g.count, on_disk=os.path.exists(g.source),
                          page_url=f"/#/video/{quote(g.video_id, safe='')}",
-                         moments=[hit_out(h, body.q, state.index.sparse, state.shown) for h in g.moments])
+                         moments=[hit_out(h, body.q, state) for h in g.moments])
              for g in found]
     return FilesResponse(query=body.q, took_ms=round(took, 2), files=files)
 
@@ -189,7 +187,7 @@ def _shots(state: ApiState, kind: str, started: float, hits: list[Hit]) -> Searc
     state.metrics.searches.labels(kind).inc()
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(query="", took_ms=round(took, 2),
-                          hits=[hit_out(h, "", state.index.sparse, state.shown) for h in hits])
+                          hits=[hit_out(h, "", state) for h in hits])
 
 
 @router.post(

@@ -57,7 +57,8 @@ def _thumb_url(state: ApiState, video_id: str) -> str | None:
 
 
 def _video_out(state: ApiState, r: VideoRecord) -> dict:
-    return dict(video_id=r.video_id, title=Path(r.source).name, source=state.shown(r.source), duration=r.duration,
+    return dict(video_id=r.video_id, title=state.title(r.video_id, r.source), source=state.shown(r.source),
+                duration=r.duration,
                 language=r.language, segments=r.segments, indexed_at=r.indexed_at,
                 has_video=bool(r.probe.get("has_video")), has_audio=bool(r.probe.get("has_audio", True)),
                 media_url=f"/media/{quote(r.video_id)}",
