@@ -354,6 +354,15 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     assert [(Path(f["path"]).name, f["state"], f["meta"]) for f in shown["files"]] == [
         ("LJ002-0020.wav", "done", {"source_url": f"{server}/files/LJ002-0020.wav", "title": "In 1813",
                                     "tags": ["prison", "history"]})]
+    listed = subprocess.run([sys.executable, "-m", "mediaindex", "index", "list", "--where", "tags=history", "--json"],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    [entry] = json.loads(listed.stdout)
+    assert (Path(entry["source"]).name, entry["metadata"]["title"], entry["on_disk"]) == ("LJ002-0020.wav", "In 1813",
+                                                                                           True), listed.stderr
+    table = subprocess.run([sys.executable, "-m", "mediaindex", "index", "list"], capture_output=True, text=True,
+                           env=env, cwd=REPO, timeout=300).stdout.splitlines()
+    assert table[-1] == "2 files" and f"    source_url: {server}/files/jfk%20speech.flac" in table, table
+    assert f"    source_url: {server}/files/LJ002-0020.wav · title: In 1813 · tags: prison, history" in table
     tagged = subprocess.run([sys.executable, "-m", "mediaindex", "search", "prison", "--json", "--min-confidence",
                              "none", "--where", "tags=history", "--where", "title=In 1813"], capture_output=True,
                             text=True, env=env, cwd=REPO, timeout=300)

@@ -23,7 +23,7 @@ from mediaindex.cli import render
 from mediaindex.cli.render import err, fail, out, say
 from mediaindex.config import WATCH_MAX_S, Settings, load_settings
 from mediaindex.errors import MediaIndexError
-from mediaindex.index.filters import SearchFilters, parse_where
+from mediaindex.index.filters import SearchFilters, metadata_matches, parse_where
 from mediaindex.index.transcript import CueLimits, check_format, export
 from mediaindex.jobs import JobFinished, JobNotFound, JobStore, jobs_db_path
 from mediaindex.models.bundled import (
@@ -39,10 +39,11 @@ from mediaindex.models.registry import check_models
 
 if TYPE_CHECKING:
     from mediaindex.api.keys import KeyStore
+    from mediaindex.index.catalog import VideoRecord
     from mediaindex.index.holder import Holder
     from mediaindex.media.download import Downloaded
     from mediaindex.service.archive import Archive
-    from mediaindex.service.remote import RemoteArchive
+    from mediaindex.service.remote import ListedFile, RemoteArchive
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Index video and audio archives; search them in plain language.")
 index_app = typer.Typer(no_args_is_help=True, help="Maintain the index.")
@@ -816,6 +817,36 @@ def index_stats(
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
     render.stats(numbers, archive.index.dir, as_json)
+
+
+@index_app.command("list")
+def index_list(
+    refs: Annotated[list[str] | None, typer.Argument(
+        help="Only these: a video id or its start, the path or folder they were ingested from, or a file name.",
+        show_default=False)] = None,
+    where: Annotated[list[str] | None, typer.Option("--where", help="Only files whose metadata has this value: "
+                                                    "KEY=VALUE, as search takes it; repeat it for more.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the files as JSON.")] = False,
+    index: IndexOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """List the indexed files by path: length, language, segments, id, and the metadata each was indexed with."""
+    from mediaindex.index.naming import select_files
+
+    try:
+        pairs = parse_where(where or [])
+    except ValueError as exc:
+        raise fail(str(exc)) from exc
+    settings = _settings(config, index)
+    _require_index(settings)
+    try:
+        remote = _remote(settings)
+        with remote if remote is not None else _open(settings) as archive:
+            files: list[VideoRecord | ListedFile] = list(archive.files())
+            chosen = select_files(files, refs) if refs else files
+    except MediaIndexError as exc:
+        raise fail(str(exc)) from exc
+    render.listed([f for f in chosen if metadata_matches(f.metadata, pairs)], as_json)
 
 
 @index_app.command("optimize")

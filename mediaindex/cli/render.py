@@ -206,6 +206,27 @@ def file_list(files: Sequence[Any], shown: int = 10) -> None:
         out.print(f"  … and {len(files) - shown} more", highlight=False)
 
 
+def listed(files: Sequence[Any], as_json: bool) -> None:
+    """Indexed files (catalog records, or a server's): path, length, language, segments and id on a line, then
+    what it was indexed with (a manifest's columns, a downloaded file's address); or as JSON."""
+    if as_json:
+        print(json.dumps([{"video_id": f.video_id, "source": f.source, "duration": f.duration, "language": f.language,
+                           "segments": f.segments, "metadata": f.metadata, "on_disk": not gone(f.source)}
+                          for f in files], ensure_ascii=False, indent=2))
+        return
+    from mediaindex.pipeline.discover import shown
+
+    for f in files:  # names and values as written, control characters escaped
+        facts = [timestamp(f.duration) if f.duration else None, f.language, plural(f.segments, "segment"), f.video_id]
+        out.print(f"{shown(f.source)}{gone(f.source)}  {'  '.join(x for x in facts if x)}", highlight=False,
+                  markup=False, soft_wrap=True)
+        if f.metadata:
+            given = " · ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                               for k, v in f.metadata.items())
+            out.print(f"    {shown(given)}", highlight=False, markup=False, soft_wrap=True)
+    out.print(plural(len(files), "file"), highlight=False)
+
+
 def removed(files: Sequence[Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps([{"video_id": f.video_id, "source": f.source, "segments": f.segments} for f in files],

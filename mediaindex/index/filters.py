@@ -44,6 +44,17 @@ def metadata_values(value: str) -> list[str | float]:
     return [value, number] if math.isfinite(number) else [value]
 
 
+def metadata_matches(metadata: dict[str, Any], pairs: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a file's metadata meets every condition, as the engine judges its segments' payloads."""
+    def holds(stored: Any, value: str) -> bool:
+        if isinstance(stored, list):
+            return any(holds(item, value) for item in stored)
+        return any(stored == v if isinstance(v, str) else (not isinstance(stored, bool | str) and stored == v)
+                   for v in metadata_values(value))
+
+    return all(key in metadata and holds(metadata[key], value) for key, value in pairs)
+
+
 def parse_where(texts: list[str]) -> tuple[tuple[str, str], ...]:
     """`KEY=VALUE` texts (a CLI option, a query parameter) as metadata conditions."""
     pairs = []

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,14 @@ API_MAX_LIMIT = 100  # the server's own cap on hits per search
 
 @dataclass(frozen=True)
 class ListedFile:
+    """An indexed file as the server's GET /videos lists it (the fields a listing shows of a VideoRecord)."""
+
     video_id: str
     source: str
     segments: int
+    duration: float | None = None
+    language: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class RemoteError(MediaIndexError):
@@ -177,8 +182,8 @@ class RemoteArchive:
 
     def files(self) -> list[ListedFile]:
         """The server's indexed files, by path."""
-        return [ListedFile(v["video_id"], v["source"], v.get("segments") or 0)
-                for v in self.server.request("GET", "/videos")]
+        return [ListedFile(v["video_id"], v["source"], v.get("segments") or 0, v.get("duration"), v.get("language"),
+                           v.get("metadata") or {}) for v in self.server.request("GET", "/videos")]
 
     def remove(self, video_ids: Sequence[str]) -> list[ListedFile]:
         """Take these files out of the server's index; an id it no longer holds is passed over."""
