@@ -66,6 +66,10 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
                          (["title=inaugural"], False)):
         hits = trusting.get("/search", params={**ask, "where": where}).json()["hits"]
         assert bool(hits) is found and all(h["video_id"] == stored["video_id"] for h in hits), (where, hits)
+    for where, files in (("year=1961", 1), ("year=1962", 0)):
+        library = trusting.get("/library", params={"where": where}).json()
+        assert (library["files"], len(library["videos"])) == (files, files), library
+    assert_error(trusting.get("/library", params={"where": "year"}), 422, "a metadata filter is KEY=VALUE")
     posted = trusting.post("/search", json={**ask, "filters": {"where": {"title": "Inaugural", "year": 1961}}})
     assert posted.json()["hits"][0]["video_id"] == stored["video_id"], posted.text
     for bad, message in ((["year"], "a metadata filter is KEY=VALUE"), (["year=1", "year=2"], "is given twice"),

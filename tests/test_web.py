@@ -795,6 +795,61 @@ def test_media_added_by_web_address_are_downloaded_and_indexed(browser, tmp_path
             page.context.close()
 
 
+def test_a_files_metadata_is_on_its_page_and_its_values_keep_the_library_and_searches_to_files_with_them(
+        browser, tmp_path: Path, cache_dir: Path, embedder, pipeline) -> None:
+    """Two recordings indexed with a manifest's title and tags: a file's page is headed by its title (its file name
+    beside), lists its tags, each a link to the library's files with it; from there a search keeps to them, and
+    "all files" lets go. Desktop, then phone."""
+    import httpx
+
+    from mediaindex.config import ApiSettings
+    from tests.test_api_jobs import wait_for_job
+
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        media_roots=[media("audio")], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    manifest = [{"path": str(media("audio/jfk.flac")), "metadata": {"title": "Inaugural address",
+                                                                     "tags": ["speech", "politics"]}},
+                {"path": str(media("audio/LJ002-0035.wav")), "metadata": {"tags": ["speech", "history"]}}]
+    with LiveServer(create_app(settings, embedder=embedder, pipeline=pipeline)) as live, \
+            httpx.Client(base_url=live.url, timeout=30) as client:
+        job = wait_for_job(client, client.post("/ingest", json={"manifest": manifest}).json()["id"])  # type: ignore[arg-type]
+        assert job["state"] == "done", job
+        jfk = next(f["video_id"] for f in job["files"] if f["path"].endswith("jfk.flac"))
+        for size in VIEWPORTS:
+            page = Page(browser.new_context(viewport=VIEWPORTS[size]), size)
+            page.p.goto(f"{live.url}/#/video/{jfk}")
+            page.p.locator("#transcript .line").first.wait_for()
+            assert page.p.locator("#video-title").inner_text() == "Inaugural address"
+            assert page.p.locator("#video-meta").inner_text().startswith("jfk.flac · 0:11")
+            assert page.p.locator("#video-metadata dt").all_inner_texts() == ["tags"]
+            page.fits()
+            assert page.p.locator("#video-metadata dd a").all_inner_texts() == ["speech", "politics"]
+            page.p.locator("#video-metadata a", has_text="politics").click()
+            page.p.wait_for_function("() => document.getElementById('library-size').textContent.startsWith('1 file')")
+            assert page.p.locator("#scope-text").inner_text() == "Only files with tags: politics"
+            assert page.p.locator("#library .file .title").all_inner_texts() == ["Inaugural address"]
+            page.taps("#scope-clear")
+            page.fits()
+            page.shot("metadata-scope")
+            page.p.fill("#q", "speech")  # both files' tag, said in neither: what keeps to the scope is the filter
+            page.p.press("#q", "Enter")
+            page.p.wait_for_function("() => location.hash.startsWith('#/search')")
+            page.p.locator("#results .hit, #empty:not([hidden])").first.wait_for()
+            assert "where=tags%3Dpolitics" in page.p.url
+            assert set(page.p.locator("#results .hit .title").all_inner_texts()) <= {"Inaugural address"}
+            page.p.fill("#q", "the press yard")  # said in the other file alone
+            page.p.press("#q", "Enter")
+            page.p.locator("#results .hit, #empty:not([hidden])").first.wait_for()
+            assert "LJ002-0035.wav" not in page.p.locator("#results").inner_text()
+            page.p.click("#scope-clear")
+            page.p.wait_for_function("() => !location.hash.includes('where')")
+            page.p.locator("#results .hit").first.wait_for()
+            assert page.p.locator("#scope").is_hidden()
+            assert "LJ002-0035.wav" in page.p.locator("#results .hit .title").all_inner_texts()
+            assert not page.errors and not page.failed, (page.errors, page.failed)
+            page.context.close()
+
+
 def test_the_library_says_what_is_being_indexed_and_shows_it_once_done(browser, tmp_path: Path, cache_dir: Path,
                                                                         embedder, pipeline) -> None:
     """An ingest job the server has queued (as a watched folder or the CLI through it queues one) is said above the

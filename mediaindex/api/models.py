@@ -128,9 +128,9 @@ class LibraryVideoOut(VideoOut):
 
 
 class LibraryOut(BaseModel):
-    files: int = Field(description="Files in the index")
-    segments: int = Field(description="Segments in the index, all kinds")
-    duration: float = Field(description="Seconds of media in the index")
+    files: int = Field(description="Files in the index (with `where`: those that pass)")
+    segments: int = Field(description="Segments in the index, all kinds (with `where`: of the files that pass)")
+    duration: float = Field(description="Seconds of media in the index (with `where`: of the files that pass)")
     offset: int
     limit: int
     videos: list[LibraryVideoOut] = Field(description="This page of files, by path")

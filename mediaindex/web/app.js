@@ -16,6 +16,7 @@ let told = "";         // said once by the next library view (a file just taken 
 let maxUpload = null;  // the largest file the server takes as an upload (the library says)
 let refreshing = false;  // the library is about to be shown anew, not opened
 let shownBefore = null;  // after "more": how many results were listed, to keep the reader's place below them
+let scope = "";  // KEY=VALUE: the library and searches keep to files whose metadata has it (a tag's link)
 
 // ---- API access --------------------------------------------------------------------------------
 class Offline extends Error {}
@@ -325,7 +326,8 @@ async function showLibrary(page, token) {
   $("library").setAttribute("aria-busy", "true");
   let lib;
   try {
-    lib = await api(`/library?offset=${page * PAGE_SIZE}&limit=${PAGE_SIZE}`);
+    const only = scope ? `&${new URLSearchParams({ where: scope })}` : "";
+    lib = await api(`/library?offset=${page * PAGE_SIZE}&limit=${PAGE_SIZE}${only}`);
   } catch (e) {
     if (token !== routeToken) return;
     $("library").replaceChildren();
@@ -347,18 +349,18 @@ async function showLibrary(page, token) {
   $("add-input").accept = ["audio/*", "video/*", ...(lib.media_suffixes || [])].join(",");
   $("library-size").textContent = lib.files
     ? `${plural(lib.files, "file")}, ${span(lib.duration)} of media, ${plural(lib.segments, "segment")}`
-    : "The index is empty";
+    : scope ? "No file has it" : "The index is empty";
   const examples = $("examples");
   examples.replaceChildren();
   if (lib.examples.length) {
     examples.append(el("span", { class: "label" }, "Try: "));
     for (const q of lib.examples) {
-      examples.append(el("a", { class: "example", href: `#/search?${new URLSearchParams({ q })}` }, q));
+      examples.append(el("a", { class: "example", href: searchHash(q) }, q));
     }
   }
   const list = $("library");
   list.replaceChildren(...lib.videos.map(libraryItem));
-  if (!lib.files) {
+  if (!lib.files && !scope) {
     const added = lib.fetch_urls === "off" ? "Add media above" : "Add media or a web address above";
     list.append(el("li", { class: "hint" }, `${added}, or index a folder with `,
                    el("code", {}, "mediaindex ingest FOLDER"), ", then come back."));
@@ -369,8 +371,8 @@ async function showLibrary(page, token) {
   $("page-info").textContent = `page ${page + 1} of ${pages}`;
   $("prev").hidden = page === 0;
   $("next").hidden = page + 1 >= pages;
-  $("prev").href = `#/?page=${page}`;
-  $("next").href = `#/?page=${page + 2}`;
+  $("prev").href = libraryHash(page);
+  $("next").href = libraryHash(page + 2);
 }
 
 // ---- search ------------------------------------------------------------------------------------
@@ -411,6 +413,7 @@ async function runSearch(q, video, modality, token, confidence, by, limit = RESU
   if (video) params.set("video_id", video);
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
+  if (scope) params.set("where", scope);
   const path = byFile ? `/search/files?${params}&per_file=3` : `/search?${params}`;
   const before = shownBefore;  // "more" was pressed: keep the reader where they were, on the first new one
   const place = before === null ? null : window.scrollY;
@@ -485,7 +488,27 @@ function searchHash(q, video, modality, confidence, by) {
   if (modality) params.set("modality", modality);
   if (confidence) params.set("min_confidence", confidence);
   if (by) params.set("by", by);
+  if (scope) params.set("where", scope);
   return `#/search?${params}`;
+}
+
+// The library's page `page` (from 1), keeping to the files in scope.
+function libraryHash(page) {
+  const params = new URLSearchParams(page > 1 ? { page: String(page) } : {});
+  if (scope) params.set("where", scope);
+  return `#/?${params}`;
+}
+
+// Said above the library and the results while they keep to files with a metadata value; its link drops it.
+function showScope(path, params) {
+  $("scope").hidden = !scope;
+  if (!scope) return;
+  const [key, ...value] = scope.split("=");
+  $("scope-text").textContent = `Only files with ${key}: ${value.join("=")}`;
+  const all = new URLSearchParams(params);
+  all.delete("where");
+  all.delete("page");
+  $("scope-clear").href = `#${path || "/"}?${all}`;
 }
 
 function emptyState(q, video, modality, confident) {
@@ -999,9 +1022,12 @@ function showMetadata(metadata) {
   for (const [key, value] of Object.entries(metadata)) {
     const text = Array.isArray(value) ? value.join(", ") : String(value);
     const web = key === "source_url" && /^https?:\/\//i.test(text);
+    // Each value (each tag) links to the library's files that have it too.
+    const values = (Array.isArray(value) ? value : [value]).map(String).flatMap((v, i) => [i ? ", " : null,
+      el("a", { href: `#/?${new URLSearchParams({ where: `${key}=${v}` })}`, title: `Files with ${key}: ${v}` }, v)]);
     list.append(el("dt", {}, key === "source_url" ? "from" : key),
                 el("dd", { dir: "auto" }, web ? el("a", { href: text, rel: "noopener noreferrer", target: "_blank" }, text)
-                                               : text));
+                                               : key === "source_url" ? text : el("span", {}, ...values)));
   }
   list.hidden = !list.children.length;
 }
@@ -1144,6 +1170,8 @@ function route() {
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
   if (path !== "/search") shownBefore = null;  // "more" was pressed, then another view opened: nothing to keep
+  scope = path === "/search" || !path || path === "/" ? (params.get("where") || "").trim() : "";
+  showScope(path, params);
   const video = (path || "").match(/^\/video\/([^/]+)$/);
   if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
   const q = (params.get("q") || "").trim();
@@ -1173,7 +1201,7 @@ $("search-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const q = $("q").value.trim();
   const hash = q ? searchHash(q, $("video-filter").value, $("modality-filter").value, $("confidence-filter").value,
-                             $("group-filter").value) : "#/";
+                             $("group-filter").value) : libraryHash(1);
   if (location.hash === hash) route(); else location.hash = hash;
 });
 $("ask-button").addEventListener("click", () => {

@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import quote
 
 import anyio
@@ -36,6 +36,7 @@ from mediaindex.api.models import (
 from mediaindex.api.state import ApiState
 from mediaindex.errors import MediaError
 from mediaindex.index.catalog import VideoRecord
+from mediaindex.index.filters import metadata_matches, parse_where
 from mediaindex.index.store import hit_from_payload
 from mediaindex.media import playable
 from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
@@ -87,16 +88,26 @@ def list_videos(request: Request) -> list[VideoOut]:
 
 @router.get("/library", response_model=LibraryOut)
 def library(request: Request, offset: int = Query(0, ge=0, le=10_000_000),
-            limit: int = Query(24, ge=1, le=200)) -> LibraryOut:
+            limit: int = Query(24, ge=1, le=200),
+            where: Annotated[list[str] | None, Query(max_length=20, description=(
+                "Only files whose metadata has this value: KEY=VALUE (tags=physics), as search takes it"))] = None,
+            ) -> LibraryOut:
     """The start page: one page of files (with segments per kind), the index's size and example queries."""
     from mediaindex.api.library import example_queries, kind_counts
 
     state = get_state(request)
     store = state.index.store
     records = state.index.catalog.all()
+    if where:
+        try:
+            pairs = parse_where(where)
+        except ValueError as exc:
+            raise ApiError(422, str(exc)) from exc
+        records = [r for r in records if metadata_matches(r.metadata, pairs)]
     page = [LibraryVideoOut(**_video_out(state, r), kinds=kind_counts(store, r.video_id))
             for r in records[offset:offset + limit]]
-    return LibraryOut(files=len(records), segments=store.count(), duration=sum(r.duration or 0 for r in records),
+    segments = sum(r.segments for r in records) if where else store.count()
+    return LibraryOut(files=len(records), segments=segments, duration=sum(r.duration or 0 for r in records),
                       offset=offset, limit=limit, videos=page, examples=example_queries(store, records),
                       keys_required=state.keys_required(), max_upload_bytes=state.settings.api.max_upload_bytes,
                       media_suffixes=sorted(MEDIA_SUFFIXES), fetch_urls=state.settings.api.fetch_urls)
