@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from mediaindex.media.download import WebAddress
 
@@ -31,7 +31,7 @@ class Filters(_Strict):
     from_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that end after this time")
     to_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that start before this time")
     where: dict[Annotated[str, Field(min_length=1, max_length=200)],
-                Annotated[str, Field(min_length=1, max_length=1000)] | int | float] = Field(
+                Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] = Field(
         default_factory=dict, max_length=20,
         description="Only files whose metadata (a manifest's columns, a downloaded file's `source_url`) has these "
                     "values: {\"tags\": \"physics\", \"year\": 1999}; a list (tags) has a value when one of its "

@@ -18,7 +18,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, StrictFloat, StrictInt
 
 from mediaindex.index.filters import SearchFilters
 from mediaindex.mcp import models
@@ -51,7 +51,7 @@ Language = Annotated[str | None, Field(min_length=1, max_length=16, description=
 Speaker = Annotated[str | None, Field(min_length=1, max_length=16, description=(
     "Only speech of this speaker label within a file (S1, S2, ...)"))]
 Where = Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)],
-                        Annotated[str, Field(min_length=1, max_length=1000)] | int | float] | None, Field(
+                        Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] | None, Field(
     max_length=20, description=(
         "Only files whose metadata has these values, e.g. {\"tags\": \"physics\"} (what they were indexed with: "
         "a manifest's columns, a downloaded file's source_url); a list (tags) has a value when one of its items "
