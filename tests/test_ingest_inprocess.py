@@ -92,7 +92,7 @@ def test_a_moved_file_keeps_its_segments_and_a_copy_runs_through_no_stage(tmp_pa
 def test_a_manifest_edited_since_gives_its_new_values_without_indexing_again(tmp_path: Path, cache_dir: Path,
                                                                             embedder) -> None:
     """Values a job gives an indexed, unchanged file are set in place, through no stage; keys it does not give keep
-    theirs, also through a folder's walk and a file indexed again; a search may ask for them."""
+    theirs, also through a folder's walk, a file indexed again and a file moved; a search may ask for them."""
     from mediaindex.index.filters import SearchFilters
 
     settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
@@ -133,3 +133,11 @@ def test_a_manifest_edited_since_gives_its_new_values_without_indexing_again(tmp
         assert run(manifest) == run(folder) == {"jfk.flac": ("unchanged", "already indexed", 0)}
         assert run(folder, reindex=True)["jfk.flac"][::2] == ("indexed", 1)
         assert index.catalog.get(jfk).metadata["title"] == "Inaugural address" and holds("year", "1961")
+
+        # Moved, and named by the manifest at its new path with a new value: it follows, through no stage.
+        (folder / "talks").mkdir()
+        (folder / "jfk.flac").rename(folder / "talks" / "jfk.flac")
+        manifest.write_text("path,title\ntalks/jfk.flac,The inaugural address\n")
+        assert run(manifest)["jfk.flac"] == ("unchanged", f"moved from {folder / 'jfk.flac'}; its segments follow it", 0)
+        assert index.catalog.get(jfk).source == str(folder / "talks" / "jfk.flac")
+        assert holds("title", "The inaugural address") and holds("year", "1961")

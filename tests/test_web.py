@@ -841,6 +841,9 @@ def test_a_files_metadata_is_on_its_page_and_its_values_keep_the_library_and_sea
             page.p.press("#q", "Enter")
             page.p.locator("#results .hit, #empty:not([hidden])").first.wait_for()
             assert "LJ002-0035.wav" not in page.p.locator("#results").inner_text()
+            # Nothing confident in scope: the tips say what was searched, and how to search everything.
+            assert "Only files with tags: politics were searched: search all files" in \
+                page.p.locator("#suggestions").inner_text()
             page.p.click("#scope-clear")
             page.p.wait_for_function("() => !location.hash.includes('where')")
             page.p.locator("#results .hit").first.wait_for()

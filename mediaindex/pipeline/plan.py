@@ -63,7 +63,7 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
             return Plan(f.path, Outcome.UNREADABLE, f.meta, f.attempts, reason=f"cannot read: {exc.strerror or exc}")
         if same is not None and Path(same.source).exists():
             return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason=f"same content as {same.source}")
-        if same is not None and not f.meta:  # metadata of its own is written with new segments
+        if same is not None:
             return Plan(f.path, Outcome.MOVED, f.meta, f.attempts, video_id=same.video_id,
                         reason=f"moved from {same.source}")
     if not unchanged:

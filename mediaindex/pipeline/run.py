@@ -181,7 +181,7 @@ class _Run:
             elif plan.outcome is Outcome.UNCHANGED:
                 self._close(plan, FileOutcome(plan.path, Status.UNCHANGED, plan.reason))
             elif plan.outcome is Outcome.MOVED:
-                self._close(plan, write_move(self.index, plan.path, plan.video_id, plan.reason))
+                self._close(plan, write_move(self.index, plan.path, plan.video_id, plan.meta, plan.reason))
             elif plan.outcome is Outcome.NEW_METADATA:
                 self._close(plan, write_metadata(self.index, plan.path, plan.video_id, plan.meta, plan.reason))
             elif plan.outcome is Outcome.POISON:

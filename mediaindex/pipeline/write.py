@@ -60,15 +60,18 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
                        notes=item.notes, duration=item.info.duration)
 
 
-def write_move(index: MediaIndex, path: str, video_id: str | None, reason: str) -> FileOutcome:
+def write_move(index: MediaIndex, path: str, video_id: str | None, meta: dict[str, Any],
+               reason: str) -> FileOutcome:
     """Point the entry of a file indexed at another path, where it no longer is, at this one: the same bytes
-    keep their segments, summary and thumbnails."""
+    keep their segments, summary and thumbnails, and get the metadata values its job gives."""
     assert video_id is not None
     try:
         mtime_ns = Path(path).stat().st_mtime_ns
     except OSError as exc:
         return FileOutcome(path, Status.FAILED, f"cannot read: {exc.strerror or exc}", video_id=video_id)
     index.move_video(video_id, path, mtime_ns)
+    if meta:
+        index.add_metadata(video_id, meta)
     return FileOutcome(path, Status.UNCHANGED, f"{reason}; its segments follow it", video_id=video_id)
 
 
@@ -94,8 +97,12 @@ def write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> F
         return FileOutcome(item.source, Status.UNCHANGED, "already indexed; nothing to summarise",
                            video_id=item.video_id)
     segments = [item.segments[k] for k in new]
+    earlier = index.catalog.get(item.video_id)
+    kept = {**(earlier.metadata if earlier is not None else {}), **meta}
     for seg in segments:
-        seg.extra = {**meta, **seg.extra}  # filterable like the file's other segments written by this job
+        seg.extra = {**kept, **seg.extra}  # filterable like the file's other segments
     index.add_segments(item.video_id, segments, item.vectors[new])
+    if meta:  # and the file's other segments and entry get the values this job gives
+        index.add_metadata(item.video_id, meta)
     return FileOutcome(item.source, Status.SUMMARISED, segments=len(segments), video_id=item.video_id,
                        notes=item.notes, duration=item.info.duration)

@@ -535,6 +535,10 @@ function emptyState(q, video, modality, confident) {
     tips.push(el("li", {}, "Or pick a kind of match (speech, on-screen text, pictures) in the filter."));
   }
   if (video) tips.push(el("li", {}, "Only one file was searched: ", el("a", { href: searchHash(q, "", modality) }, "search all files")));
+  if (scope) {
+    tips.push(el("li", {}, `Only ${$("scope-text").textContent.replace(/^Only /, "")} were searched: `,
+                 el("a", { href: $("scope-clear").href }, "search all files")));
+  }
   $("suggestions").replaceChildren(...tips);
 }
 
