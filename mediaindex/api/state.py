@@ -57,6 +57,12 @@ class LockedEmbedder:
         return getattr(self._embedder, name)
 
 
+def file_title(source: str, metadata: dict[str, Any]) -> str:
+    """What answers call a file: the title its metadata gives (a manifest's `title`), else its file name."""
+    given = metadata.get("title")
+    return given.strip() if isinstance(given, str) and given.strip() else Path(source).name
+
+
 class ApiState:
     def __init__(self, settings: Settings, index: Any = None, embedder: Any = None, pipeline: Any = None,
                  advertise_url: str | None = None) -> None:
@@ -152,10 +158,9 @@ class ApiState:
         return value
 
     def title(self, video_id: str, source: str) -> str:
-        """What answers call a file: the title its metadata gives (a manifest's `title`), else its file name."""
+        """What answers call an indexed file (`file_title`), looked up by its id."""
         record = self.index.catalog.get(video_id)
-        given = record.metadata.get("title") if record is not None else None
-        return given.strip() if isinstance(given, str) and given.strip() else Path(source).name
+        return file_title(source, record.metadata if record is not None else {})
 
     def public(self, message: str) -> str:
         """The message with this server's own folders replaced by labels (answers never show them)."""

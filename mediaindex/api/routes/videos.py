@@ -33,7 +33,7 @@ from mediaindex.api.models import (
     VideoDetail,
     VideoOut,
 )
-from mediaindex.api.state import ApiState
+from mediaindex.api.state import ApiState, file_title
 from mediaindex.errors import MediaError
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import metadata_matches, parse_where
@@ -58,7 +58,7 @@ def _thumb_url(state: ApiState, video_id: str) -> str | None:
 
 
 def _video_out(state: ApiState, r: VideoRecord) -> dict:
-    return dict(video_id=r.video_id, title=state.title(r.video_id, r.source), source=state.shown(r.source),
+    return dict(video_id=r.video_id, title=file_title(r.source, r.metadata), source=state.shown(r.source),
                 duration=r.duration,
                 language=r.language, segments=r.segments, indexed_at=r.indexed_at,
                 has_video=bool(r.probe.get("has_video")), has_audio=bool(r.probe.get("has_audio", True)),
