@@ -615,6 +615,39 @@ def test_questions_scoped_to_a_video(archive: Archive) -> None:
     assert all(c.video_id == manifesto for c in ans.citations)
 
 
+def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_dir: Path, embedder) -> None:
+    """`where`: the loop's searches keep to the files with the value (the manifesto, tagged; JFK's speech, which
+    the question is about, not), its transcript tools refuse another file, and the model is told the scope."""
+    from tests.corpus import manifesto, references
+
+    by_file: dict[str, list[Segment]] = {}
+    for seg in manifesto() + references():
+        tags = ["politics"] if seg.source.endswith("manifesto.mp4") else ["speech"]
+        by_file.setdefault(seg.video_id, []).append(replace(seg, extra={"tags": tags}))
+    with MediaIndex(make_settings(tmp_path / "index", cache_dir), embedder.dim, embedder.name) as index:
+        for video_id, segs in by_file.items():
+            index.replace_video(VideoRecord(video_id, segs[0].source, video_id, 1, 1, None, "en", len(segs), {},
+                                            now()), segs, embedder.embed_passages([s.text for s in segs]))
+        arc = Archive(index, embedder)
+        manifesto_id = next(v for v, segs in by_file.items() if segs[0].source.endswith("manifesto.mp4"))
+        jfk = next(v for v, segs in by_file.items() if segs[0].source.endswith("jfk.flac"))
+        scope = (("tags", "politics"),)
+        model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+        ans = ask(QUESTION, arc, model, FAST, where=scope)
+        assert "(Only files with tags: politics are in scope.)" in model.calls[0][0][1]["content"]
+        shown = [s.content for s in ans.trace if s.kind == "tool_result"]
+        assert shown and all(f"video {jfk}" not in c for c in shown) and f"video {manifesto_id}" in shown[0]
+        assert all(c.video_id == manifesto_id for c in ans.citations)
+        unscoped = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+        assert {c.video_id for c in ask(QUESTION, arc, unscoped, FAST).citations} == {jfk}
+        transcript = json.dumps({"name": "get_transcript", "arguments": {"video_id": jfk, "start": 0, "end": 10}})
+        model = ScriptedModel([f"<tool_call>\n{transcript}\n</tool_call>", "It is not here."])
+        ans = ask(QUESTION, arc, model, FAST, where=scope)
+        assert "only files with tags: politics are in scope" in next(s.content for s in ans.trace if s.kind == "error")
+        with pytest.raises(agents.AgentInputError, match="is given twice"):
+            ask(QUESTION, arc, ScriptedModel([]), FAST, where=(("tags", "a"), ("tags", "b")))
+
+
 @pytest.mark.parametrize(
     ("question", "video", "message"),
     [("", None, "empty"), ("   ", None, "empty"), ("x" * 1001, None, "too long"),

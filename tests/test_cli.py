@@ -173,7 +173,7 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["serve", "--media-root", str(media("audio")), "--watch", "1e12"], "less than or equal to 604800"),
         (["serve", "--watch", "5"], "--watch watches the media roots: give --media-root FOLDER"),
         (["index", "list", "--where", "tags"], "a metadata filter is KEY=VALUE (e.g. tags=physics), got 'tags'"),
-        (["index", "list", "--where", "a\\b=1"], "without quotes, '=', backslashes or control characters"),
+        (["ask", "what?", "--where", "a\\b=1"], "without quotes, '=', backslashes or control characters"),
     ],
 )
 def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:

@@ -97,6 +97,7 @@ def test_tools_are_listed_with_schemas_and_search_gives_moments_that_play(keyed:
             untagged = await call(session, "search", {"query": JFK, "where": {"tags": "speech"}})
             assert untagged["moments"] == []  # no file was indexed with tags
             assert "without quotes" in await refusal(session, "search", {"query": JFK, "where": {'ta"gs': "x"}})
+            assert "without quotes" in await refusal(session, "ask", {"question": "who?", "where": {'ta"gs': "x"}})
             spoken = await call(session, "search", {"query": "banana", "modality": ["speech"], "from_seconds": 30})
             assert spoken["moments"] and all(m["modality"] == "speech" and m["end"] > 30 for m in spoken["moments"])
             by_file = await call(session, "search_files", {"query": JFK, "per_file": 1})

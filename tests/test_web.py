@@ -798,8 +798,8 @@ def test_media_added_by_web_address_are_downloaded_and_indexed(browser, tmp_path
 def test_a_files_metadata_is_on_its_page_and_its_values_keep_the_library_and_searches_to_files_with_them(
         browser, tmp_path: Path, cache_dir: Path, embedder, pipeline) -> None:
     """Two recordings indexed with a manifest's title and tags: a file's page is headed by its title (its file name
-    beside), lists its tags, each a link to the library's files with it; from there a search keeps to them, and
-    "all files" lets go. Desktop, then phone."""
+    beside), lists its tags, each a link to the library's files with it; from there a search (and at the desktop
+    size a question) keeps to them, and "all files" lets go. Desktop, then phone."""
     import httpx
 
     from mediaindex.config import ApiSettings
@@ -844,6 +844,17 @@ def test_a_files_metadata_is_on_its_page_and_its_values_keep_the_library_and_sea
             # Nothing confident in scope: the tips say what was searched, and how to search everything.
             assert "Only files with tags: politics were searched: search all files" in \
                 page.p.locator("#suggestions").inner_text()
+            if size == "desktop":  # a question asked from there keeps to them too (stopped: its run is tested apart)
+                page.p.fill("#q", "Who speaks?")
+                with page.p.expect_request(lambda r: r.url.endswith("/ask") and r.method == "POST") as asked:
+                    page.p.click("#ask-button")
+                assert asked.value.post_data_json["where"] == {"tags": "politics"}
+                assert "where=tags%3Dpolitics" in page.p.url and page.p.locator("#scope").is_visible()
+                page.p.click("#ask-stop")
+                page.p.wait_for_function("() => document.getElementById('ask-status').textContent.startsWith('Stopped')",
+                                         timeout=180_000)
+                page.p.go_back()
+                page.p.locator("#results .hit, #empty:not([hidden])").first.wait_for()
             page.p.click("#scope-clear")
             page.p.wait_for_function("() => !location.hash.includes('where')")
             page.p.locator("#results .hit").first.wait_for()

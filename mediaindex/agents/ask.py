@@ -56,6 +56,7 @@ from mediaindex.agents.toolcall import (
 from mediaindex.agents.tools import ANSWER_CONFIDENCE, ANSWER_LIMIT, SHOWN_AS, Archive, ToolError, ToolResult
 from mediaindex.config import LLMSettings
 from mediaindex.errors import NOT_UTF8_TEXT, MediaIndexError, is_utf8
+from mediaindex.index.filters import check_metadata
 from mediaindex.models.text_language import query_language
 from mediaindex.segments import MEDIA_MODALITIES, Hit
 
@@ -111,6 +112,7 @@ class _Run:
     must_answer: bool = False  # the next turn answers (no call, no NOT FOUND)
     corrected: bool = False  # the model was corrected once (asked to answer); the next problem falls back
     shown: list[Hit] = field(default_factory=list)  # moment [n] is shown[n - 1]
+    where: tuple[tuple[str, str], ...] = ()  # only files with these metadata values are in scope
 
     def number(self, hit: Hit) -> int:
         """The moment's number for this job (the same moment keeps its number)."""
@@ -154,7 +156,7 @@ class _Run:
 
     def search(self, query: str, video_id: str | None, modality: str | None = None, limit: int = ANSWER_LIMIT,
                min_confidence: str = ANSWER_CONFIDENCE) -> list[Hit]:
-        hits = self.archive.search(query, video_id or self.video_id, modality, limit, min_confidence)
+        hits = self.archive.search(query, video_id or self.video_id, modality, limit, min_confidence, self.where)
         self.searches.append(query)
         # A score measures a hit against the query that found it: only the question's own search measures it
         # against the question. Hits of the model's other queries must show relevance by shared words.
@@ -194,8 +196,9 @@ def check_question(question: object) -> str:
     return question
 
 def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, video: str | None = None,
-        fallback: bool = True, on_event: OnEvent = ignore) -> Answer:
-    """Answer a question over the archive (or one video) with cited moments.
+        fallback: bool = True, on_event: OnEvent = ignore, where: tuple[tuple[str, str], ...] = ()) -> Answer:
+    """Answer a question over the archive (or one video, or the files with `where`'s metadata values) with cited
+    moments.
 
     With fallback=False the loop's own answer is returned even when it cites nothing real (status
     "unsupported"), which is how the benchmark measures the bare tool-calling path."""
@@ -207,7 +210,11 @@ def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, 
             raise AgentInputError(f"no video {video!r} in the index (give a video id or its start, the path it was "
                                   "ingested from, or its file name)")
         video_id = record.video_id
-    run = _Run(question, video_id, settings, llm, archive, on_event=on_event)
+    try:
+        check_metadata(where)
+    except ValueError as exc:
+        raise AgentInputError(str(exc)) from exc
+    run = _Run(question, video_id, settings, llm, archive, on_event=on_event, where=where)
     try:
         return _agent_loop(run)
     except _Fallback as why:
@@ -220,7 +227,13 @@ def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, 
 def _user_prompt(run: _Run) -> str:
     if run.video_id:
         return f"{run.question}\n\n(Only video {run.video_id} is in scope.)"
+    if run.where:
+        return f"{run.question}\n\n(Only files with {_scope(run)} are in scope.)"
     return run.question
+
+
+def _scope(run: _Run) -> str:
+    return " and ".join(f"{key}: {value}" for key, value in run.where)
 
 
 def _agent_loop(run: _Run) -> Answer:
@@ -357,6 +370,9 @@ def _turn_guide(run: _Run) -> str | None:
 def _run_tool(run: _Run, name: str, arguments: dict) -> str:
     if run.video_id and arguments.get("video_id") not in (None, run.video_id):
         raise ToolError(f"only video {run.video_id} is in scope for this question")
+    vid = arguments.get("video_id")
+    if run.where and vid is not None and not run.archive.has_metadata(vid, run.where):
+        raise ToolError(f"only files with {_scope(run)} are in scope for this question")
     if name == "search":
         vid = arguments.get("video_id")
         if vid is not None and run.archive.video(vid) is None:

@@ -36,6 +36,7 @@ from mediaindex.agents.summarize import summarize
 from mediaindex.agents.tools import Archive
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
+from mediaindex.index.filters import check_metadata
 from mediaindex.jobs import Job, JobStore
 
 log = logging.getLogger("mediaindex.agents")
@@ -66,11 +67,22 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
         store.close()
 
 
-def submit_ask(settings: Settings, question: str, video: str | None = None) -> str:
+def ask_params(question: str, video: str | None, where: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A question job's parameters, as its store keeps them; AgentInputError for what cannot be asked."""
     question = check_question(question)
+    try:
+        check_metadata(where)
+    except ValueError as exc:
+        raise AgentInputError(str(exc)) from exc
+    return {"question": question, "video": video, **({"where": [list(p) for p in where]} if where else {})}
+
+
+def submit_ask(settings: Settings, question: str, video: str | None = None,
+               where: tuple[tuple[str, str], ...] = ()) -> str:
+    params = ask_params(question, video, where)
     store = JobStore.of(settings)
     try:
-        return store.create(ASK, {"question": question, "video": video}).id
+        return store.create(ASK, params).id
     finally:
         store.close()
 
@@ -98,8 +110,9 @@ def run_ask_job(settings: Settings, job_id: str, llm: ChatModel | None = None, *
     def work(params: dict[str, Any], arc: Archive, model: Callable[[], ChatModel]) -> tuple[dict[str, Any], str]:
         on_event(AgentEvent("stage", f"starting the language model ({settings.llm.model})"))
         chat = model()
+        where = tuple((str(k), str(v)) for k, v in params.get("where") or [])
         out = ask(str(params.get("question") or ""), arc, chat, settings.llm, video=params.get("video"),
-                  on_event=on_event)
+                  on_event=on_event, where=where)
         return validate_output(out), answer_markdown(out)
 
     return _run(settings, job_id, ASK, work, archive, lambda: llm or get_llm(settings, start_ray))

@@ -149,6 +149,10 @@ class Archive:
     def video(self, video_id: str) -> VideoRecord | None:
         return self.index.catalog.get(video_id)
 
+    def has_metadata(self, video_id: str, metadata: tuple[tuple[str, str], ...]) -> bool:
+        """Whether the file's segments carry these metadata values (as a search's filter finds them)."""
+        return self.index.store.count(SearchFilters(video_id=video_id, metadata=metadata)) > 0
+
     def resolve(self, ref: str) -> VideoRecord | None:
         """A video id, a unique id prefix, or the path / file name it was ingested from; a name or prefix that fits
         several files is refused, naming them (`index.naming.NoSuchFileError`)."""
@@ -169,13 +173,14 @@ class Archive:
         return self._segments[video_id]
 
     def search(self, query: str, video_id: str | None = None, modality: str | None = None,
-               limit: int = 5, min_confidence: str = ANSWER_CONFIDENCE) -> list[Hit]:
+               limit: int = 5, min_confidence: str = ANSWER_CONFIDENCE,
+               metadata: tuple[tuple[str, str], ...] = ()) -> list[Hit]:
         """Moments of the media; generated summaries and chapters only when asked for by modality, so that an
         answer cites what was said or shown, not what a model wrote about it. By default every ranked moment
         (min_confidence "none"): the language model judges what answers the question."""
         from mediaindex.search.searcher import Searcher
 
-        filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES)
+        filters = SearchFilters(video_id=video_id, modality=modality or MEDIA_MODALITIES, metadata=metadata)
         with self._lock:
             hits = Searcher(self.index, self.embedder, self.vision).text(query, limit=limit, filters=filters,
                                                                          min_confidence=min_confidence)

@@ -226,6 +226,10 @@ class SummarizeRequest(_Strict):
 class AskRequest(_Strict):
     question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
     video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
+    where: dict[Annotated[str, Field(min_length=1, max_length=200)],
+                Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] = Field(
+        default_factory=dict, max_length=20, description="Only the files whose metadata has these values, as "
+                                                         "search's `where`")
 
 
 class JobFileOut(BaseModel):

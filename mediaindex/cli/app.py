@@ -789,6 +789,8 @@ def ask(
     question: Annotated[str, typer.Argument(help="A question about the archive, in plain language.")],
     video: Annotated[str | None, typer.Option("--video", help="Only this file: its video id or its start, the path "
                                               "it was ingested from, or its name.")] = None,
+    where: Annotated[list[str] | None, typer.Option("--where", help="Only files whose metadata has this value: "
+                                                    "KEY=VALUE, as search takes it; repeat it for more.")] = None,
     index: IndexOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answer, citations and trace as JSON.")] = False,
     config: ConfigOpt = None,
@@ -798,9 +800,11 @@ def ask(
 
     try:
         question = check_question(question)
-    except MediaIndexError as exc:
+        pairs = parse_where(where or [])
+    except (MediaIndexError, ValueError) as exc:
         raise fail(str(exc)) from exc
-    _run_agent_job(config, index, "ask", lambda archive, on_event: archive.ask(question, video, on_event), as_json)
+    _run_agent_job(config, index, "ask", lambda archive, on_event: archive.ask(question, video, on_event, pairs),
+                   as_json)
 
 
 @index_app.command("stats")

@@ -63,8 +63,12 @@ MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field
 def search_filters(video_id: str | None, modality: list[Modality] | None, language: str | None, speaker: str | None,
                    start: float | None, end: float | None, where: dict[str, str | int | float] | None) -> SearchFilters:
     return SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None, language=language,
-                         speaker=speaker, start=start, end=end,
-                         metadata=tuple((k, str(v)) for k, v in (where or {}).items()))
+                         speaker=speaker, start=start, end=end, metadata=where_pairs(where))
+
+
+def where_pairs(where: dict[str, str | int | float] | None) -> tuple[tuple[str, str], ...]:
+    """A tool's `where` as metadata conditions (a number as its text, matched as either)."""
+    return tuple((k, str(v)) for k, v in (where or {}).items())
 
 
 @contextmanager
@@ -201,6 +205,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
     async def ask(
         question: Annotated[str, Field(min_length=1, max_length=1000, description="A question about the archive")],
         file: FileRef | None = None,
+        where: Where = None,
         ctx: Context | None = None,
     ) -> models.AskResult:
         """Answer a question from the archive: the server's own agent searches, reads and answers in a sentence
@@ -218,7 +223,7 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                     except Exception:  # a client gone or without progress: the answer still comes
                         log.debug("progress not sent", exc_info=True)
 
-            job_id = arc.submit_ask(question, video)
+            job_id = arc.submit_ask(question, video, where_pairs(where))
 
             def answer() -> dict:
                 job = arc.run_job(job_id, "ask", on_event=progress)

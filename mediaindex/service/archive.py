@@ -290,15 +290,16 @@ class Archive:
 
         return self.run_job(submit_summarize(self.settings, video, recompute), "summarize", on_event)
 
-    def ask(self, question: str, video: str | None = None, on_event: OnEvent | None = None) -> JobOutcome:
+    def ask(self, question: str, video: str | None = None, on_event: OnEvent | None = None,
+            where: tuple[tuple[str, str], ...] = ()) -> JobOutcome:
         """A question job, run here to its end."""
-        return self.run_job(self.submit_ask(question, video), "ask", on_event)
+        return self.run_job(self.submit_ask(question, video, where), "ask", on_event)
 
-    def submit_ask(self, question: str, video: str | None = None) -> str:
-        """A pending question job, for `run_job`."""
+    def submit_ask(self, question: str, video: str | None = None, where: tuple[tuple[str, str], ...] = ()) -> str:
+        """A pending question job, for `run_job` (over the files with `where`'s metadata values, if given)."""
         from mediaindex.agents.jobs import submit_ask
 
-        return submit_ask(self.settings, question, video)
+        return submit_ask(self.settings, question, video, where)
 
     def cancel_job(self, job_id: str) -> None:
         """Ask a job to stop (a summary or question before its next language-model call); one that has ended

@@ -176,8 +176,9 @@ class RemoteArchive:
         body = {"video_id": self.video_id(video), "recompute": bool(recompute)}
         return self._follow(self.server.request("POST", "/summarize", body=body))
 
-    def ask(self, question: str, video: str | None = None, on_event: Any = None) -> JobOutcome:
-        body = {"question": question, "video_id": self.video_id(video) if video else None}
+    def ask(self, question: str, video: str | None = None, on_event: Any = None,
+            where: tuple[tuple[str, str], ...] = ()) -> JobOutcome:
+        body = {"question": question, "video_id": self.video_id(video) if video else None, "where": dict(where)}
         return self._follow(self.server.request("POST", "/ask", body=body))
 
     def files(self) -> list[ListedFile]:

@@ -990,7 +990,8 @@ async function runAsk(question, video, token) {
   notice("Asking…", "loading");
   let job;
   try {
-    job = await api("/ask", "POST", { question, video_id: video || null });
+    const [key, ...value] = scope.split("=");
+    job = await api("/ask", "POST", { question, video_id: video || null, ...(scope ? { where: { [key]: value.join("=") } } : {}) });
     if (token !== routeToken) return;
     notice("");
     job = await follow(job, token, $("ask-status"), $("ask-stop"), "The language model is searching the archive…");
@@ -1174,7 +1175,7 @@ function route() {
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
   if (path !== "/search") shownBefore = null;  // "more" was pressed, then another view opened: nothing to keep
-  scope = path === "/search" || !path || path === "/" ? (params.get("where") || "").trim() : "";
+  scope = ["/search", "/ask", "/", ""].includes(path || "") ? (params.get("where") || "").trim() : "";
   showScope(path, params);
   const video = (path || "").match(/^\/video\/([^/]+)$/);
   if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
@@ -1213,6 +1214,7 @@ $("ask-button").addEventListener("click", () => {
   if (!q) { $("q").focus(); return; }
   const params = new URLSearchParams({ q });
   if ($("video-filter").value) params.set("video_id", $("video-filter").value);
+  if (scope) params.set("where", scope);
   const hash = `#/ask?${params}`;
   if (location.hash === hash) route(); else location.hash = hash;  // the same question again is asked again
 });

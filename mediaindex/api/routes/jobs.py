@@ -21,6 +21,8 @@ from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from mediaindex.agents.ask import AgentInputError
+from mediaindex.agents.jobs import ask_params
 from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import (
@@ -283,7 +285,11 @@ def ask(request: Request, body: AskRequest) -> JSONResponse:
     state = get_state(request)
     if body.video_id is not None and state.index.catalog.get(body.video_id) is None:
         raise ApiError(404, f"no video with id {body.video_id!r} in the index")
-    job, joined = _queue(state, "ask", {"question": body.question.strip(), "video": body.video_id})
+    try:
+        params = ask_params(body.question, body.video_id, tuple((k, str(v)) for k, v in body.where.items()))
+    except AgentInputError as exc:
+        raise ApiError(422, str(exc)) from exc
+    job, joined = _queue(state, "ask", params)
     return _accepted(state, job, joined)
 
 
