@@ -374,7 +374,6 @@ def _run_tool(run: _Run, name: str, arguments: dict) -> str:
     if run.where and vid is not None and not run.archive.has_metadata(vid, run.where):
         raise ToolError(f"only files with {_scope(run)} are in scope for this question")
     if name == "search":
-        vid = arguments.get("video_id")
         if vid is not None and run.archive.video(vid) is None:
             raise ToolError(f"no video with id {vid!r} in the index")
         # Through the run, so the query and its scored hits count for relevance and "searches tried".
