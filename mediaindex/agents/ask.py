@@ -195,6 +195,14 @@ def check_question(question: object) -> str:
         raise AgentInputError(f"the question is too long ({len(question)} characters, at most {MAX_QUESTION_CHARS})")
     return question
 
+def check_scope(where: tuple[tuple[str, str], ...]) -> None:
+    """AgentInputError for metadata conditions that cannot scope a question."""
+    try:
+        check_metadata(where)
+    except ValueError as exc:
+        raise AgentInputError(str(exc)) from exc
+
+
 def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, video: str | None = None,
         fallback: bool = True, on_event: OnEvent = ignore, where: tuple[tuple[str, str], ...] = ()) -> Answer:
     """Answer a question over the archive (or one video, or the files with `where`'s metadata values) with cited
@@ -210,10 +218,7 @@ def ask(question: str, archive: Archive, llm: ChatModel, settings: LLMSettings, 
             raise AgentInputError(f"no video {video!r} in the index (give a video id or its start, the path it was "
                                   "ingested from, or its file name)")
         video_id = record.video_id
-    try:
-        check_metadata(where)
-    except ValueError as exc:
-        raise AgentInputError(str(exc)) from exc
+    check_scope(where)
     run = _Run(question, video_id, settings, llm, archive, on_event=on_event, where=where)
     try:
         return _agent_loop(run)

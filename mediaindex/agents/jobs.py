@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from mediaindex.agents.ask import AgentInputError, ask, check_question
+from mediaindex.agents.ask import AgentInputError, ask, check_question, check_scope
 from mediaindex.agents.events import AgentEvent, OnEvent, ignore
 from mediaindex.agents.llm import (
     ChatModel,
@@ -36,7 +36,6 @@ from mediaindex.agents.summarize import summarize
 from mediaindex.agents.tools import Archive
 from mediaindex.config import Settings
 from mediaindex.errors import MediaIndexError
-from mediaindex.index.filters import check_metadata
 from mediaindex.jobs import Job, JobStore
 
 log = logging.getLogger("mediaindex.agents")
@@ -70,10 +69,7 @@ def submit_summarize(settings: Settings, video: str, recompute: bool = False) ->
 def ask_params(question: str, video: str | None, where: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A question job's parameters, as its store keeps them; AgentInputError for what cannot be asked."""
     question = check_question(question)
-    try:
-        check_metadata(where)
-    except ValueError as exc:
-        raise AgentInputError(str(exc)) from exc
+    check_scope(where)
     return {"question": question, "video": video, **({"where": [list(p) for p in where]} if where else {})}
 
 

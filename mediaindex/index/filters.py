@@ -55,6 +55,12 @@ def metadata_matches(metadata: dict[str, Any], pairs: tuple[tuple[str, str], ...
     return all(key in metadata and holds(metadata[key], value) for key, value in pairs)
 
 
+def where_pairs(where: dict[str, str | int | float] | None) -> tuple[tuple[str, str], ...]:
+    """A JSON `where` ({"tags": "physics", "year": 1999}) as metadata conditions (a number as its text, matched as
+    either)."""
+    return tuple((k, str(v)) for k, v in (where or {}).items())
+
+
 def parse_where(texts: list[str]) -> tuple[tuple[str, str], ...]:
     """`KEY=VALUE` texts (a CLI option, a query parameter) as metadata conditions."""
     pairs = []

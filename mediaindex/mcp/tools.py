@@ -20,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field, StrictFloat, StrictInt
 
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import SearchFilters, where_pairs
 from mediaindex.mcp import models
 from mediaindex.mcp.searching import search as run_search
 from mediaindex.media.download import WebAddress
@@ -64,11 +64,6 @@ def search_filters(video_id: str | None, modality: list[Modality] | None, langua
                    start: float | None, end: float | None, where: dict[str, str | int | float] | None) -> SearchFilters:
     return SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None, language=language,
                          speaker=speaker, start=start, end=end, metadata=where_pairs(where))
-
-
-def where_pairs(where: dict[str, str | int | float] | None) -> tuple[tuple[str, str], ...]:
-    """A tool's `where` as metadata conditions (a number as its text, matched as either)."""
-    return tuple((k, str(v)) for k, v in (where or {}).items())
 
 
 @contextmanager

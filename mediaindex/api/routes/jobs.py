@@ -37,6 +37,7 @@ from mediaindex.api.models import (
 )
 from mediaindex.api.paths import MAX_NAME_BYTES, quoted
 from mediaindex.api.state import ApiState
+from mediaindex.index.filters import where_pairs
 from mediaindex.jobs import Job, JobFinished, JobNotFound, request_key
 from mediaindex.media.download import DownloadError, PrivateAddress, is_url, public_only, web_address
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
@@ -286,7 +287,7 @@ def ask(request: Request, body: AskRequest) -> JSONResponse:
     if body.video_id is not None and state.index.catalog.get(body.video_id) is None:
         raise ApiError(404, f"no video with id {body.video_id!r} in the index")
     try:
-        params = ask_params(body.question, body.video_id, tuple((k, str(v)) for k, v in body.where.items()))
+        params = ask_params(body.question, body.video_id, where_pairs(body.where))
     except AgentInputError as exc:
         raise ApiError(422, str(exc)) from exc
     job, joined = _queue(state, "ask", params)

@@ -25,7 +25,7 @@ from mediaindex.api.models import (
     SearchResponse,
 )
 from mediaindex.errors import MediaIndexError
-from mediaindex.index.filters import parse_where
+from mediaindex.index.filters import parse_where, where_pairs
 from mediaindex.index.store import SearchFilters
 from mediaindex.segments import Hit
 
@@ -63,7 +63,7 @@ def _filters(**values: Any) -> SearchFilters:
 def _search_filters(f: Filters) -> SearchFilters:
     return _filters(video_id=f.video_id, modality=f.modality, language=f.language, speaker=f.speaker,
                     source_prefix=f.under, start=f.from_seconds, end=f.to_seconds,
-                    metadata=tuple((k, str(v)) for k, v in f.where.items()))
+                    metadata=where_pairs(f.where))
 
 
 def _run(request: Request, body: SearchRequest) -> SearchResponse:
