@@ -65,6 +65,11 @@ class SpeechSettings(_Section):
     diarize: bool = True
     speakers: int | None = Field(default=None, ge=1, le=20)
     speaker_threshold: float = Field(default=0.25, gt=0, lt=2)
+    # A file with several audio tracks (a film's dubbed languages, a commentary, an audio description) has this many
+    # of them transcribed: the default track first, then the others in the file's order; a later track's
+    # sentence that the first one already said (a description mixed over the original) is kept once. 1: the
+    # default track alone. Each track costs its own transcription.
+    audio_tracks: int = Field(default=4, ge=1, le=16)
     # Audio is decoded and transcribed in chunks of this length (cut in a pause), so memory stays
     # bounded however long the file is.
     chunk_seconds: float = Field(default=120.0, ge=30.0)

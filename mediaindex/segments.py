@@ -60,11 +60,14 @@ def join_words(words: list[str], language: str | None) -> str:
 ANALYSIS_VERSION = 4
 # What re-indexing an earlier version's file gives.
 ANALYSIS_ADDS = ("subtitle streams inside it are read, words inside Chinese and Japanese sentences are found, "
-                 "pictures without words are searchable, and wide frames are classified edge to edge")
+                 "pictures without words are searchable, wide frames are classified edge to edge, and each audio "
+                 "track of a file with several is transcribed")
 
 # The payload field of a picture's most probable image classes.
 CLASSES_FIELD = "classes"
-# The payload field of a subtitle segment naming its track: "stream 2" of the file, or the subtitle file's name.
+# The payload field naming the track a subtitle segment is of ("stream 2" of the file, or the subtitle file's name)
+# and a speech segment heard on an audio track other than the default one ("audio 2 (de)"): a transcript, a summary
+# and `ask`'s transcript tool read the default track's speech (`default_track`).
 TRACK_FIELD = "track"
 # The payload field of a shot's people segment: {"faces": n, "persons": n} (`models.people`).
 PEOPLE_FIELD = "people"
@@ -82,6 +85,12 @@ def standing_for_speech(subtitles: Sequence[T], language_of: Callable[[T], str |
         return []
     chosen = language if any(language_of(s) == language for s in subtitles) else language_of(subtitles[0])
     return [s for s in subtitles if language_of(s) == chosen]
+
+
+def default_track(speech: Sequence[T], track_of: Callable[[T], str | None]) -> list[T]:
+    """Of a file's speech, its default audio track's: another track (a dub, a commentary) says it again or beside
+    it, and a transcript reads once."""
+    return [s for s in speech if not track_of(s)]
 
 
 @dataclass
@@ -143,6 +152,8 @@ class Hit:
     seek: float | None = None
     # A picture without words: the classes it looks most like, likeliest first (what placed it; empty for others).
     looks_like: list[str] = field(default_factory=list)
+    # The subtitle track, or the audio track other than the default one, that the moment is of (`TRACK_FIELD`).
+    track: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

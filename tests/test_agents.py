@@ -688,6 +688,23 @@ def test_summary_batches_windows_and_cites_real_moments(archive: Archive) -> Non
     jsonschema.validate(validate_output(s), VideoSummary.model_json_schema())
 
 
+def test_a_summary_reads_the_default_audio_track_once(archive: Archive) -> None:
+    """A dub's other track (named by its track) says the same again in another language: not read into a summary."""
+    from mediaindex.agents.summarize import VideoRef, summarize_segments
+    from mediaindex.segments import Hit
+
+    french = [Hit("/films/dub.mkv", "d0b", 5.0 * i, 5.0 * i + 4, 0.0, "speech",
+                  f"Voici la phrase française numéro {i} du film.", "fr") for i in range(4)]
+    english = [replace(h, text=f"This is English sentence number {i} of the film.", language="en",
+                       track="audio 1 (en)") for i, h in enumerate(french)]
+    model = ScriptedModel([grounded_map_reply] * 20)
+    s = summarize_segments(VideoRef("d0b", "/films/dub.mkv", 20.0, "fr"),
+                           sorted(french + english, key=lambda h: h.start), archive.embedder.embed_passages,
+                           model, FAST)
+    sent = " ".join(m["content"] for batch in model.calls for conv in batch for m in conv)
+    assert s.status == "summarised" and "phrase française numéro 3" in sent and "English sentence" not in sent
+
+
 def titled_map_reply(title: str) -> Callable[[list[Message]], str]:
     """Grounded window summaries, and `title` for every title request (a function of it for others)."""
     def reply(conv: list[Message]) -> str:

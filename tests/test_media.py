@@ -229,19 +229,3 @@ def test_frames_past_1080p_give_the_same_parts_as_the_original(tmp_path: Path) -
     assert [(p.start, [f.time for f in p.frames]) for p in big_scan.parts[: len(early)]] == \
         [(p.start, [f.time for f in p.frames]) for p in early]
     assert all(max(p.keyframe.image.shape[:2]) == 256 for p in big_scan.parts)
-
-
-def test_a_file_with_several_audio_tracks_says_which_is_transcribed(tmp_path: Path, cache_dir: Path) -> None:
-    """jfk.flac and french.aiff as two audio tracks of one file (made at test time): the first is transcribed."""
-    import subprocess
-
-    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
-
-    both = tmp_path / "two tracks.m4a"
-    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("audio/jfk.flac")), "-i", str(media("audio/french.aiff")),
-                    "-map", "0:a", "-map", "1:a", "-c:a", "aac", str(both)], check=True)
-    item = decode_media(str(both), make_settings(tmp_path / "index", cache_dir))
-    assert item.info.audio_streams == 2
-    assert item.notes == ["2 audio tracks: the first is transcribed"]
-    alone = decode_media(str(media("audio/jfk.flac")), make_settings(tmp_path / "index", cache_dir))
-    assert alone.notes == []

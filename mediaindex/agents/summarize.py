@@ -40,7 +40,7 @@ from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.segments import SUBTITLE, Hit, standing_for_speech
+from mediaindex.segments import SUBTITLE, Hit, default_track, standing_for_speech
 
 EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
 
@@ -78,7 +78,8 @@ class _Span:
         """What was said in the span (heard, else its subtitles), or its on-screen text where nothing was: a
         stand-in for a summary reads as the speech does, not as the timecodes, captions and file names on screen
         around it."""
-        heard = [s for s in self.segments if s.modality == "speech" and s.text.strip()]
+        heard = default_track([s for s in self.segments if s.modality == "speech" and s.text.strip()],
+                              lambda s: s.track)
         said = heard or standing_for_speech([s for s in self.segments if s.modality == SUBTITLE and s.text.strip()],
                                             lambda s: s.language, None)
         return " ".join(s.text.strip() for s in said) or self.text
@@ -116,7 +117,8 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
 
     Summary and chapter segments from an earlier run are ignored: only what was heard and seen counts.
     """
-    texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()]
+    texts = [s for s in segments if s.modality in TEXT_MODALITIES and s.text.strip()
+             and not (s.modality == "speech" and s.track)]  # another audio track's speech: read once
     if not any(s.modality == "speech" for s in texts):  # subtitles stand in for speech where none was heard
         written = standing_for_speech([s for s in segments if s.modality == SUBTITLE and s.text.strip()],
                                       lambda s: s.language, video.language)

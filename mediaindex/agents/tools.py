@@ -19,7 +19,14 @@ from mediaindex.index.index import MediaIndex
 from mediaindex.index.naming import one_file_named
 from mediaindex.index.store import SearchFilters, hit_from_payload
 from mediaindex.models.text_embed import TextEmbedder
-from mediaindex.segments import MEDIA_MODALITIES, MODALITIES, SUBTITLE, Hit, standing_for_speech
+from mediaindex.segments import (
+    MEDIA_MODALITIES,
+    MODALITIES,
+    SUBTITLE,
+    Hit,
+    default_track,
+    standing_for_speech,
+)
 
 MAX_RESULT_CHARS = 1200  # what one tool result may add to the context
 CONTEXT_GAP = 1.5  # seconds of silence across which a spoken hit takes in the sentence after it
@@ -245,7 +252,7 @@ class Archive:
             raise ToolError(f"start {start} is past the end of the video ({record.duration:.1f} s)")
         segments = self.segments(record.video_id)
         if name == "get_transcript":
-            said = [h for h in segments if h.modality == "speech"] or standing_for_speech(
+            said = default_track([h for h in segments if h.modality == "speech"], lambda h: h.track) or standing_for_speech(
                 [h for h in segments if h.modality == SUBTITLE], lambda h: h.language, record.language)
         else:
             said = [h for h in segments if h.modality in ("ocr", "visual")]

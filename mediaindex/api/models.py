@@ -76,6 +76,9 @@ class HitOut(BaseModel):
                                                          "when the moment has one (else start)")
     looks_like: list[str] = Field(default_factory=list, description="A picture without words (empty text): the "
                                   "classes it looks most like, likeliest first")
+    track: str | None = Field(default=None, description="The subtitle track a subtitle hit is of (\"stream 2\", a "
+                              "subtitle file's name), or the audio track other than the default one a speech hit was "
+                              "heard on (\"audio 2 (de)\")")
     on_disk: bool = Field(True, description="False when the media file is no longer at its path (it cannot be "
                                             "played)")
 

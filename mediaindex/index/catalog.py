@@ -73,6 +73,12 @@ class VideoRecord:
     # `extra` of each of its segments.
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    def by_earlier_analysis(self) -> bool:
+        """Indexed by stages that find less in it than these do: of an earlier version, or a file of several audio
+        tracks indexed when only its first was transcribed (its probe lists no tracks)."""
+        return self.analysis < ANALYSIS_VERSION or (
+            self.probe.get("audio_streams", 0) > 1 and "audio_tracks" not in self.probe)
+
 
 def catalog_corrupt_message(path: Path, why: object) -> str:
     return (f"the catalog {path} cannot be read ({why}); nothing was changed. Restore the index folder "
@@ -162,8 +168,11 @@ class Catalog:
             )
 
     def earlier_analysis(self, version: int) -> int:
-        """How many files were indexed by stages of a version before `version`."""
-        return int(self._db.execute("SELECT COUNT(*) FROM videos WHERE analysis < ?", (version,)).fetchone()[0])
+        """How many files were indexed by stages of a version before `version`, or before a file's several audio
+        tracks were each transcribed (`VideoRecord.by_earlier_analysis`)."""
+        return int(self._db.execute(
+            "SELECT COUNT(*) FROM videos WHERE analysis < ? OR (json_extract(probe, '$.audio_streams') > 1 "
+            "AND json_extract(probe, '$.audio_tracks') IS NULL)", (version,)).fetchone()[0])
 
     def touch(self, source: str, size: int, mtime_ns: int) -> None:
         with self._writing():

@@ -44,7 +44,8 @@ def _timeout_reason(what: str, timeout: float) -> str:
 
 
 class AudioStream:
-    """The first audio stream as 16 kHz mono float32 chunks of `chunk_seconds`, read from ffmpeg.
+    """One audio stream (`track`, counted among the file's audio streams from 0) as 16 kHz mono float32 chunks
+    of `chunk_seconds`, read from ffmpeg.
 
     With `channels=2` the stream is mixed to stereo instead (a mono source gives two equal channels)
     and each chunk is a (samples, 2) array; `sample_rate` may be lowered for a quick look at the sound.
@@ -54,11 +55,12 @@ class AudioStream:
     """
 
     def __init__(self, path: str | Path, chunk_seconds: float = 300.0, timeout: float | None = None,
-                 channels: int = 1, sample_rate: int = SAMPLE_RATE) -> None:
+                 channels: int = 1, sample_rate: int = SAMPLE_RATE, track: int = 0) -> None:
         if channels not in (1, 2):
             raise ValueError(f"audio is decoded as mono or stereo, not {channels} channels")
         self.path = str(path)
         self.channels = channels
+        self.track = track
         self.sample_rate = sample_rate
         self.chunk_samples = max(1, int(chunk_seconds * sample_rate))
         self.timeout = timeout
@@ -66,9 +68,9 @@ class AudioStream:
         self.warning: str | None = None
 
     def _command(self) -> list[str]:
-        # The first audio stream only, as raw 32-bit float PCM (mono, or interleaved stereo) on stdout.
+        # The one audio stream, as raw 32-bit float PCM (mono, or interleaved stereo) on stdout.
         stream = ffmpeg.input(self.path, nostdin=None, hide_banner=None, loglevel="error").output(
-            "pipe:1", map="0:a:0", vn=None, sn=None, dn=None, f="f32le", acodec="pcm_f32le", ac=self.channels,
+            "pipe:1", map=f"0:a:{self.track}", vn=None, sn=None, dn=None, f="f32le", acodec="pcm_f32le", ac=self.channels,
             ar=self.sample_rate)
         return stream.compile(cmd=ffmpeg_exe())
 
@@ -168,12 +170,13 @@ class ChannelLook:
                 and self.one_sided >= SEPARATE_ONE_SIDED_SHARE)
 
 
-def channel_look(path: str | Path, timeout: float | None = None) -> ChannelLook:
-    """One quick pass over the first audio stream as 8 kHz stereo: do its channels carry the same sound?"""
+def channel_look(path: str | Path, timeout: float | None = None, track: int = 0) -> ChannelLook:
+    """One quick pass over an audio stream as 8 kHz stereo: do its channels carry the same sound?"""
     lr = ll = rr = 0.0
     sounding = one_sided = 0
     rest = np.zeros((0, 2), dtype=np.float32)
-    for chunk in AudioStream(path, chunk_seconds=60.0, timeout=timeout, channels=2, sample_rate=_LOOK_RATE):
+    for chunk in AudioStream(path, chunk_seconds=60.0, timeout=timeout, channels=2, sample_rate=_LOOK_RATE,
+                             track=track):
         x = chunk.astype(np.float64)
         lr += float(x[:, 0] @ x[:, 1])
         ll += float(x[:, 0] @ x[:, 0])

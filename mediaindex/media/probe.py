@@ -36,6 +36,9 @@ class MediaInfo:
     display_width: int | None = None  # the picture as shown: aspect-corrected, then rotated
     display_height: int | None = None
     audio_streams: int = 0
+    # Each audio stream in the file's order: {"language", "title", "default", "channels", "sample_rate",
+    # "duration"} (`audio_track`); the top-level audio fields describe the default one (else the first).
+    audio_tracks: list[dict[str, Any]] = field(default_factory=list)
     video_streams: int = 0
     subtitle_streams: int = 0
     # [name, size, mtime_ns] of each subtitle file read with it (`subtitles.subtitle_signature`)
@@ -73,7 +76,8 @@ def probe(path: str | Path) -> MediaInfo:
         with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
             audios = list(container.streams.audio)
             videos = [v for v in container.streams.video if not _is_cover_art(v)]
-            audio = next(iter(audios), None)
+            tracks = [audio_track(a) for a in audios]
+            audio = audios[track_order(tracks)[0]] if audios else None
             video = next(iter(videos), None)
             duration = _duration(container, audio, video)
             fps = float(video.average_rate) if video is not None and video.average_rate else None
@@ -103,6 +107,7 @@ def probe(path: str | Path) -> MediaInfo:
                 display_width=display[0] if display else None,
                 display_height=display[1] if display else None,
                 audio_streams=len(audios),
+                audio_tracks=tracks,
                 video_streams=len(videos),
                 subtitle_streams=len(container.streams.subtitles),
                 bit_rate=container.bit_rate or None,
@@ -143,6 +148,42 @@ def _iso_media_damage(path: Path) -> str | None:
     if seen and b"moov" not in seen:
         return "incomplete MP4/MOV file (no 'moov' index box)"
     return None
+
+
+def audio_track(stream: Any) -> dict[str, Any]:
+    """What a player shows of an audio stream: its language (a two-letter code, or None), title, whether it is
+    the default, and its sound and length (None where the container does not say)."""
+    import av
+
+    from mediaindex.media.subtitles import language_code
+
+    metadata = stream.metadata or {}
+    try:
+        default = bool(stream.disposition & av.stream.Disposition.default)
+    except (AttributeError, TypeError):
+        default = False
+    return {"language": language_code(metadata.get("language")), "title": metadata.get("title") or None,
+            "default": default, "channels": stream.codec_context.channels,
+            "sample_rate": stream.codec_context.sample_rate, "duration": _stream_duration(stream)}
+
+
+def _stream_duration(stream: Any) -> float | None:
+    """A stream's own length: its duration field, else the DURATION tag Matroska muxers write ("00:01:02.5")."""
+    if stream.duration and stream.time_base:
+        return round(float(stream.duration * stream.time_base), 3)
+    tag = (stream.metadata or {}).get("DURATION", "")
+    parts = tag.split(":")
+    try:
+        return round(int(parts[0]) * 3600 + int(parts[1]) * 60 + float(parts[2]), 3) if len(parts) == 3 else None
+    except ValueError:
+        return None
+
+
+def track_order(tracks: list[dict[str, Any]]) -> list[int]:
+    """The audio streams' indices as they are transcribed: the default track first (a film's original
+    language, not a commentary that happens to come first), then the others in the file's order."""
+    first = next((i for i, t in enumerate(tracks) if t.get("default")), 0)
+    return [first] + [i for i in range(len(tracks)) if i != first] if tracks else []
 
 
 def _is_cover_art(stream: Any) -> bool:

@@ -14,7 +14,7 @@ from mediaindex.index.filters import SearchFilters
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import JobFile
 from mediaindex.media.subtitles import subtitle_signature
-from mediaindex.segments import ANALYSIS_ADDS, ANALYSIS_VERSION
+from mediaindex.segments import ANALYSIS_ADDS
 
 # Said of an unchanged file that an earlier version of the stages indexed.
 EARLIER_ANALYSIS = f"already indexed, by an earlier version (--reindex indexes it again: {ANALYSIS_ADDS})"
@@ -75,7 +75,7 @@ def plan_file(f: JobFile, index: MediaIndex, settings: Settings) -> Plan:
         changed = ", ".join(k for k, v in f.meta.items() if indexed.metadata.get(k) != v)
         return Plan(f.path, Outcome.NEW_METADATA, f.meta, f.attempts, video_id=indexed.video_id,
                     reason=f"already indexed; its metadata updated ({changed})")
-    if indexed is not None and indexed.analysis < ANALYSIS_VERSION:
+    if indexed is not None and indexed.by_earlier_analysis():
         return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason=EARLIER_ANALYSIS)
     return Plan(f.path, Outcome.UNCHANGED, f.meta, f.attempts, reason="already indexed")
 

@@ -27,7 +27,15 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job, JobFinished, JobStore
-from mediaindex.segments import ANALYSIS_VERSION, MODALITIES, SUBTITLE, Hit, standing_for_speech
+from mediaindex.segments import (
+    ANALYSIS_VERSION,
+    MODALITIES,
+    SUBTITLE,
+    TRACK_FIELD,
+    Hit,
+    default_track,
+    standing_for_speech,
+)
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 from mediaindex.service import ingest as run_ingest
 
@@ -232,7 +240,7 @@ class Archive:
     def speech(self, video_id: str) -> list[dict[str, Any]]:
         """What was said in a file, in time order: its speech segments, or where nothing was heard, its subtitles
         in one language (`segments.standing_for_speech`), so that a transcript reads once."""
-        heard = self.segments(video_id, "speech")
+        heard = default_track(self.segments(video_id, "speech"), lambda s: (s.get("extra") or {}).get(TRACK_FIELD))
         if heard:
             return heard
         record = self.index.catalog.get(video_id)
@@ -420,7 +428,9 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
         on_start(info.duration or 0.0)
     if on_loading:
         on_loading()
-    result = SpeechStage(settings).transcribe_file(source, info, on_progress=on_progress)
+    # The default audio track's words: the file's transcript (`Archive.speech`), and the others' cost spared.
+    one_track = settings.model_copy(update={"speech": settings.speech.model_copy(update={"audio_tracks": 1})})
+    result = SpeechStage(one_track).transcribe_file(source, info, on_progress=on_progress)
     if result.failure:
         raise MediaError(source, result.failure)
     return FreshTranscript([s.payload() for s in result.segments],

@@ -561,7 +561,10 @@ function hitItem(hit) {
     el("span", { class: `badge ${hit.modality}` }, KINDS[hit.modality] || hit.modality),
     hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
                   BANDS[hit.band] || hit.band) : null,
-    hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null);
+    hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null,
+    // Heard on another audio track than the one the player plays (a dub, a commentary).
+    hit.track && hit.modality === "speech" ? el("span", { class: "track", title: "heard on this audio track" }, hit.track)
+                                           : null);
   // A picture without words says so, with the classes it looks like (which placed it), instead of showing nothing.
   const unnamed = !hit.text && hit.modality === "visual";
   const looks = (hit.looks_like || []).length ? `; looks like ${hit.looks_like.join(", ")}` : "";

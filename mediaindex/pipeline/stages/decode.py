@@ -43,8 +43,6 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
     )
     if not info.has_audio:
         item.notes.append("no audio track: nothing to transcribe")
-    elif info.audio_streams > 1:  # a dubbed film's languages, a commentary: the speech stage reads the first
-        item.notes.append(f"{info.audio_streams} audio tracks: the first is transcribed")
     if info.has_video:
         _scan(item, settings, started)
     _add_subtitles(item)

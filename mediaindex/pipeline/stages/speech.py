@@ -7,6 +7,10 @@ summarised). Given a decoded `MediaItem` instead, it adds the speech segments to
 A stereo file whose two channels carry different sound (a speaker per channel, as in a call or a
 two-microphone interview) is transcribed channel by channel: mixed to mono, two people talking at once
 lie over each other and the model hears one of them.
+
+A file with several audio tracks (dubbed languages, a commentary) has each transcribed, up to
+`speech.audio_tracks`: the default track's sentences are the file's speech; another track's sentences are kept
+beside them, named by their track, unless the default track said them already.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.media.decode import AudioStream, channel_look
-from mediaindex.media.probe import MediaInfo, probe
+from mediaindex.media.probe import MediaInfo, probe, track_order
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import Segment
+from mediaindex.segments import TRACK_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn
@@ -106,10 +110,10 @@ class SpeechStage:
                 return SpeechResult(failure=exc.reason)
             return self.transcribe_file(item, info, self._heard(info.duration))
         if item.audio is not None:
-            track = self._track()
-            transcript = self.model.transcribe_stream([item.audio], on_part=track.add if track else None,
-                                                      narrowband=self._narrowband(item.info))
-            result = self._result(transcript, item.source, self._turns(track))
+            speakers = self._speaker_track()
+            transcript = self.model.transcribe_stream([item.audio], on_part=speakers.add if speakers else None,
+                                                      narrowband=self._narrowband(item.info.sample_rate))
+            result = self._result(transcript, item.source, self._turns(speakers))
             item.audio = None
         else:
             result = self.transcribe_file(item.source, item.info, self._heard(item.info.duration))
@@ -117,43 +121,60 @@ class SpeechStage:
 
     def transcribe_file(self, path: str, info: MediaInfo,
                         on_progress: Callable[[float], None] | None = None) -> SpeechResult:
-        """The file's transcript; `on_progress` hears the seconds of audio transcribed so far, part by part."""
+        """The file's transcript: each of its audio tracks up to `speech.audio_tracks`, the default one first;
+        `on_progress` hears the seconds of audio transcribed so far, part by part."""
         if not info.has_audio:
             return SpeechResult()
-        if (info.channels or 1) >= 2:
+        order = track_order(info.audio_tracks) or [0]  # a record probed before tracks were listed: the first
+        chosen = order[: self.settings.speech.audio_tracks]
+        results = []
+        for n, track in enumerate(chosen):
+            # Together the tracks' passes transcribe the file's length once.
+            done = functools.partial(_part, on_progress, n * info.duration, len(chosen)) if on_progress else None
+            results.append(self._transcribe_track(path, info, track, done, diarize=n == 0))
+        return _join_tracks(results, chosen, info)
+
+    def _transcribe_track(self, path: str, info: MediaInfo, track: int,
+                          on_progress: Callable[[float], None] | None, diarize: bool) -> SpeechResult:
+        """One audio stream's transcript (`track`, counted among the audio streams); with `diarize`, its
+        speakers."""
+        sound = info.audio_tracks[track] if track < len(info.audio_tracks) else {}
+        channels, rate = sound.get("channels", info.channels), sound.get("sample_rate", info.sample_rate)
+        if (channels or 1) >= 2:
             try:
-                separate = channel_look(path, timeout=self.settings.ingest.file_timeout).separate
+                separate = channel_look(path, timeout=self.settings.ingest.file_timeout, track=track).separate
             except MediaError as exc:
                 return SpeechResult(failure=exc.reason)
             if separate:
-                return self._transcribe_channels(path, info, on_progress)
+                return self._transcribe_channels(path, info, track, rate, on_progress, diarize)
         stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
-                             timeout=self.settings.ingest.file_timeout)
-        track = self._track()
+                             timeout=self.settings.ingest.file_timeout, track=track)
+        speakers = self._speaker_track() if diarize else None
         try:
-            transcript = self.model.transcribe_stream(stream, on_part=track.add if track else None,
-                                                      narrowband=self._narrowband(info), on_done=on_progress)
+            transcript = self.model.transcribe_stream(stream, on_part=speakers.add if speakers else None,
+                                                      narrowband=self._narrowband(rate), on_done=on_progress)
         except MediaError as exc:
             return SpeechResult(failure=exc.reason)
-        result = self._result(transcript, path, self._turns(track))
+        result = self._result(transcript, path, self._turns(speakers))
+        length = sound.get("duration") or info.duration  # a track may rightly be shorter than the file
         if stream.warning:
             result.notes.append(stream.warning)
-        elif info.duration - stream.decoded_seconds > 1.0:
-            result.notes.append(f"audio ends early at {stream.decoded_seconds:.1f} s of {info.duration:.1f} s")
+        elif length - stream.decoded_seconds > 1.0:
+            result.notes.append(f"audio ends early at {stream.decoded_seconds:.1f} s of {length:.1f} s")
         return result
 
-    def _transcribe_channels(self, path: str, info: MediaInfo,
-                             on_progress: Callable[[float], None] | None = None) -> SpeechResult:
-        """Each channel of a stereo file transcribed on its own; a channel is one speaker."""
+    def _transcribe_channels(self, path: str, info: MediaInfo, track: int, rate: int | None,
+                             on_progress: Callable[[float], None] | None, diarize: bool) -> SpeechResult:
+        """Each channel of a stereo track transcribed on its own; a channel is one speaker."""
         results: list[SpeechResult] = []
         for channel, name in enumerate(CHANNELS):
             stream = AudioStream(path, chunk_seconds=self.settings.speech.chunk_seconds,
-                                 timeout=self.settings.ingest.file_timeout, channels=2)
+                                 timeout=self.settings.ingest.file_timeout, channels=2, track=track)
             chunks: Iterable[np.ndarray] = (chunk[:, channel].copy() for chunk in stream)
             # Both passes together transcribe the file's length once.
-            done = functools.partial(_halved, on_progress, channel * info.duration) if on_progress else None
+            done = functools.partial(_part, on_progress, channel * info.duration, 2) if on_progress else None
             try:
-                transcript = self.model.transcribe_stream(chunks, narrowband=self._narrowband(info), on_done=done)
+                transcript = self.model.transcribe_stream(chunks, narrowband=self._narrowband(rate), on_done=done)
             except MediaError as exc:
                 return SpeechResult(failure=exc.reason)
             result = self._result(transcript, path)
@@ -162,15 +183,15 @@ class SpeechStage:
             if stream.warning:
                 result.notes.append(f"{name} channel: {stream.warning}")
             results.append(result)
-        return _join_channels(results, speakers=self.speakers is not None)
+        return _join_channels(results, speakers=diarize and self.speakers is not None)
 
-    def _narrowband(self, info: MediaInfo) -> bool:
+    def _narrowband(self, sample_rate: int | None) -> bool:
         """Telephone or radio band audio, decoded with its own VAD threshold (`SpeechSettings.narrowband_rate`)."""
         from mediaindex.models.speech import is_narrowband
 
-        return is_narrowband(info.sample_rate, self.settings.speech)
+        return is_narrowband(sample_rate, self.settings.speech)
 
-    def _track(self) -> SpeakerTrack | None:
+    def _speaker_track(self) -> SpeakerTrack | None:
         """Where the speaker embeddings of one file gather while its audio streams past (None: no diarization)."""
         from mediaindex.models.speakers import SpeakerTrack
 
@@ -195,7 +216,7 @@ class SpeechStage:
                        "no_speech_prob": round(seg.no_speech_prob, 4)},
             ))
         if not transcript.segments:
-            result.notes.append("no speech found")
+            result.notes.append(NO_SPEECH)
         return result
 
 
@@ -207,6 +228,7 @@ def _load_into(future: Future[SpeakerEncoder], load: Callable[[], SpeakerEncoder
 
 
 CHANNELS = ("left", "right")
+NO_SPEECH = "no speech found"
 
 
 def _join_channels(results: list[SpeechResult], speakers: bool) -> SpeechResult:
@@ -223,13 +245,55 @@ def _join_channels(results: list[SpeechResult], speakers: bool) -> SpeechResult:
     order = sorted(spoken, key=lambda r: r.segments[0].start)
     for n, result in enumerate(order, start=1):
         joined.segments.extend(replace(s, speaker=f"S{n}") if speakers else s for s in result.segments)
-        joined.notes.extend(note for note in result.notes if note != "no speech found")
+        joined.notes.extend(note for note in result.notes if note != NO_SPEECH)
     joined.segments.sort(key=lambda s: (s.start, s.end))
     if spoken:
         joined.language = max(spoken, key=lambda r: sum(s.end - s.start for s in r.segments)).language
     else:
-        joined.notes.append("no speech found")
+        joined.notes.append(NO_SPEECH)
     return joined
+
+
+def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo) -> SpeechResult:
+    """The default track's transcript, with each other track's sentences beside it named by their track (`TRACK_
+    FIELD`), but for those the default track said too (a description or commentary mixed over the original
+    sound). A default track that cannot be read fails the transcript as a file's only track does."""
+    main = results[0]
+    if main.failure is not None or len(results) == 1:
+        _say_tracks(main, len(tracks), info.audio_streams)
+        return main
+    joined = SpeechResult(list(main.segments), main.language, [n for n in main.notes if n != NO_SPEECH])
+    for track, result in zip(tracks[1:], results[1:], strict=True):
+        label = track_label(track, info)
+        if result.failure is not None:
+            joined.notes.append(f"{label} not transcribed: {result.failure}")
+            continue
+        said = joined.segments
+        beside = [s for s in result.segments if not any(_same_speech(s, k) for k in said)]
+        for seg in beside:
+            seg.extra[TRACK_FIELD] = label
+        joined.segments = said + beside
+        joined.language = joined.language if main.segments else (joined.language or result.language)
+        joined.notes.extend(f"{label}: {note}" for note in result.notes if note != NO_SPEECH)
+    joined.segments.sort(key=lambda s: (s.start, s.end))
+    if not joined.segments:
+        joined.notes.append(NO_SPEECH)
+    _say_tracks(joined, len(tracks), info.audio_streams)
+    return joined
+
+
+def track_label(track: int, info: MediaInfo) -> str:
+    """An audio track as a player names it: "audio 2 (de)", "audio 3 (en, Commentary)"."""
+    sound = info.audio_tracks[track] if track < len(info.audio_tracks) else {}
+    about = [str(x)[:40] for x in (sound.get("language"), sound.get("title")) if x]
+    return f"audio {track + 1}" + (f" ({', '.join(about)})" if about else "")
+
+
+def _say_tracks(result: SpeechResult, transcribed: int, streams: int) -> None:
+    if streams > transcribed:
+        result.notes.append(f"{streams} audio tracks: {transcribed} transcribed (speech.audio_tracks)")
+    elif streams > 1:
+        result.notes.append(f"{streams} audio tracks: each transcribed")
 
 
 def _same_speech(a: Segment, b: Segment) -> bool:
@@ -242,8 +306,8 @@ def _same_speech(a: Segment, b: Segment) -> bool:
     return SequenceMatcher(None, a.text.lower().split(), b.text.lower().split()).ratio() >= 0.8
 
 
-def _halved(on_progress: Callable[[float], None], before: float, done: float) -> None:
-    on_progress((before + done) / 2)
+def _part(on_progress: Callable[[float], None], before: float, parts: int, done: float) -> None:
+    on_progress((before + done) / parts)
 
 
 STAGE = StageContract(

@@ -22,7 +22,7 @@ from mediaindex.errors import MediaIndexError, ModelLoadError
 from mediaindex.media.probe import MediaInfo
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
-from mediaindex.segments import MEDIA_MODALITIES, Hit, Segment
+from mediaindex.segments import MEDIA_MODALITIES, TRACK_FIELD, Hit, Segment
 
 if TYPE_CHECKING:
     from mediaindex.index.index import MediaIndex
@@ -72,7 +72,8 @@ class SummaryStage:
 def _hit(seg: Segment, duration: float | None) -> Hit:
     """A segment as the summariser reads it; speech can end a little after the container's duration."""
     hit = Hit(source=seg.source, video_id=seg.video_id, start=seg.start, end=seg.end, score=0.0,
-              modality=seg.modality, text=seg.text, language=seg.language, thumbnail=seg.thumbnail)
+              modality=seg.modality, text=seg.text, language=seg.language, thumbnail=seg.thumbnail,
+              track=seg.extra.get(TRACK_FIELD))
     if duration is not None and hit.end > duration:
         hit = replace(hit, end=max(duration, hit.start))
     return hit

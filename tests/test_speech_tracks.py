@@ -1,0 +1,143 @@
+"""Files with several audio tracks (made at test time from the shared clips): each track is transcribed, the
+default one first; another track's sentences are named by their track, a sentence the default track said too is
+kept once, and a file's transcript reads its default track."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from mediaindex.config import Settings
+from mediaindex.errors import ConfigError
+from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+from mediaindex.media.probe import probe, track_order
+from mediaindex.pipeline.stages.speech import SpeechStage
+from mediaindex.segments import TRACK_FIELD
+from tests.conftest import make_settings, media
+
+JFK = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^a-zàâçéèêëîïôûùüÿœ' ]", " ", text.lower()).split())
+
+
+def _mux(out: Path, tracks: list[tuple[str, str | None, str | None]], default: int) -> Path:
+    """One file holding each clip as an audio track, tagged with its language and title; `default` marked."""
+    cmd = [ffmpeg_exe(), "-v", "error", "-y"]
+    for rel, _, _ in tracks:
+        cmd += ["-i", str(media(rel))]
+    for n, (_, language, title) in enumerate(tracks):
+        cmd += ["-map", f"{n}:a", f"-disposition:a:{n}", "default" if n == default else "0"]
+        if language:
+            cmd += [f"-metadata:s:a:{n}", f"language={language}"]
+        if title:
+            cmd += [f"-metadata:s:a:{n}", f"title={title}"]
+    subprocess.run([*cmd, "-c:a", "aac", str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def dub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An English original as the first track, a French version (another clip) as the default second one."""
+    return _mux(tmp_path_factory.mktemp("tracks") / "dubbed film.mkv",
+                [("audio/jfk.flac", "eng", None), ("audio/french.aiff", "fra", "Version française")], default=1)
+
+
+@pytest.fixture(scope="module")
+def stage(session_settings: Settings) -> SpeechStage:
+    return SpeechStage(session_settings)
+
+
+def test_each_audio_track_is_listed_and_the_default_comes_first(dub: Path) -> None:
+    info = probe(dub)
+    assert info.audio_streams == 2
+    assert [(t["language"], t["title"], t["default"]) for t in info.audio_tracks] == [
+        ("en", None, False), ("fr", "Version française", True)]
+    lengths = [probe(media(rel)).duration for rel in ("audio/jfk.flac", "audio/french.aiff")]
+    assert [t["duration"] for t in info.audio_tracks] == pytest.approx(lengths, abs=0.1)
+    assert track_order(info.audio_tracks) == [1, 0]
+    assert info.sample_rate == info.audio_tracks[1]["sample_rate"]  # the file's audio is its default track's
+    assert track_order([{"default": False}, {"default": False}]) == [0, 1]  # none marked: the file's order
+    assert track_order([]) == []
+
+
+def test_each_track_is_transcribed_and_the_others_are_named(stage: SpeechStage, dub: Path) -> None:
+    result = stage.transcribe_file(str(dub), probe(dub))
+    default = [s for s in result.segments if TRACK_FIELD not in s.extra]
+    other = [s for s in result.segments if TRACK_FIELD in s.extra]
+    assert "dictée" in _words(" ".join(s.text for s in default))
+    assert _words(" ".join(s.text for s in other)) == JFK
+    assert {s.extra[TRACK_FIELD] for s in other} == {"audio 1 (en)"}
+    assert {s.language for s in other} == {"en"} and result.language == "fr"  # the file's: its default track's
+    assert result.notes == ["2 audio tracks: each transcribed"]  # no track "ends early": each has its length
+    assert [s.start for s in result.segments] == sorted(s.start for s in result.segments)
+    assert all(s.speaker is None for s in other)  # speakers are told apart on the default track only
+
+
+def test_a_track_saying_the_default_again_is_kept_once_and_the_count_is_a_setting(
+        stage: SpeechStage, tmp_path: Path) -> None:
+    # An audio-described copy mixed over the original says the original's sentences again.
+    twice = _mux(tmp_path / "described.mp4", [("audio/jfk.flac", None, None), ("audio/jfk.flac", None, "AD")], 0)
+    result = stage.transcribe_file(str(twice), probe(twice))
+    assert len(result.segments) == 1 and _words(result.segments[0].text) == JFK
+    assert not any(TRACK_FIELD in s.extra for s in result.segments)
+
+    three = _mux(tmp_path / "three.mka", [("audio/jfk.flac", "eng", None), ("audio/french.aiff", "fra", None),
+                                          ("audio/LJ002-0020.wav", "eng", "Commentary")], 0)
+    first = copy.copy(stage)  # the loaded models, another setting
+    first.settings = stage.settings.model_copy(update={"speech": stage.settings.speech.model_copy(
+        update={"audio_tracks": 1})})
+    result = first.transcribe_file(str(three), probe(three))
+    assert _words(" ".join(s.text for s in result.segments)) == JFK
+    assert result.notes == ["3 audio tracks: 1 transcribed (speech.audio_tracks)"]
+    with pytest.raises(ConfigError, match="speech.audio_tracks: Input should be greater than or equal to 1"):
+        make_settings(tmp_path / "idx", tmp_path, speech={"audio_tracks": 0})
+
+
+@pytest.mark.slow
+def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
+        dub: Path, tmp_path: Path, cache_dir: Path, embedder) -> None:
+    from fastapi.testclient import TestClient
+
+    from mediaindex.api.app import create_app
+    from mediaindex.index.index import open_index
+    from mediaindex.pipeline.inprocess import InProcessPipeline
+    from mediaindex.pipeline.plan import EARLIER_ANALYSIS
+    from mediaindex.segments import ANALYSIS_VERSION
+    from mediaindex.service import IngestRequest, ingest
+    from mediaindex.service.archive import Archive, transcribe_now
+
+    settings = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False})
+    with open_index(settings, embedder.dim, embedder.name, thread_safe=True) as index:  # served below too
+        report = ingest(IngestRequest(settings, [dub]), index, InProcessPipeline(settings))
+        (done,) = report.indexed
+        assert "2 audio tracks: each transcribed" in done.notes
+        archive = Archive(settings, index, embedder)
+        top = archive.search("ask not what your country can do for you", limit=1)[0]
+        assert (top.track, top.modality, top.language) == ("audio 1 (en)", "speech", "en")
+        with TestClient(create_app(settings, index=index, embedder=embedder)) as client:
+            (hit,) = client.get("/search", params={"q": "ask not what your country", "limit": 1}).json()["hits"]
+            assert hit["track"] == "audio 1 (en)"
+            said = client.get(f"/videos/{done.video_id}/transcript", params={"format": "txt"}).text
+            assert "dictée" in said and "country" not in said
+        found = archive.transcript("dubbed film.mkv")
+        assert found is not None and "dictée" in _words(" ".join(s["text"] for s in found[0]))
+        assert not any("country" in s["text"] for s in found[0])  # the other track is not read into it
+
+        # Indexed when only the first track was transcribed (no tracks in its probe): told, as an earlier
+        # version's file is, and indexed again with --reindex.
+        record = index.catalog.get(done.video_id)
+        assert record is not None and not record.by_earlier_analysis()
+        index.catalog.upsert(replace(record, probe={k: v for k, v in record.probe.items() if k != "audio_tracks"}))
+        assert index.catalog.earlier_analysis(ANALYSIS_VERSION) == 1
+        (again,) = ingest(IngestRequest(settings, [dub]), index, InProcessPipeline(settings)).outcomes
+        assert again.reason == EARLIER_ANALYSIS
+    fresh = transcribe_now(settings, dub)  # a file never indexed: its default track alone is transcribed
+    assert "dictée" in _words(" ".join(s["text"] for s in fresh.segments))
+    assert not any("country" in s["text"] for s in fresh.segments)
