@@ -229,3 +229,20 @@ def test_frames_past_1080p_give_the_same_parts_as_the_original(tmp_path: Path) -
     assert [(p.start, [f.time for f in p.frames]) for p in big_scan.parts[: len(early)]] == \
         [(p.start, [f.time for f in p.frames]) for p in early]
     assert all(max(p.keyframe.image.shape[:2]) == 256 for p in big_scan.parts)
+
+
+def test_pictures_muxed_in_after_the_sound_keep_their_time_in_the_file(tmp_path: Path) -> None:
+    """A video stream that starts 3 s into the file (its sound from 0 s): its pictures and cuts are placed at the
+    file's time, as a player shows them and as the sound is read, not at the stream's own."""
+    import subprocess
+
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+
+    late = tmp_path / "late picture.mp4"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-itsoffset", "3", "-i", str(media("video/cockatoo.mp4")),
+                    "-i", str(media("audio/jfk.flac")), "-map", "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac",
+                    str(late)], check=True)
+    own = scan_video(media("video/cockatoo.mp4"), probe(media("video/cockatoo.mp4")), interval=5.0, max_side=256)
+    moved = scan_video(late, probe(late), interval=5.0, max_side=256)
+    assert [round(p.start - 3.0, 2) for p in moved.parts] == [round(p.start, 2) for p in own.parts]
+    assert [round(end - 3.0, 2) for _, end in moved.shots[:-1]] == [round(end, 2) for _, end in own.shots[:-1]]

@@ -141,3 +141,21 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
     fresh = transcribe_now(settings, dub)  # a file never indexed: its default track alone is transcribed
     assert "dictée" in _words(" ".join(s["text"] for s in fresh.segments))
     assert not any("country" in s["text"] for s in fresh.segments)
+
+
+def test_audio_that_starts_after_the_file_keeps_its_place_in_time(stage: SpeechStage, tmp_path: Path) -> None:
+    """Raw PCM carries no timestamps: audio muxed in 5 s after the picture starts was read as if it began at 0 s,
+    and every moment of it played 5 s early."""
+    import numpy as np
+
+    from mediaindex.media.decode import AudioStream
+
+    late = tmp_path / "late audio.mp4"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("video/cockatoo.mp4")), "-itsoffset", "5",
+                    "-i", str(media("audio/jfk.flac")), "-map", "0:v", "-map", "1:a", "-c:v", "copy", "-c:a", "aac",
+                    str(late)], check=True)
+    samples = np.concatenate(list(AudioStream(late)))
+    assert not samples[: 16_000 * 4].any() and np.abs(samples[16_000 * 5 : 16_000 * 7]).max() > 0.1
+    result = stage.transcribe_file(str(late), probe(late))
+    assert _words(result.segments[0].text).startswith("and so my fellow americans")
+    assert 5.0 < result.segments[0].start < 5.6  # jfk.flac's first word is at about 0.3 s of its own

@@ -68,10 +68,13 @@ class AudioStream:
         self.warning: str | None = None
 
     def _command(self) -> list[str]:
-        # The one audio stream, as raw 32-bit float PCM (mono, or interleaved stereo) on stdout.
+        # The one audio stream, as raw 32-bit float PCM (mono, or interleaved stereo) on stdout. Raw PCM has no
+        # timestamps: a stream that starts after the file does (audio muxed in late, a capture's first packets)
+        # is padded with silence from the file's start (aresample async=1 pads or trims the start alone), so
+        # that a sample's place is its time in the file.
         stream = ffmpeg.input(self.path, nostdin=None, hide_banner=None, loglevel="error").output(
             "pipe:1", map=f"0:a:{self.track}", vn=None, sn=None, dn=None, f="f32le", acodec="pcm_f32le", ac=self.channels,
-            ar=self.sample_rate)
+            ar=self.sample_rate, af="aresample=async=1:first_pts=0")
         return stream.compile(cmd=ffmpeg_exe())
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -362,7 +365,10 @@ def scan_video(
             if threads:
                 stream.thread_count = threads
             rate = stream.average_rate or stream.guessed_rate or Fraction(25)
-            start_pts = stream.start_time or 0
+            # Times are the file's, as a player counts them and the audio is read: from the container's start, not
+            # the video stream's own (a picture muxed in after the sound starts that much later).
+            start_pts = (int(Fraction(container.start_time, 1_000_000) / stream.time_base)
+                         if container.start_time is not None and stream.time_base else stream.start_time or 0)
             detector = ShotDetector(stream.codec_context.width, Fraction(rate.numerator, rate.denominator),
                                     threshold=shot_threshold, min_shot_len=min_shot_len)
             for frame in container.decode(stream):
