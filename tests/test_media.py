@@ -246,3 +246,35 @@ def test_pictures_muxed_in_after_the_sound_keep_their_time_in_the_file(tmp_path:
     moved = scan_video(late, probe(late), interval=5.0, max_side=256)
     assert [round(p.start - 3.0, 2) for p in moved.parts] == [round(p.start, 2) for p in own.parts]
     assert [round(end - 3.0, 2) for _, end in moved.shots[:-1]] == [round(end, 2) for _, end in own.shots[:-1]]
+
+
+def test_a_sound_files_cover_picture_is_the_thumbnail_of_its_moments(tmp_path: Path, cache_dir: Path) -> None:
+    """An MP3 with its cover stored as a one-frame picture stream (made at test time): not video, but its moments
+    show the cover instead of nothing."""
+    import subprocess
+
+    from mediaindex.media.decode import cover_picture
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.pipeline.stages.speech import SpeechResult
+    from mediaindex.segments import Segment
+
+    cover = tmp_path / "cover.png"
+    Image.fromarray(np.full((90, 160, 3), (200, 30, 30), np.uint8)).save(cover)
+    song = tmp_path / "episode.mp3"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("audio/jfk.flac")), "-i", str(cover),
+                    "-map", "0:a", "-map", "1:v", "-c:a", "libmp3lame", "-c:v", "mjpeg",
+                    "-disposition:v", "attached_pic", str(song)], check=True)
+    info = probe(song)
+    assert info.cover_art and not info.has_video and info.video_streams == 0
+    picture = cover_picture(song)
+    assert picture is not None and picture.shape == (90, 160, 3)
+    assert abs(picture[45, 80].astype(int) - (200, 30, 30)).max() < 20
+
+    item = decode_media(str(song), make_settings(tmp_path / "index", cache_dir))
+    assert item.cover is not None and list(item.thumbnail_files) == [item.cover] and not item.keyframes
+    assert Image.open(io.BytesIO(item.thumbnail_files[item.cover])).size == (160, 90)
+    heard = SpeechResult([Segment("", str(song), 0.3, 10.0, "speech", "And so my fellow Americans")])
+    assert [s.thumbnail for s in heard.join(item).segments] == [item.cover]
+
+    plain = decode_media(str(media("audio/jfk.flac")), make_settings(tmp_path / "index", cache_dir))
+    assert plain.cover is None and not plain.thumbnail_files and cover_picture(media("audio/jfk.flac")) is None

@@ -23,7 +23,7 @@ import numpy as np
 
 from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
-from mediaindex.media.probe import MediaInfo
+from mediaindex.media.probe import MediaInfo, is_cover_art
 from mediaindex.media.sampling import Sampled, SpanSampler, spread
 from mediaindex.media.shots import ShotDetector, detector_picture, shots_from_cuts
 
@@ -171,6 +171,21 @@ class ChannelLook:
         """Each channel carries its own sound: a mono mix would lay one over the other."""
         return (self.sounding > 0 and self.correlation < SEPARATE_BELOW_CORRELATION
                 and self.one_sided >= SEPARATE_ONE_SIDED_SHARE)
+
+
+def cover_picture(path: str | Path) -> np.ndarray | None:
+    """A file's cover picture (`MediaInfo.cover_art`) as RGB; None where it has none or it cannot be decoded."""
+    import av
+
+    try:
+        with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
+            for stream in container.streams.video:
+                if is_cover_art(stream):
+                    for frame in container.decode(stream):
+                        return frame.to_ndarray(format="rgb24")
+    except (av.error.FFmpegError, ValueError):
+        pass
+    return None
 
 
 def channel_look(path: str | Path, timeout: float | None = None, track: int = 0) -> ChannelLook:

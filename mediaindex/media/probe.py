@@ -40,6 +40,7 @@ class MediaInfo:
     # "duration"} (`audio_track`); the top-level audio fields describe the default one (else the first).
     audio_tracks: list[dict[str, Any]] = field(default_factory=list)
     video_streams: int = 0
+    cover_art: bool = False  # a picture stored as a one-frame stream (an album's or a podcast's cover)
     subtitle_streams: int = 0
     # [name, size, mtime_ns] of each subtitle file read with it (`subtitles.subtitle_signature`)
     subtitle_files: list[list[str | int]] = field(default_factory=list)
@@ -75,7 +76,7 @@ def probe(path: str | Path) -> MediaInfo:
         # The I/O timeout turns a read that blocks (a stalled network mount) into an error.
         with av.open(str(path), metadata_errors="ignore", timeout=60.0) as container:
             audios = list(container.streams.audio)
-            videos = [v for v in container.streams.video if not _is_cover_art(v)]
+            videos = [v for v in container.streams.video if not is_cover_art(v)]
             tracks = [audio_track(a) for a in audios]
             audio = audios[track_order(tracks)[0]] if audios else None
             video = next(iter(videos), None)
@@ -109,6 +110,7 @@ def probe(path: str | Path) -> MediaInfo:
                 audio_streams=len(audios),
                 audio_tracks=tracks,
                 video_streams=len(videos),
+                cover_art=len(videos) < len(container.streams.video),
                 subtitle_streams=len(container.streams.subtitles),
                 bit_rate=container.bit_rate or None,
             )
@@ -186,7 +188,7 @@ def track_order(tracks: list[dict[str, Any]]) -> list[int]:
     return [first] + [i for i in range(len(tracks)) if i != first] if tracks else []
 
 
-def _is_cover_art(stream: Any) -> bool:
+def is_cover_art(stream: Any) -> bool:
     """An album cover stored as a one-frame video stream is not video."""
     import av
 

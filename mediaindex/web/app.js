@@ -544,7 +544,8 @@ function emptyState(q, video, modality, confident) {
 
 function hitItem(hit) {
   const title = hit.title || hit.source || hit.video_id;
-  const hasVideo = hit.has_video !== undefined ? hit.has_video : Boolean(hit.thumbnail_url) || hasVideoOf(hit.video_id);
+  // A sound file's moments may show its cover: a thumbnail does not make it a video.
+  const hasVideo = hit.has_video !== undefined ? hit.has_video : hasVideoOf(hit.video_id);
   const thumb = hit.thumbnail_url ? el("img", { src: hit.thumbnail_url, alt: "", loading: "lazy" })
                                   : el("div", { class: "nothumb", "aria-hidden": "true" }, hasVideo ? "▶" : "♪");
   const page = hit.page_url || `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}`;

@@ -14,7 +14,7 @@ from pathlib import Path
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError, MediaTimeoutError
 from mediaindex.index.catalog import content_hash, video_id_for
-from mediaindex.media.decode import scan_video
+from mediaindex.media.decode import cover_picture, scan_video
 from mediaindex.media.probe import probe
 from mediaindex.media.subtitles import passages, read_subtitles, subtitle_signature
 from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
@@ -45,6 +45,8 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
         item.notes.append("no audio track: nothing to transcribe")
     if info.has_video:
         _scan(item, settings, started)
+    elif info.cover_art:
+        _add_cover(item, settings)
     _add_subtitles(item)
     return item
 
@@ -83,6 +85,18 @@ def _scan(item: MediaItem, settings: Settings, started: float) -> None:
         thumb = thumbnail_name(item.video_id, picture.time, f.thumbnail_format)
         item.thumbnail_files[thumb] = encode_thumbnail(picture.image, f.thumbnail_side, f.thumbnail_format)
         item.keyframes.append(Keyframe(part.start, part.end, picture.image, thumb, [f.image for f in part.frames]))
+
+
+def _add_cover(item: MediaItem, settings: Settings) -> None:
+    """A sound file's cover picture (an album's, a podcast episode's) as the thumbnail of its moments; it is not
+    searched (a cover is not what the file shows over time)."""
+    picture = cover_picture(item.source)
+    if picture is None:
+        item.notes.append("its cover picture could not be read")
+        return
+    f = settings.frames
+    item.cover = thumbnail_name(item.video_id, 0.0, f.thumbnail_format)
+    item.thumbnail_files[item.cover] = encode_thumbnail(picture, f.thumbnail_side, f.thumbnail_format)
 
 
 def _add_subtitles(item: MediaItem) -> None:

@@ -40,6 +40,7 @@ class MediaItem:
     keyframes: list[Keyframe] = field(default_factory=list)  # dropped after the vision stage
     # Encoded keyframe thumbnails by their name relative to the index's thumbnail folder; the writer saves them.
     thumbnail_files: dict[str, bytes] = field(default_factory=dict)
+    cover: str | None = None  # the thumbnail of a file without video that has a cover picture (`thumbnail_files`)
     shots: list[tuple[float, float]] = field(default_factory=list)  # [start, end) of each shot, seconds
     segments: list[Segment] = field(default_factory=list)
     vectors: np.ndarray | None = None
@@ -48,14 +49,14 @@ class MediaItem:
     summary_failure: str | None = None  # why the summary stage made no summary (its note says so too)
 
     def thumbnail_at(self, t: float) -> str | None:
-        """The thumbnail of the keyframe nearest before time t."""
+        """The thumbnail of the keyframe nearest before time t (a file without video: its cover, if any)."""
         best = None
         for frame in self.keyframes:
             if frame.time <= t + 1e-6:
                 best = frame.thumbnail
             else:
                 break
-        return best if best is not None else (self.keyframes[0].thumbnail if self.keyframes else None)
+        return best if best is not None else (self.keyframes[0].thumbnail if self.keyframes else self.cover)
 
 
 __all__ = ["Frame", "Keyframe", "MediaItem"]
