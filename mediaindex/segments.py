@@ -87,6 +87,17 @@ def standing_for_speech(subtitles: Sequence[T], language_of: Callable[[T], str |
     return [s for s in subtitles if language_of(s) == chosen]
 
 
+def audio_track_label(number: int, language: str | None, title: str | None) -> str:
+    """An audio track as a player names it: "audio 2 (de)", "audio 3 (en, Commentary)"."""
+    about = [str(x)[:40] for x in (language, title) if x]
+    return f"audio {number}" + (f" ({', '.join(about)})" if about else "")
+
+
+def of_audio_track(label: str | None, number: int) -> bool:
+    """Whether a `TRACK_FIELD` label names audio track `number` (`audio_track_label`)."""
+    return label is not None and (label == f"audio {number}" or label.startswith(f"audio {number} ("))
+
+
 def default_track(speech: Sequence[T], track_of: Callable[[T], str | None]) -> list[T]:
     """Of a file's speech, its default audio track's: another track (a dub, a commentary) says it again or beside
     it, and a transcript reads once."""

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from mediaindex.config import Settings
-from mediaindex.errors import ConfigError
+from mediaindex.errors import ConfigError, MediaError, MediaIndexError
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
-from mediaindex.media.probe import probe, track_order
+from mediaindex.media.probe import audio_track_index, probe, track_order
 from mediaindex.pipeline.stages.speech import SpeechStage
 from mediaindex.segments import TRACK_FIELD
 from tests.conftest import make_settings, media
@@ -138,9 +138,53 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
         assert index.catalog.earlier_analysis(ANALYSIS_VERSION) == 1
         (again,) = ingest(IngestRequest(settings, [dub]), index, InProcessPipeline(settings)).outcomes
         assert again.reason == EARLIER_ANALYSIS
+        index.catalog.upsert(record)
+        # Another track's transcript by its number, as players count them: the library, the API.
+        english, _ = archive.transcript("dubbed film.mkv", track=1) or ([], {})
+        assert _words(" ".join(s["text"] for s in english)) == JFK
+        assert archive.transcript("dubbed film.mkv", track=2) == found
+        with pytest.raises(MediaIndexError, match="it has 2 audio tracks: a track is a number from 1 to 2"):
+            archive.transcript("dubbed film.mkv", track=3)
+        with TestClient(create_app(settings, index=index, embedder=embedder)) as client:
+            url = f"/videos/{done.video_id}/transcript"
+            assert "country" in client.get(url, params={"format": "txt", "track": 1}).text
+            lines = client.get(url, params={"track": 1}).json()
+            assert _words(" ".join(line["text"] for line in lines)) == JFK
+            refused = client.get(url, params={"track": 3})
+            assert refused.status_code == 422 and "from 1 to 2" in refused.json()["message"]
+            assert client.get(url, params={"track": 0}).status_code == 422
+
     fresh = transcribe_now(settings, dub)  # a file never indexed: its default track alone is transcribed
     assert "dictée" in _words(" ".join(s["text"] for s in fresh.segments))
     assert not any("country" in s["text"] for s in fresh.segments)
+    assert _words(" ".join(s["text"] for s in transcribe_now(settings, dub, track=1).segments)) == JFK
+    with pytest.raises(MediaError, match="it has 2 audio tracks"):
+        transcribe_now(settings, dub, track=3)
+
+    # The command: an indexed file's other track, and a track it lacks refused by name.
+    from typer.testing import CliRunner
+
+    from mediaindex.cli import app
+
+    said = CliRunner().invoke(app, ["transcript", "dubbed film.mkv", "-f", "txt", "--track", "1",
+                                    "--index", str(settings.index_dir)])
+    assert said.exit_code == 0 and _words(said.stdout) == JFK
+    lacking = CliRunner().invoke(app, ["transcript", str(dub), "--track", "5", "--index", str(settings.index_dir)])
+    assert lacking.exit_code != 0 and "it has 2 audio tracks: a track is a number from 1 to 2" in lacking.stderr
+    zero = CliRunner().invoke(app, ["transcript", str(dub), "--track", "0", "--index", str(settings.index_dir)])
+    assert zero.exit_code == 2 and "--track" in zero.stderr
+
+
+def test_a_track_number_names_a_stream_the_file_has_and_that_was_transcribed() -> None:
+    tracks = [{"default": False}, {"default": True}, {"default": False}]  # transcribed in the order 2, 1, 3
+    assert [audio_track_index(tracks, n, 3) for n in (1, 2, 3)] == [0, 1, 2]
+    assert audio_track_index(tracks, 2, 1) == 1  # the default track is transcribed first
+    with pytest.raises(ValueError, match=r"its audio track 3 was not transcribed \(speech.audio_tracks is 2\)"):
+        audio_track_index(tracks, 3, 2)
+    with pytest.raises(ValueError, match="a track is a number from 1 to 3"):
+        audio_track_index(tracks, 4, 3)
+    with pytest.raises(ValueError, match="it has one audio track: the only track is 1"):
+        audio_track_index([], 2, 4)  # a file probed before its tracks were listed has one
 
 
 def test_audio_that_starts_after_the_file_keeps_its_place_in_time(stage: SpeechStage, tmp_path: Path) -> None:

@@ -555,6 +555,9 @@ def transcript(
                                        "`mediaindex ingest FILE`) and its transcript printed from there.")] = False,
     speakers: Annotated[int | None, typer.Option("--speakers", help="How many people speak (default: estimated); "
                                                  "for a file transcribed now.")] = None,
+    track: Annotated[int | None, typer.Option("--track", min=1, help="An audio track by its number (1, 2, … in "
+                                              "the file's order) for a file with several (a dub, a commentary); "
+                                              "default: the default track.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -572,16 +575,16 @@ def transcript(
         if speakers is not None:
             settings = settings.model_copy(update={"speech": settings.speech.model_copy(
                 update={"speakers": speakers, "diarize": True})})
-        found = _indexed_transcript(settings, video)
+        found = _indexed_transcript(settings, video, track)
         path = Path(video).expanduser()
         if found is None and path.is_file() and save:
             ingest(inputs=[str(path)], index=settings.index_dir, config=config)
-            found = _indexed_transcript(settings, video)
+            found = _indexed_transcript(settings, video, track)
         if found is None:
             if not path.is_file():
                 where = f"not in the index at {settings.index_dir}" if index_exists(settings) else "no index yet"
                 raise fail(f"{video}: no such file, and not an indexed file's id, path or name ({where})")
-            found = _transcribe_now(settings, path)
+            found = _transcribe_now(settings, path, track)
         segments, meta = found
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
@@ -652,17 +655,18 @@ def _indexed_source(settings: Settings, ref: str) -> str:
     return source
 
 
-def _indexed_transcript(settings: Settings, video: str):
-    """The stored speech segments and facts of an indexed file (by path, video id or name), or None."""
+def _indexed_transcript(settings: Settings, video: str, track: int | None = None):
+    """The stored speech segments (of audio track `track`, else the default one) and facts of an indexed file (by
+    path, video id or name), or None."""
     from mediaindex.service.archive import Archive
 
     if not Archive.may_hold(settings, video):  # a cheap look first: the index and its embedder open for a known file
         return None
     with _open(settings) as archive:
-        return archive.transcript(video)
+        return archive.transcript(video, track)
 
 
-def _transcribe_now(settings: Settings, path: Path):
+def _transcribe_now(settings: Settings, path: Path, track: int | None = None):
     """Transcribe a file that is not indexed, showing progress on a terminal; nothing is written."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -675,7 +679,7 @@ def _transcribe_now(settings: Settings, path: Path):
         fresh = transcribe_now(
             settings, path, on_start=lambda duration: progress.update(task, total=max(duration, 1.0)),
             on_loading=lambda: progress.update(task, description="loading the speech model"),
-            on_progress=lambda done: progress.update(task, completed=done))
+            on_progress=lambda done: progress.update(task, completed=done), track=track)
     for note in fresh.notes:
         err.print(f"note: {note}", highlight=False, markup=False)
     return fresh.segments, fresh.meta

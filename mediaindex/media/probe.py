@@ -188,6 +188,19 @@ def track_order(tracks: list[dict[str, Any]]) -> list[int]:
     return [first] + [i for i in range(len(tracks)) if i != first] if tracks else []
 
 
+def audio_track_index(tracks: list[dict[str, Any]], number: int, transcribed: int) -> int:
+    """The audio stream that a track's number (1, 2, … in the file's order, as players count them) names, given
+    that the first `transcribed` of `track_order` are transcribed; a clear error for one out of range or left out."""
+    count = max(1, len(tracks))
+    if not 1 <= number <= count:
+        raise ValueError(f"it has {count} audio track{'s' if count > 1 else ''}: a track is a number from 1 to "
+                         f"{count}" if count > 1 else "it has one audio track: the only track is 1")
+    order = track_order(tracks) or [0]
+    if order.index(number - 1) >= transcribed:
+        raise ValueError(f"its audio track {number} was not transcribed (speech.audio_tracks is {transcribed})")
+    return number - 1
+
+
 def is_cover_art(stream: Any) -> bool:
     """An album cover stored as a one-frame video stream is not video."""
     import av

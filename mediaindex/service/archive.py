@@ -27,6 +27,7 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job, JobFinished, JobStore
+from mediaindex.media.probe import audio_track_index, track_order
 from mediaindex.segments import (
     ANALYSIS_VERSION,
     MODALITIES,
@@ -34,6 +35,7 @@ from mediaindex.segments import (
     TRACK_FIELD,
     Hit,
     default_track,
+    of_audio_track,
     standing_for_speech,
 )
 from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
@@ -237,22 +239,34 @@ class Archive:
         """A file's segments (of one modality, or all), in time order."""
         return self.index.store.segments_of(video_id, modality=modality)
 
-    def speech(self, video_id: str) -> list[dict[str, Any]]:
-        """What was said in a file, in time order: its speech segments, or where nothing was heard, its subtitles
-        in one language (`segments.standing_for_speech`), so that a transcript reads once."""
-        heard = default_track(self.segments(video_id, "speech"), lambda s: (s.get("extra") or {}).get(TRACK_FIELD))
+    def speech(self, video_id: str, track: int | None = None) -> list[dict[str, Any]]:
+        """What was said in a file, in time order: its default audio track's speech segments, or where nothing was
+        heard, its subtitles in one language (`segments.standing_for_speech`), so that a transcript reads once.
+        `track` (1, 2, …): that audio track's speech instead (`MediaIndexError` for one it lacks or that was not
+        transcribed)."""
+        record = self.index.catalog.get(video_id)
+        speech = self.segments(video_id, "speech")
+        if track is not None and record is not None:
+            tracks = record.probe.get("audio_tracks") or []
+            try:
+                stream = audio_track_index(tracks, track, self.settings.speech.audio_tracks)
+            except ValueError as exc:
+                raise MediaIndexError(f"{record.source}: {exc}") from None
+            if stream != (track_order(tracks) or [0])[0]:
+                return [s for s in speech if of_audio_track((s.get("extra") or {}).get(TRACK_FIELD), track)]
+        heard = default_track(speech, lambda s: (s.get("extra") or {}).get(TRACK_FIELD))
         if heard:
             return heard
-        record = self.index.catalog.get(video_id)
         return standing_for_speech(self.segments(video_id, SUBTITLE), lambda s: s.get("language"),
                                    record.language if record is not None else None)
 
-    def transcript(self, video: str) -> Transcript | None:
-        """The speech segments and facts of an indexed file (`indexed_named`), or None."""
+    def transcript(self, video: str, track: int | None = None) -> Transcript | None:
+        """The speech segments (of audio track `track`, else the default one) and facts of an indexed file
+        (`indexed_named`), or None."""
         record = indexed_named(self.index.catalog, video)
         if record is None:
             return None
-        return self.speech(record.video_id), {"source": record.source, "video_id": record.video_id,
+        return self.speech(record.video_id, track), {"source": record.source, "video_id": record.video_id,
                                               "language": record.language, "duration": record.duration}
 
     # --- writing ----------------------------------------------------------------------------------
@@ -414,9 +428,10 @@ class FreshTranscript:
 
 def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None] | None = None,
                    on_progress: Callable[[float], None] | None = None,
-                   on_start: Callable[[float], None] | None = None) -> FreshTranscript:
-    """Transcribe a file that is not indexed; nothing is written. `on_start` hears the file's duration,
-    `on_loading` that the model loads, `on_progress` the seconds of audio transcribed so far."""
+                   on_start: Callable[[float], None] | None = None, track: int | None = None) -> FreshTranscript:
+    """Transcribe a file that is not indexed, its default audio track (or audio track `track`: 1, 2, …); nothing
+    is written. `on_start` hears the file's duration, `on_loading` that the model loads, `on_progress` the seconds
+    of audio transcribed so far."""
     from mediaindex.media.probe import probe
     from mediaindex.pipeline.stages.speech import SpeechStage
 
@@ -424,13 +439,16 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
     info = probe(source)
     if not info.has_audio:
         raise MediaError(source, "has no audio track: nothing to transcribe")
+    try:  # any of its tracks can be transcribed now
+        stream = (track_order(info.audio_tracks) or [0])[0] if track is None else audio_track_index(
+            info.audio_tracks, track, max(1, len(info.audio_tracks)))
+    except ValueError as exc:
+        raise MediaError(source, str(exc)) from None
     if on_start:
         on_start(info.duration or 0.0)
     if on_loading:
         on_loading()
-    # The default audio track's words: the file's transcript (`Archive.speech`), and the others' cost spared.
-    one_track = settings.model_copy(update={"speech": settings.speech.model_copy(update={"audio_tracks": 1})})
-    result = SpeechStage(one_track).transcribe_file(source, info, on_progress=on_progress)
+    result = SpeechStage(settings).transcribe_file(source, info, on_progress=on_progress, only=stream)
     if result.failure:
         raise MediaError(source, result.failure)
     return FreshTranscript([s.payload() for s in result.segments],

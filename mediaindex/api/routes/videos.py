@@ -34,7 +34,7 @@ from mediaindex.api.models import (
     VideoOut,
 )
 from mediaindex.api.state import ApiState, file_title
-from mediaindex.errors import MediaError
+from mediaindex.errors import MediaError, MediaIndexError
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.filters import metadata_matches, parse_where
 from mediaindex.index.store import hit_from_payload
@@ -73,8 +73,8 @@ def _record(state: ApiState, video_id: str) -> VideoRecord:
     return record
 
 
-def transcript(state: ApiState, record: VideoRecord) -> list[TranscriptLine]:
-    hits = [hit_from_payload(p, 0.0) for p in state.archive.speech(record.video_id)]
+def transcript(state: ApiState, record: VideoRecord, track: int | None = None) -> list[TranscriptLine]:
+    hits = [hit_from_payload(p, 0.0) for p in _speech(state, record, track)]
     return [TranscriptLine(start=h.start, end=h.end, text=h.text, language=h.language, speaker=h.speaker)
             for h in hits]
 
@@ -148,21 +148,31 @@ def video_transcript(request: Request, video_id: str = VideoId,
                      max_line_count: int = Query(2, ge=1, le=1000, description="Lines per subtitle cue (srt, vtt)"),
                      offset: float = Query(0.0, ge=0, le=1e7, description="Seconds taken off every time, earlier "
                                            "lines left out (srt, vtt, txt, tsv): captions for a copy of the file "
-                                           "that starts there (/media/{video_id}/playable?start=)")):
+                                           "that starts there (/media/{video_id}/playable?start=)"),
+                     track: int | None = Query(None, ge=1, le=64, description="An audio track by its number (1, 2, "
+                                               "… in the file's order) for a file with several; default: the "
+                                               "default track")):
     """The transcript as JSON lines (with speakers), SRT or WebVTT subtitles, plain text or TSV."""
     from mediaindex.index.transcript import CueLimits, export, shifted
 
     state = get_state(request)
     record = _record(state, video_id)
     if format == "json":
-        return transcript(state, record)
-    segments = state.archive.speech(record.video_id)
+        return transcript(state, record, track)
+    segments = _speech(state, record, track)
     if offset:
         segments = shifted(segments, offset)
     text = export(segments, format, {}, CueLimits(max_line_width=max_line_width, max_line_count=max_line_count))
     stem = Path(record.source).stem.encode("ascii", "replace").decode().replace('"', "_") or "transcript"
     headers = {"Content-Disposition": f'inline; filename="{stem}.{format}"'}
     return PlainTextResponse(text, media_type=_TRANSCRIPT_TYPES[format], headers=headers)
+
+
+def _speech(state: ApiState, record: VideoRecord, track: int | None) -> list[dict]:
+    try:
+        return state.archive.speech(record.video_id, track)
+    except MediaIndexError as exc:  # a track the file lacks or that was not transcribed
+        raise ApiError(422, str(exc)) from None
 
 
 _TRANSCRIPT_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt", "txt": "text/plain",

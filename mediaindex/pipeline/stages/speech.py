@@ -30,7 +30,7 @@ from mediaindex.media.decode import AudioStream, channel_look
 from mediaindex.media.probe import MediaInfo, probe, track_order
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import TRACK_FIELD, Segment
+from mediaindex.segments import TRACK_FIELD, Segment, audio_track_label
 
 if TYPE_CHECKING:
     from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn
@@ -119,12 +119,15 @@ class SpeechStage:
             result = self.transcribe_file(item.source, item.info, self._heard(item.info.duration))
         return result.join(item)
 
-    def transcribe_file(self, path: str, info: MediaInfo,
-                        on_progress: Callable[[float], None] | None = None) -> SpeechResult:
-        """The file's transcript: each of its audio tracks up to `speech.audio_tracks`, the default one first;
-        `on_progress` hears the seconds of audio transcribed so far, part by part."""
+    def transcribe_file(self, path: str, info: MediaInfo, on_progress: Callable[[float], None] | None = None,
+                        only: int | None = None) -> SpeechResult:
+        """The file's transcript: each of its audio tracks up to `speech.audio_tracks`, the default one first (or
+        the one audio stream `only`, counted from 0); `on_progress` hears the seconds of audio transcribed so far,
+        part by part."""
         if not info.has_audio:
             return SpeechResult()
+        if only is not None:
+            return self._transcribe_track(path, info, only, on_progress, diarize=True)
         order = track_order(info.audio_tracks) or [0]  # a record probed before tracks were listed: the first
         chosen = order[: self.settings.speech.audio_tracks]
         results = []
@@ -283,10 +286,8 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
 
 
 def track_label(track: int, info: MediaInfo) -> str:
-    """An audio track as a player names it: "audio 2 (de)", "audio 3 (en, Commentary)"."""
     sound = info.audio_tracks[track] if track < len(info.audio_tracks) else {}
-    about = [str(x)[:40] for x in (sound.get("language"), sound.get("title")) if x]
-    return f"audio {track + 1}" + (f" ({', '.join(about)})" if about else "")
+    return audio_track_label(track + 1, sound.get("language"), sound.get("title"))
 
 
 def _say_tracks(result: SpeechResult, transcribed: int, streams: int) -> None:
