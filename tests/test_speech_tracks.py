@@ -107,6 +107,7 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
 
     from mediaindex.api.app import create_app
     from mediaindex.index.index import open_index
+    from mediaindex.mcp.tools import moment
     from mediaindex.pipeline.inprocess import InProcessPipeline
     from mediaindex.pipeline.plan import EARLIER_ANALYSIS
     from mediaindex.segments import ANALYSIS_VERSION
@@ -124,6 +125,7 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
         with TestClient(create_app(settings, index=index, embedder=embedder)) as client:
             (hit,) = client.get("/search", params={"q": "ask not what your country", "limit": 1}).json()["hits"]
             assert hit["track"] == "audio 1 (en)"
+            assert moment(client.app.state.api, top, "ask not", None).track == "audio 1 (en)"  # the MCP tools' own
             said = client.get(f"/videos/{done.video_id}/transcript", params={"format": "txt"}).text
             assert "dictée" in said and "country" not in said
         found = archive.transcript("dubbed film.mkv")

@@ -24,6 +24,8 @@ class Moment(_InFile):
     text: str
     speaker: str | None = None
     language: str | None = None
+    track: str | None = Field(default=None, description="The audio track other than the default one a speech "
+                              "moment was heard on (\"audio 2 (de)\"), or a subtitle moment's track")
     play_url: str | None = Field(default=None, description="Plays the file from this moment (HTTP server only; "
                                                            "send the API key with it)")
 

@@ -104,7 +104,7 @@ def moment(host: ArchiveHost, hit: Hit, query: str, base: str | None) -> models.
     return models.Moment(
         file=Path(source).name, source=source, video_id=hit.video_id, start=hit.start,
         end=hit.end, confidence=hit.band, score=hit.score, modality=hit.modality, text=hit.text,
-        speaker=hit.speaker, language=hit.language,
+        speaker=hit.speaker, language=hit.language, track=hit.track,
         play_url=urljoin(base, host.play_path(hit, query).lstrip("/")) if base else None)
 
 
