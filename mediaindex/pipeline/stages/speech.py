@@ -267,7 +267,7 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
         return main
     joined = SpeechResult(list(main.segments), main.language, [n for n in main.notes if n != NO_SPEECH])
     for track, result in zip(tracks[1:], results[1:], strict=True):
-        label = track_label(track, info)
+        label = _track_label(track, info)
         if result.failure is not None:
             joined.notes.append(f"{label} not transcribed: {result.failure}")
             continue
@@ -276,7 +276,8 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
         for seg in beside:
             seg.extra[TRACK_FIELD] = label
         joined.segments = said + beside
-        joined.language = joined.language if main.segments else (joined.language or result.language)
+        if not main.segments:  # nothing heard on the default track: the file's language is the first one heard
+            joined.language = joined.language or result.language
         joined.notes.extend(f"{label}: {note}" for note in result.notes if note != NO_SPEECH)
     joined.segments.sort(key=lambda s: (s.start, s.end))
     if not joined.segments:
@@ -285,7 +286,7 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
     return joined
 
 
-def track_label(track: int, info: MediaInfo) -> str:
+def _track_label(track: int, info: MediaInfo) -> str:
     sound = info.audio_tracks[track] if track < len(info.audio_tracks) else {}
     return audio_track_label(track + 1, sound.get("language"), sound.get("title"))
 
