@@ -65,6 +65,18 @@ def test_manifest_entries_carry_their_metadata_into_the_segments(client: TestCli
     for segment in segments:
         extra = segment["extra"]
         assert (extra["title"], extra["tags"], extra["year"], extra["public"]) == ("In 1813", ["prison"], 1813, True)
+    # A boolean is asked for as JSON's true, or as "true" in KEY=VALUE; false or 1 finds nothing.
+    video = job["result"]["video_ids"][0]
+    for where in ({"public": True}, {"public": "true"}, {"public": "TRUE"}):
+        hits = client.post("/search", json={"q": "prison", "filters": {"where": where},
+                                            "min_confidence": "none"}).json()["hits"]
+        assert hits and {h["video_id"] for h in hits} == {video}, (where, hits)
+    for where in ({"public": False}, {"public": 1}):
+        r = client.post("/search", json={"q": "prison", "filters": {"where": where}, "min_confidence": "none"})
+        assert r.status_code == 200 and r.json()["hits"] == [], (where, r.text)
+    assert [v["video_id"] for v in client.get("/library", params={"where": "public=true"}).json()["videos"]] \
+        == [video]
+    assert client.get("/library", params={"where": "public=false"}).json()["videos"] == []
 
 
 @pytest.mark.parametrize(

@@ -146,10 +146,13 @@ def test_uploads_of_failed_jobs_are_swept_after_the_retention(queued: TestClient
 def test_a_question_kept_to_files_with_a_metadata_value(queued: TestClient) -> None:
     """POST /ask's `where` is kept with the job (its run keeps the loop's searches to those files: test_agents.py);
     a question with another scope is another job; a bad scope or question is refused before a job exists."""
-    scoped = queued.post("/ask", json={"question": "who spoke?", "where": {"tags": "politics", "year": 1961}})
-    assert scoped.status_code == 202 and scoped.json()["params"]["where"] == [["tags", "politics"], ["year", "1961"]]
+    scoped = queued.post("/ask", json={"question": "who spoke?",
+                                       "where": {"tags": "politics", "year": 1961, "reviewed": True}})
+    assert scoped.status_code == 202 and scoped.json()["params"]["where"] == [["tags", "politics"], ["year", "1961"],
+                                                                              ["reviewed", "true"]]
     assert queued.post("/ask", json={"question": "who spoke?"}).json()["id"] != scoped.json()["id"]
-    for body, words in (({"question": "who?", "where": {"tags": True}}, "where"),
+    for body, words in (({"question": "who?", "where": {"tags": ["a", "b"]}}, "where"),
+                        ({"question": "who?", "where": {"tags": None}}, "where"),
                         ({"question": "who?", "where": {'ta"gs': "x"}}, "without quotes"),
                         ({"question": "   "}, "the question is empty")):
         assert_error(queued.post("/ask", json=body), 422, words)

@@ -13,7 +13,7 @@ import pytest
 from mediaindex.config import Settings
 from mediaindex.errors import ConfigError, IndexCorruptError, IndexSchemaError
 from mediaindex.index.catalog import VideoRecord
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import SearchFilters, metadata_matches
 from mediaindex.index.index import MediaIndex
 from mediaindex.index.server_store import ServerUnavailableError
 from mediaindex.segments import Segment
@@ -94,12 +94,13 @@ def test_filters_select_exactly_the_matching_segments(tmp_path: Path, cache_dir:
 @pytest.mark.parametrize("backend", ["edge", "server"])
 def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: Path, segments, embedder,
                                                     backend: str) -> None:
-    """A file's metadata as a CSV manifest gives it (text), as a JSONL one does (numbers, lists) and as a download
-    gives it; a value given as text finds either."""
+    """A file's metadata as a CSV manifest gives it (text), as a JSONL one does (numbers, lists, booleans) and as a
+    download gives it; a value given as text finds either, as the catalog's own check (`metadata_matches`) does."""
     segs, vectors = segments
     given = {"manifesto.mp4": {"title": "Manifesto", "year": "1848", "tags": ["politics", "history"],
-                               "Read by": "A. Reader"},
-             "jfk.flac": {"year": 1961, "tags": "speech", "length": 12.5, "source_url": "https://example.org/jfk"}}
+                               "Read by": "A. Reader", "reviewed": True},
+             "jfk.flac": {"year": 1961, "tags": "speech", "length": 12.5, "source_url": "https://example.org/jfk",
+                          "reviewed": False, "parts": 1}}
     tagged = [Segment(**{**s.__dict__, "extra": dict(given.get(Path(s.source).name, {}))}) for s in segs]
     with MediaIndex(_settings(tmp_path, cache_dir, backend), DIM, embedder.name) as index:
         _fill(index, tagged, vectors)
@@ -108,7 +109,9 @@ def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: P
         def found(*pairs: tuple[str, str]) -> set[str]:
             hits = index.store.search(vectors[0], limit=200, filters=SearchFilters(metadata=pairs))
             assert len(hits) == index.store.count(SearchFilters(metadata=pairs))
-            return {Path(h.source).name for h in hits}
+            names = {Path(h.source).name for h in hits}
+            assert names == {name for name in files if metadata_matches(given.get(name, {}), pairs)}, pairs
+            return names
 
         assert len(files) > 2
         assert found(("tags", "history")) == found(("year", "1848")) == found(("Read by", "A. Reader")) \
@@ -119,6 +122,11 @@ def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: P
         assert found(("tags", "politics"), ("year", "1961")) == set()
         assert found(("title", "manifesto")) == found(("year", "1962")) == found(("nowhere", "1")) == set()
         assert found(("year", "nan")) == found(("year", "inf")) == set()
+        # A boolean is asked for as "true" or "false" (any case); true is not 1, nor 1 true.
+        assert found(("reviewed", "true")) == found(("reviewed", "True")) == {"manifesto.mp4"}
+        assert found(("reviewed", "false")) == {"jfk.flac"}
+        assert found(("reviewed", "1")) == found(("parts", "true")) == set()
+        assert found(("parts", "1")) == {"jfk.flac"}
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])

@@ -96,6 +96,8 @@ def test_tools_are_listed_with_schemas_and_search_gives_moments_that_play(keyed:
             assert only_video["moments"] == []  # JFK is not in that file
             untagged = await call(session, "search", {"query": JFK, "where": {"tags": "speech"}})
             assert untagged["moments"] == []  # no file was indexed with tags
+            unreviewed = await call(session, "search", {"query": JFK, "where": {"reviewed": True}})
+            assert unreviewed["moments"] == []  # a boolean is taken as one (no file has it)
             assert "without quotes" in await refusal(session, "search", {"query": JFK, "where": {'ta"gs': "x"}})
             assert "without quotes" in await refusal(session, "ask", {"question": "who?", "where": {'ta"gs': "x"}})
             spoken = await call(session, "search", {"query": "banana", "modality": ["speech"], "from_seconds": 30})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from mediaindex.media.download import WebAddress
 
@@ -31,10 +31,10 @@ class Filters(_Strict):
     from_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that end after this time")
     to_seconds: float | None = Field(default=None, ge=0, le=1e7, description="Only moments that start before this time")
     where: dict[Annotated[str, Field(min_length=1, max_length=200)],
-                Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] = Field(
+                Annotated[str, Field(min_length=1, max_length=1000)] | StrictBool | StrictInt | StrictFloat] = Field(
         default_factory=dict, max_length=20,
         description="Only files whose metadata (a manifest's columns, a downloaded file's `source_url`) has these "
-                    "values: {\"tags\": \"physics\", \"year\": 1999}; a list (tags) has a value when one of its "
+                    "values: {\"tags\": \"physics\", \"year\": 1999, \"reviewed\": true}; a list (tags) has a value when one of its "
                     "items is it; all must hold")
 
 
@@ -230,7 +230,7 @@ class AskRequest(_Strict):
     question: str = Field(min_length=1, max_length=2000, description="A question about the archive")
     video_id: str | None = Field(default=None, min_length=1, max_length=64, description="Only this video")
     where: dict[Annotated[str, Field(min_length=1, max_length=200)],
-                Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] = Field(
+                Annotated[str, Field(min_length=1, max_length=1000)] | StrictBool | StrictInt | StrictFloat] = Field(
         default_factory=dict, max_length=20, description="Only the files whose metadata has these values, as "
                                                          "search's `where`")
 

@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -250,7 +250,11 @@ class EdgeStore(VectorStore):
             if c.kind == "any":
                 return q.FieldCondition(key=c.key, match=q.MatchAny(c.value))
             if c.kind == "one_of":
-                return q.Filter(should=[q.FieldCondition(key=c.key, match=q.MatchValue(v)) if isinstance(v, str)
+                # qdrant-edge reads a Python bool as the integer it also is (true would match 1); numpy's bool
+                # reaches it as a boolean.
+                return q.Filter(should=[q.FieldCondition(key=c.key, match=q.MatchValue(cast(Any, np.bool_(v))))
+                                        if isinstance(v, bool) else
+                                        q.FieldCondition(key=c.key, match=q.MatchValue(v)) if isinstance(v, str)
                                         else q.FieldCondition(key=c.key, range=q.RangeFloat(gte=v, lte=v))
                                         for v in c.value])
             bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}

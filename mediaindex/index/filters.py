@@ -34,9 +34,15 @@ def check_metadata(pairs: tuple[tuple[str, str], ...]) -> None:
         keys.add(key)
 
 
-def metadata_values(value: str) -> list[str | float]:
-    """What a value given as text may be stored as: the text, and a number where it reads as one (a CSV
-    manifest's year is "1999", a JSON one's 1999)."""
+_BOOLEANS = {"true": True, "false": False}
+
+
+def metadata_values(value: str) -> list[str | float | bool]:
+    """What a value given as text may be stored as: the text, and a number or a boolean where it reads as one (a
+    CSV manifest's year is "1999", a JSON one's 1999; a JSON manifest's `true` is asked for as "true")."""
+    flag = _BOOLEANS.get(value.strip().lower())
+    if flag is not None:
+        return [value, flag]
     try:
         number = float(value)
     except ValueError:
@@ -44,21 +50,30 @@ def metadata_values(value: str) -> list[str | float]:
     return [value, number] if math.isfinite(number) else [value]
 
 
+def _same_value(stored: Any, wanted: str | float | bool) -> bool:
+    """Equal as the engine compares payloads: text to text, a number to a number of equal value, a boolean to a
+    boolean (true is not 1)."""
+    if isinstance(stored, bool) or isinstance(wanted, bool):
+        return isinstance(stored, bool) and isinstance(wanted, bool) and stored == wanted
+    if isinstance(wanted, str):
+        return stored == wanted
+    return not isinstance(stored, str) and stored == wanted
+
+
 def metadata_matches(metadata: dict[str, Any], pairs: tuple[tuple[str, str], ...]) -> bool:
     """Whether a file's metadata meets every condition, as the engine judges its segments' payloads."""
     def holds(stored: Any, value: str) -> bool:
         if isinstance(stored, list):
             return any(holds(item, value) for item in stored)
-        return any(stored == v if isinstance(v, str) else (not isinstance(stored, bool | str) and stored == v)
-                   for v in metadata_values(value))
+        return any(_same_value(stored, v) for v in metadata_values(value))
 
     return all(key in metadata and holds(metadata[key], value) for key, value in pairs)
 
 
-def where_pairs(where: dict[str, str | int | float] | None) -> tuple[tuple[str, str], ...]:
-    """A JSON `where` ({"tags": "physics", "year": 1999}) as metadata conditions (a number as its text, matched as
-    either)."""
-    return tuple((k, str(v)) for k, v in (where or {}).items())
+def where_pairs(where: dict[str, str | int | float | bool] | None) -> tuple[tuple[str, str], ...]:
+    """A JSON `where` ({"tags": "physics", "year": 1999, "reviewed": true}) as metadata conditions (a number or a
+    boolean as its text, matched as either)."""
+    return tuple((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (where or {}).items())
 
 
 def parse_where(texts: list[str]) -> tuple[tuple[str, str], ...]:
@@ -146,6 +161,6 @@ def conditions(filters: SearchFilters | None) -> list[Condition]:
         out.append(Condition("end", "at_least", filters.start))
     if filters.end is not None:
         out.append(Condition("start", "at_most", filters.end))
-    # "one_of": the payload value is one of these (text equal, a number of equal value, int or float).
+    # "one_of": the payload value is one of these (text or a boolean equal, a number of equal value, int or float).
     out += [Condition(f'extra."{key}"', "one_of", metadata_values(value)) for key, value in filters.metadata]
     return out

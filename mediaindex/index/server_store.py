@@ -174,7 +174,7 @@ class ServerStore(VectorStore):
                 return models.FieldCondition(key=c.key, match=models.MatchAny(any=c.value))
             if c.kind == "one_of":
                 return models.Filter(should=[
-                    models.FieldCondition(key=c.key, match=models.MatchValue(value=v)) if isinstance(v, str)
+                    models.FieldCondition(key=c.key, match=models.MatchValue(value=v)) if isinstance(v, str | bool)
                     else models.FieldCondition(key=c.key, range=models.Range(gte=v, lte=v)) for v in c.value])
             bound = {"gte": c.value} if c.kind == "at_least" else {"lte": c.value}
             return models.FieldCondition(key=c.key, range=models.Range(**bound))

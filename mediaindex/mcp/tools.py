@@ -18,7 +18,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import Field, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from mediaindex.index.filters import SearchFilters, where_pairs
 from mediaindex.mcp import models
@@ -50,10 +50,10 @@ Language = Annotated[str | None, Field(min_length=1, max_length=16, description=
     "Only moments in this language code, e.g. en"))]
 Speaker = Annotated[str | None, Field(min_length=1, max_length=16, description=(
     "Only speech of this speaker label within a file (S1, S2, ...)"))]
-Where = Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)],
-                        Annotated[str, Field(min_length=1, max_length=1000)] | StrictInt | StrictFloat] | None, Field(
+MetadataValue = Annotated[str, Field(min_length=1, max_length=1000)] | StrictBool | StrictInt | StrictFloat
+Where = Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)], MetadataValue] | None, Field(
     max_length=20, description=(
-        "Only files whose metadata has these values, e.g. {\"tags\": \"physics\"} (what they were indexed with: "
+        "Only files whose metadata has these values, e.g. {\"tags\": \"physics\", \"reviewed\": true} (what they were indexed with: "
         "a manifest's columns, a downloaded file's source_url); a list (tags) has a value when one of its items "
         "is it; all must hold"))]
 MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field(description=(
@@ -61,7 +61,7 @@ MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field
 
 
 def search_filters(video_id: str | None, modality: list[Modality] | None, language: str | None, speaker: str | None,
-                   start: float | None, end: float | None, where: dict[str, str | int | float] | None) -> SearchFilters:
+                   start: float | None, end: float | None, where: dict[str, str | int | float | bool] | None) -> SearchFilters:
     return SearchFilters(video_id=video_id, modality=tuple(modality) if modality else None, language=language,
                          speaker=speaker, start=start, end=end, metadata=where_pairs(where))
 
