@@ -5,14 +5,16 @@ kept once, and a file's transcript reads its default track."""
 from __future__ import annotations
 
 import copy
+import io
 import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import av
 import pytest
 
-from mediaindex.config import Settings
+from mediaindex.config import ApiSettings, Settings
 from mediaindex.errors import ConfigError, MediaError, MediaIndexError
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import audio_track_index, probe, track_order
@@ -25,6 +27,12 @@ JFK = "and so my fellow americans ask not what your country can do for you ask w
 
 def _words(text: str) -> str:
     return " ".join(re.sub(r"[^a-zàâçéèêëîïôûùüÿœ' ]", " ", text.lower()).split())
+
+
+def _sound_seconds(mp4: bytes) -> float:
+    """How long the sound of a played copy (fragmented MP4) lasts."""
+    with av.open(io.BytesIO(mp4)) as played:
+        return sum(float(frame.samples) / frame.sample_rate for frame in played.decode(audio=0))
 
 
 def _mux(out: Path, tracks: list[tuple[str, str | None, str | None]], default: int) -> Path:
@@ -147,7 +155,9 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
         assert archive.transcript("dubbed film.mkv", track=2) == found
         with pytest.raises(MediaIndexError, match="it has 2 audio tracks: a track is a number from 1 to 2"):
             archive.transcript("dubbed film.mkv", track=3)
-        with TestClient(create_app(settings, index=index, embedder=embedder)) as client:
+        served = settings.model_copy(update={"api": ApiSettings(media_roots=[dub.parent], rate_limit_per_minute=0,
+                                                                keys_db=tmp_path / "keys.db")})
+        with TestClient(create_app(served, index=index, embedder=embedder)) as client:
             url = f"/videos/{done.video_id}/transcript"
             assert "country" in client.get(url, params={"format": "txt", "track": 1}).text
             lines = client.get(url, params={"track": 1}).json()
@@ -155,6 +165,15 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
             refused = client.get(url, params={"track": 3})
             assert refused.status_code == 422 and "from 1 to 2" in refused.json()["message"]
             assert client.get(url, params={"track": 0}).status_code == 422
+            # Played: the default track (the French clip, 2.5 s), or the track a moment was heard on (the
+            # English one, 11 s): browsers play the default one alone.
+            play = f"/media/{done.video_id}/playable"
+            played = {n: client.get(play, params={"track": n} if n else {}) for n in (None, 1, 2)}
+            assert all(r.status_code == 200 for r in played.values()), [r.text for r in played.values()]
+            heard = {n: _sound_seconds(r.content) for n, r in played.items()}
+            assert heard[None] == heard[2] == pytest.approx(2.53, abs=0.1) and heard[1] == pytest.approx(11.0, abs=0.1)
+            lacking_track = client.get(play, params={"track": 3})
+            assert lacking_track.status_code == 422 and "from 1 to 2" in lacking_track.json()["message"]
 
     fresh = transcribe_now(settings, dub)  # a file never indexed: its default track alone is transcribed
     assert "dictée" in _words(" ".join(s["text"] for s in fresh.segments))

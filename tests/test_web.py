@@ -1047,3 +1047,51 @@ def test_right_to_left_text_reads_right_to_left(browser, tmp_path: Path, cache_d
             assert page.p.locator("#transcript .line .text").first.evaluate(direction) == "ltr"
             assert not page.errors, page.errors
             page.context.close()
+
+
+def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path: Path, cache_dir: Path,
+                                                                embedder) -> None:
+    """A dub (made at test time: jfk.flac as its first track, french.aiff as the default second one) whose
+    English words are indexed as heard on audio 1: the hit names the track, and playing it plays that track
+    (the server's copy of it, from the moment: browsers play the default track alone); a moment of the default
+    track plays the file itself."""
+    from dataclasses import replace
+
+    from mediaindex.config import ApiSettings
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.media.probe import probe
+    from mediaindex.segments import TRACK_FIELD
+    from tests.corpus import references
+    from tests.test_speech_tracks import _mux
+
+    folder = tmp_path / "media"
+    folder.mkdir()
+    dub = _mux(folder / "dub.mka", [("audio/jfk.flac", "eng", None), ("audio/french.aiff", "fra", None)], default=1)
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        media_roots=[folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    english = [replace(s, source=str(dub), video_id="dub", vectors={}, extra={TRACK_FIELD: "audio 1 (en)"})
+               for s in references() if Path(s.source).name == "jfk.flac"]
+    french = [replace(english[0], start=0.0, end=2.5, text="La dictée", language="fr", extra={})]
+    info = probe(dub)
+    with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
+        index.replace_video(VideoRecord("dub", str(dub), "h", dub.stat().st_size, 1, info.duration, "fr", 3,
+                                        info.to_dict(), 0.0),
+                            english + french, embedder.embed_passages([s.text for s in english + french]))
+    with LiveServer(create_app(settings, embedder=embedder)) as live:
+        page = Page(browser.new_context(viewport=VIEWPORTS["phone"]), "phone")
+        page.p.goto(f"{live.url}/#/search?q=ask not what your country can do for you")
+        hit = page.p.locator("#results .hit").first
+        assert hit.locator(".track").inner_text() == "audio 1 (en)"
+        hit.locator(".time").click()
+        page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.includes('/playable?start=') "
+                                 f"&& {PLAYER}.currentTime > 0.3")
+        src = page.p.evaluate(f"() => {PLAYER}.currentSrc")
+        assert re.fullmatch(rf"{live.url}/media/dub/playable\?start=\d+(\.\d)?&track=1", src), src
+        assert page.p.locator("#now-playing").inner_text() == "dub.mka at 0:00.0 · audio 1 (en)"
+        page.shot("audio-track")
+        page.p.goto(f"{live.url}/#/search?q=dictée")
+        page.p.locator("#results .hit .time").first.click()
+        page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.endsWith('/media/dub')")
+        assert not page.errors and not page.failed, (page.errors, page.failed)
+        page.context.close()

@@ -201,6 +201,14 @@ def audio_track_index(tracks: list[dict[str, Any]], number: int, transcribed: in
     return number - 1
 
 
+def chosen_track(tracks: list[dict[str, Any]], number: int | None) -> int:
+    """The audio stream to hear now (to transcribe or to play, whether indexed or not): track `number`, else
+    the default track; a clear error for a number the file lacks."""
+    if number is None:
+        return (track_order(tracks) or [0])[0]
+    return audio_track_index(tracks, number, max(1, len(tracks)))
+
+
 def is_cover_art(stream: Any) -> bool:
     """An album cover stored as a one-frame video stream is not video."""
     import av

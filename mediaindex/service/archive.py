@@ -27,7 +27,7 @@ from mediaindex.index.reset import RESET_MARKER, reset_index
 from mediaindex.index.schema import SCHEMA_FILE
 from mediaindex.index.shared_store import READ, Access
 from mediaindex.jobs import Job, JobFinished, JobStore
-from mediaindex.media.probe import audio_track_index, track_order
+from mediaindex.media.probe import audio_track_index, chosen_track, track_order
 from mediaindex.segments import (
     ANALYSIS_VERSION,
     MODALITIES,
@@ -440,8 +440,7 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
     if not info.has_audio:
         raise MediaError(source, "has no audio track: nothing to transcribe")
     try:  # any of its tracks can be transcribed now
-        stream = (track_order(info.audio_tracks) or [0])[0] if track is None else audio_track_index(
-            info.audio_tracks, track, max(1, len(info.audio_tracks)))
+        stream = chosen_track(info.audio_tracks, track)
     except ValueError as exc:
         raise MediaError(source, str(exc)) from None
     if on_start:

@@ -156,6 +156,7 @@ function release(p) {
   p.removeAttribute("src");
   delete p.dataset.src;
   delete p.dataset.offset;
+  delete p.dataset.track;
   p.load();
   p.hidden = true;
 }
@@ -171,7 +172,9 @@ function stopPlayback() {
 // media URLs, once seen to fail. They play through a copy the server makes as it plays, from the moment asked for.
 const converted = new Set();
 
-function play(mediaUrl, start, label, hasVideo = true) {
+// `track`: the number of the audio track to hear (a moment heard on a dub or a commentary); browsers play a
+// file's default track alone, so another one plays through the converted copy.
+function play(mediaUrl, start, label, hasVideo = true, track = null) {
   const player = hasVideo ? $("player") : $("audio-player");
   const other = hasVideo ? $("audio-player") : $("player");
   if (!other.hidden || other.dataset.src) release(other);
@@ -179,9 +182,9 @@ function play(mediaUrl, start, label, hasVideo = true) {
   $("player-area").hidden = false;
   $("now-playing").textContent = label || "";
   $("file-time").hidden = true;
-  if (converted.has(mediaUrl)) {
-    playConverted(player, mediaUrl, start);
-  } else if (player.dataset.src === mediaUrl && player.readyState >= 1) {
+  if (track || converted.has(mediaUrl)) {
+    playConverted(player, mediaUrl, start, track);
+  } else if (player.dataset.src === mediaUrl && player.dataset.offset === undefined && player.readyState >= 1) {
     player.currentTime = start;
     player.play().catch(() => {});  // autoplay may be refused; the position is set either way
   } else {
@@ -192,6 +195,7 @@ function play(mediaUrl, start, label, hasVideo = true) {
     };
     player.dataset.src = mediaUrl;
     delete player.dataset.offset;
+    delete player.dataset.track;
     setCaptions(player, mediaUrl);
     player.onerror = () => cannotPlay();  // a format it cannot open
     player.onloadedmetadata = () => {
@@ -228,21 +232,23 @@ function watchSound(player, mediaUrl, silent) {
 }
 
 // The converted copy starts at the moment (its time 0 is `start` in the file); another moment asks for another.
-function playConverted(player, mediaUrl, start, tries = 0) {
+function playConverted(player, mediaUrl, start, track = null, tries = 0) {
   const from = Math.max(0, Math.floor(start * 10) / 10);
-  const current = () => player.dataset.src === mediaUrl && player.dataset.offset === String(from);
+  const current = () => player.dataset.src === mediaUrl && player.dataset.offset === String(from)
+                        && player.dataset.track === String(track || "");
   player.dataset.src = mediaUrl;
   player.dataset.offset = String(from);
+  player.dataset.track = String(track || "");
   setCaptions(player, mediaUrl, from);
-  if (!tries) $("now-playing").textContent += " · converted to play here";
+  if (!tries && !track) $("now-playing").textContent += " · converted to play here";  // a track: its name is said
   player.onerror = () => {
     if (!current()) return;
     // The server busy with other copies (503) or a dropped connection: asked again twice before giving up.
-    if (tries < 2) setTimeout(() => current() && playConverted(player, mediaUrl, start, tries + 1), 2000);
+    if (tries < 2) setTimeout(() => current() && playConverted(player, mediaUrl, start, track, tries + 1), 2000);
     else notice("This file cannot be played here, not even converted.", "error");
   };
   player.onloadedmetadata = () => player.play().catch(() => {});
-  player.src = `${mediaUrl}/playable?start=${from}`;
+  player.src = `${mediaUrl}/playable?start=${from}${track ? `&track=${track}` : ""}`;
 }
 
 // The (URL-encoded) video id of an indexed file's media URL, "/media/ID"; undefined for another URL.
@@ -551,10 +557,12 @@ function hitItem(hit) {
   const page = hit.page_url || `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}`;
   const time = el("a", { class: "time", href: page.replace(/^\//, ""), title: "Play this moment" },
                   `${clock(hit.start)}–${clock(hit.end)}`);
-  const label = `${title} at ${clock(hit.start)}`;
   const gone = hit.on_disk === false;
+  // Heard on another audio track than the default one: its number, to hear it there ("audio 2 (de)").
+  const heardOn = hit.modality === "speech" && hit.track ? Number((hit.track.match(/^audio (\d+)/) || [])[1]) || null : null;
+  const label = `${title} at ${clock(hit.start)}${heardOn ? ` · ${hit.track}` : ""}`;
   const playHit = () => gone ? notice(`${title} is no longer where it was indexed from, so it cannot be played.`)
-                             : play(hit.media_url, hit.start, label, hasVideo);
+                             : play(hit.media_url, hit.start, label, hasVideo, heardOn);
   time.addEventListener("click", (e) => { e.preventDefault(); playHit(); });
   const head = el("div", { class: "head" },
     el("span", { class: "title", dir: "auto" }, title), time,

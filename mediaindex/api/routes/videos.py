@@ -40,6 +40,7 @@ from mediaindex.index.filters import metadata_matches, parse_where
 from mediaindex.index.store import hit_from_payload
 from mediaindex.media import playable
 from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
+from mediaindex.media.probe import chosen_track
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
@@ -283,22 +284,34 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
     403: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 async def media_playable(request: Request, video_id: str = VideoId,
                          start: float = Query(0.0, ge=0, le=1e7, description="Seconds from the start of the file"),
+                         track: int | None = Query(None, ge=1, le=64, description="The audio track to hear, by its "
+                                                   "number (1, 2, … in the file's order) for a file with several: "
+                                                   "a moment heard on it (a hit's `track`); default: the default "
+                                                   "track"),
                          ) -> StreamingResponse:
     """The file re-encoded as it is read, from `start` on (H.264 + AAC in fragmented MP4; AAC for sound alone):
-    for files whose format browsers do not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC, ...). Seeking
-    elsewhere is another request; nothing is kept once the reader goes."""
+    for files whose format browsers do not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC, ...), and to hear
+    another audio track than the default one (browsers play the default). Seeking elsewhere is another request;
+    nothing is kept once the reader goes."""
     state = get_state(request)
     record = _record(state, video_id)
     real = _served(state, record)
     if record.duration is not None and start >= record.duration:
         raise ApiError(422, f"start {start:g} s is after the file ends ({record.duration:g} s)")
+    tracks = record.probe.get("audio_tracks") or []
+    if track is not None and not record.probe.get("has_audio"):
+        raise ApiError(422, f"{Path(record.source).name} has no audio track: leave out track")
+    try:  # several tracks: the one asked for, else the default one (ffmpeg alone would take the most channels)
+        audio = chosen_track(tracks, track) if len(tracks) > 1 or track is not None else None
+    except ValueError as exc:
+        raise ApiError(422, f"{Path(record.source).name}: {exc}") from None
     if sum(p.returncode is None for p in _PLAYING) >= MAX_PLAYING:
         raise ApiError(503, f"{MAX_PLAYING} files are being converted for playing: try again in a few seconds",
                        headers={"Retry-After": "5"})
     has_video = bool(record.probe.get("has_video"))
     # ffmpeg's complaints go to a file (a pipe left unread could fill and stall it), read if it fails at once.
     with tempfile.TemporaryFile() as said:
-        proc = await asyncio.create_subprocess_exec(*playable.command(real, start, has_video),
+        proc = await asyncio.create_subprocess_exec(*playable.command(real, start, has_video, audio),
                                                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                                                     stderr=said)
         _PLAYING.add(proc)
