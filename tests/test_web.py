@@ -1053,8 +1053,8 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
                                                                 embedder) -> None:
     """A dub (made at test time: jfk.flac as its first track, french.aiff as the default second one) whose
     English words are indexed as heard on audio 1: the hit names the track, and playing it plays that track
-    (the server's copy of it, from the moment: browsers play the default track alone); a moment of the default
-    track plays the file itself."""
+    (the server's copy of it, from the moment: browsers play the default track alone), and its transcript link
+    opens the file's page on that track, where the default one is chosen back and plays the file itself."""
     from dataclasses import replace
 
     from mediaindex.config import ApiSettings
@@ -1090,8 +1090,21 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
         assert re.fullmatch(rf"{live.url}/media/dub/playable\?start=\d+(\.\d)?&track=1", src), src
         assert page.p.locator("#now-playing").inner_text() == "dub.mka at 0:00.0 · audio 1 (en)"
         page.shot("audio-track")
-        page.p.goto(f"{live.url}/#/search?q=dictée")
-        page.p.locator("#results .hit .time").first.click()
+        # The moment's transcript link opens the file on that track: its lines, heard on it; the default track is
+        # chosen back from the list, and its lines play the file itself.
+        hit.locator("a.video-link", has_text="transcript").click()
+        page.p.wait_for_function("() => document.querySelectorAll('#transcript .line').length === 2")
+        assert page.p.locator("#track-choice option:checked").inner_text() == "audio 1 (en)"
+        assert page.p.locator("#track-choice option").all_inner_texts() == ["audio 1 (en)", "audio 2 (fr) · default"]
+        assert "country" in page.p.locator("#transcript").inner_text()
+        assert page.p.get_attribute("#export-srt", "href") == "/videos/dub/transcript?format=srt&track=1"
+        page.p.wait_for_function(f"() => {PLAYER}.currentSrc.endsWith('&track=1') && {PLAYER}.currentTime > 0.3")
+        page.fits()
+        page.shot("audio-track-file")
+        page.p.select_option("#track-choice", "2")
+        page.p.wait_for_function("() => document.querySelector('#transcript').textContent.includes('dictée')")
+        assert "track=" not in page.p.evaluate("location.hash") and "country" not in page.p.locator("#transcript").inner_text()
+        page.p.locator("#transcript .line").first.click()
         page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.endsWith('/media/dub')")
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()

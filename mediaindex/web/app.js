@@ -580,7 +580,8 @@ function hitItem(hit) {
   const snippet = unnamed ? el("p", { class: "snippet hint" }, `picture without words${looks}`)
                           : el("p", { class: "snippet", dir: "auto", lang: hit.language || undefined },
                                highlighted(hit.text || "", hit.highlights));
-  const transcriptLink = el("a", { class: "video-link", href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}` },
+  const transcriptLink = el("a", { class: "video-link",
+                                   href: `#/video/${encodeURIComponent(hit.video_id)}?t=${hit.start}${heardOn ? `&track=${heardOn}` : ""}` },
                             "transcript");
   // The moment's frame as a picture to search by: shots that look like it.
   const similarLink = hit.thumbnail_url && hasVideo
@@ -1030,7 +1031,29 @@ function clearVideoView() {
   for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).removeAttribute("href");
   document.querySelector("#video-view .exports").hidden = true;
   $("transcript").replaceChildren();
+  $("tracks").hidden = true;
   $("remove-button").disabled = false;
+}
+
+// An audio track as players name it: "audio 2 (de, Commentary)" (the server's own label for a moment's track).
+function trackName(number, track) {
+  const about = [track.language, track.title].filter(Boolean).map((x) => String(x).slice(0, 40));
+  return `audio ${number}${about.length ? ` (${about.join(", ")})` : ""}`;
+}
+
+// A file of several audio tracks (a dub, a commentary): the one whose transcript is shown and heard is chosen
+// here; the default one is the file's own (browsers play it), another plays through the server's copy.
+function showTracks(videoId, tracks, chosen, usual) {
+  const select = $("track-choice");
+  select.replaceChildren(...tracks.map((track, i) => el("option", { value: String(i + 1) },
+    trackName(i + 1, track) + (i + 1 === usual ? " · default" : ""))));
+  select.value = String(chosen);
+  select.onchange = () => {
+    const n = Number(select.value);
+    const at = Math.floor(fileTime(currentPlayer()) * 10) / 10;
+    location.hash = `#/video/${encodeURIComponent(videoId)}?t=${at}${n === usual ? "" : `&track=${n}`}`;
+  };
+  $("tracks").hidden = tracks.length < 2;
 }
 
 // What the file was indexed with (a manifest's title, tags, …; a downloaded file's address, as a link).
@@ -1110,7 +1133,7 @@ async function summarise(v, token) {
   }
 }
 
-async function showVideo(videoId, t, token) {
+async function showVideo(videoId, t, token, track = null) {
   show("video-view");
   clearVideoView();
   notice("Loading…", "loading");
@@ -1134,10 +1157,26 @@ async function showVideo(videoId, t, token) {
     plural(v.segments, "segment") + (v.on_disk ? "" : " · gone from disk");
   const { title, ...metadata } = v.metadata || {};
   showMetadata(title === v.title ? metadata : v.metadata || {});
-  for (const fmt of ["srt", "vtt", "json"]) {
-    $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}`;
+  const tracks = (v.probe || {}).audio_tracks || [];
+  const usual = Math.max(0, tracks.findIndex((x) => x.default)) + 1;  // as players number them
+  const heard = track && track !== usual && track <= tracks.length ? track : null;  // another track than the default
+  showTracks(videoId, tracks, heard || usual, usual);
+  let lines = v.transcript;
+  let untranscribed = null;
+  if (heard) {
+    try {
+      lines = await api(`/videos/${encodeURIComponent(videoId)}/transcript?track=${heard}`);
+    } catch (e) {
+      if (e instanceof Offline) return failed(e, "Could not load this file", route);
+      lines = [];
+      untranscribed = e.message;  // left out by speech.audio_tracks when it was indexed
+    }
+    if (token !== routeToken) return;
   }
-  document.querySelector("#video-view .exports").hidden = !v.transcript.length;
+  for (const fmt of ["srt", "vtt", "json"]) {
+    $(`export-${fmt}`).href = `/videos/${encodeURIComponent(videoId)}/transcript?format=${fmt}${heard ? `&track=${heard}` : ""}`;
+  }
+  document.querySelector("#video-view .exports").hidden = !lines.length;
   $("summary-area").hidden = false;
   $("summarise-button").hidden = Boolean(v.summary);
   $("summarise-button").onclick = () => summarise(v, token);
@@ -1149,16 +1188,20 @@ async function showVideo(videoId, t, token) {
     $("summary-status").textContent = "No summary was made when this file was indexed.";
   }
   const list = $("transcript");
-  if (!v.transcript.length) list.append(el("li", { class: "hint" }, "No speech was transcribed in this file."));
-  for (const line of v.transcript) {
-    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(videoId)}?t=${line.start}` },
+  if (!lines.length) {
+    list.append(el("li", { class: "hint" }, untranscribed ? `This track's speech was not transcribed: ${untranscribed}.`
+                                                          : `No speech was transcribed in this ${heard ? "track" : "file"}.`));
+  }
+  for (const line of lines) {
+    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(videoId)}?t=${line.start}${heard ? `&track=${heard}` : ""}` },
                     clock(line.start));
     const item = el("li", { class: "line", "data-start": line.start, "data-end": line.end }, time,
       line.speaker ? el("span", { class: "speaker" }, line.speaker) : null,
       el("span", { class: "text", dir: "auto", lang: line.language || v.language || undefined }, line.text));
     item.addEventListener("click", (e) => {
       e.preventDefault();
-      play(v.media_url, line.start, `${v.title} at ${clock(line.start)}`, v.has_video);
+      play(v.media_url, line.start, `${v.title} at ${clock(line.start)}${heard ? ` · ${trackName(heard, tracks[heard - 1])}` : ""}`,
+           v.has_video, heard);
     });
     list.append(item);
   }
@@ -1168,7 +1211,7 @@ async function showVideo(videoId, t, token) {
            "Remove from index, below, takes it out.");
     return;
   }
-  play(v.media_url, t || 0, v.title, v.has_video);
+  play(v.media_url, t || 0, v.title + (heard ? ` · ${trackName(heard, tracks[heard - 1])}` : ""), v.has_video, heard);
 }
 
 // Mark the transcript line being played.
@@ -1190,7 +1233,9 @@ function route() {
   scope = ["/search", "/ask", "/", ""].includes(path || "") ? (params.get("where") || "").trim() : "";
   showScope(path, params);
   const video = (path || "").match(/^\/video\/([^/]+)$/);
-  if (video) return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token);
+  if (video) {
+    return showVideo(decodeURIComponent(video[1]), Number(params.get("t")) || 0, token, Number(params.get("track")) || null);
+  }
   const q = (params.get("q") || "").trim();
   if (path === "/search" && q) {
     return runSearch(q, params.get("video_id"), params.get("modality"), token, params.get("min_confidence"),
