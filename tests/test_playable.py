@@ -145,6 +145,19 @@ def test_a_start_that_is_no_time_in_the_file_is_refused(client, unplayable: Unpl
     assert r.status_code == 422 and said in r.text, r.text
 
 
+@pytest.mark.parametrize(("name", "track", "said"), [
+    ("long.mkv", "1", "long.mkv: it has no audio track: leave out the track"),
+    ("jfk.avi", "2", "jfk.avi: it has one audio track: the only track is 1"),
+    ("jfk.avi", "0", "greater than or equal to 1"),
+    ("jfk.avi", "first", "valid integer"),
+])
+def test_a_track_the_file_lacks_is_refused(client, unplayable: Unplayable, name: str, track: str, said: str) -> None:
+    """A converted copy and a clip take the audio track asked for, by the number players give it."""
+    for kind in ("playable", "clip"):
+        r = client.get(f"/media/{unplayable.ids[name]}/{kind}", params={"start": 0, "end": 1, "track": track})
+        assert r.status_code == 422 and said in r.text, (kind, r.text)
+
+
 def test_unknown_or_gone_files_are_not_converted(client, unplayable: Unplayable) -> None:
     r = client.get("/media/nosuchfile/playable")
     assert r.status_code == 404 and "no video with id 'nosuchfile'" in r.json()["message"]

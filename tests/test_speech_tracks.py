@@ -174,6 +174,12 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
             assert heard[None] == heard[2] == pytest.approx(2.53, abs=0.1) and heard[1] == pytest.approx(11.0, abs=0.1)
             lacking_track = client.get(play, params={"track": 3})
             assert lacking_track.status_code == 422 and "from 1 to 2" in lacking_track.json()["message"]
+            # A moment saved as a clip keeps the sound it was heard in, as the command cuts it.
+            cut = {n: client.get(f"/media/{done.video_id}/clip", params={"start": 0, "end": 11, **({"track": n} if n else {})})
+                   for n in (None, 1)}
+            assert all(r.status_code == 200 for r in cut.values()), [r.text for r in cut.values()]
+            assert _sound_seconds(cut[None].content) == pytest.approx(2.53, abs=0.1)
+            assert _sound_seconds(cut[1].content) == pytest.approx(11.0, abs=0.1)
 
     fresh = transcribe_now(settings, dub)  # a file never indexed: its default track alone is transcribed
     assert "dictée" in _words(" ".join(s["text"] for s in fresh.segments))
@@ -194,6 +200,13 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
     assert lacking.exit_code != 0 and "it has 2 audio tracks: a track is a number from 1 to 2" in lacking.stderr
     zero = CliRunner().invoke(app, ["transcript", str(dub), "--track", "0", "--index", str(settings.index_dir)])
     assert zero.exit_code == 2 and "--track" in zero.stderr
+    english_clip = tmp_path / "english.m4a"
+    cut = CliRunner().invoke(app, ["clip", str(dub), "0", "11", "--track", "1", "-o", str(english_clip)])
+    assert cut.exit_code == 0, cut.stderr
+    assert _sound_seconds(english_clip.read_bytes()) == pytest.approx(11.0, abs=0.1)
+    lacking = CliRunner().invoke(app, ["clip", str(dub), "0", "2", "--track", "3", "-o", str(tmp_path / "x.m4a")])
+    assert lacking.exit_code != 0 and "dubbed film.mkv: it has 2 audio tracks" in lacking.stderr
+    assert not (tmp_path / "x.m4a").exists()
 
 
 def test_a_track_number_names_a_stream_the_file_has_and_that_was_transcribed() -> None:

@@ -1089,6 +1089,7 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
         src = page.p.evaluate(f"() => {PLAYER}.currentSrc")
         assert re.fullmatch(rf"{live.url}/media/dub/playable\?start=\d+(\.\d)?&track=1", src), src
         assert page.p.locator("#now-playing").inner_text() == "dub.mka at 0:00.0 · audio 1 (en)"
+        assert hit.locator("a.save").get_attribute("href") == "/media/dub/clip?start=0&end=11&track=1"
         page.shot("audio-track")
         # The moment's transcript link opens the file on that track: its lines, heard on it; the default track is
         # chosen back from the list, and its lines play the file itself.

@@ -601,6 +601,9 @@ def clip(
     end: Annotated[str, typer.Argument(help="Where it ends, the same way (held to the file's end).")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="The file to write (default: the file's "
                                                 "name and the span, .mp4, or .m4a for sound alone, here).")] = None,
+    track: Annotated[int | None, typer.Option("--track", min=1, help="The audio track to keep, by its number (1, "
+                                              "2, … in the file's order) for a file with several (a moment heard "
+                                              "on a dub or a commentary); default: the default track.")] = None,
     index: IndexOpt = None,
     config: ConfigOpt = None,
 ) -> None:
@@ -608,7 +611,7 @@ def clip(
 
     At most ten minutes; the cut is exact (re-encoded), not at the nearest keyframe."""
     from mediaindex.media.clip import check_span, clip_name, cut
-    from mediaindex.media.probe import probe
+    from mediaindex.media.probe import copied_track, probe
 
     try:
         span = parse_time(start, "the clip's start"), parse_time(end, "the clip's end")
@@ -622,7 +625,11 @@ def clip(
             raise fail(f"{target} exists: choose another --output")
         if not target.parent.is_dir():
             raise fail(f"{target.parent} is not a folder")
-        cut(source, first, last, target, info.has_video)
+        try:
+            audio = copied_track(info.audio_tracks, info.has_audio, track)
+        except ValueError as exc:
+            raise fail(f"{source.name}: {exc}") from None
+        cut(source, first, last, target, info.has_video, audio)
     except (MediaIndexError, ValueError) as exc:
         raise fail(str(exc)) from exc
     said = f"wrote {target} ({render.timestamp(first)}–{render.timestamp(last)} of {source.name}, {last - first:.1f} s)"

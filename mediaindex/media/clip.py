@@ -65,17 +65,28 @@ def read_from(source: str | Path, start: float) -> tuple[Any, dict[str, float]]:
     return stream, ({"ss": start - jump} if start > jump else {})
 
 
-def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool) -> Path:
-    """Write `source` from `start` to `end` seconds to `out` (MP4 with video, else M4A); MediaError if ffmpeg fails."""
+def picked(stream: Any, has_video: bool, audio_stream: int | None) -> list[Any]:
+    """What an output takes of ffmpeg's input: the streams ffmpeg would choose, or with `audio_stream` (0 for the
+    file's first audio stream) the picture and that sound (a dub, a commentary)."""
+    if audio_stream is None:
+        return [stream]
+    return [stream["v:0"], stream[f"a:{audio_stream}"]] if has_video else [stream[f"a:{audio_stream}"]]
+
+
+def cut(source: str | Path, start: float, end: float, out: Path, has_video: bool,
+        audio_stream: int | None = None) -> Path:
+    """Write `source` from `start` to `end` seconds to `out` (MP4 with video, else M4A), with the sound of
+    `audio_stream` where given; MediaError if ffmpeg fails."""
     start, end = check_span(start, end)
     stream, skip = read_from(source, start)
     span = {**skip, "t": end - start}
+    streams = picked(stream, has_video, audio_stream)
     if has_video:
-        stream = stream.output(str(out.absolute()), **span, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
+        stream = ffmpeg.output(*streams, str(out.absolute()), **span, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
                                vf="scale=trunc(iw/2)*2:trunc(ih/2)*2",  # H.264 in 4:2:0 wants even sides
                                acodec="aac", movflags="+faststart", sn=None, dn=None, f="mp4")
     else:
-        stream = stream.output(str(out.absolute()), **span, vn=None, sn=None, dn=None, acodec="aac", f="ipod")
+        stream = ffmpeg.output(*streams, str(out.absolute()), **span, vn=None, sn=None, dn=None, acodec="aac", f="ipod")
     try:
         done = subprocess.run(stream.overwrite_output().compile(cmd=ffmpeg_exe()), stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=CLIP_TIMEOUT_S, check=False)

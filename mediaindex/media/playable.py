@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ffmpeg
 
-from mediaindex.media.clip import read_from
+from mediaindex.media.clip import picked, read_from
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
 MAX_SIDE = 1280  # larger pictures are scaled down to fit: encoding as fast as it plays on two cores
@@ -29,17 +29,15 @@ def command(source: str | Path, start: float, has_video: bool, audio_stream: int
     `audio_stream` (0 for the file's first audio stream), the sound of that stream (a dub, a commentary) in place
     of the one ffmpeg would choose."""
     stream, skip = read_from(source, start)
-    picked = [stream]
-    if audio_stream is not None:
-        picked = [stream["v:0"], stream[f"a:{audio_stream}"]] if has_video else [stream[f"a:{audio_stream}"]]
+    streams = picked(stream, has_video, audio_stream)
     flags = "empty_moov+default_base_moof"
     if has_video:
-        out = ffmpeg.output(*picked, "pipe:1", **skip, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
+        out = ffmpeg.output(*streams, "pipe:1", **skip, vcodec="libx264", preset="veryfast", crf=23, pix_fmt="yuv420p",
                             vf=f"scale='min(iw,{MAX_SIDE})':'min(ih,{MAX_SIDE})':force_original_aspect_ratio=decrease"
                                ":force_divisible_by=2",  # H.264 in 4:2:0 wants even sides
                             force_key_frames=f"expr:gte(t,n_forced*{KEYFRAME_EVERY_S})",
                             acodec="aac", ac=2, movflags=f"frag_keyframe+{flags}", sn=None, dn=None, f="mp4")
     else:
-        out = ffmpeg.output(*picked, "pipe:1", **skip, vn=None, sn=None, dn=None, acodec="aac", ac=2, movflags=flags,
+        out = ffmpeg.output(*streams, "pipe:1", **skip, vn=None, sn=None, dn=None, acodec="aac", ac=2, movflags=flags,
                             frag_duration=AUDIO_FRAGMENT_US, f="mp4")
     return out.compile(cmd=ffmpeg_exe())

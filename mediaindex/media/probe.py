@@ -209,6 +209,15 @@ def chosen_track(tracks: list[dict[str, Any]], number: int | None) -> int:
     return audio_track_index(tracks, number, max(1, len(tracks)))
 
 
+def copied_track(tracks: list[dict[str, Any]], has_audio: bool, number: int | None) -> int | None:
+    """The audio stream a copy of the file (a clip, a converted copy) takes: track `number`, else for a file of
+    several its default one (ffmpeg alone would take the one of most channels); None where ffmpeg's choice is the
+    only one. ValueError for a track the file lacks."""
+    if number is not None and not has_audio:
+        raise ValueError("it has no audio track: leave out the track")
+    return chosen_track(tracks, number) if len(tracks) > 1 or number is not None else None
+
+
 def is_cover_art(stream: Any) -> bool:
     """An album cover stored as a one-frame video stream is not video."""
     import av

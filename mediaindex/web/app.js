@@ -588,7 +588,7 @@ function hitItem(hit) {
     ? el("a", { class: "video-link similar", href: likeHash(hit) }, "similar shots") : null;
   // The moment as a file of its own (cut by the server; the key travels in its cookie).
   const clipLink = hit.media_url && !gone
-    ? el("a", { class: "video-link save", href: `${hit.media_url}/clip?start=${hit.start}&end=${hit.end}`,
+    ? el("a", { class: "video-link save", href: `${hit.media_url}/clip?start=${hit.start}&end=${hit.end}${heardOn ? `&track=${heardOn}` : ""}`,
                 download: "", title: "Download this moment as a file" }, "save clip") : null;
   const item = el("li", { class: `hit${hit.band ? ` ${hit.band}` : ""}`, tabIndex: 0, "data-start": hit.start,
                           "data-end": hit.end, "data-video": hit.video_id },

@@ -40,7 +40,7 @@ from mediaindex.index.filters import metadata_matches, parse_where
 from mediaindex.index.store import hit_from_payload
 from mediaindex.media import playable
 from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
-from mediaindex.media.probe import chosen_track
+from mediaindex.media.probe import copied_track
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
 router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
@@ -226,6 +226,17 @@ def _served(state: ApiState, record: VideoRecord) -> Path:
     return real
 
 
+def _audio_stream(record: VideoRecord, track: int | None) -> int | None:
+    """The audio stream a copy of the file takes (`probe.copied_track`)."""
+    try:
+        return copied_track(record.probe.get("audio_tracks") or [], bool(record.probe.get("has_audio")), track)
+    except ValueError as exc:
+        raise ApiError(422, f"{Path(record.source).name}: {exc}") from None
+
+
+TRACK_DOC = ("The audio track to hear, by its number (1, 2, … in the file's order) for a file with several: a "
+             "moment heard on it (a hit's `track`); default: the default track")
+
 # Cutting re-encodes: at most this many at once, the rest are asked to come back.
 _CUTTING = threading.BoundedSemaphore(2)
 
@@ -236,6 +247,7 @@ _CUTTING = threading.BoundedSemaphore(2)
 def media_clip(request: Request, video_id: str = VideoId,
                start: float = Query(ge=0, le=1e7, description="Seconds from the start of the file"),
                end: float = Query(ge=0, le=1e7, description="Seconds from the start of the file (held to its end)"),
+               track: int | None = Query(None, ge=1, le=64, description=TRACK_DOC),
                ) -> FileResponse:
     """A moment of the file as a download: MP4 (H.264 + AAC) with video, M4A for sound alone; at most ten
     minutes, cut exactly (re-encoded)."""
@@ -247,6 +259,7 @@ def media_clip(request: Request, video_id: str = VideoId,
         start, end = check_span(start, end, record.duration)
     except ValueError as exc:
         raise ApiError(422, str(exc)) from exc
+    audio = _audio_stream(record, track)
     if not _CUTTING.acquire(blocking=False):
         raise ApiError(503, "two clips are being cut: try again in a few seconds", headers={"Retry-After": "5"})
     try:
@@ -255,7 +268,7 @@ def media_clip(request: Request, video_id: str = VideoId,
         os.close(fd)
         out = Path(name)
         try:
-            cut(real, start, end, out, has_video)
+            cut(real, start, end, out, has_video, audio)
         except MediaError as exc:
             raise ApiError(422, exc.reason) from exc
     finally:
@@ -284,10 +297,7 @@ def _stop(proc: asyncio.subprocess.Process) -> None:
     403: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 async def media_playable(request: Request, video_id: str = VideoId,
                          start: float = Query(0.0, ge=0, le=1e7, description="Seconds from the start of the file"),
-                         track: int | None = Query(None, ge=1, le=64, description="The audio track to hear, by its "
-                                                   "number (1, 2, … in the file's order) for a file with several: "
-                                                   "a moment heard on it (a hit's `track`); default: the default "
-                                                   "track"),
+                         track: int | None = Query(None, ge=1, le=64, description=TRACK_DOC),
                          ) -> StreamingResponse:
     """The file re-encoded as it is read, from `start` on (H.264 + AAC in fragmented MP4; AAC for sound alone):
     for files whose format browsers do not play (AVI, WMV, FLV, MPEG streams, AIFF, WMA, HEVC, ...), and to hear
@@ -298,13 +308,7 @@ async def media_playable(request: Request, video_id: str = VideoId,
     real = _served(state, record)
     if record.duration is not None and start >= record.duration:
         raise ApiError(422, f"start {start:g} s is after the file ends ({record.duration:g} s)")
-    tracks = record.probe.get("audio_tracks") or []
-    if track is not None and not record.probe.get("has_audio"):
-        raise ApiError(422, f"{Path(record.source).name} has no audio track: leave out track")
-    try:  # several tracks: the one asked for, else the default one (ffmpeg alone would take the most channels)
-        audio = chosen_track(tracks, track) if len(tracks) > 1 or track is not None else None
-    except ValueError as exc:
-        raise ApiError(422, f"{Path(record.source).name}: {exc}") from None
+    audio = _audio_stream(record, track)
     if sum(p.returncode is None for p in _PLAYING) >= MAX_PLAYING:
         raise ApiError(503, f"{MAX_PLAYING} files are being converted for playing: try again in a few seconds",
                        headers={"Retry-After": "5"})
