@@ -10,10 +10,11 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# What was heard or seen in the media (or came with it as subtitles), and what the summary stage
-# (ingest.summaries) wrote about it.
+# What was heard or seen in the media (or came with it: subtitles, the file's own chapter markers, named by their
+# titles), and what the summary stage (ingest.summaries) wrote about it.
 SUBTITLE = "subtitle"
-MEDIA_MODALITIES = ("speech", "ocr", "visual", SUBTITLE)
+MARKER = "marker"
+MEDIA_MODALITIES = ("speech", "ocr", "visual", SUBTITLE, MARKER)
 GENERATED_MODALITIES = ("summary", "chapter")
 MODALITIES = MEDIA_MODALITIES + GENERATED_MODALITIES
 _POINT_NAMESPACE = uuid.UUID("5b0d7a52-4f7e-4d35-9a53-3c1f4a0b9e11")

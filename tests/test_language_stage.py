@@ -69,7 +69,7 @@ def test_new_modalities_are_filters() -> None:
 
     assert SearchFilters(modality="chapter,summary").modalities == ("chapter", "summary")
     assert Filters(modality="chapter").modality == "chapter"
-    with pytest.raises(ValueError, match="use one of speech, ocr, visual, subtitle, summary, chapter"):
+    with pytest.raises(ValueError, match="use one of speech, ocr, visual, subtitle, marker, summary, chapter"):
         SearchFilters(modality="chapters")
 
 

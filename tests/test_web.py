@@ -1109,3 +1109,49 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
         page.p.wait_for_function(f"() => {PLAYER} && {PLAYER}.currentSrc.endsWith('/media/dub')")
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()
+
+
+def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(browser, tmp_path: Path, cache_dir: Path,
+                                                                           embedder) -> None:
+    """An audiobook made at test time (jfk.flac with chapter markers): its page lists the chapters it marks, each
+    playing from its start, and a search for a chapter's title finds it as a "chapter marker" moment."""
+    from dataclasses import replace
+
+    from mediaindex.config import ApiSettings
+    from mediaindex.index.catalog import VideoRecord
+    from mediaindex.index.index import MediaIndex
+    from mediaindex.media.probe import probe
+    from mediaindex.segments import MARKER
+    from tests.corpus import references
+    from tests.test_chapter_markers import JFK_CHAPTERS, _with_chapters
+
+    folder = tmp_path / "media"
+    folder.mkdir()
+    book = _with_chapters(media("audio/jfk.flac"), folder / "book.m4b", JFK_CHAPTERS, "-c:a", "aac")
+    info = probe(book)
+    settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
+        media_roots=[folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
+    said = [replace(s, source=str(book), video_id="book", vectors={})
+            for s in references() if Path(s.source).name == "jfk.flac"]
+    marks = [replace(said[0], start=c["start"], end=c["end"], modality=MARKER, text=c["title"]) for c in info.chapters]
+    with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
+        index.replace_video(VideoRecord("book", str(book), "h", book.stat().st_size, 1, info.duration, "en",
+                                        len(said + marks), info.to_dict(), 0.0),
+                            said + marks, embedder.embed_passages([s.text for s in said + marks]))
+    with LiveServer(create_app(settings, embedder=embedder)) as live:
+        page = Page(browser.new_context(viewport=VIEWPORTS["desktop"]), "desktop")
+        page.p.goto(f"{live.url}/#/video/book")
+        marked = page.p.locator("#markers .chapter")
+        marked.first.wait_for()
+        assert marked.all_inner_texts() == ["0:00.0\nOpening words to the nation", "0:04.0\nThe question",
+                                            "0:08.0\nAsk what you can do"]
+        page.shot("chapter-markers")
+        seek = click_and_seek(page, marked.nth(2).locator(".time"))
+        assert seek["tag"] == "AUDIO" and abs(seek["t"] - 8.0) < 0.3, seek
+        page.p.goto(f"{live.url}/#/search?q=the opening words to the nation")
+        hit = page.p.locator("#results .hit").first
+        assert hit.locator(".badge").inner_text() == "chapter marker"
+        assert hit.locator(".snippet").inner_text() == "Opening words to the nation"
+        page.fits()
+        assert not page.errors and not page.failed, (page.errors, page.failed)
+        page.context.close()

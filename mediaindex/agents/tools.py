@@ -34,8 +34,8 @@ CONTEXT_CHARS = 450  # at most this much text per widened moment
 # Answers search deeper than a person's search: the best moments with no threshold, for the model to judge.
 ANSWER_LIMIT = 10
 ANSWER_CONFIDENCE = "none"
-SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "subtitle": "subtitles", "summary": "summary",
-            "chapter": "chapter"}
+SHOWN_AS = {"speech": "said", "ocr": "on screen", "visual": "seen", "subtitle": "subtitles",
+            "marker": "chapter marker", "summary": "summary", "chapter": "chapter"}
 
 _RANGE = {
     "video_id": {"type": "string", "minLength": 1, "maxLength": 64, "description": "id of an indexed video"},

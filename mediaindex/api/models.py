@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from mediaindex.media.download import WebAddress
 
-Modality = Literal["speech", "ocr", "visual", "subtitle", "summary", "chapter"]  # mediaindex.segments.MODALITIES
+Modality = Literal["speech", "ocr", "visual", "subtitle", "marker", "summary", "chapter"]  # mediaindex.segments.MODALITIES
 
 
 class _Strict(BaseModel):

@@ -441,7 +441,7 @@ def search(
     video: Annotated[str | None, typer.Option("--video", help="Only this file: its video id or its start, the "
                                               "path it was ingested from, or its name.")] = None,
     under: Annotated[str | None, typer.Option("--under", help="Only files whose path starts with this (e.g. a folder).")] = None,
-    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, subtitle, summary or chapter (comma-separated for several).")] = None,
+    modality: Annotated[str | None, typer.Option("--modality", help="speech, ocr, visual, subtitle, marker, summary or chapter (comma-separated for several).")] = None,
     language: Annotated[str | None, typer.Option("--language", help="Only segments in this language code (e.g. en).")] = None,
     speaker: Annotated[str | None, typer.Option("--speaker", help="Only speech of this speaker (S1, S2, … within a file).")] = None,
     after: Annotated[str | None, typer.Option("--from", help="Only moments that end after this time: seconds (90) or "

@@ -42,7 +42,7 @@ TRANSCRIPT_FORMATS = ("json", "srt", "vtt", "txt", "tsv")
 FileRef = Annotated[str, Field(min_length=1, max_length=4096, description=(
     "An indexed file: its video id (from search or list_files), a unique id prefix, its file name or its path"))]
 Seconds = Annotated[float, Field(ge=0, le=1e7, description="Seconds from the start of the file")]
-Modality = Literal["speech", "ocr", "visual", "subtitle", "summary", "chapter"]
+Modality = Literal["speech", "ocr", "visual", "subtitle", "marker", "summary", "chapter"]
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, description=(
     "What to find, in plain language and any language: words said, text on screen, things seen"))]
 Modalities = Annotated[list[Modality] | None, Field(min_length=1, description="Only these kinds of moments (default: all)")]

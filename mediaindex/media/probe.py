@@ -42,6 +42,8 @@ class MediaInfo:
     video_streams: int = 0
     cover_art: bool = False  # a picture stored as a one-frame stream (an album's or a podcast's cover)
     subtitle_streams: int = 0
+    # The file's chapter markers in time order, {"start", "end", "title"} (`chapter_markers`)
+    chapters: list[dict[str, Any]] = field(default_factory=list)
     # [name, size, mtime_ns] of each subtitle file read with it (`subtitles.subtitle_signature`)
     subtitle_files: list[list[str | int]] = field(default_factory=list)
     bit_rate: int | None = None
@@ -88,6 +90,7 @@ def probe(path: str | Path) -> MediaInfo:
             sar = _sample_aspect(video)
             rotation = _rotation(container, video) if video is not None else 0
             display = _display_size(width, height, sar, rotation)
+            chapters = chapter_markers(container, duration)
             return MediaInfo(
                 path=str(path),
                 size=size,
@@ -112,6 +115,7 @@ def probe(path: str | Path) -> MediaInfo:
                 video_streams=len(videos),
                 cover_art=len(videos) < len(container.streams.video),
                 subtitle_streams=len(container.streams.subtitles),
+                chapters=chapters,
                 bit_rate=container.bit_rate or None,
             )
     except av.error.FFmpegError as exc:
@@ -216,6 +220,39 @@ def copied_track(tracks: list[dict[str, Any]], has_audio: bool, number: int | No
     if number is not None and not has_audio:
         raise ValueError("it has no audio track: leave out the track")
     return chosen_track(tracks, number) if len(tracks) > 1 or number is not None else None
+
+
+MAX_CHAPTERS = 1000
+MAX_CHAPTER_TITLE = 300
+
+
+def chapter_markers(container: Any, duration: float) -> list[dict[str, Any]]:
+    """The chapters a file marks (an audiobook's, a podcast's, a film's), titled, in time order and held to its
+    length; one without a title names nothing, and one without an end lasts until the next (or the file's end).
+    Their times are the file's as written (an MP3's are from the start of its sound, not of its encoder delay)."""
+    import av
+
+    try:
+        marked = container.chapters()
+    except (AttributeError, ValueError, av.error.FFmpegError):  # chapters that cannot be read are none
+        return []
+    length = duration if duration > 0 else float("inf")
+    titled = []
+    for chapter in sorted(marked, key=lambda c: c["start"] * c["time_base"])[:MAX_CHAPTERS]:
+        title = " ".join(str((chapter.get("metadata") or {}).get("title") or "").split())[:MAX_CHAPTER_TITLE]
+        start = max(0.0, float(chapter["start"] * chapter["time_base"]))
+        end = min(float(chapter["end"] * chapter["time_base"]), length)
+        if title and start < length:
+            titled.append((start, end, title))
+    out: list[dict[str, Any]] = []
+    for n, (start, end, title) in enumerate(titled):
+        if end <= start:
+            end = next((s for s, _, _ in titled[n + 1:] if s > start), length)
+        marker = {"start": round(start, 3), "end": round(end, 3), "title": title}
+        # An MP4 may mark its chapters twice (a QuickTime chapter track and Nero's list): each is kept once.
+        if end > start and end < float("inf") and marker not in out:
+            out.append(marker)
+    return out
 
 
 def is_cover_art(stream: Any) -> bool:

@@ -7,8 +7,8 @@ const PAGE_SIZE = 24;
 // A search lists this many moments (or files) at first; "more" asks again this many deeper, up to the API's most.
 const RESULTS_STEP = 20;
 const RESULTS_MAX = 100;
-const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", subtitle: "subtitles", chapter: "chapter",
-  summary: "summary" };
+const KINDS = { speech: "speech", ocr: "on-screen text", visual: "picture", subtitle: "subtitles",
+  marker: "chapter marker", chapter: "chapter", summary: "summary" };
 const BANDS = { high: "strong match", medium: "good match", low: "weak match" };
 let videos = [];        // every indexed file, for the file filter and the empty state's languages
 let routeToken = 0;     // a view that finishes after the user moved on must not draw over the new one
@@ -1031,6 +1031,8 @@ function clearVideoView() {
   for (const fmt of ["srt", "vtt", "json"]) $(`export-${fmt}`).removeAttribute("href");
   document.querySelector("#video-view .exports").hidden = true;
   $("transcript").replaceChildren();
+  $("markers").replaceChildren();
+  $("markers-area").hidden = true;
   $("tracks").hidden = true;
   $("remove-button").disabled = false;
 }
@@ -1107,6 +1109,21 @@ function showSummary(v, text, chapters, citations) {
   }));
 }
 
+// The chapters the file itself marks (an audiobook's, a podcast's, a film's), each played from its start.
+function showMarkers(v) {
+  const chapters = (v.probe || {}).chapters || [];
+  $("markers").replaceChildren(...chapters.map((c) => {
+    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
+                           title: "Play this chapter" }, clock(c.start));
+    time.addEventListener("click", (e) => {
+      e.preventDefault();
+      play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
+    });
+    return el("li", { class: "chapter" }, time, el("div", { dir: "auto" }, c.title));
+  }));
+  $("markers-area").hidden = !chapters.length;
+}
+
 // No summary was made at ingest: the button asks the server's agent for one (a summary job).
 async function summarise(v, token) {
   const status = $("summary-status");
@@ -1157,6 +1174,7 @@ async function showVideo(videoId, t, token, track = null) {
     plural(v.segments, "segment") + (v.on_disk ? "" : " · gone from disk");
   const { title, ...metadata } = v.metadata || {};
   showMetadata(title === v.title ? metadata : v.metadata || {});
+  showMarkers(v);
   const tracks = (v.probe || {}).audio_tracks || [];
   const usual = Math.max(0, tracks.findIndex((x) => x.default)) + 1;  // as players number them
   const heard = track && track !== usual && track <= tracks.length ? track : null;  // another track than the default

@@ -1,5 +1,6 @@
-"""The first stage: probe and hash a file, decode its video once into shots and keyframes, and read its
-subtitles (its own text streams and the subtitle files beside it) into `subtitle` segments.
+"""The first stage: probe and hash a file, decode its video once into shots and keyframes, read its subtitles
+(its own text streams and the subtitle files beside it) into `subtitle` segments and its chapter markers into
+`marker` segments.
 
 Audio is not decoded here: the speech stage streams it from the file in chunks, so a long file's
 audio never travels between stages (or sits in memory) whole.
@@ -21,7 +22,7 @@ from mediaindex.media.thumbnails import encode_thumbnail, thumbnail_name
 from mediaindex.models.text_language import text_language
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import Keyframe, MediaItem
-from mediaindex.segments import SUBTITLE, TRACK_FIELD, Segment
+from mediaindex.segments import MARKER, SUBTITLE, TRACK_FIELD, Segment
 
 __all__ = ["STAGE", "DecodeStage", "decode_media"]
 
@@ -48,6 +49,7 @@ def decode_media(path: str, settings: Settings) -> MediaItem:
     elif info.cover_art:
         _add_cover(item, settings)
     _add_subtitles(item)
+    _add_markers(item)
     return item
 
 
@@ -113,6 +115,15 @@ def _add_subtitles(item: MediaItem) -> None:
             Segment(item.video_id, item.source, p.start, min(p.end, length), SUBTITLE, p.text, language=language,
                     thumbnail=item.thumbnail_at(p.start), extra={TRACK_FIELD: track.origin})
             for p in passages(track.cues) if p.start < length]  # a cue past the end belongs to a longer cut
+
+
+def _add_markers(item: MediaItem) -> None:
+    """The file's chapter markers as `marker` segments, each spanning its chapter and saying its title: what a
+    reader looks for by name in an audiobook, a podcast or a film ("the chapter on wages")."""
+    chapters = item.info.chapters
+    language = text_language(" ".join(c["title"] for c in chapters)) if chapters else None
+    item.segments += [Segment(item.video_id, item.source, c["start"], c["end"], MARKER, c["title"], language=language,
+                              thumbnail=item.thumbnail_at(c["start"])) for c in chapters]
 
 
 class DecodeStage:
