@@ -705,6 +705,28 @@ def test_a_summary_reads_the_default_audio_track_once(archive: Archive) -> None:
     assert s.status == "summarised" and "phrase française numéro 3" in sent and "English sentence" not in sent
 
 
+def test_a_summary_follows_the_chapters_the_file_marks(archive: Archive) -> None:
+    """An audiobook marking its chapters: the summary's chapters are the file's, with its titles (no title is
+    asked of the model), each holding what was said in it; a file marking more chapters than `max_chapters`
+    is cut by topic as any other."""
+    from mediaindex.agents.summarize import VideoRef, marked_spans, summarize_segments
+    from mediaindex.segments import MARKER, Hit
+
+    said = [Hit("/books/book.m4b", "b00k", 10.0 * i + 1, 10.0 * i + 8, 0.0, "speech",
+                f"Sentence number {i} of the book is read here.", "en") for i in range(6)]
+    marks = [Hit("/books/book.m4b", "b00k", start, end, 0.0, MARKER, title, "en")
+             for start, end, title in ((0.0, 20.0, "The Voyage Out"), (20.0, 60.0, "Home Again"))]
+    model = ScriptedModel([titled_map_reply("Invented title")] * 20)
+    s = summarize_segments(VideoRef("b00k", "/books/book.m4b", 60.0, "en"), said + marks,
+                           archive.embedder.embed_passages, model, FAST)
+    assert [(c.title, c.start) for c in s.chapters] == [("The Voyage Out", 1.0), ("Home Again", 21.0)]
+    asked = [m["content"] for batch in model.calls for conv in batch for m in conv]
+    assert not any("title of at most six words" in m for m in asked)
+    many = [replace(marks[0], start=5.0 * i, end=5.0 * i + 5, text=f"Part {i}") for i in range(12)]
+    assert marked_spans(said, many, max_chapters=5) is None and len(marked_spans(said, many, 12) or []) == 6
+    assert marked_spans(said, [], 5) is None
+
+
 def titled_map_reply(title: str) -> Callable[[list[Message]], str]:
     """Grounded window summaries, and `title` for every title request (a function of it for others)."""
     def reply(conv: list[Message]) -> str:

@@ -16,6 +16,7 @@ hand, which is how the ingestion pipeline's summary stage summarises a video bef
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
@@ -40,7 +41,7 @@ from mediaindex.agents.schema import Chapter, Citation, VideoSummary
 from mediaindex.agents.tools import Archive
 from mediaindex.config import LLMSettings
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.segments import SUBTITLE, Hit, default_track, standing_for_speech
+from mediaindex.segments import MARKER, SUBTITLE, Hit, default_track, standing_for_speech
 
 EmbedFn = Callable[[list[str]], np.ndarray | Sequence[Sequence[float]]]  # passages in, one vector each out
 
@@ -60,6 +61,7 @@ REDUCE_SYSTEM = ("You merge chapter summaries of one video into a summary of the
 @dataclass
 class _Span:
     segments: list[Hit]
+    title: str | None = None  # a chapter the file marks gives its own title
 
     @property
     def start(self) -> float:
@@ -132,12 +134,27 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
                     "this video.")
     if not texts:
         return _visual_only(video, visual, llm.name)
-    spans = chapter_spans(texts, visual, embed, settings.max_chapters)
+    spans = marked_spans(texts, [s for s in segments if s.modality == MARKER], settings.max_chapters) \
+        or chapter_spans(texts, visual, embed, settings.max_chapters)
     on_event(AgentEvent("stage", f"{len(texts)} text segments in {len(spans)} chapters"))
     return _map_reduce(video, spans, llm, settings, on_event)
 
 
 # -- chapters ---------------------------------------------------------------------------------------------------
+def marked_spans(texts: list[Hit], markers: list[Hit], max_chapters: int) -> list[_Span] | None:
+    """The chapters the file marks itself (an audiobook's, a film's), with their titles, each holding the text that
+    starts in it (text before the first, the first); None where it marks none, or more than `max_chapters` that
+    hold text (its own chapters are then too many to summarise one by one)."""
+    marks = sorted(markers, key=lambda m: m.start)
+    if not marks:
+        return None
+    groups: list[list[Hit]] = [[] for _ in marks]
+    for text in texts:
+        groups[max(0, bisect.bisect_right([m.start for m in marks], text.start) - 1)].append(text)
+    spans = [_Span(group, mark.text.strip()) for mark, group in zip(marks, groups, strict=True) if group]
+    return spans if 0 < len(spans) <= max_chapters else None
+
+
 def chapter_spans(texts: list[Hit], visual: list[Hit], embed: EmbedFn, max_chapters: int) -> list[_Span]:
     """Cut the text segments into chapters at the strongest topic, pause and shot changes."""
     n = len(texts)
@@ -304,11 +321,11 @@ def _map_reduce(video: VideoRef, spans: list[_Span], llm: ChatModel, settings: L
             title="", start=round(span.start, 2), end=round(end, 2), summary=" ".join(distinct(sums)),
             citations=_chapter_citations(video, [w for w, _ in parts]), generated=generated))
     sources = [" ".join(w.text for (c, w) in windows if c == ci) for ci in range(len(spans))]
-    titles, title_tokens = _titles([(c.summary, src) for c, src in zip(chapters, sources, strict=True)], llm,
-                                   settings)
+    untitled = [ci for ci, span in enumerate(spans) if not span.title]  # the file's own chapter titles stand
+    titles, title_tokens = _titles([(chapters[ci].summary, sources[ci]) for ci in untitled], llm, settings)
     tokens += title_tokens
-    for chapter, title in zip(chapters, titles, strict=True):
-        chapter.title = title
+    for ci, span in enumerate(spans):
+        chapters[ci].title = span.title or titles[untitled.index(ci)]
     if not all(c.generated for c in chapters):
         notes.append("some generated text was not grounded in the transcript; extractive summaries stand in")
     if len(chapters) > 1:
