@@ -707,8 +707,8 @@ def test_a_summary_reads_the_default_audio_track_once(archive: Archive) -> None:
 
 def test_a_summary_follows_the_chapters_the_file_marks(archive: Archive) -> None:
     """An audiobook marking its chapters: the summary's chapters are the file's, with its titles (no title is
-    asked of the model), each holding what was said in it; a file marking more chapters than `max_chapters`
-    is cut by topic as any other."""
+    asked of the model; one that only numbers its chapter is the model's to write), each holding what was said in
+    it; a file marking more chapters than `max_chapters` is cut by topic as any other."""
     from mediaindex.agents.summarize import VideoRef, marked_spans, summarize_segments
     from mediaindex.segments import MARKER, Hit
 
@@ -722,6 +722,14 @@ def test_a_summary_follows_the_chapters_the_file_marks(archive: Archive) -> None
     assert [(c.title, c.start) for c in s.chapters] == [("The Voyage Out", 1.0), ("Home Again", 21.0)]
     asked = [m["content"] for batch in model.calls for conv in batch for m in conv]
     assert not any("title of at most six words" in m for m in asked)
+    # A title that only numbers its chapter is the model's to write.
+    numbered = [replace(marks[0], text="Chapter 01"), marks[1]]
+    model = ScriptedModel([titled_map_reply("Sentence number")] * 20)
+    s = summarize_segments(VideoRef("b00k", "/books/book.m4b", 60.0, "en"), said + numbered,
+                           archive.embedder.embed_passages, model, FAST)
+    assert [(c.title, c.start) for c in s.chapters] == [("Sentence number", 1.0), ("Home Again", 21.0)]
+    asked = [m["content"] for batch in model.calls for conv in batch for m in conv]
+    assert sum("title of at most six words" in m for m in asked) == 1
     many = [replace(marks[0], start=5.0 * i, end=5.0 * i + 5, text=f"Part {i}") for i in range(12)]
     assert marked_spans(said, many, max_chapters=5) is None and len(marked_spans(said, many, 12) or []) == 6
     assert marked_spans(said, [], 5) is None

@@ -142,17 +142,22 @@ def summarize_segments(video: VideoRef, segments: list[Hit], embed: EmbedFn, llm
 
 # -- chapters ---------------------------------------------------------------------------------------------------
 def marked_spans(texts: list[Hit], markers: list[Hit], max_chapters: int) -> list[_Span] | None:
-    """The chapters the file marks itself (an audiobook's, a film's), with their titles, each holding the text that
-    starts in it (text before the first, the first); None where it marks none, or more than `max_chapters` that
-    hold text (its own chapters are then too many to summarise one by one)."""
+    """The chapters the file marks itself (an audiobook's, a film's), with their titles (not mere numbers), each
+    holding the text that starts in it (text before the first, the first); None where it marks none, or more than
+    `max_chapters` that hold text (its own chapters are then too many to summarise one by one)."""
     marks = sorted(markers, key=lambda m: m.start)
     if not marks:
         return None
     groups: list[list[Hit]] = [[] for _ in marks]
     for text in texts:
         groups[max(0, bisect.bisect_right([m.start for m in marks], text.start) - 1)].append(text)
-    spans = [_Span(group, mark.text.strip()) for mark, group in zip(marks, groups, strict=True) if group]
+    spans = [_Span(group, None if _NUMBERED.fullmatch(mark.text) else mark.text.strip())
+             for mark, group in zip(marks, groups, strict=True) if group]
     return spans if 0 < len(spans) <= max_chapters else None
+
+
+# A title that only numbers its chapter ("Chapter 01", "Part 3", "07") says nothing of it: the model titles it.
+_NUMBERED = re.compile(r"\W*(?:[^\W\d_]+\.?\s*)?\d+\W*")
 
 
 def chapter_spans(texts: list[Hit], visual: list[Hit], embed: EmbedFn, max_chapters: int) -> list[_Span]:
