@@ -1092,35 +1092,31 @@ async function removeFile(v, token) {
   location.hash = "#/";
 }
 
+// A chapter's start, as a link that plays the file from there.
+function chapterTime(v, start) {
+  const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${start}`,
+                         title: "Play this chapter" }, clock(start));
+  time.addEventListener("click", (e) => {
+    e.preventDefault();
+    play(v.media_url, start, `${v.title} at ${clock(start)}`, v.has_video);
+  });
+  return time;
+}
+
 // A summary with its chapters (as stored at ingest, or as a summary job made it); each chapter's time plays it.
 function showSummary(v, text, chapters, citations) {
   tagLanguage($("summary-text"), textLanguage(text));
   $("summary-text").replaceChildren(answerText(text || "", citations || []));
-  $("chapters").replaceChildren(...chapters.map((c) => {
-    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
-                           title: "Play this chapter" }, clock(c.start));
-    time.addEventListener("click", (e) => {
-      e.preventDefault();
-      play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
-    });
-    return el("li", { class: "chapter" }, time,
-              el("div", { dir: "auto", lang: textLanguage(`${c.title} ${c.summary}`, c.generated ? undefined : v.language) },
-                 el("strong", {}, c.title), " ", c.summary));
-  }));
+  $("chapters").replaceChildren(...chapters.map((c) => el("li", { class: "chapter" }, chapterTime(v, c.start),
+    el("div", { dir: "auto", lang: textLanguage(`${c.title} ${c.summary}`, c.generated ? undefined : v.language) },
+       el("strong", {}, c.title), " ", c.summary))));
 }
 
 // The chapters the file itself marks (an audiobook's, a podcast's, a film's), each played from its start.
 function showMarkers(v) {
   const chapters = (v.probe || {}).chapters || [];
-  $("markers").replaceChildren(...chapters.map((c) => {
-    const time = el("a", { class: "time", href: `#/video/${encodeURIComponent(v.video_id)}?t=${c.start}`,
-                           title: "Play this chapter" }, clock(c.start));
-    time.addEventListener("click", (e) => {
-      e.preventDefault();
-      play(v.media_url, c.start, `${v.title} at ${clock(c.start)}`, v.has_video);
-    });
-    return el("li", { class: "chapter" }, time, el("div", { dir: "auto" }, c.title));
-  }));
+  $("markers").replaceChildren(...chapters.map((c) => el("li", { class: "chapter" }, chapterTime(v, c.start),
+                                                         el("div", { dir: "auto" }, c.title))));
   $("markers-area").hidden = !chapters.length;
 }
 
