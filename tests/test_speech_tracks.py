@@ -152,6 +152,10 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
         # Another track's transcript by its number, as players count them: the library, the API.
         english, _ = archive.transcript("dubbed film.mkv", track=1) or ([], {})
         assert _words(" ".join(s["text"] for s in english)) == JFK
+        # Whether a track was transcribed is what the file was indexed with, not the setting in force now.
+        assert index.catalog.get(done.video_id).probe["transcribed_tracks"] == 2  # type: ignore[union-attr]
+        lowered = make_settings(tmp_path / "idx", cache_dir, vision={"enabled": False}, speech={"audio_tracks": 1})
+        assert Archive(lowered, index, embedder).transcript("dubbed film.mkv", track=1) == (english, _)
         assert archive.transcript("dubbed film.mkv", track=2) == found
         with pytest.raises(MediaIndexError, match="it has 2 audio tracks: a track is a number from 1 to 2"):
             archive.transcript("dubbed film.mkv", track=3)
@@ -213,7 +217,7 @@ def test_a_track_number_names_a_stream_the_file_has_and_that_was_transcribed() -
     tracks = [{"default": False}, {"default": True}, {"default": False}]  # transcribed in the order 2, 1, 3
     assert [audio_track_index(tracks, n, 3) for n in (1, 2, 3)] == [0, 1, 2]
     assert audio_track_index(tracks, 2, 1) == 1  # the default track is transcribed first
-    with pytest.raises(ValueError, match=r"its audio track 3 was not transcribed \(speech.audio_tracks is 2\)"):
+    with pytest.raises(ValueError, match=r"its audio track 3 was not transcribed \(speech.audio_tracks was 2 when"):
         audio_track_index(tracks, 3, 2)
     with pytest.raises(ValueError, match="a track is a number from 1 to 3"):
         audio_track_index(tracks, 4, 3)

@@ -39,6 +39,7 @@ class MediaInfo:
     # Each audio stream in the file's order: {"language", "title", "default", "channels", "sample_rate",
     # "duration"} (`audio_track`); the top-level audio fields describe the default one (else the first).
     audio_tracks: list[dict[str, Any]] = field(default_factory=list)
+    transcribed_tracks: int | None = None  # how many of them the speech stage transcribed (speech.audio_tracks)
     video_streams: int = 0
     cover_art: bool = False  # a picture stored as a one-frame stream (an album's or a podcast's cover)
     subtitle_streams: int = 0
@@ -201,7 +202,8 @@ def audio_track_index(tracks: list[dict[str, Any]], number: int, transcribed: in
                          f"{count}" if count > 1 else "it has one audio track: the only track is 1")
     order = track_order(tracks) or [0]
     if order.index(number - 1) >= transcribed:
-        raise ValueError(f"its audio track {number} was not transcribed (speech.audio_tracks is {transcribed})")
+        raise ValueError(f"its audio track {number} was not transcribed (speech.audio_tracks was {transcribed} when "
+                         "it was indexed; indexed again with a higher one, it is)")
     return number - 1
 
 

@@ -249,7 +249,8 @@ class Archive:
         if track is not None and record is not None:
             tracks = record.probe.get("audio_tracks") or []
             try:
-                stream = audio_track_index(tracks, track, self.settings.speech.audio_tracks)
+                transcribed = record.probe.get("transcribed_tracks") or self.settings.speech.audio_tracks
+                stream = audio_track_index(tracks, track, transcribed)
             except ValueError as exc:
                 raise MediaIndexError(f"{record.source}: {exc}") from None
             if stream != (track_order(tracks) or [0])[0]:

@@ -1203,7 +1203,7 @@ async function showVideo(videoId, t, token, track = null) {
   }
   const list = $("transcript");
   if (!lines.length) {
-    list.append(el("li", { class: "hint" }, untranscribed ? `This track's speech was not transcribed: ${untranscribed}.`
+    list.append(el("li", { class: "hint" }, untranscribed ? `No transcript of this track: ${untranscribed}.`
                                                           : `No speech was transcribed in this ${heard ? "track" : "file"}.`));
   }
   for (const line of lines) {

@@ -45,6 +45,7 @@ class SpeechResult:
     language: str | None = None
     notes: list[str] = field(default_factory=list)
     failure: str | None = None  # why the audio could not be read
+    tracks: int = 0  # how many of the file's audio tracks were transcribed (0: not told)
 
     def join(self, item: MediaItem) -> MediaItem:
         """The decoded item with this transcript. Unreadable audio fails an audio-only file; a video
@@ -58,6 +59,8 @@ class SpeechResult:
                   for s in self.segments]
         item.segments = spoken + item.segments
         item.language = self.language or item.language
+        if self.tracks:  # a track asked for later is told apart from one left out by the setting of this run
+            item.info = replace(item.info, transcribed_tracks=self.tracks)
         item.notes.extend(self.notes)
         return item
 
@@ -264,8 +267,9 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
     main = results[0]
     if main.failure is not None or len(results) == 1:
         _say_tracks(main, len(tracks), info.audio_streams)
-        return main
-    joined = SpeechResult(list(main.segments), main.language, [n for n in main.notes if n != NO_SPEECH])
+        return replace(main, tracks=len(tracks))
+    joined = SpeechResult(list(main.segments), main.language, [n for n in main.notes if n != NO_SPEECH],
+                          tracks=len(tracks))
     for track, result in zip(tracks[1:], results[1:], strict=True):
         label = _track_label(track, info)
         if result.failure is not None:
