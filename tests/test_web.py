@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
+import anyio
 import pytest
 
 from mediaindex.api import create_app
@@ -27,6 +30,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-c
                  "--disable-gpu", "--mute-audio", "--autoplay-policy=no-user-gesture-required",
                  "--disable-features=Translate,MediaRouter,OptimizationHints"]
 VIEWPORTS = {"desktop": {"width": 1400, "height": 900}, "phone": {"width": 390, "height": 844}}
+T = TypeVar("T")
 PLAYER = ("document.querySelector('#player-area video:not([hidden]), #player-area audio:not([hidden])')")
 
 
@@ -89,6 +93,12 @@ def page(request: pytest.FixtureRequest, browser, server: LiveServer) -> Iterato
     yield page
     context.close()
     assert not page.errors, page.errors
+
+
+def beside_the_browser(run: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """An async call (an MCP client's) made in a thread of its own: Playwright's loop holds this one."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(anyio.run, run).result()
 
 
 # Armed before a click: records where the player is when its next seek completes.
@@ -1063,6 +1073,7 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
     from mediaindex.media.probe import probe
     from mediaindex.segments import TRACK_FIELD
     from tests.corpus import references
+    from tests.test_mcp import call, mcp_session
     from tests.test_speech_tracks import _mux
 
     folder = tmp_path / "media"
@@ -1110,6 +1121,12 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()
 
+        async def ask_mcp() -> dict:  # an assistant is told the file's tracks, the default one first
+            async with mcp_session(live.url) as session:
+                return await call(session, "file_info", {"file": "dub"})
+
+        assert beside_the_browser(ask_mcp)["audio_tracks"] == ["audio 2 (fr)", "audio 1 (en)"]
+
 
 def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(browser, tmp_path: Path, cache_dir: Path,
                                                                            embedder) -> None:
@@ -1124,6 +1141,7 @@ def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(bro
     from mediaindex.segments import MARKER
     from tests.corpus import references
     from tests.test_chapter_markers import JFK_CHAPTERS, _with_chapters
+    from tests.test_mcp import call, mcp_session
 
     folder = tmp_path / "media"
     folder.mkdir()
@@ -1155,3 +1173,12 @@ def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(bro
         page.fits()
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()
+
+        async def ask_mcp() -> dict:  # an assistant is told them too
+            async with mcp_session(live.url) as session:
+                return await call(session, "file_info", {"file": "book"})
+
+        info = beside_the_browser(ask_mcp)
+        assert [(m["title"], m["start"]) for m in info["markers"]] == [
+            ("Opening words to the nation", 0.0), ("The question", 4.0), ("Ask what you can do", 8.0)]
+        assert info["audio_tracks"] == []  # one track

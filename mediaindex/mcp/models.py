@@ -91,12 +91,23 @@ class Chapter(BaseModel):
     summary: str
 
 
+class Marker(BaseModel):
+    title: str
+    start: float
+    end: float
+
+
 class FileInfo(FileEntry):
     languages: list[str] = Field(description="Every language spoken or written in it")
     speakers: list[str] = Field(description="Speaker labels within the file (S1, S2, ...)")
     kinds: dict[str, int] = Field(description="Segments per modality")
     summary: str | None = Field(description="The summary stored at ingest (ingest with summaries), if any")
     chapters: list[Chapter]
+    markers: list[Marker] = Field(default_factory=list, description=(
+        "The chapters the file marks itself (an audiobook's, a podcast's, a film's), by their titles"))
+    audio_tracks: list[str] = Field(default_factory=list, description=(
+        "Its audio tracks where it has several, as moments name them (\"audio 2 (de)\"); the first is the default "
+        "one, the file's own speech"))
     media_url: str | None = Field(default=None, description="The file itself (HTTP server only)")
 
 

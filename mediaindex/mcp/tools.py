@@ -24,6 +24,7 @@ from mediaindex.index.filters import SearchFilters, where_pairs
 from mediaindex.mcp import models
 from mediaindex.mcp.searching import search as run_search
 from mediaindex.media.download import WebAddress
+from mediaindex.media.probe import track_labels
 from mediaindex.segments import MODALITIES, Hit
 
 if TYPE_CHECKING:
@@ -277,6 +278,8 @@ def register(server: MCPServer, host: ArchiveHost, allow_ingest: bool) -> None:
                 kinds=kinds, summary=summary.summary if summary else None,
                 chapters=[models.Chapter(title=c.title, start=c.start, end=c.end, summary=c.summary)
                           for c in (summary.chapters if summary else [])],
+                markers=[models.Marker(**c) for c in record.probe.get("chapters") or []],
+                audio_tracks=track_labels(record.probe.get("audio_tracks") or []),
                 media_url=urljoin(base, media.split("#")[0].lstrip("/")) if base else None)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))

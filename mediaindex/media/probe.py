@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mediaindex.errors import MediaError, is_utf8
+from mediaindex.segments import audio_track_label
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,17 @@ def track_order(tracks: list[dict[str, Any]]) -> list[int]:
     language, not a commentary that happens to come first), then the others in the file's order."""
     first = next((i for i, t in enumerate(tracks) if t.get("default")), 0)
     return [first] + [i for i in range(len(tracks)) if i != first] if tracks else []
+
+
+def track_label(tracks: list[dict[str, Any]], stream: int) -> str:
+    """Audio stream `stream` (counted from 0) as moments heard on it name it: "audio 2 (de)"."""
+    sound = tracks[stream] if stream < len(tracks) else {}
+    return audio_track_label(stream + 1, sound.get("language"), sound.get("title"))
+
+
+def track_labels(tracks: list[dict[str, Any]]) -> list[str]:
+    """A file's audio tracks named so, the default one first; none for a file of one."""
+    return [track_label(tracks, n) for n in track_order(tracks)] if len(tracks) > 1 else []
 
 
 def audio_track_index(tracks: list[dict[str, Any]], number: int, transcribed: int) -> int:

@@ -27,10 +27,10 @@ import numpy as np
 from mediaindex.config import Settings
 from mediaindex.errors import MediaError
 from mediaindex.media.decode import AudioStream, channel_look
-from mediaindex.media.probe import MediaInfo, probe, track_order
+from mediaindex.media.probe import MediaInfo, probe, track_label, track_order
 from mediaindex.pipeline.stages.contract import StageContract, StageName
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import TRACK_FIELD, Segment, audio_track_label
+from mediaindex.segments import TRACK_FIELD, Segment
 
 if TYPE_CHECKING:
     from mediaindex.models.speakers import SpeakerEncoder, SpeakerTrack, Turn
@@ -271,7 +271,7 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
     joined = SpeechResult(list(main.segments), main.language, [n for n in main.notes if n != NO_SPEECH],
                           tracks=len(tracks))
     for track, result in zip(tracks[1:], results[1:], strict=True):
-        label = _track_label(track, info)
+        label = track_label(info.audio_tracks, track)
         if result.failure is not None:
             joined.notes.append(f"{label} not transcribed: {result.failure}")
             continue
@@ -288,11 +288,6 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
         joined.notes.append(NO_SPEECH)
     _say_tracks(joined, len(tracks), info.audio_streams)
     return joined
-
-
-def _track_label(track: int, info: MediaInfo) -> str:
-    sound = info.audio_tracks[track] if track < len(info.audio_tracks) else {}
-    return audio_track_label(track + 1, sound.get("language"), sound.get("title"))
 
 
 def _say_tracks(result: SpeechResult, transcribed: int, streams: int) -> None:
