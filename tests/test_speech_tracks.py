@@ -35,11 +35,14 @@ def _sound_seconds(mp4: bytes) -> float:
         return sum(float(frame.samples) / frame.sample_rate for frame in played.decode(audio=0))
 
 
-def _mux(out: Path, tracks: list[tuple[str, str | None, str | None]], default: int) -> Path:
-    """One file holding each clip as an audio track, tagged with its language and title; `default` marked."""
+def _mux(out: Path, tracks: list[tuple[str, str | None, str | None]], default: int, picture: str | None = None) -> Path:
+    """One file holding each clip as an audio track, tagged with its language and title; `default` marked; with
+    `picture`, that video's picture stream too (copied)."""
     cmd = [ffmpeg_exe(), "-v", "error", "-y"]
     for rel, _, _ in tracks:
         cmd += ["-i", str(media(rel))]
+    if picture:
+        cmd += ["-i", str(media(picture)), "-map", f"{len(tracks)}:v", "-c:v", "copy"]
     for n, (_, language, title) in enumerate(tracks):
         cmd += ["-map", f"{n}:a", f"-disposition:a:{n}", "default" if n == default else "0"]
         if language:

@@ -1078,7 +1078,8 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
 
     folder = tmp_path / "media"
     folder.mkdir()
-    dub = _mux(folder / "dub.mka", [("audio/jfk.flac", "eng", None), ("audio/french.aiff", "fra", None)], default=1)
+    dub = _mux(folder / "dub.mkv", [("audio/jfk.flac", "eng", None), ("audio/french.aiff", "fra", None)], default=1,
+               picture="video/cockatoo.mp4")
     settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
         media_roots=[folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
     english = [replace(s, source=str(dub), video_id="dub", vectors={}, extra={TRACK_FIELD: "audio 1 (en)"})
@@ -1099,7 +1100,10 @@ def test_a_moment_heard_on_another_audio_track_is_played_on_it(browser, tmp_path
                                  f"&& {PLAYER}.currentTime > 0.3")
         src = page.p.evaluate(f"() => {PLAYER}.currentSrc")
         assert re.fullmatch(rf"{live.url}/media/dub/playable\?start=\d+(\.\d)?&track=1", src), src
-        assert page.p.locator("#now-playing").inner_text() == "dub.mka at 0:00.0 · audio 1 (en)"
+        assert page.p.locator("#now-playing").inner_text() == "dub.mkv at 0:00.0 · audio 1 (en)"
+        # The captions are the words of the track heard.
+        captions = page.p.evaluate(f"() => {PLAYER}.querySelector('track').getAttribute('src')")
+        assert re.fullmatch(r"/videos/dub/transcript\?format=vtt(&offset=[\d.]+)?&track=1", captions), captions
         assert hit.locator("a.save").get_attribute("href") == "/media/dub/clip?start=0&end=11&track=1"
         page.shot("audio-track")
         # The moment's transcript link opens the file on that track: its lines, heard on it; the default track is

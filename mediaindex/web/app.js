@@ -239,7 +239,7 @@ function playConverted(player, mediaUrl, start, track = null, tries = 0) {
   player.dataset.src = mediaUrl;
   player.dataset.offset = String(from);
   player.dataset.track = String(track || "");
-  setCaptions(player, mediaUrl, from);
+  setCaptions(player, mediaUrl, from, track);
   if (!tries && !track) $("now-playing").textContent += " · converted to play here";  // a track: its name is said
   player.onerror = () => {
     if (!current()) return;
@@ -270,12 +270,13 @@ for (const p of [$("player"), $("audio-player")]) {
   });
 }
 
-// An indexed file's transcript rides along as captions: the player's captions button shows them.
-function setCaptions(player, mediaUrl, offset = 0) {
+// An indexed file's transcript rides along as captions (audio track `track`'s, where another one is heard): the
+// player's captions button shows them.
+function setCaptions(player, mediaUrl, offset = 0, track = null) {
   for (const t of player.querySelectorAll("track")) t.remove();
   const id = videoIdOf(mediaUrl);
   if (!id || player.tagName !== "VIDEO") return;
-  const shift = offset ? `&offset=${offset}` : "";
+  const shift = (offset ? `&offset=${offset}` : "") + (track ? `&track=${track}` : "");
   player.append(el("track", { kind: "captions", label: "transcript", src: `/videos/${id}/transcript?format=vtt${shift}` }));
 }
 
