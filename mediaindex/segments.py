@@ -78,6 +78,11 @@ STAGE_KEYS = frozenset({"words", "no_speech_prob", "channel", "labels", "aliases
                         CLASSES_FIELD, TRACK_FIELD, PEOPLE_FIELD})
 
 
+def given_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A file's metadata without the keys a manifest took away (given as null)."""
+    return {k: v for k, v in metadata.items() if v is not None}
+
+
 def standing_for_speech(subtitles: Sequence[T], language_of: Callable[[T], str | None], language: str | None) -> list[T]:
     """Of a file's subtitles, those that stand for what was said where nothing was heard: the ones in the file's
     `language`, else in the first one's. A file's subtitle tracks are mostly one text in several languages: all of

@@ -127,6 +127,13 @@ def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: P
         assert found(("reviewed", "false")) == {"jfk.flac"}
         assert found(("reviewed", "1")) == found(("parts", "true")) == set()
         assert found(("parts", "1")) == {"jfk.flac"}
+        # A key taken away (a manifest's null) matches nothing, and is gone from the file's entry.
+        jfk = next(s.video_id for s in segs if s.source.endswith("jfk.flac"))
+        index.add_metadata(jfk, {"reviewed": None, "year": 1961})
+        del given["jfk.flac"]["reviewed"]
+        assert found(("reviewed", "false")) == set() and found(("year", "1961")) == {"jfk.flac"}
+        record = index.catalog.get(jfk)
+        assert record is not None and "reviewed" not in record.metadata
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])

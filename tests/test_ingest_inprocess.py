@@ -107,8 +107,8 @@ def test_a_manifest_edited_since_gives_its_new_values_without_indexing_again(tmp
         """The file's status and reason, and how many files went through the stages."""
         run_settings = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"reindex": reindex})})
         planned: list[int] = []
-        report = ingest(IngestRequest(run_settings, [p for p in inputs if p.suffix != ".csv"],
-                                      manifests=[p for p in inputs if p.suffix == ".csv"]),
+        report = ingest(IngestRequest(run_settings, [p for p in inputs if p.suffix not in (".csv", ".jsonl")],
+                                      manifests=[p for p in inputs if p.suffix in (".csv", ".jsonl")]),
                         index, pipeline, IngestHooks(on_plan=planned.append))
         return {Path(o.path).name: (o.status, o.reason, planned[0]) for o in report.outcomes
                 if o.path.endswith(".flac")}
@@ -141,3 +141,13 @@ def test_a_manifest_edited_since_gives_its_new_values_without_indexing_again(tmp
         assert run(manifest)["jfk.flac"] == ("unchanged", f"moved from {folder / 'jfk.flac'}; its segments follow it", 0)
         assert index.catalog.get(jfk).source == str(folder / "talks" / "jfk.flac")
         assert holds("title", "The inaugural address") and holds("year", "1961")
+
+        # A JSON manifest's null takes a key away (a CSV's blank cell gives no value: the key stays).
+        listed = folder / "talks.jsonl"
+        listed.write_text('{"path": "talks/jfk.flac", "year": null, "tags": ["speech"]}\n')
+        assert run(listed) == {"jfk.flac": ("unchanged", "already indexed; its metadata updated (year, tags)", 0)}
+        assert index.catalog.get(jfk).metadata == {"title": "The inaugural address", "tags": ["speech"]}
+        assert not holds("year", "1961") and holds("tags", "speech") and not holds("tags", "1961")
+        assert run(listed) == {"jfk.flac": ("unchanged", "already indexed", 0)}  # taken away once
+        manifest.write_text("path,title,year\ntalks/jfk.flac,The inaugural address,\n")
+        assert run(manifest) == {"jfk.flac": ("unchanged", "already indexed", 0)}

@@ -188,7 +188,8 @@ class ManifestEntry(_Strict):
     path: str = Field(min_length=1, max_length=4096, description="A file or folder, as in `paths`")
     metadata: dict[Annotated[str, Field(min_length=1, max_length=200)], MetaValue | None] = Field(
         default_factory=dict, max_length=100,
-        description="Stored in each of its segments' `extra` payload, as a manifest file's other columns are")
+        description="Stored in each of its segments' `extra` payload, as a manifest file's other columns are; "
+                    "null takes the key away from a file indexed with it")
 
 
 class IngestRequest(_Strict):

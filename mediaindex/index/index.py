@@ -22,7 +22,7 @@ from mediaindex.index.shared_store import READ, Access, SharedStore
 from mediaindex.index.sparse import SparseEncoder
 from mediaindex.index.store import TEXT_VECTOR, VectorStore
 from mediaindex.index.vocabulary import WORDED, words_of
-from mediaindex.segments import STAGE_KEYS, Segment
+from mediaindex.segments import STAGE_KEYS, Segment, given_metadata
 
 
 def open_store(settings: IndexSettings, index_dir, dims: dict[str, int], encoder: SparseEncoder,
@@ -192,8 +192,8 @@ class MediaIndex:
             return
         values = {k: v for k, v in metadata.items() if k not in STAGE_KEYS}
         if values:
-            self.store.set_metadata(video_id, values)
-        self.catalog.upsert(replace(record, metadata={**record.metadata, **metadata}))
+            self.store.set_metadata(video_id, values)  # a key taken away (None) is null there: it matches nothing
+        self.catalog.upsert(replace(record, metadata=given_metadata({**record.metadata, **metadata})))
 
     def remove_video(self, video_id: str) -> None:
         """Take a file out of the index: its entry first (a stop after it leaves points the next open removes),

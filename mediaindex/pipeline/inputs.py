@@ -46,7 +46,10 @@ def check_meta(where: str, meta: Meta) -> Meta:
         if key in RESERVED_KEYS:
             raise ManifestError(f"{where}: {key!r} cannot be used as a metadata key")
         ok_list = isinstance(value, list) and all(isinstance(v, str | int | float) for v in value)
-        if value is None or value == "":
+        if value is None:  # JSON's null: the key is taken away from a file indexed with it
+            out[key] = None
+            continue
+        if value == "":  # a CSV's blank cell: no value given
             continue
         if not (isinstance(value, str | int | float | bool) or ok_list):
             raise ManifestError(f"{where}: metadata {key!r} must be a string, number, boolean or list of those")

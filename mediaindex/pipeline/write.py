@@ -12,7 +12,7 @@ from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
 from mediaindex.media.thumbnails import save_thumbnails
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import ANALYSIS_VERSION, GENERATED_MODALITIES
+from mediaindex.segments import ANALYSIS_VERSION, GENERATED_MODALITIES, given_metadata
 
 
 class Status(StrEnum):
@@ -44,7 +44,7 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
         return FileOutcome(item.source, Status.FAILED, "internal error: segments were not embedded")
     # Indexed again (changed, or --reindex): what earlier jobs gave it stays, under what this one gives.
     earlier = index.catalog.by_source(item.source)
-    meta = {**(earlier.metadata if earlier is not None else {}), **meta}
+    meta = given_metadata({**(earlier.metadata if earlier is not None else {}), **meta})
     for seg in item.segments:
         # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
         seg.extra = {**meta, **seg.extra}
@@ -98,7 +98,7 @@ def write_summary(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> F
                            video_id=item.video_id)
     segments = [item.segments[k] for k in new]
     earlier = index.catalog.get(item.video_id)
-    kept = {**(earlier.metadata if earlier is not None else {}), **meta}
+    kept = given_metadata({**(earlier.metadata if earlier is not None else {}), **meta})
     for seg in segments:
         seg.extra = {**kept, **seg.extra}  # filterable like the file's other segments
     index.add_segments(item.video_id, segments, item.vectors[new])
