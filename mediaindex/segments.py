@@ -72,10 +72,17 @@ CLASSES_FIELD = "classes"
 TRACK_FIELD = "track"
 # The payload field of a shot's people segment: {"faces": n, "persons": n} (`models.people`).
 PEOPLE_FIELD = "people"
+# The payload field naming the chapter the file marks (`marker`) that a segment starts in: its title.
+IN_CHAPTER_FIELD = "in_chapter"
 # The `extra` keys the stages write, beside which a file's metadata (a manifest's columns) is kept; where a column
 # has one of these names, the stage's value is what its segments keep.
 STAGE_KEYS = frozenset({"words", "no_speech_prob", "channel", "labels", "aliases", "raw", "summary", "chapter",
-                        CLASSES_FIELD, TRACK_FIELD, PEOPLE_FIELD})
+                        CLASSES_FIELD, TRACK_FIELD, PEOPLE_FIELD, IN_CHAPTER_FIELD})
+
+
+def chapter_at(chapters: Sequence[dict[str, Any]], t: float) -> str | None:
+    """The title of the chapter a file marks (`probe.chapter_markers`) that time `t` lies in, if any."""
+    return next((c["title"] for c in reversed(chapters) if c["start"] <= t < c["end"]), None)
 
 
 def given_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +178,9 @@ class Hit:
     looks_like: list[str] = field(default_factory=list)
     # The subtitle track, or the audio track other than the default one, that the moment is of (`TRACK_FIELD`).
     track: str | None = None
+    # The chapter the file marks that the moment's best segment lies in (`IN_CHAPTER_FIELD`): an audiobook's, a
+    # film's.
+    in_chapter: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

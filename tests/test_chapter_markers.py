@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from mediaindex.index.filters import SearchFilters
+from mediaindex.index.store import hit_from_payload
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import probe
 from mediaindex.pipeline.stages.decode import decode_media
-from mediaindex.segments import MARKER
+from mediaindex.segments import MARKER, chapter_at
 from tests.conftest import make_settings, media
 
 
@@ -79,3 +80,13 @@ def test_markers_are_moments_of_their_own_and_search_finds_them_by_title(tmp_pat
         assert only and {h.modality for h in only} == {MARKER} and only[0].text == "Ask what you can do"
         spoken = archive.search("ask not what your country can do for you", limit=1)[0]
         assert spoken.modality == "speech"  # the words said still come first for what was said
+        assert spoken.in_chapter == "Opening words to the nation" and top.in_chapter is None  # where it lies
+        said = [hit_from_payload(p, 0.0) for p in index.store.segments_of(spoken.video_id, "speech")]
+        assert [h.in_chapter for h in said] == [
+            next(title for start, end, title in JFK_CHAPTERS if start <= h.start * 1000 < end) for h in said]
+
+
+def test_a_time_lies_in_the_chapter_that_holds_it() -> None:
+    chapters = [{"start": 0.0, "end": 4.0, "title": "A"}, {"start": 4.0, "end": 8.0, "title": "B"}]
+    assert [chapter_at(chapters, t) for t in (0.0, 3.99, 4.0, 7.9, 8.0)] == ["A", "A", "B", "B", None]
+    assert chapter_at([], 1.0) is None

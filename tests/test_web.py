@@ -1142,7 +1142,7 @@ def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(bro
     from mediaindex.index.catalog import VideoRecord
     from mediaindex.index.index import MediaIndex
     from mediaindex.media.probe import probe
-    from mediaindex.segments import MARKER
+    from mediaindex.segments import IN_CHAPTER_FIELD, MARKER, chapter_at
     from tests.corpus import references
     from tests.test_chapter_markers import JFK_CHAPTERS, _with_chapters
     from tests.test_mcp import call, mcp_session
@@ -1153,9 +1153,11 @@ def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(bro
     info = probe(book)
     settings = make_settings(tmp_path / "index", cache_dir).model_copy(update={"api": ApiSettings(
         media_roots=[folder], rate_limit_per_minute=0, keys_db=tmp_path / "keys.db")})
-    said = [replace(s, source=str(book), video_id="book", vectors={})
+    said = [replace(s, source=str(book), video_id="book", vectors={},
+                    extra={IN_CHAPTER_FIELD: chapter_at(info.chapters, s.start)})
             for s in references() if Path(s.source).name == "jfk.flac"]
-    marks = [replace(said[0], start=c["start"], end=c["end"], modality=MARKER, text=c["title"]) for c in info.chapters]
+    marks = [replace(said[0], start=c["start"], end=c["end"], modality=MARKER, text=c["title"], extra={})
+             for c in info.chapters]
     with MediaIndex(settings, embedder.dim, embedder.name, extra_dims={}) as index:
         index.replace_video(VideoRecord("book", str(book), "h", book.stat().st_size, 1, info.duration, "en",
                                         len(said + marks), info.to_dict(), 0.0),
@@ -1174,6 +1176,12 @@ def test_the_chapters_a_file_marks_are_listed_on_its_page_and_found_by_title(bro
         hit = page.p.locator("#results .hit").first
         assert hit.locator(".badge").inner_text() == "chapter marker"
         assert hit.locator(".snippet").inner_text() == "Opening words to the nation"
+        page.p.goto(f"{live.url}/#/search?q=ask what you can do for your country")
+        spoken = page.p.locator("#results .hit", has=page.p.locator(".badge.speech")).first
+        start, end = (float(spoken.get_attribute(f"data-{edge}") or "nan") for edge in ("start", "end"))
+        # The chapter its matched words lie in, one of those it spans.
+        assert spoken.locator(".in-chapter").inner_text() in {c["title"] for c in info.chapters
+                                                              if c["start"] < end and c["end"] > start}
         page.fits()
         assert not page.errors and not page.failed, (page.errors, page.failed)
         page.context.close()

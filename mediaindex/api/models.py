@@ -79,6 +79,8 @@ class HitOut(BaseModel):
     track: str | None = Field(default=None, description="The subtitle track a subtitle hit is of (\"stream 2\", a "
                               "subtitle file's name), or the audio track other than the default one a speech hit was "
                               "heard on (\"audio 2 (de)\")")
+    in_chapter: str | None = Field(default=None, description="The title of the chapter the file marks (an "
+                                   "audiobook's, a film's) that the moment lies in")
     on_disk: bool = Field(True, description="False when the media file is no longer at its path (it cannot be "
                                             "played)")
 

@@ -111,10 +111,11 @@ def _table(rows: list[tuple[str, str, str, str, str]], bands: bool) -> None:
 
 def _said(h: dict) -> str:
     """What a moment says or shows: its speaker and text (and the audio track other than the default one it was
-    heard on), or a picture without words as what it looks like."""
+    heard on), or a picture without words as what it looks like; and the chapter the file marks that it lies in."""
     said = clip_words(h["text"], 120) or (picture_without_words(h.get("looks_like")) if h["modality"] == "visual" else "")
     heard_on = f"[{h['track']}] " if h["modality"] == "speech" and h.get("track") else ""
-    return heard_on + (f"{h['speaker']}: " if h.get("speaker") else "") + said
+    chapter = f" (chapter: {h['in_chapter']})" if h.get("in_chapter") else ""
+    return heard_on + (f"{h['speaker']}: " if h.get("speaker") else "") + said + chapter
 
 
 def _absolute_thumbnails(moments: list[dict], thumbs_dir: Path) -> list[dict]:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mediaindex.index.filters import SearchFilters
-from mediaindex.segments import CLASSES_FIELD, TRACK_FIELD, Hit, Segment
+from mediaindex.segments import CLASSES_FIELD, IN_CHAPTER_FIELD, TRACK_FIELD, Hit, Segment
 
 __all__ = ["PAYLOAD_INDEXES", "SPARSE_VECTOR", "TEXT_VECTOR", "Retriever", "SearchFilters", "SparseVec",
            "VectorStore", "hit_from_payload"]
@@ -27,7 +27,7 @@ PAYLOAD_INDEXES = {"video_id": "keyword", "source": "keyword", "modality": "keyw
                    "speaker": "keyword", "start": "float", "end": "float"}
 # Payload fields a hit needs; the rest (e.g. "extra") stays in the engine.
 HIT_FIELDS = ["source", "video_id", "start", "end", "modality", "text", "language", "thumbnail", "speaker",
-              "confidence", "extra.words", f"extra.{CLASSES_FIELD}", f"extra.{TRACK_FIELD}"]
+              "confidence", "extra.words", f"extra.{CLASSES_FIELD}", f"extra.{TRACK_FIELD}", f"extra.{IN_CHAPTER_FIELD}"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,7 @@ def hit_from_payload(payload: dict[str, Any], score: float) -> Hit:
         thumbnail=payload.get("thumbnail"),
         speaker=payload.get("speaker"),
         track=(payload.get("extra") or {}).get(TRACK_FIELD),
+        in_chapter=(payload.get("extra") or {}).get(IN_CHAPTER_FIELD),
     )
 
 

@@ -26,6 +26,8 @@ class Moment(_InFile):
     language: str | None = None
     track: str | None = Field(default=None, description="The audio track other than the default one a speech "
                               "moment was heard on (\"audio 2 (de)\"), or a subtitle moment's track")
+    in_chapter: str | None = Field(default=None, description="The title of the chapter the file marks (an "
+                                   "audiobook's, a film's) that the moment lies in")
     play_url: str | None = Field(default=None, description="Plays the file from this moment (HTTP server only; "
                                                            "send the API key with it)")
 

@@ -105,7 +105,7 @@ def moment(host: ArchiveHost, hit: Hit, query: str, base: str | None) -> models.
     return models.Moment(
         file=Path(source).name, source=source, video_id=hit.video_id, start=hit.start,
         end=hit.end, confidence=hit.band, score=hit.score, modality=hit.modality, text=hit.text,
-        speaker=hit.speaker, language=hit.language, track=hit.track,
+        speaker=hit.speaker, language=hit.language, track=hit.track, in_chapter=hit.in_chapter,
         play_url=urljoin(base, host.play_path(hit, query).lstrip("/")) if base else None)
 
 

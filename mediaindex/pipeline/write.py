@@ -12,7 +12,14 @@ from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
 from mediaindex.media.thumbnails import save_thumbnails
 from mediaindex.pipeline.stages.item import MediaItem
-from mediaindex.segments import ANALYSIS_VERSION, GENERATED_MODALITIES, given_metadata
+from mediaindex.segments import (
+    ANALYSIS_VERSION,
+    GENERATED_MODALITIES,
+    IN_CHAPTER_FIELD,
+    MARKER,
+    chapter_at,
+    given_metadata,
+)
 
 
 class Status(StrEnum):
@@ -48,6 +55,9 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
     for seg in item.segments:
         # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
         seg.extra = {**meta, **seg.extra}
+        # A moment says which of the chapters the file marks it lies in (a marker is its chapter).
+        if seg.modality != MARKER and (chapter := chapter_at(item.info.chapters, seg.start)):
+            seg.extra[IN_CHAPTER_FIELD] = chapter
     record = VideoRecord(
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,

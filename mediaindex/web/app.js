@@ -574,7 +574,10 @@ function hitItem(hit) {
     hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null,
     // Heard on another audio track than the one the player plays (a dub, a commentary).
     hit.track && hit.modality === "speech" ? el("span", { class: "track", title: "heard on this audio track" }, hit.track)
-                                           : null);
+                                           : null,
+    // The chapter the file marks that the moment lies in (an audiobook's, a film's).
+    hit.in_chapter ? el("span", { class: "track in-chapter", dir: "auto", title: "in this chapter of the file" }, hit.in_chapter)
+                   : null);
   // A picture without words says so, with the classes it looks like (which placed it), instead of showing nothing.
   const unnamed = !hit.text && hit.modality === "visual";
   const looks = (hit.looks_like || []).length ? `; looks like ${hit.looks_like.join(", ")}` : "";
