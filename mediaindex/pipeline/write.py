@@ -55,8 +55,9 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
     for seg in item.segments:
         # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
         seg.extra = {**meta, **seg.extra}
-        # A moment says which of the chapters the file marks it lies in (a marker is its chapter).
-        if seg.modality != MARKER and (chapter := chapter_at(item.info.chapters, seg.start)):
+        # A moment says which of the chapters the file marks it lies in (a marker is its chapter; a summary or a
+        # generated chapter spans its own).
+        if seg.modality not in (MARKER, *GENERATED_MODALITIES) and (chapter := chapter_at(item.info.chapters, seg.start)):
             seg.extra[IN_CHAPTER_FIELD] = chapter
     record = VideoRecord(
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
