@@ -259,6 +259,27 @@ def test_a_pages_subtitles_come_with_its_video(server: str, tmp_path: Path) -> N
     assert track.cues[0].text == "this audiobook is in the public domain"
 
 
+def test_the_chapters_a_site_gives_a_video_are_written_into_the_saved_file(server: str, tmp_path: Path) -> None:
+    """What a video site's extractor gives yt-dlp (its chapters among it; no site is reached here, so the
+    extractor's answer is written out) saved as a page's video is: the file marks those chapters, which the probe
+    reads; a video given without chapters is saved byte for byte as it came."""
+    import yt_dlp
+
+    from mediaindex.media.download import page_options
+    from mediaindex.media.probe import probe
+
+    given = {"id": "bird1", "title": "A cockatoo", "ext": "mp4", "url": f"{server}/files/cockatoo.mp4",
+             "chapters": [{"start_time": 0.0, "end_time": 5.0, "title": "The bird looks up"},
+                          {"start_time": 5.0, "end_time": 14.0, "title": "It turns its head"}]}
+    bare = {**{k: v for k, v in given.items() if k != "chapters"}, "id": "bird2"}
+    with yt_dlp.YoutubeDL(page_options(tmp_path, lambda status: None, 5)) as loader:
+        saved = [Path(loader.process_ie_result(dict(info), download=True)["requested_downloads"][0]["filepath"])
+                 for info in (given, bare)]
+    assert [(c["start"], c["end"], c["title"]) for c in probe(saved[0]).chapters] == [
+        (0.0, 5.0, "The bird looks up"), (5.0, 14.0, "It turns its head")]
+    assert saved[1].read_bytes() == media("video/cockatoo.mp4").read_bytes() and probe(saved[1]).chapters == []
+
+
 def test_a_download_cut_short_goes_on_from_where_it_stopped(server: str, tmp_path: Path) -> None:
     """A server that sends a file from a byte on (Accept-Ranges, ETag): a transfer cut off keeps its hidden part,
     and the next download of the address asks for the rest of that version alone; a changed version comes whole."""

@@ -300,13 +300,25 @@ class _Quiet:
     def error(self, message: str) -> None: ...
 
 
+def page_options(folder: Path, hook: Callable[[dict], None], max_videos: int) -> dict[str, Any]:
+    """How yt-dlp saves a page's videos into `folder`. A playlist's videos are listed, not opened, until each is
+    saved (`extract_flat`), and no further than the limit and one more, which tells that there are more. The
+    chapters a site gives a video (a watch page's) are written into the saved file, whose chapter markers the index
+    reads; a video without them is left as it came."""
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+
+    return {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
+            "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
+            "socket_timeout": TIMEOUT_S, "extract_flat": "in_playlist", "playlistend": max_videos + 1,
+            "postprocessors": [{"key": "FFmpegMetadata", "add_chapters": True, "add_metadata": False,
+                                "add_infojson": False}]}
+
+
 def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None,
                max_videos: int) -> list[Downloaded | Missed]:
     """The videos of a web page, by yt-dlp (which knows the pages of video sites, a playlist's or a channel's
     among them, and finds <video> elements in others): the first `max_videos`, each saved once."""
     import yt_dlp
-
-    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
     def hook(status: dict) -> None:
         if progress is not None and status.get("status") == "downloading":
@@ -332,11 +344,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             loader.urlopen = urlopen
         return loader
 
-    # A playlist's videos are listed, not opened, until each is saved (`extract_flat`), and no further than
-    # the limit and one more, which tells that there are more.
-    options = {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
-               "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
-               "socket_timeout": TIMEOUT_S, "extract_flat": "in_playlist", "playlistend": max_videos + 1}
+    options = page_options(folder, hook, max_videos)
     # The page's own subtitles (not the site's automatic captions: speech is transcribed here), saved beside the
     # video as "<title> [<id>].<language>.vtt", the name they are read with it by (media.subtitles); a track that
     # cannot be had costs that track alone.
