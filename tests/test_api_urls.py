@@ -20,7 +20,7 @@ from tests.conftest import MEDIA, make_settings
 from tests.test_api import assert_error
 from tests.test_api_jobs import wait_for_job
 from tests.test_api_support import Sample, sample  # noqa: F401  (fixture)
-from tests.test_download import server  # noqa: F401  (fixture)
+from tests.test_download import HANG_S, HANGING, server  # noqa: F401  (fixture)
 
 
 def _client(sample: Sample, tmp: Path, cache_dir: Path, **api: object) -> TestClient:  # noqa: F811
@@ -113,6 +113,22 @@ def test_a_job_cancelled_while_it_downloads_stops_downloading(trusting: TestClie
     assert job["error"] == "cancelled while downloading its web addresses: nothing indexed"
     downloads = trusting.app.state.api.settings.download_dir  # type: ignore[attr-defined]
     assert [p for p in downloads.rglob("*") if p.is_file()] == []
+
+
+def test_a_job_cancelled_while_its_download_stalls_stops_at_once(trusting: TestClient, server: str) -> None:  # noqa: F811
+    """A transfer that sends nothing more is not waited for until it times out: the cancel ends it."""
+    import time
+
+    HANGING.clear()
+    job_id = trusting.post("/ingest", json={"urls": [f"{server}/hangs.mp4"]}).json()["id"]
+    assert HANGING.wait(30), "the download never began"
+    time.sleep(0.5)  # well inside the stall
+    assert trusting.delete(f"/jobs/{job_id}").status_code in (200, 202)
+    began = time.monotonic()
+    job = wait_for_job(trusting, job_id, timeout=HANG_S)
+    assert time.monotonic() - began < 3
+    assert job["state"] == "cancelled", job
+    assert job["error"] == "cancelled while downloading its web addresses: nothing indexed"
 
 
 @pytest.mark.slow

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.media.download import Downloaded, DownloadError, Missed, download, is_url
+from mediaindex.media.download import Downloaded, DownloadError, DownloadStopped, Missed, download, is_url
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 from tests.conftest import REPO, cli_environment, media
 
 # A server's file that can be sent from a byte on: its version (ETag), and whether its next whole sending is cut off.
 RESUMABLE: dict = {"etag": '"v1"', "cut": True, "asked": []}
+HANGING = threading.Event()  # set once /hangs.mp4 sent its first bytes and went quiet
+HANG_S = 20.0  # how long /hangs.mp4 stays quiet: well under the download's own 30 s timeout
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -112,6 +114,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self.wfile.write(bird[:1000])
             self.wfile.flush()
             time.sleep(3)
+        elif self.path == "/hangs.mp4":  # a transfer that stops sending, the connection left open
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp4")
+            self.send_header("Content-Length", str(len(bird)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client went
+                self.wfile.write(bird[:1000])
+                self.wfile.flush()
+                HANGING.set()
+                time.sleep(HANG_S)
+            self.close_connection = True
         elif self.path == "/slow.mp4":  # a large file arriving slowly: a chunk every tenth of a second
             self.send_response(200)
             self.send_header("Content-Type", "video/mp4")
@@ -211,6 +224,30 @@ def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_pa
         download(f"{server}{path}", tmp_path, MEDIA_SUFFIXES, timeout=1.0)
     assert str(caught.value).startswith(said), str(caught.value)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no part file left behind
+
+
+def test_a_stalled_transfer_ends_as_soon_as_its_caller_stops_it(server: str, tmp_path: Path) -> None:
+    """Not when the stall would time out: a cancelled job's download ends within a second, leaving no part file
+    (this server cannot send the rest later)."""
+    asked = threading.Event()
+    stopped_at: list[float] = []
+
+    def stopped() -> bool:
+        if HANGING.is_set() and not stopped_at:
+            stopped_at.append(time.monotonic())
+        asked.set()
+        return bool(stopped_at)
+
+    HANGING.clear()
+    began = time.monotonic()
+    with pytest.raises(DownloadStopped, match="stopped after 1,000 bytes"):
+        download(f"{server}/hangs.mp4", tmp_path, MEDIA_SUFFIXES, stopped=stopped)
+    assert asked.is_set() and stopped_at and time.monotonic() - stopped_at[0] < 1.0
+    assert time.monotonic() - began < HANG_S / 2
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    # A caller that never stops it: the file comes whole, as without one.
+    got = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, stopped=lambda: False)
+    assert isinstance(got[0], Downloaded) and got[0].path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
 
 
 def test_the_video_of_a_web_page_is_saved_once(server: str, tmp_path: Path) -> None:

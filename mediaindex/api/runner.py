@@ -195,7 +195,13 @@ class JobRunner:
         it, is not downloaded again: a resumed job finds what it downloaded before). Each file found joins the
         job's files, with its address's metadata; an address that gives none is listed among them as skipped,
         with why."""
-        from mediaindex.media.download import Downloaded, DownloadError, download, public_only
+        from mediaindex.media.download import (
+            Downloaded,
+            DownloadError,
+            DownloadStopped,
+            download,
+            public_only,
+        )
         from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
         policy = settings.api.fetch_urls
@@ -221,7 +227,10 @@ class JobRunner:
                     raise DownloadError("this server does not download web addresses (api.fetch_urls is off)")
                 got = download(url, settings.download_dir, MEDIA_SUFFIXES, shown,
                                check=public_only if policy == "public" else None,
-                               max_videos=settings.ingest.max_page_videos)
+                               max_videos=settings.ingest.max_page_videos,
+                               stopped=lambda: self._stopping.is_set() or self._cancel_requested(job_id))
+            except DownloadStopped as exc:
+                raise _Stopped from exc
             except DownloadError as exc:
                 with self.state.jobs_lock:
                     self.state.jobs.add_files(job_id, [(url, {})], "skipped", str(exc))

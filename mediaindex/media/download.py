@@ -24,10 +24,12 @@ import os
 import re
 import shutil
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from email.message import Message
 from glob import escape as glob_escape
@@ -39,6 +41,7 @@ from pydantic import AfterValidator, Field
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 30.0  # without a byte for this long, a download has failed
+STOP_POLL_S = 0.25  # how often a transfer asks whether its caller stopped it (a stalled one too)
 MARGIN_BYTES = 64 * 1024**2  # left free beside a download (the index writes on the same disk)
 MAX_NAME_BYTES = 200  # a path part longer than this is cut (file systems take 255 bytes)
 MAX_PAGE_VIDEOS = 100  # the videos taken from one page (a playlist, a channel): ingest.max_page_videos
@@ -57,6 +60,10 @@ class DownloadError(Exception):
 
 class PrivateAddress(DownloadError):
     """An address on this machine or a private network, where only public ones are downloaded from."""
+
+
+class DownloadStopped(DownloadError):
+    """The caller stopped the download (`stopped`) while its bytes were arriving or while none came."""
 
 
 # The metadata key under which a downloaded file keeps the address it came from (searchable as any manifest column).
@@ -85,6 +92,7 @@ class Missed:
 
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
 Check = Callable[[str], None]  # raises DownloadError for an address that must not be read
+Stopped = Callable[[], bool]  # whether the caller wants the download stopped (a cancelled job)
 
 
 def public_only(url: str) -> None:
@@ -138,11 +146,12 @@ WebAddress = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator
 
 def download(url: str, folder: Path, media_suffixes: Collection[str], progress: Progress | None = None,
              timeout: float = TIMEOUT_S, check: Check | None = None,
-             max_videos: int = MAX_PAGE_VIDEOS) -> list[Downloaded | Missed]:
+             max_videos: int = MAX_PAGE_VIDEOS, stopped: Stopped | None = None) -> list[Downloaded | Missed]:
     """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
     downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
     why one video of several gave none. `check` is asked about every address read on the way (see the module's
-    notes)."""
+    notes). A file's transfer asks `stopped` a few times a second, whether bytes arrive or not, and ends with
+    DownloadStopped when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
@@ -192,8 +201,36 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
             if response.status != 206:  # the file changed since: it comes whole, as it is now
                 total = _length(response.headers)
                 version = _version(response.headers, total)
-        _receive(response, part, target, total, version, progress)
+        with _closed_when(stopped, response) as closed:
+            _receive(response, part, target, total, version, progress, closed)
     return [Downloaded(url, target, fetched=True)]
+
+
+@contextmanager
+def _closed_when(stopped: Stopped | None, response: http.client.HTTPResponse) -> Iterator[threading.Event]:
+    """An event set once `stopped` said so and the response's connection was shut, which ends a read that waits
+    for bytes at once (the read raises or ends early); asked by a thread of its own while the block runs."""
+    closed, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(STOP_POLL_S):
+            if stopped is not None and stopped():
+                closed.set()
+                sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
+                if isinstance(sock, socket.socket):
+                    with suppress(OSError):  # the connection ended meanwhile
+                        sock.shutdown(socket.SHUT_RDWR)
+                return
+
+    watcher = threading.Thread(target=watch, name="download-stop", daemon=True) if stopped is not None else None
+    if watcher is not None:
+        watcher.start()
+    try:
+        yield closed
+    finally:
+        done.set()
+        if watcher is not None:
+            watcher.join()
 
 
 def _version(headers: Message, total: int | None) -> str | None:
@@ -225,10 +262,11 @@ def _open_range(opener: urllib.request.OpenerDirector, request: urllib.request.R
 
 
 def _receive(response: http.client.HTTPResponse, part: Path, target: Path, total: int | None, version: str | None,
-             progress: Progress | None) -> None:
+             progress: Progress | None, closed: threading.Event) -> None:
     """The response's body into `target`, through a hidden part file renamed once every byte is there. A part
     file of a version its server can resume (`version`) is kept when the transfer stops, with the version beside
-    it, and a response that resumes it (206) is appended to it; otherwise what a failed transfer wrote is deleted."""
+    it, and a response that resumes it (206) is appended to it; otherwise what a failed transfer wrote is deleted.
+    `closed`: the caller stopped the transfer (DownloadStopped, whatever the read that ended said)."""
     resumed = response.status == 206
     done = part.stat().st_size if resumed else 0
     kept = part.with_name(part.name + ".version")
@@ -237,11 +275,13 @@ def _receive(response: http.client.HTTPResponse, part: Path, target: Path, total
         if version is not None and not resumed:
             kept.write_text(version, encoding="utf-8")
         with part.open("ab" if resumed else "wb") as out:
-            while chunk := response.read1(CHUNK_BYTES):  # what has arrived: a stalled transfer counts it
+            while (chunk := response.read1(CHUNK_BYTES)) and not closed.is_set():  # what has arrived so far
                 out.write(chunk)
                 done += len(chunk)
                 if progress is not None:
                     progress(done, total)
+            if closed.is_set():
+                raise DownloadStopped(f"stopped after {_mb(done)}")
             out.flush()
             os.fsync(out.fileno())
         if total is not None and done < total:
@@ -250,18 +290,24 @@ def _receive(response: http.client.HTTPResponse, part: Path, target: Path, total
             raise DownloadError("the server sent no bytes")
         os.replace(part, target)
         complete = True
-    except TimeoutError as exc:
-        raise DownloadError(f"the transfer stalled after {_mb(done)}{_goes_on(version)}") from exc
-    except http.client.IncompleteRead as exc:
-        raise DownloadError(f"the transfer ended after {_mb(done + len(exc.partial))}"
-                            + (f" of {_mb(total)}" if total is not None else "") + _goes_on(version)) from exc
     except (OSError, http.client.HTTPException) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
-        raise DownloadError(f"the transfer failed after {_mb(done)} ({reason}){_goes_on(version)}") from exc
+        if closed.is_set():  # the read that the stop cut short
+            raise DownloadStopped(f"stopped after {_mb(done)}") from exc
+        raise DownloadError(_transfer_failure(exc, done, total) + _goes_on(version)) from exc
     finally:
         if complete or version is None or not part.is_file() or part.stat().st_size == 0:
             part.unlink(missing_ok=True)
             kept.unlink(missing_ok=True)
+
+
+def _transfer_failure(exc: OSError | http.client.HTTPException, done: int, total: int | None) -> str:
+    """Why a transfer that had `done` bytes ended, in words."""
+    if isinstance(exc, TimeoutError):
+        return f"the transfer stalled after {_mb(done)}"
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"the transfer ended after {_mb(done + len(exc.partial))}" + (f" of {_mb(total)}" if total is not None else "")
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+    return f"the transfer failed after {_mb(done)} ({reason})"
 
 
 def _goes_on(version: str | None) -> str:
