@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from mediaindex.api import create_app
 from mediaindex.api.mcp_host import ApiHost
 from mediaindex.config import ApiSettings
-from mediaindex.media.download import DownloadError, PrivateAddress, download, public_only
+from mediaindex.media.download import DownloadError, PrivateAddress, download, public_only, public_peer
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 from tests.conftest import MEDIA, make_settings
 from tests.test_api import assert_error
@@ -219,6 +219,56 @@ def test_hosts_off_the_public_internet_are_private(host: str) -> None:
 def test_public_addresses_pass() -> None:
     public_only("http://93.184.215.14/talk.mp4")  # an address literal: nothing to resolve
     public_only("https://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/talk.mp4")
+
+
+def _rebinding(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """`name` resolves as a rebinding DNS server answers: a public address to the lookups that check it (asked
+    without a port), this machine to the lookup a connection makes (asked with its port)."""
+    import socket
+
+    resolve = socket.getaddrinfo
+
+    def rebinding(host: str, port: object, *args: object, **kwargs: object) -> object:
+        if host != name:
+            return resolve(host, port, *args, **kwargs)  # type: ignore[arg-type]
+        return resolve("93.184.215.14" if port is None else "127.0.0.1", port, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+
+
+def test_a_connection_is_checked_by_the_address_it_reached(server: str, tmp_path: Path,  # noqa: F811
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that passed the check as public and then resolves to this machine (DNS rebinding) is refused once
+    connected, before the request is sent; without the connection's check it would have been downloaded."""
+    port = urllib.parse.urlsplit(server).port
+    with pytest.raises(PrivateAddress, match=r"127\.0\.0\.1 is on a private network or this machine \(127\.0\.0\.1\)"):
+        download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, peer_check=public_peer)
+    with pytest.raises(PrivateAddress, match="on a private network"):  # before the TLS handshake (this server has none)
+        download(f"https://127.0.0.1:{port}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, peer_check=public_peer)
+    _rebinding(monkeypatch, "media.example")
+    address = f"http://media.example:{port}/files/cockatoo.mp4"
+    public_only(address)  # the name's check passes
+    with pytest.raises(PrivateAddress, match=r"media\.example is on a private network or this machine"):
+        download(address, tmp_path, MEDIA_SUFFIXES, check=public_only, peer_check=public_peer)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    [got] = download(address, tmp_path, MEDIA_SUFFIXES, check=public_only)  # the hole the connection's check closes
+    assert got.path.read_bytes() == (MEDIA / "video" / "cockatoo.mp4").read_bytes()  # type: ignore[union-attr]
+
+
+def test_a_server_that_downloads_from_public_addresses_refuses_a_rebound_name(
+        sample: Sample, tmp_path: Path, cache_dir: Path, server: str,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _rebinding(monkeypatch, "media.example")
+    address = f"http://media.example:{urllib.parse.urlsplit(server).port}/files/cockatoo.mp4"
+    with _client(sample, tmp_path, cache_dir, fetch_urls="public") as client:
+        r = client.post("/ingest", json={"urls": [address]})
+        assert r.status_code == 202, r.text  # its name passes as public
+        job = wait_for_job(client, r.json()["id"])
+        downloads = client.app.state.api.settings.download_dir  # type: ignore[attr-defined]
+    assert job["state"] == "failed", job
+    [entry] = job["files"]
+    assert entry["state"] == "skipped" and "media.example is on a private network or this machine" in entry["reason"]
+    assert [p for p in downloads.rglob("*") if p.is_file()] == []
 
 
 def test_every_address_on_the_way_is_checked(server: str, tmp_path: Path) -> None:  # noqa: F811

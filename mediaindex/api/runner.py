@@ -201,6 +201,7 @@ class JobRunner:
             DownloadStopped,
             download,
             public_only,
+            public_peer,
         )
         from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
@@ -227,6 +228,7 @@ class JobRunner:
                     raise DownloadError("this server does not download web addresses (api.fetch_urls is off)")
                 got = download(url, settings.download_dir, MEDIA_SUFFIXES, shown,
                                check=public_only if policy == "public" else None,
+                               peer_check=public_peer if policy == "public" else None,
                                max_videos=settings.ingest.max_page_videos,
                                stopped=lambda: self._stopping.is_set() or self._cancel_requested(job_id))
             except DownloadStopped as exc:

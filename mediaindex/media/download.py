@@ -12,7 +12,11 @@ beside it; a page of several videos (a playlist, a channel) gives each of them s
 
 A server that downloads the addresses its clients give checks each address it is about to read (`check`: e.g.
 `public_only`, which refuses hosts on private networks and the server's own): the address given, every redirect of
-a file's download, and each request yt-dlp makes for a page (the address it reads and where it ended up).
+a file's download, and each request yt-dlp makes for a page (the address it reads and where it ended up). A file's
+own connections are checked once made too (`peer_check`: e.g. `public_peer`), against the address they reached:
+a name that resolved to a public address when it was checked and to a private one when it was connected to (DNS
+rebinding) is refused before a byte of the request is sent. A connection through a proxy reaches the proxy, whose
+own policy decides.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ class Missed:
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
 Check = Callable[[str], None]  # raises DownloadError for an address that must not be read
 Stopped = Callable[[], bool]  # whether the caller wants the download stopped (a cancelled job)
+PeerCheck = Callable[[str, str], None]  # (address a connection reached, host it was for); raises DownloadError
 
 
 def public_only(url: str) -> None:
@@ -106,10 +111,64 @@ def public_only(url: str) -> None:
     except (socket.gaierror, UnicodeError) as exc:
         raise DownloadError(f"cannot reach {host} ({getattr(exc, 'strerror', None) or exc})") from exc
     for address in sorted(found):
-        ip = ipaddress.ip_address(str(address).split("%", 1)[0])
-        if not ip.is_global or ip.is_multicast:
-            raise PrivateAddress(f"{host} is on a private network or this machine ({ip}); this server downloads "
-                                 "from public addresses only (api.fetch_urls)")
+        public_peer(str(address), host)
+
+
+def public_peer(address: str, host: str) -> None:
+    """Refuse an IP address (`host`'s) that is not a public internet address."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if not ip.is_global or ip.is_multicast:
+        raise PrivateAddress(f"{host} is on a private network or this machine ({ip}); this server downloads "
+                             "from public addresses only (api.fetch_urls)")
+
+
+def _peer_checked(base: type[http.client.HTTPConnection], peer_check: PeerCheck) -> type[http.client.HTTPConnection]:
+    """`base` whose connections are checked by the address they reached, before anything is sent on them."""
+
+    class PeerChecked(base):  # type: ignore[misc, valid-type]
+        def __init__(self, host: str, *args: Any, **kwargs: Any) -> None:
+            super().__init__(host, *args, **kwargs)
+            connect: Callable[..., socket.socket] = self._create_connection  # type: ignore[has-type]
+
+            def checked(address: tuple[str, int], *more: Any, **options: Any) -> socket.socket:
+                sock = connect(address, *more, **options)
+                try:
+                    peer_check(str(sock.getpeername()[0]), str(address[0]))
+                except BaseException:
+                    sock.close()
+                    raise
+                return sock
+
+            self._create_connection = checked
+
+    return PeerChecked
+
+
+def _proxied(request: urllib.request.Request) -> bool:
+    return request.has_proxy() or bool(getattr(request, "_tunnel_host", None))
+
+
+class _PeerCheckedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, peer_check: PeerCheck) -> None:
+        super().__init__()
+        self.connection = _peer_checked(http.client.HTTPConnection, peer_check)
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return super().http_open(req) if _proxied(req) else self.do_open(self.connection, req)
+
+
+class _PeerCheckedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, peer_check: PeerCheck) -> None:
+        super().__init__()
+        self.connection = _peer_checked(http.client.HTTPSConnection, peer_check)
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        if _proxied(req):
+            return super().https_open(req)
+        options: dict[str, Any] = {"context": getattr(self, "_context", None)}
+        if hasattr(self, "_check_hostname"):  # Python 3.11's handler passes it on
+            options["check_hostname"] = self._check_hostname
+        return self.do_open(self.connection, req, **options)
 
 
 class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
@@ -146,18 +205,23 @@ WebAddress = Annotated[str, Field(min_length=1, max_length=2048), AfterValidator
 
 def download(url: str, folder: Path, media_suffixes: Collection[str], progress: Progress | None = None,
              timeout: float = TIMEOUT_S, check: Check | None = None,
-             max_videos: int = MAX_PAGE_VIDEOS, stopped: Stopped | None = None) -> list[Downloaded | Missed]:
+             max_videos: int = MAX_PAGE_VIDEOS, stopped: Stopped | None = None,
+             peer_check: PeerCheck | None = None) -> list[Downloaded | Missed]:
     """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
     downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
     why one video of several gave none. `check` is asked about every address read on the way (see the module's
-    notes). A file's transfer asks `stopped` a few times a second, whether bytes arrive or not, and ends with
+    notes), and `peer_check` about every connection a file's download makes. A file's transfer asks `stopped` a few
+    times a second, whether bytes arrive or not, and ends with
     DownloadStopped when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
     if check is not None:
         check(url)
-    opener = urllib.request.build_opener(*([_CheckedRedirects(check)] if check is not None else []))
+    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects(check)] if check is not None else []
+    if peer_check is not None:
+        handlers += [_PeerCheckedHTTP(peer_check), _PeerCheckedHTTPS(peer_check)]
+    opener = urllib.request.build_opener(*handlers)
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
     try:
         response = opener.open(request, timeout=timeout)
