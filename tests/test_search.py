@@ -148,6 +148,10 @@ def test_moments_merge_only_neighbours_and_diversify_files() -> None:
     assert [(m.video_id, m.start, m.end, m.text, m.thumbnail) for m in merged] == [
         ("a", 0, 4.5, "a@0", "t.jpg"), ("a", 30, 32, "a@30", None), ("b", 0, 2, "b@0", None)]
     assert len(merge_moments([hit("a", 0, 0.9), hit("a", 2.5, 0.8)], gap=1.0, max_len=3)) == 2  # too long
+    # Neighbours on either side of a chapter the file marks stay two moments, each saying its chapter.
+    across = merge_moments([replace(hit("a", 0, 0.9), in_chapter="Intro"), replace(hit("a", 2.5, 0.8), in_chapter="Act 1"),
+                            replace(hit("a", 4.0, 0.5), in_chapter="Act 1")], gap=1.0, max_len=60)
+    assert [(m.start, m.end, m.in_chapter) for m in across] == [(0, 2, "Intro"), (2.5, 4.5, "Act 1")]
     flooded = [hit("a", t, 0.9 - t / 100) for t in range(0, 50, 10)] + [hit("b", 0, 0.7)]
     ranked = diversify(flooded, decay=0.7)
     assert [m.video_id for m in ranked[:3]] == ["a", "b", "a"]

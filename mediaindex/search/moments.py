@@ -19,7 +19,8 @@ STRETCH_RATIO = 0.85
 
 
 def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
-    """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long).
+    """Hits of the same file within `gap` seconds of each other become one moment (at most `max_len` long), in
+    the same chapter where the file marks chapters: a moment does not straddle two, and says the one it lies in.
 
     A moment keeps its best hit's score, band, snippet, modality and thumbnail (or the first thumbnail
     any of its hits has), spans the union of the time ranges of the hits that match about as well and
@@ -30,7 +31,8 @@ def merge_moments(hits: list[Hit], gap: float, max_len: float) -> list[Hit]:
         mine = moments.setdefault(hit.video_id, [])
         for i, m in enumerate(mine):
             start, end = min(m.start, hit.start), max(m.end, hit.end)
-            if hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len:
+            if (hit.start <= m.end + gap and hit.end >= m.start - gap and end - start <= max_len
+                    and hit.in_chapter == m.in_chapter):
                 # A weaker hit of another modality (e.g. on-screen text lasting the whole video) is
                 # absorbed but does not stretch the moment away from what was actually matched.
                 if hit.modality == m.modality and hit.score >= STRETCH_RATIO * m.score:
