@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -83,6 +83,14 @@ STAGE_KEYS = frozenset({"words", "no_speech_prob", "channel", "labels", "aliases
 def chapter_at(chapters: Sequence[dict[str, Any]], t: float) -> str | None:
     """The title of the chapter a file marks (`probe.chapter_markers`) that time `t` lies in, if any."""
     return next((c["title"] for c in reversed(chapters) if c["start"] <= t < c["end"]), None)
+
+
+def mark_chapters(segments: Iterable[Segment], chapters: Sequence[dict[str, Any]]) -> None:
+    """Each segment says which of the chapters its file marks it starts in (`IN_CHAPTER_FIELD`); a marker is its
+    chapter, and a summary or a generated chapter spans its own."""
+    for seg in segments:
+        if seg.modality not in (MARKER, *GENERATED_MODALITIES) and (chapter := chapter_at(chapters, seg.start)):
+            seg.extra[IN_CHAPTER_FIELD] = chapter
 
 
 def given_metadata(metadata: dict[str, Any]) -> dict[str, Any]:

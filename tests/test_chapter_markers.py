@@ -10,10 +10,12 @@ import pytest
 
 from mediaindex.index.filters import SearchFilters
 from mediaindex.index.store import hit_from_payload
+from mediaindex.index.transcript import export
 from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.media.probe import probe
 from mediaindex.pipeline.stages.decode import decode_media
 from mediaindex.segments import MARKER, chapter_at
+from mediaindex.service.archive import transcribe_now
 from tests.conftest import make_settings, media
 
 
@@ -84,6 +86,13 @@ def test_markers_are_moments_of_their_own_and_search_finds_them_by_title(tmp_pat
         said = [hit_from_payload(p, 0.0) for p in index.store.segments_of(spoken.video_id, "speech")]
         assert [h.in_chapter for h in said] == [
             next(title for start, end, title in JFK_CHAPTERS if start <= h.start * 1000 < end) for h in said]
+        text = export(index.store.segments_of(spoken.video_id, "speech"), "txt", {})  # `transcript --format txt`
+        assert text.startswith("# Opening words to the nation\n")
+        assert [line for line in text.splitlines() if line.startswith("# ")] == [
+            f"# {title}" for title in dict.fromkeys(h.in_chapter for h in said)]
+    # The transcript of a file that is not indexed (`transcript FILE` on a file never ingested) heads them alike.
+    fresh = transcribe_now(settings, book)
+    assert export(fresh.segments, "txt", {}) == text
 
 
 def test_a_time_lies_in_the_chapter_that_holds_it() -> None:

@@ -54,6 +54,19 @@ def test_json_txt_and_tsv_carry_words_language_and_speaker() -> None:
                                              "3725500\t3727250\tS2\ten\tsecond --> line"]
 
 
+def test_a_text_transcript_heads_each_marked_chapter_with_its_title() -> None:
+    """Lines under their chapter's title, the speaker named again under each; JSON says each segment's chapter."""
+    said = [(0.0, "S1", "Good evening.", "Opening"), (2.0, "S1", "Tonight, the budget.", "Opening"),
+            (5.0, "S1", "First, taxes.", "Taxes"), (7.0, "S2", "And spending?", "Taxes"), (9.0, "S2", "Thanks.", None)]
+    segments = [{"start": t, "end": t + 1.5, "text": text, "speaker": who, "extra": {"in_chapter": chapter} if chapter
+                 else {}} for t, who, text, chapter in said]
+    assert to_txt(segments) == ("# Opening\nS1: Good evening.\nTonight, the budget.\n\n"
+                                "# Taxes\nS1: First, taxes.\nS2: And spending?\nThanks.\n")
+    assert [s["chapter"] for s in json.loads(export(segments, "json", {}))["segments"]] == [
+        "Opening", "Opening", "Taxes", "Taxes", None]
+    assert "#" not in to_txt(SEGMENTS)  # a file that marks none
+
+
 def test_unknown_formats_and_limits_are_refused_clearly() -> None:
     with pytest.raises(TranscriptFormatError, match="unknown transcript format 'doc'"):
         export(SEGMENTS, "doc", {})

@@ -19,7 +19,7 @@ from typing import Any
 from rich.cells import cell_len
 
 from mediaindex.errors import TranscriptFormatError
-from mediaindex.segments import join_words
+from mediaindex.segments import IN_CHAPTER_FIELD, join_words
 
 FORMATS = ("srt", "vtt", "json", "txt", "tsv")
 _SENTENCE_END = (".", "?", "!", "…", "。", "？", "！")
@@ -221,18 +221,24 @@ def to_json(segments: Iterable[Mapping[str, Any]], meta: Mapping[str, Any]) -> s
         items.append({
             "start": float(seg["start"]), "end": float(seg["end"]), "text": seg.get("text") or "",
             "language": seg.get("language"), "speaker": seg.get("speaker"), "avg_logprob": seg.get("confidence"),
+            "chapter": extra.get(IN_CHAPTER_FIELD),
             "words": [{"start": w[0], "end": w[1], "word": w[2]} for w in extra.get("words", [])],
         })
     return json.dumps({**meta, "segments": items}, ensure_ascii=False, indent=2) + "\n"
 
 
 def to_txt(segments: Iterable[Mapping[str, Any]]) -> str:
-    """One sentence a line; a new speaker's first line says who speaks."""
-    lines, last = [], None
+    """One sentence a line; a new speaker's first line says who speaks. Where the file marks its chapters, each
+    chapter's lines come under its title ("# Opening credits", after a blank line), the speaker said again."""
+    lines: list[str] = []
+    last, chapter = None, None
     for seg in sorted(segments, key=lambda s: float(s["start"])):
         text = _text(seg)
         if not text:
             continue
+        if (title := (seg.get("extra") or {}).get(IN_CHAPTER_FIELD)) and title != chapter:
+            lines += [*([""] if lines else []), f"# {title}"]
+            chapter, last = title, None
         speaker = seg.get("speaker")
         lines.append((_prefix(speaker) if speaker and speaker != last else "") + text)
         last = speaker

@@ -15,10 +15,8 @@ from mediaindex.pipeline.stages.item import MediaItem
 from mediaindex.segments import (
     ANALYSIS_VERSION,
     GENERATED_MODALITIES,
-    IN_CHAPTER_FIELD,
-    MARKER,
-    chapter_at,
     given_metadata,
+    mark_chapters,
 )
 
 
@@ -55,10 +53,7 @@ def write_item(index: MediaIndex, item: MediaItem, meta: dict[str, Any]) -> File
     for seg in item.segments:
         # Per-file metadata from a manifest (title, tags, ...) is filterable payload; a stage's own keys win.
         seg.extra = {**meta, **seg.extra}
-        # A moment says which of the chapters the file marks it lies in (a marker is its chapter; a summary or a
-        # generated chapter spans its own).
-        if seg.modality not in (MARKER, *GENERATED_MODALITIES) and (chapter := chapter_at(item.info.chapters, seg.start)):
-            seg.extra[IN_CHAPTER_FIELD] = chapter
+    mark_chapters(item.segments, item.info.chapters)  # a moment says the chapter it lies in
     record = VideoRecord(
         video_id=item.video_id, source=item.source, content_hash=item.content_hash, size=item.size,
         mtime_ns=item.mtime_ns, duration=item.info.duration, language=item.language,

@@ -35,6 +35,7 @@ from mediaindex.segments import (
     TRACK_FIELD,
     Hit,
     default_track,
+    mark_chapters,
     of_audio_track,
     standing_for_speech,
 )
@@ -451,6 +452,7 @@ def transcribe_now(settings: Settings, path: Path, on_loading: Callable[[], None
     result = SpeechStage(settings).transcribe_file(source, info, on_progress=on_progress, only=stream)
     if result.failure:
         raise MediaError(source, result.failure)
+    mark_chapters(result.segments, info.chapters)  # as an indexed file's: its text transcript heads each chapter
     return FreshTranscript([s.payload() for s in result.segments],
                            {"source": source, "video_id": None, "language": result.language,
                             "duration": info.duration},
