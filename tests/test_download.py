@@ -25,6 +25,7 @@ from tests.conftest import REPO, cli_environment, media
 # A server's file that can be sent from a byte on: its version (ETag), and whether its next whole sending is cut off.
 RESUMABLE: dict = {"etag": '"v1"', "cut": True, "asked": []}
 HANGING = threading.Event()  # set once /hangs.mp4 sent its first bytes and went quiet
+SILENT = threading.Event()  # set once /silent.mp4 was asked for (it answers nothing for HANG_S)
 HANG_S = 20.0  # how long /hangs.mp4 stays quiet: well under the download's own 30 s timeout
 
 
@@ -124,6 +125,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 self.wfile.flush()
                 HANGING.set()
                 time.sleep(HANG_S)
+            self.close_connection = True
+        elif self.path == "/silent.mp4":  # a request read and never answered
+            SILENT.set()
+            time.sleep(HANG_S)
             self.close_connection = True
         elif self.path == "/slow.mp4":  # a large file arriving slowly: a chunk every tenth of a second
             self.send_response(200)
@@ -228,7 +233,7 @@ def test_what_gives_no_media_file_is_said_and_leaves_nothing(server: str, tmp_pa
 
 def test_a_stalled_transfer_ends_as_soon_as_its_caller_stops_it(server: str, tmp_path: Path) -> None:
     """Not when the stall would time out: a cancelled job's download ends within a second, leaving no part file
-    (this server cannot send the rest later)."""
+    (this server cannot send the rest later), also while it waits for the server's answer."""
     asked = threading.Event()
     stopped_at: list[float] = []
 
@@ -245,6 +250,12 @@ def test_a_stalled_transfer_ends_as_soon_as_its_caller_stops_it(server: str, tmp
     assert asked.is_set() and stopped_at and time.monotonic() - stopped_at[0] < 1.0
     assert time.monotonic() - began < HANG_S / 2
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    # A server that reads the request and never answers: stopped while it waits.
+    SILENT.clear()
+    began = time.monotonic()
+    with pytest.raises(DownloadStopped, match="stopped before the server answered"):
+        download(f"{server}/silent.mp4", tmp_path, MEDIA_SUFFIXES, stopped=SILENT.is_set)
+    assert time.monotonic() - began < HANG_S / 2
     # A caller that never stops it: the file comes whole, as without one.
     got = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, stopped=lambda: False)
     assert isinstance(got[0], Downloaded) and got[0].path.read_bytes() == media("video/cockatoo.mp4").read_bytes()

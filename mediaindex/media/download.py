@@ -122,53 +122,84 @@ def public_peer(address: str, host: str) -> None:
                              "from public addresses only (api.fetch_urls)")
 
 
-def _peer_checked(base: type[http.client.HTTPConnection], peer_check: PeerCheck) -> type[http.client.HTTPConnection]:
-    """`base` whose connections are checked by the address they reached, before anything is sent on them."""
+class _Connections:
+    """The connections of one download: each checked by the address it reached (`peer_check`; one through a proxy
+    reaches the proxy, whose policy decides) before anything is sent on it, and kept, so that a stop shuts them
+    whatever they wait for (the connection, the server's answer, the next bytes)."""
 
-    class PeerChecked(base):  # type: ignore[misc, valid-type]
-        def __init__(self, host: str, *args: Any, **kwargs: Any) -> None:
-            super().__init__(host, *args, **kwargs)
-            connect: Callable[..., socket.socket] = self._create_connection  # type: ignore[has-type]
+    def __init__(self, peer_check: PeerCheck | None) -> None:
+        self.peer_check = peer_check
+        self.shut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
 
-            def checked(address: tuple[str, int], *more: Any, **options: Any) -> socket.socket:
-                sock = connect(address, *more, **options)
-                try:
-                    peer_check(str(sock.getpeername()[0]), str(address[0]))
-                except BaseException:
-                    sock.close()
-                    raise
-                return sock
+    def handlers(self) -> list[urllib.request.BaseHandler]:
+        return [_HTTP(self), _HTTPS(self)]
 
-            self._create_connection = checked
+    def kind(self, base: type[http.client.HTTPConnection], checked: bool) -> type[http.client.HTTPConnection]:
+        """`base` whose connections are made through `made`."""
+        connections = self
 
-    return PeerChecked
+        class Kept(base):  # type: ignore[misc, valid-type]
+            def __init__(self, host: str, *args: Any, **kwargs: Any) -> None:
+                super().__init__(host, *args, **kwargs)
+                create: Callable[..., socket.socket] = self._create_connection  # type: ignore[has-type]
+                self._create_connection = lambda address, *more, **options: connections.made(
+                    create(address, *more, **options), str(address[0]), checked)
+
+        return Kept
+
+    def made(self, sock: socket.socket, host: str, checked: bool) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.shut.is_set():  # stopped while it connected
+                _shut(sock)
+        if checked and self.peer_check is not None:
+            try:
+                self.peer_check(str(sock.getpeername()[0]), host)
+            except BaseException:
+                sock.close()
+                raise
+        return sock
+
+    def shut_all(self) -> None:
+        with self._lock:
+            self.shut.set()
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Ends the connection: a read or a wait on it returns or raises at once."""
+    with suppress(OSError):  # it ended meanwhile
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _proxied(request: urllib.request.Request) -> bool:
     return request.has_proxy() or bool(getattr(request, "_tunnel_host", None))
 
 
-class _PeerCheckedHTTP(urllib.request.HTTPHandler):
-    def __init__(self, peer_check: PeerCheck) -> None:
+class _HTTP(urllib.request.HTTPHandler):
+    def __init__(self, connections: _Connections) -> None:
         super().__init__()
-        self.connection = _peer_checked(http.client.HTTPConnection, peer_check)
+        self.direct = connections.kind(http.client.HTTPConnection, checked=True)
+        self.by_proxy = connections.kind(http.client.HTTPConnection, checked=False)
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return super().http_open(req) if _proxied(req) else self.do_open(self.connection, req)
+        return self.do_open(self.by_proxy if _proxied(req) else self.direct, req)
 
 
-class _PeerCheckedHTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, peer_check: PeerCheck) -> None:
+class _HTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, connections: _Connections) -> None:
         super().__init__()
-        self.connection = _peer_checked(http.client.HTTPSConnection, peer_check)
+        self.direct = connections.kind(http.client.HTTPSConnection, checked=True)
+        self.by_proxy = connections.kind(http.client.HTTPSConnection, checked=False)
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        if _proxied(req):
-            return super().https_open(req)
         options: dict[str, Any] = {"context": getattr(self, "_context", None)}
         if hasattr(self, "_check_hostname"):  # Python 3.11's handler passes it on
             options["check_hostname"] = self._check_hostname
-        return self.do_open(self.connection, req, **options)
+        return self.do_open(self.by_proxy if _proxied(req) else self.direct, req, **options)
 
 
 class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
@@ -210,28 +241,34 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
     """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
     downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
     why one video of several gave none. `check` is asked about every address read on the way (see the module's
-    notes), and `peer_check` about every connection a file's download makes. A file's transfer asks `stopped` a few
-    times a second, whether bytes arrive or not, and ends with
-    DownloadStopped when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
+    notes), and `peer_check` about every connection a file's download makes. A file's download asks `stopped` a few
+    times a second, while it connects, waits for the server's answer or for bytes, and ends with DownloadStopped
+    when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
     if check is not None:
         check(url)
-    handlers: list[urllib.request.BaseHandler] = [_CheckedRedirects(check)] if check is not None else []
-    if peer_check is not None:
-        handlers += [_PeerCheckedHTTP(peer_check), _PeerCheckedHTTPS(peer_check)]
-    opener = urllib.request.build_opener(*handlers)
+    connections = _Connections(peer_check)
+    opener = urllib.request.build_opener(*([_CheckedRedirects(check)] if check is not None else []),
+                                         *connections.handlers())
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
+    with _watched(stopped, connections):
+        return _download_file(url, parts, opener, request, folder, media_suffixes, progress, timeout, check,
+                              max_videos, connections.shut)
+
+
+def _download_file(url: str, parts: urllib.parse.SplitResult, opener: urllib.request.OpenerDirector,
+                   request: urllib.request.Request, folder: Path, media_suffixes: Collection[str],
+                   progress: Progress | None, timeout: float, check: Check | None, max_videos: int,
+                   shut: threading.Event) -> list[Downloaded | Missed]:
+    """`download`'s work once its opener is made; `shut`: the caller stopped it and its connections were shut."""
     try:
         response = opener.open(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        raise DownloadError(f"the server answered {exc.code} {exc.reason}") from exc
-    except urllib.error.URLError as exc:
-        reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else exc.reason
-        raise DownloadError(f"cannot reach {parts.hostname} ({reason})") from exc
-    except (TimeoutError, OSError, ValueError) as exc:
-        raise DownloadError(f"cannot reach {parts.hostname} ({exc})") from exc
+    except (OSError, ValueError) as exc:  # urllib's errors, HTTPError among them, are OSErrors
+        if shut.is_set():
+            raise DownloadStopped("stopped before the server answered") from exc
+        raise DownloadError(_open_failure(exc, parts.hostname)) from exc
     with response:
         headers: Message = response.headers
         kind = headers.get_content_type()
@@ -265,36 +302,42 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
             if response.status != 206:  # the file changed since: it comes whole, as it is now
                 total = _length(response.headers)
                 version = _version(response.headers, total)
-        with _closed_when(stopped, response) as closed:
-            _receive(response, part, target, total, version, progress, closed)
+        _receive(response, part, target, total, version, progress, shut)
     return [Downloaded(url, target, fetched=True)]
 
 
+def _open_failure(exc: OSError | ValueError, host: str | None) -> str:
+    """Why an address could not be opened, in words."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"the server answered {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else exc.reason
+        return f"cannot reach {host} ({reason})"
+    return f"cannot reach {host} ({exc})"
+
+
 @contextmanager
-def _closed_when(stopped: Stopped | None, response: http.client.HTTPResponse) -> Iterator[threading.Event]:
-    """An event set once `stopped` said so and the response's connection was shut, which ends a read that waits
-    for bytes at once (the read raises or ends early); asked by a thread of its own while the block runs."""
-    closed, done = threading.Event(), threading.Event()
+def _watched(stopped: Stopped | None, connections: _Connections) -> Iterator[None]:
+    """While the block runs, a thread of its own asks `stopped` a few times a second and shuts the download's
+    connections once it says so."""
+    if stopped is None:
+        yield
+        return
+    done = threading.Event()
 
     def watch() -> None:
         while not done.wait(STOP_POLL_S):
-            if stopped is not None and stopped():
-                closed.set()
-                sock = getattr(getattr(response.fp, "raw", None), "_sock", None)
-                if isinstance(sock, socket.socket):
-                    with suppress(OSError):  # the connection ended meanwhile
-                        sock.shutdown(socket.SHUT_RDWR)
+            if stopped():
+                connections.shut_all()
                 return
 
-    watcher = threading.Thread(target=watch, name="download-stop", daemon=True) if stopped is not None else None
-    if watcher is not None:
-        watcher.start()
+    watcher = threading.Thread(target=watch, name="download-stop", daemon=True)
+    watcher.start()
     try:
-        yield closed
+        yield
     finally:
         done.set()
-        if watcher is not None:
-            watcher.join()
+        watcher.join()
 
 
 def _version(headers: Message, total: int | None) -> str | None:
