@@ -253,6 +253,13 @@ def test_a_connection_is_checked_by_the_address_it_reached(server: str, tmp_path
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
     [got] = download(address, tmp_path, MEDIA_SUFFIXES, check=public_only)  # the hole the connection's check closes
     assert got.path.read_bytes() == (MEDIA / "video" / "cockatoo.mp4").read_bytes()  # type: ignore[union-attr]
+    # Through a proxy (here the test's server, on this machine) the connection reaches the proxy, whose policy
+    # decides: it is not refused for its address (this one answers a proxy request with 404).
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", server)
+    with pytest.raises(DownloadError, match="the server answered 404"):
+        download("http://93.184.215.14/talk.mp4", tmp_path, MEDIA_SUFFIXES, check=public_only, peer_check=public_peer)
 
 
 def test_a_server_that_downloads_from_public_addresses_refuses_a_rebound_name(

@@ -182,24 +182,23 @@ def _proxied(request: urllib.request.Request) -> bool:
 class _HTTP(urllib.request.HTTPHandler):
     def __init__(self, connections: _Connections) -> None:
         super().__init__()
-        self.direct = connections.kind(http.client.HTTPConnection, checked=True)
-        self.by_proxy = connections.kind(http.client.HTTPConnection, checked=False)
+        self.connections = connections
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(self.by_proxy if _proxied(req) else self.direct, req)
+        return self.do_open(self.connections.kind(http.client.HTTPConnection, checked=not _proxied(req)), req)
 
 
 class _HTTPS(urllib.request.HTTPSHandler):
     def __init__(self, connections: _Connections) -> None:
         super().__init__()
-        self.direct = connections.kind(http.client.HTTPSConnection, checked=True)
-        self.by_proxy = connections.kind(http.client.HTTPSConnection, checked=False)
+        self.connections = connections
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         options: dict[str, Any] = {"context": getattr(self, "_context", None)}
         if hasattr(self, "_check_hostname"):  # Python 3.11's handler passes it on
             options["check_hostname"] = self._check_hostname
-        return self.do_open(self.by_proxy if _proxied(req) else self.direct, req, **options)
+        kind = self.connections.kind(http.client.HTTPSConnection, checked=not _proxied(req))
+        return self.do_open(kind, req, **options)
 
 
 class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
