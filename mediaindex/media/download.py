@@ -45,7 +45,7 @@ from pydantic import AfterValidator, Field
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 30.0  # without a byte for this long, a download has failed
-STOP_POLL_S = 0.25  # how often a transfer asks whether its caller stopped it (a stalled one too)
+STOP_POLL_S = 0.25  # how often a download asks whether its caller stopped it, whatever it waits for
 MARGIN_BYTES = 64 * 1024**2  # left free beside a download (the index writes on the same disk)
 MAX_NAME_BYTES = 200  # a path part longer than this is cut (file systems take 255 bytes)
 MAX_PAGE_VIDEOS = 100  # the videos taken from one page (a playlist, a channel): ingest.max_page_videos
@@ -67,7 +67,7 @@ class PrivateAddress(DownloadError):
 
 
 class DownloadStopped(DownloadError):
-    """The caller stopped the download (`stopped`) while its bytes were arriving or while none came."""
+    """The caller stopped the download (`stopped`): while it connected, waited for an answer or received bytes."""
 
 
 # The metadata key under which a downloaded file keeps the address it came from (searchable as any manifest column).
