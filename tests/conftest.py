@@ -217,6 +217,18 @@ def wait_until_ready(url: str, proc: subprocess.Popen, timeout: float = 120.0) -
         time.sleep(0.5)
 
 
+# The shared fixtures that start Ray or load a real model: a test that uses one, however indirectly, is `slow`
+# (`make test-fast` leaves it out) whether or not it is marked so.
+HEAVY_FIXTURES = frozenset({"ray_runtime", "pipeline", "embedder", "sample_archive", "whisper_base"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the interpreted Triton child as soon as a collected test reads its outcome (`tests/serving/
     interpreted.py`): at low priority it runs while the rest of the suite waits. The tests that read it run last,

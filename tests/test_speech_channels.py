@@ -44,6 +44,7 @@ def test_stereo_stream_gives_both_channels() -> None:
         AudioStream(media("audio/jfk.flac"), channels=6)
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_both_speakers_of_a_stereo_file_are_transcribed(stage: SpeechStage) -> None:
     # Mixed to mono, the right channel's sentence (said over the left one's) was never transcribed.
     path = str(media("audio/stereo_diarization.wav"))
@@ -58,6 +59,7 @@ def test_both_speakers_of_a_stereo_file_are_transcribed(stage: SpeechStage) -> N
         assert {s.extra["channel"]: s.speaker for s in result.segments} == {"left": "S1", "right": "S2"}
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_speech_heard_by_both_channels_is_kept_once(stage: SpeechStage) -> None:
     path = str(media("audio/jfk.flac"))  # stereo, the same voice in both channels: mixed, transcribed once
     mixed = stage.transcribe_file(path, probe(path))

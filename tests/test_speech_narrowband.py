@@ -38,6 +38,7 @@ def test_narrowband_is_told_by_the_source_sample_rate() -> None:
     assert not is_narrowband(8000, SpeechSettings(narrowband_rate=0))  # turned off
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_radio_speech_keeps_its_first_words(stage: SpeechStage) -> None:
     # At the VAD's default threshold the first 1.6 s ("Apollo 11, Houston") were cut and the query
     # "Houston" found nothing. WER against the large model depends on the CPU's int8 kernels: 0.776 by
@@ -61,6 +62,7 @@ def test_narrowband_decoding_is_repeatable(whisper_base) -> None:
     assert first.text == second.text and "houston" in _words(first.text)
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_telephone_rate_copies_of_clear_speech_lose_nothing_to_it(stage: SpeechStage, tmp_path: Path) -> None:
     # Clear readings resampled to 8 kHz here: detected as narrow-band, and decoded to the same words as the
     # default decoding gives them (on jfk both hear "fellow America asked": the 8 kHz copy's own loss).

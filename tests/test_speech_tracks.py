@@ -78,6 +78,7 @@ def test_each_audio_track_is_listed_and_the_default_comes_first(dub: Path) -> No
     assert track_order([]) == []
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_each_track_is_transcribed_and_the_others_are_named(stage: SpeechStage, dub: Path) -> None:
     result = stage.transcribe_file(str(dub), probe(dub))
     default = [s for s in result.segments if TRACK_FIELD not in s.extra]
@@ -91,6 +92,7 @@ def test_each_track_is_transcribed_and_the_others_are_named(stage: SpeechStage, 
     assert all(s.speaker is None for s in other)  # speakers are told apart on the default track only
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_a_track_saying_the_default_again_is_kept_once_and_the_count_is_a_setting(
         stage: SpeechStage, tmp_path: Path) -> None:
     # An audio-described copy mixed over the original says the original's sentences again.
@@ -228,6 +230,7 @@ def test_a_track_number_names_a_stream_the_file_has_and_that_was_transcribed() -
         audio_track_index([], 2, 4)  # a file probed before its tracks were listed has one
 
 
+@pytest.mark.slow  # Whisper base, loaded by the stage
 def test_audio_that_starts_after_the_file_keeps_its_place_in_time(stage: SpeechStage, tmp_path: Path) -> None:
     """Raw PCM carries no timestamps: audio muxed in 5 s after the picture starts was read as if it began at 0 s,
     and every moment of it played 5 s early."""
