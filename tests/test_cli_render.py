@@ -89,3 +89,21 @@ def test_errors_and_job_tables_show_bracketed_names_as_written(monkeypatch: pyte
     assert "error: /tmp/[bold]clip.mp4: image file not found" in errors.export_text()
     table = console.export_text()
     assert "/media/[red]take 2.mp4" in table and "no audio [dim]" in table
+
+
+@pytest.mark.parametrize(("score", "reads"), [(0.148, "0.14"), (0.15, "0.15"), (0.29, "0.29"), (0.7, "0.70"),
+                                              (0.699999, "0.69"), (1.0, "1.00"), (0.0, "0.00")])
+def test_a_probability_is_cut_to_two_places_never_rounded_up_to_a_line(score: float, reads: str) -> None:
+    assert render.probability(score) == reads
+
+
+def test_the_closest_moment_just_under_the_low_line_does_not_read_as_on_it(monkeypatch: pytest.MonkeyPatch,
+                                                                          tmp_path: Path) -> None:
+    closest = [{**MOMENTS[0], "source": str(tmp_path / "pendulum_lecture.webm"), "score": 0.148, "band": None}]
+    with open(tmp_path / "out.txt", "w") as sink:
+        console = Console(width=80, record=True, color_system=None, file=sink)
+        monkeypatch.setattr(render, "out", console)
+        render.hits([], False, tmp_path, closest)
+    lines = console.export_text().splitlines()
+    assert lines[0] == "no confident match; the closest moments (not confident matches):"
+    assert lines[1].startswith("closest 0.14  pendulum_lecture.webm")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mediaindex.cli import render
 from mediaindex.index.catalog import VideoRecord
 from mediaindex.index.index import MediaIndex
 from tests.conftest import assert_ranked, make_settings
@@ -108,7 +109,7 @@ def test_search_by_file_lists_each_file_once_with_its_best_moments(cli_index: di
     assert footer == "the first 3 files; --limit 6 lists more"  # a full list may go on
     assert [h.split()[2] for h in headings] == [Path(f["source"]).name for f in files]
     manifesto = files[0]
-    assert headings[0] == (f"{manifesto['band'] or '-'} {manifesto['score']:.2f}  manifesto.mp4  "
+    assert headings[0] == (f"{manifesto['band'] or '-'} {render.probability(manifesto['score'])}  manifesto.mp4  "
                            f"{manifesto['count']} moments (the best 3)")
     assert all(len(line) <= 90 for line in table.stdout.splitlines())
     nothing = search_in_process("xqzv plorth wimble", "--by-file", env=cli_index)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import sys
 import textwrap
 import time
@@ -78,7 +79,7 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     rows = []
     for h in found:
         # A picture without words is shown as what it is, with the classes it looks like (which placed it).
-        rows.append((f"{h.get('band') or '-'} {h['score']:.2f}" if bands else f"{h['score']:.3f}",
+        rows.append((f"{h.get('band') or '-'} {probability(h['score'])}" if bands else f"{h['score']:.3f}",
                      Path(h["source"]).name + gone(h["source"]), f"{timestamp(h['start'])}–{timestamp(h['end'])}", h["modality"],
                      _said(h)))
     if out.width < NARROW:  # a table's text column would be a few words wide: one heading line per moment
@@ -89,6 +90,12 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
     else:
         _table(rows, bands)
     _more(len(found), noun, more)
+
+
+def probability(p: float) -> str:
+    """A probability to two places, cut rather than rounded: a moment just under a band's line (0.148 under
+    `low`'s 0.15) never reads as on it."""
+    return f"{math.floor(p * 100 + 1e-6) / 100:.2f}"
 
 
 def _more(shown: int, noun: str, more: int | None) -> None:
@@ -140,7 +147,7 @@ def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict
     for f in found:
         count = plural(f["count"], "moment")
         shown = f" (the best {len(f['moments'])})" if len(f["moments"]) < f["count"] else ""
-        match = f"{f['band'] or '-'} {f['score']:.2f}"
+        match = f"{f['band'] or '-'} {probability(f['score'])}"
         out.print(f"[bold]{escape(match)}  {escape(Path(f['source']).name)}[/bold]{escape(gone(f['source']))}  "
                   f"{count}{shown}", highlight=False)
         for h in f["moments"]:

@@ -99,6 +99,8 @@ function hasVideoOf(videoId) { return fileOf(videoId).has_video; }
 // A file no longer where it was indexed from: its moments cannot be played.
 function isGone(videoId) { return fileOf(videoId).on_disk === false; }
 
+// A probability to two places, cut rather than rounded: just under a band's line never reads as on it.
+function probability(p) { return (Math.floor(Number(p) * 100 + 1e-6) / 100).toFixed(2); }
 function megabytes(bytes) { return `${(bytes / 1024 ** 2).toFixed(bytes < 10 * 1024 ** 2 ? 1 : 0)} MB`; }
 
 function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
@@ -461,7 +463,7 @@ function fileGroup(f) {
   const head = el("div", { class: "file-head" },
     el("a", { class: "title", dir: "auto", href: f.page_url.replace(/^\//, "") }, f.title),
     f.on_disk === false ? el("span", { class: "gone" }, "gone from disk") : null,
-    f.band ? el("span", { class: `band ${f.band}`, title: `score ${Number(f.score).toFixed(2)}` },
+    f.band ? el("span", { class: `band ${f.band}`, title: `score ${probability(f.score)}` },
                 BANDS[f.band] || f.band) : null,
     el("span", { class: "count" }, `${plural(f.count, "moment")}${shown}`));
   return el("li", { class: "file-group", "data-video": f.video_id }, head,
@@ -569,7 +571,7 @@ function hitItem(hit) {
     el("span", { class: "title", dir: "auto" }, title), time,
     gone ? el("span", { class: "gone" }, "gone from disk") : null,
     el("span", { class: `badge ${hit.modality}` }, KINDS[hit.modality] || hit.modality),
-    hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${Number(hit.score).toFixed(2)}` },
+    hit.band ? el("span", { class: `band ${hit.band}`, title: `score ${probability(hit.score)}` },
                   BANDS[hit.band] || hit.band) : null,
     hit.speaker ? el("span", { class: "speaker" }, hit.speaker) : null,
     // Heard on another audio track than the one the player plays (a dub, a commentary).
