@@ -263,12 +263,16 @@ function fileTime(player) {
   return Number(player.dataset.offset || 0) + player.currentTime;
 }
 
-// A converted copy's own controls count from the moment it starts at: the file's time is said below them.
+// A converted copy's own controls count from the moment it starts at, and know its length only as far as it has
+// arrived: the file's time and length are said below them.
 for (const p of [$("player"), $("audio-player")]) {
   p.addEventListener("timeupdate", () => {
     if (p.hidden || p.dataset.offset === undefined) return;
+    const id = videoIdOf(p.dataset.src || "");
+    const length = id ? fileOf(decodeURIComponent(id)).duration : null;
     $("file-time").hidden = false;
-    $("file-time").textContent = `at ${clock(fileTime(p))} in the file (the copy plays from ${clock(Number(p.dataset.offset))})`;
+    $("file-time").textContent = `at ${clock(fileTime(p))}${length ? ` of ${clock(length)}` : ""} in the file ` +
+      `(the copy plays from ${clock(Number(p.dataset.offset))})`;
   });
 }
 
