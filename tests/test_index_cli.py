@@ -163,6 +163,35 @@ def test_a_clip_of_an_indexed_file_named_by_its_name(cli_index: dict[str, str], 
     assert missing.exit_code == 2 and "nothing in the index is named 'nope.mp4'" in missing.stderr
 
 
+def test_commands_that_only_read_the_index_never_load_the_embedder(cli_index: dict[str, str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stats, the file list and a stored transcript need no model: with the embedder unloadable they answer, and a
+    search says why it cannot, without a traceback."""
+    from typer.testing import CliRunner
+
+    from mediaindex.cli import app
+    from mediaindex.errors import ModelLoadError
+    from mediaindex.models import text_embed
+
+    def unloadable(*args: object, **kwargs: object) -> None:
+        raise ModelLoadError("the text embedder is not here (run `mediaindex models fetch`)")
+
+    monkeypatch.setattr(text_embed, "load_text_embedder", unloadable)
+    runner = CliRunner()
+    stats = runner.invoke(app, ["index", "stats", "--json"], env=cli_index)
+    assert stats.exit_code == 0, stats.output
+    assert json.loads(stats.stdout)["files"] == 11
+    listed = runner.invoke(app, ["index", "list", "--json"], env=cli_index)
+    assert listed.exit_code == 0, listed.output
+    assert "manifesto.mp4" in {Path(f["source"]).name for f in json.loads(listed.stdout)}
+    said = runner.invoke(app, ["transcript", "manifesto.mp4", "--format", "txt"], env=cli_index)
+    assert said.exit_code == 0, said.output
+    assert said.stdout.startswith("this audiobook is in the public domain\n")
+    search = runner.invoke(app, ["search", "a deer"], env=cli_index)
+    assert search.exit_code == 2 and "the text embedder is not here" in search.stderr
+    assert search.exception is None or isinstance(search.exception, SystemExit)
+
+
 def test_stats_optimize_and_a_stale_schema(cli_index: dict[str, str], tmp_path: Path) -> None:
     result = run("index", "stats", "--json", env=cli_index)
     assert result.returncode == 0, result.stderr

