@@ -117,9 +117,9 @@ class Archive:
              thread_safe: bool = False, embedder: Any = None) -> Archive:
         """Open the index with its embedder (a bundled one loads at its first embedding: a command that embeds
         nothing never loads it, and an ingest's pipeline loads its own): a reader reads through a process that
-        holds the index; a writer
-        (an ingest, the only caller that may create an index) waits for it (`wait=False`: refused at once),
-        telling `on_wait` for whom, and repairs the index (files whose data was lost are indexed again)."""
+        holds the index; a writer (an ingest, the only caller that may create an index) waits for it
+        (`wait=False`: refused at once), telling `on_wait` for whom, and repairs the index (files whose data was
+        lost are indexed again)."""
         from mediaindex.models.vision import vector_dims
 
         if must_exist:  # before the embedder loads: a missing index is said at once
