@@ -101,6 +101,7 @@ function isGone(videoId) { return fileOf(videoId).on_disk === false; }
 
 // A probability to two places, cut rather than rounded: just under a band's line never reads as on it.
 function probability(p) { return (Math.floor(Number(p) * 100 + 1e-6) / 100).toFixed(2); }
+
 function megabytes(bytes) { return `${(bytes / 1024 ** 2).toFixed(bytes < 10 * 1024 ** 2 ? 1 : 0)} MB`; }
 
 function plural(n, noun, many) { return `${n} ${n === 1 ? noun : (many || `${noun}s`)}`; }
