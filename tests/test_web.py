@@ -867,9 +867,10 @@ def test_a_files_metadata_is_on_its_page_and_its_values_keep_the_library_and_sea
                 page.p.locator("#results .hit, #empty:not([hidden])").first.wait_for()
             page.p.click("#scope-clear")
             page.p.wait_for_function("() => !location.hash.includes('where')")
-            page.p.locator("#results .hit").first.wait_for()
+            # The scoped search's closest moments stay listed until the new search empties the list: wait for the
+            # file the scope kept out, not for any hit.
+            page.p.locator("#results .hit .title", has_text="LJ002-0035.wav").first.wait_for()
             assert page.p.locator("#scope").is_hidden()
-            assert "LJ002-0035.wav" in page.p.locator("#results .hit .title").all_inner_texts()
             assert not page.errors and not page.failed, (page.errors, page.failed)
             page.context.close()
 
