@@ -157,6 +157,31 @@ def test_queries_embedded_at_once_are_each_query(gemma_onnx: object) -> None:
     _queries_at_once_are_each_query(gemma_onnx)
 
 
+@pytest.mark.slow
+def test_one_copy_per_process_embeds_for_several_threads_at_once(gemma_onnx: object, cache_dir: Path) -> None:
+    """Loaded again (by the next small job's embed stage, by a search beside it), the converted model is the copy
+    already loaded; threads embedding on it at once each get their own text's vectors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mediaindex.config import EmbedSettings
+    from mediaindex.models.text_embed import load_text_embedder
+
+    assert load_text_embedder(EmbedSettings(model="embeddinggemma", backend="onnx"), cache_dir) is gemma_onnx
+    queries = ["a dog running", "Wo ist der Bahnhof?", "앵무새", "pendulum swings back", "🦌"]
+    passages = [line for line in _srt_lines(media("groundtruth/manifesto.srt"))[:12]]
+    alone = {q: gemma_onnx.embed_query(q) for q in queries}  # type: ignore[attr-defined]
+    batch = gemma_onnx.embed_passages(passages)  # type: ignore[attr-defined]
+
+    def embed(i: int) -> np.ndarray:
+        return gemma_onnx.embed_passages(passages) if i % 2 else gemma_onnx.embed_query(queries[i // 2 % 5])  # type: ignore[attr-defined]
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(embed, range(20)))
+    for i, vectors in enumerate(got):
+        want = batch if i % 2 else alone[queries[i // 2 % 5]]
+        assert vectors.shape == want.shape and np.allclose(vectors, want, atol=1e-4), i
+
+
 @pytest.fixture(scope="module")
 def tiny_gemma_folder(gemma_folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sentence-transformers EmbeddingGemma folder of the real layout and tokenizer (so token ids are real) but
