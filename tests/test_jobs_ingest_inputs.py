@@ -184,7 +184,7 @@ def test_live_display_shows_media_hours_eta_and_stage_speeds() -> None:
     text = buffer.getvalue()
     assert "job j1" in text and "indexed    /m/a.mp4: 3 segments" in text
     assert "summarised /m/b.mp4: 4 summary and chapter segments added" in text
-    assert "0.50 media h" in text and "ETA 0:01:00" in text
+    assert "0:30:00 of media" in text and "ETA 0:01:00" in text
     assert "decode 180.0x" in text and "speech 6.0x" in text  # media s per busy s, times the pool's actors
 
 
@@ -198,7 +198,7 @@ def test_only_stages_that_did_real_work_show_a_speed() -> None:
     stats = IngestStats("j2", total=1, stages=stages, done=1, media=11.0)
     stats.started -= 6.0
     assert stats.speeds() == ["speech 3.5x"]
-    assert stats.line().endswith("0.00 media h in 0:00:06; speech 3.5x")
+    assert stats.line().endswith("0:00:11 of media in 0:00:06; speech 3.5x")
     # Over a long job a stage busy a second in all, a sliver of the hour, still shows nothing; one that
     # kept its two workers busy for a tenth of it shows its (high) speed: that stage is keeping up.
     stats = IngestStats("j3", total=500, stages=[StageStats("vision", 1, 400, 1.5, 7200.0),

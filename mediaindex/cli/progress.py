@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mediaindex.cli.render import clip_words, plural
 from mediaindex.pipeline.discover import NOT_MEDIA, shown
-from mediaindex.pipeline.progress import IngestStats, clock
+from mediaindex.pipeline.progress import IngestStats, clock, media_time
 from mediaindex.pipeline.run import FileOutcome
 
 PLAIN_EVERY = 10.0  # seconds between progress lines when not on a terminal
@@ -99,12 +99,12 @@ class IngestDisplay:
         if self.interactive:
             speeds = " ".join(stats.speeds())
             eta = f"ETA {clock(stats.eta)} " if stats.eta is not None else ""
-            status = f"{stats.media / 3600:.2f} media h {eta}{speeds}".rstrip()
+            status = f"{media_time(stats.media)} {eta}{speeds}".rstrip()
             # The counts, the bar and the time stay whole; the stages' speeds and then the files in the stages
             # take the room the line has left.
             room = self.console.width - len("ingest") - BAR - 2 * len(str(stats.total)) - 1 - len("0:00:00") - 10
             if len(status) > room:
-                status = f"{stats.media / 3600:.2f} media h {eta}".rstrip()
+                status = f"{media_time(stats.media)} {eta}".rstrip()
             room -= len(status) + 3
             now = clip_words(stats.now(), room) if stats.working and room >= MIN_NOW else ""
             self.progress.update(self.task, description=status + (f" · {now}" if now else ""))

@@ -1,4 +1,4 @@
-"""Running counts of an ingest job: files and media hours done, per-stage speed, the files in the stages now and
+"""Running counts of an ingest job: files and media time done, per-stage speed, the files in the stages now and
 how far each stage has got with them, an ETA."""
 
 from __future__ import annotations
@@ -105,13 +105,18 @@ class IngestStats:
         speeds = ", ".join(self.speeds())
         now = self.now()
         return (f"job {self.job_id}: {self.finished}/{self.total} files ({self.failed} failed), "
-                f"{self.media / 3600:.2f} media h in {clock(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
+                f"{media_time(self.media)} in {clock(self.elapsed)}{eta}" + (f"; {speeds}" if speeds else "")
                 + (f"; now {now}" if now else ""))
 
 
 def stage_shares(stages: dict[str, float | None]) -> str:
     """The stages working on a file with the share each has done: "decode speech 43% vision 80%"."""
     return " ".join(stage if share is None else f"{stage} {share:.0%}" for stage, share in stages.items())
+
+
+def media_time(seconds: float) -> str:
+    """How much media, as a clock ("0:00:11 of media"): hours with two places said 0.00 for any file under 18 s."""
+    return f"{clock(seconds)} of media"
 
 
 def clock(seconds: float) -> str:
