@@ -168,7 +168,7 @@ def test_one_copy_per_process_embeds_for_several_threads_at_once(gemma_onnx: obj
 
     assert load_text_embedder(EmbedSettings(model="embeddinggemma", backend="onnx"), cache_dir) is gemma_onnx
     queries = ["a dog running", "Wo ist der Bahnhof?", "앵무새", "pendulum swings back", "🦌"]
-    passages = [line for line in _srt_lines(media("groundtruth/manifesto.srt"))[:12]]
+    passages = _srt_lines(media("groundtruth/manifesto.srt"))[:12]
     alone = {q: gemma_onnx.embed_query(q) for q in queries}  # type: ignore[attr-defined]
     batch = gemma_onnx.embed_passages(passages)  # type: ignore[attr-defined]
 

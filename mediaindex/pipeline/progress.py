@@ -115,7 +115,7 @@ def stage_shares(stages: dict[str, float | None]) -> str:
 
 
 def media_time(seconds: float) -> str:
-    """How much media, as a clock ("0:00:11 of media"): hours with two places said 0.00 for any file under 18 s."""
+    """How much media, as a clock ("0:00:11 of media"): a short file reads as plainly as a long one."""
     return f"{clock(seconds)} of media"
 
 
