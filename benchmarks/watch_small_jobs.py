@@ -4,8 +4,8 @@
                                           [--repeats 2] [--json OUT]
 
 Each repeat starts `python -m mediaindex ingest FOLDER --watch 1` on an empty folder and a fresh index, then
-copies the files in one at a time (each a different recording: a copy of one indexed already is only noted); each is a small job the
-command runs in its own process. Measured per file: the seconds from the copy to the command's "indexed PATH"
+copies the files in one at a time (each a different recording: a copy of one indexed already is only noted); each
+is a small job the command runs in its own process. Measured per file: the seconds from the copy to the command's "indexed PATH"
 line (the watch's own wait for the file to stop changing, one to two looks, included); and for the run: the CPU
 seconds and the peak RSS of the command and every process it started (sampled every 0.1 s). The first file pays
 the models' loads; the later ones show what a job costs once the command has run one. For an A/B, run this file

@@ -172,14 +172,16 @@ def test_one_copy_per_process_embeds_for_several_threads_at_once(gemma_onnx: obj
     alone = {q: gemma_onnx.embed_query(q) for q in queries}  # type: ignore[attr-defined]
     batch = gemma_onnx.embed_passages(passages)  # type: ignore[attr-defined]
 
-    def embed(i: int) -> np.ndarray:
-        return gemma_onnx.embed_passages(passages) if i % 2 else gemma_onnx.embed_query(queries[i // 2 % 5])  # type: ignore[attr-defined]
+    texts = [None if i % 2 else queries[i // 2 % len(queries)] for i in range(20)]  # None: the passages
+
+    def embed(query: str | None) -> np.ndarray:
+        return gemma_onnx.embed_passages(passages) if query is None else gemma_onnx.embed_query(query)  # type: ignore[attr-defined]
 
     with ThreadPoolExecutor(4) as pool:
-        got = list(pool.map(embed, range(20)))
-    for i, vectors in enumerate(got):
-        want = batch if i % 2 else alone[queries[i // 2 % 5]]
-        assert vectors.shape == want.shape and np.allclose(vectors, want, atol=1e-4), i
+        got = list(pool.map(embed, texts))
+    for query, vectors in zip(texts, got, strict=True):
+        want = batch if query is None else alone[query]
+        assert vectors.shape == want.shape and np.allclose(vectors, want, atol=1e-4), query
 
 
 @pytest.fixture(scope="module")
