@@ -617,7 +617,8 @@ def test_questions_scoped_to_a_video(archive: Archive) -> None:
 
 def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_dir: Path, embedder) -> None:
     """`where`: the loop's searches keep to the files with the value (the manifesto, tagged; JFK's speech, which
-    the question is about, not), its transcript tools refuse another file, and the model is told the scope."""
+    the question is about, not), its transcript tools refuse another file, and the model is told the scope. The
+    value is text in any case, as search takes it."""
     from tests.corpus import manifesto, references
 
     by_file: dict[str, list[Segment]] = {}
@@ -627,7 +628,8 @@ def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_d
     with MediaIndex(make_settings(tmp_path / "index", cache_dir), embedder.dim, embedder.name) as index:
         for video_id, segs in by_file.items():
             index.replace_video(VideoRecord(video_id, segs[0].source, video_id, 1, 1, None, "en", len(segs), {},
-                                            now()), segs, embedder.embed_passages([s.text for s in segs]))
+                                            now(), metadata=dict(segs[0].extra)),
+                                segs, embedder.embed_passages([s.text for s in segs]))
         arc = Archive(index, embedder)
         manifesto_id = next(v for v, segs in by_file.items() if segs[0].source.endswith("manifesto.mp4"))
         jfk = next(v for v, segs in by_file.items() if segs[0].source.endswith("jfk.flac"))
@@ -644,6 +646,14 @@ def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_d
         model = ScriptedModel([f"<tool_call>\n{transcript}\n</tool_call>", "It is not here."])
         ans = ask(QUESTION, arc, model, FAST, where=scope)
         assert "only files with tags: politics are in scope" in next(s.content for s in ans.trace if s.kind == "error")
+        model = ScriptedModel([search_call("ask what you can do for your country"), cite_first_result])
+        shown = [s.content for s in ask(QUESTION, arc, model, FAST, where=(("tags", "Politics"),)).trace
+                 if s.kind == "tool_result"]
+        assert shown and all(f"video {jfk}" not in c for c in shown) and f"video {manifesto_id}" in shown[0]
+        model = ScriptedModel([f"<tool_call>\n{transcript}\n</tool_call>", "It is not here."])
+        ans = ask(QUESTION, arc, model, FAST, where=(("tags", "SPEECH"),))
+        # JFK's file has the value, in another case: its transcript is given.
+        assert "ask not what your country can do for you" in next(s.content for s in ans.trace if s.kind == "tool_result")
         with pytest.raises(agents.AgentInputError, match="is given twice"):
             ask(QUESTION, arc, ScriptedModel([]), FAST, where=(("tags", "a"), ("tags", "b")))
 

@@ -423,7 +423,7 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     assert [(Path(f["path"]).name, f["state"], f["meta"]) for f in shown["files"]] == [
         ("LJ002-0020.wav", "done", {"source_url": f"{server}/files/LJ002-0020.wav", "title": "In 1813",
                                     "tags": ["prison", "history"]})]
-    listed = subprocess.run([sys.executable, "-m", "mediaindex", "index", "list", "--where", "tags=history", "--json"],
+    listed = subprocess.run([sys.executable, "-m", "mediaindex", "index", "list", "--where", "tags=History", "--json"],
                             capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     [entry] = json.loads(listed.stdout)
     assert (Path(entry["source"]).name, entry["metadata"]["title"], entry["on_disk"]) == ("LJ002-0020.wav", "In 1813",
@@ -433,7 +433,7 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
     assert table[-1] == "2 files" and f"    source_url: {server}/files/jfk%20speech.flac" in table, table
     assert f"    source_url: {server}/files/LJ002-0020.wav · title: In 1813 · tags: prison, history" in table
     tagged = subprocess.run([sys.executable, "-m", "mediaindex", "search", "prison", "--json", "--min-confidence",
-                             "none", "--where", "tags=history", "--where", "title=In 1813"], capture_output=True,
+                             "none", "--where", "tags=history", "--where", "title=in 1813"], capture_output=True,
                             text=True, env=env, cwd=REPO, timeout=300)
     assert {Path(h["source"]).name for h in json.loads(tagged.stdout)} == {"LJ002-0020.wav"}, tagged.stderr
 

@@ -47,12 +47,16 @@ def _record(segs: list[Segment], source: str | None = None) -> VideoRecord:
                        len(segs), {}, 0.0)
 
 
-def _fill(index: MediaIndex, segs: list[Segment], vectors: np.ndarray) -> None:
+def _fill(index: MediaIndex, segs: list[Segment], vectors: np.ndarray,
+          metadata: dict[str, dict] | None = None) -> None:
+    """Index the segments file by file; `metadata` (by file name) goes into their catalog entries."""
     by_video: dict[str, list[int]] = {}
     for i, s in enumerate(segs):
         by_video.setdefault(s.video_id, []).append(i)
     for rows in by_video.values():
-        index.replace_video(_record([segs[i] for i in rows]), [segs[i] for i in rows], vectors[rows])
+        record = _record([segs[i] for i in rows])
+        record.metadata.update((metadata or {}).get(Path(record.source).name, {}))
+        index.replace_video(record, [segs[i] for i in rows], vectors[rows])
 
 
 @pytest.mark.parametrize("backend", ["edge", "server"])
@@ -95,7 +99,8 @@ def test_filters_select_exactly_the_matching_segments(tmp_path: Path, cache_dir:
 def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: Path, segments, embedder,
                                                     backend: str) -> None:
     """A file's metadata as a CSV manifest gives it (text), as a JSONL one does (numbers, lists, booleans) and as a
-    download gives it; a value given as text finds either, as the catalog's own check (`metadata_matches`) does."""
+    download gives it; a value given as text finds either, text in any case, as the catalog's own check
+    (`metadata_matches`) does."""
     segs, vectors = segments
     given = {"manifesto.mp4": {"title": "Manifesto", "year": "1848", "tags": ["politics", "history"],
                                "Read by": "A. Reader", "reviewed": True},
@@ -103,12 +108,13 @@ def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: P
                           "reviewed": False, "parts": 1}}
     tagged = [Segment(**{**s.__dict__, "extra": dict(given.get(Path(s.source).name, {}))}) for s in segs]
     with MediaIndex(_settings(tmp_path, cache_dir, backend), DIM, embedder.name) as index:
-        _fill(index, tagged, vectors)
+        _fill(index, tagged, vectors, given)
         files = {Path(s.source).name for s in segs}
 
         def found(*pairs: tuple[str, str]) -> set[str]:
-            hits = index.store.search(vectors[0], limit=200, filters=SearchFilters(metadata=pairs))
-            assert len(hits) == index.store.count(SearchFilters(metadata=pairs))
+            filters = index.spelled(SearchFilters(metadata=pairs))
+            hits = index.store.search(vectors[0], limit=200, filters=filters)
+            assert len(hits) == index.store.count(filters)
             names = {Path(h.source).name for h in hits}
             assert names == {name for name in files if metadata_matches(given.get(name, {}), pairs)}, pairs
             return names
@@ -120,7 +126,12 @@ def test_metadata_filters_select_the_files_given_it(tmp_path: Path, cache_dir: P
             == found(("source_url", "https://example.org/jfk")) == found(("tags", "speech")) == {"jfk.flac"}
         assert found(("tags", "politics"), ("title", "Manifesto")) == {"manifesto.mp4"}
         assert found(("tags", "politics"), ("year", "1961")) == set()
-        assert found(("title", "manifesto")) == found(("year", "1962")) == found(("nowhere", "1")) == set()
+        # Text in any case, but whole: the engine is asked for each case the files spell it in.
+        assert found(("title", "manifesto")) == found(("tags", "HISTORY")) == found(("Read by", "a. reader")) \
+            == {"manifesto.mp4"}
+        assert found(("read by", "A. Reader")) == set()  # a key is a name, matched as written
+        assert found(("source_url", "HTTPS://EXAMPLE.ORG/JFK")) == {"jfk.flac"}
+        assert found(("title", "Manifest")) == found(("year", "1962")) == found(("nowhere", "1")) == set()
         assert found(("year", "nan")) == found(("year", "inf")) == set()
         # A boolean is asked for as "true" or "false" (any case); true is not 1, nor 1 true.
         assert found(("reviewed", "true")) == found(("reviewed", "True")) == {"manifesto.mp4"}

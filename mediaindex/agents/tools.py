@@ -158,7 +158,7 @@ class Archive:
 
     def has_metadata(self, video_id: str, metadata: tuple[tuple[str, str], ...]) -> bool:
         """Whether the file's segments carry these metadata values (as a search's filter finds them)."""
-        return self.index.store.count(SearchFilters(video_id=video_id, metadata=metadata)) > 0
+        return self.index.store.count(self.index.spelled(SearchFilters(video_id=video_id, metadata=metadata))) > 0
 
     def resolve(self, ref: str) -> VideoRecord | None:
         """A video id, a unique id prefix, or the path / file name it was ingested from; a name or prefix that fits

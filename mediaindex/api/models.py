@@ -34,8 +34,8 @@ class Filters(_Strict):
                 Annotated[str, Field(min_length=1, max_length=1000)] | StrictBool | StrictInt | StrictFloat] = Field(
         default_factory=dict, max_length=20,
         description="Only files whose metadata (a manifest's columns, a downloaded file's `source_url`) has these "
-                    "values: {\"tags\": \"physics\", \"year\": 1999, \"reviewed\": true}; a list (tags) has a value when one of its "
-                    "items is it; all must hold")
+                    "values: {\"tags\": \"physics\", \"year\": 1999, \"reviewed\": true} (text in any case); a list (tags) "
+                    "has a value when one of its items is it; all must hold")
 
 
 class SearchRequest(_Strict):

@@ -449,8 +449,8 @@ def search(
     before: Annotated[str | None, typer.Option("--to", help="Only moments that start before this time (as --from).")] = None,
     where: Annotated[list[str] | None, typer.Option("--where", help="Only files whose metadata has this value: "
                                                     "KEY=VALUE, e.g. tags=physics (a manifest's columns, a "
-                                                    "downloaded file's source_url); repeat it for more, all must "
-                                                    "hold.")] = None,
+                                                    "downloaded file's source_url), text in any case; repeat it "
+                                                    "for more, all must hold.")] = None,
     mode: Annotated[str, typer.Option("--mode", help="hybrid (default), dense (meaning only) or sparse (exact words only).")] = "hybrid",
     segments: Annotated[bool, typer.Option("--segments", help="Raw segment hits instead of merged moments.")] = False,
     by_file: Annotated[bool, typer.Option("--by-file", help="Which files hold a match: one entry per file (--limit "

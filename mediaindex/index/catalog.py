@@ -156,6 +156,13 @@ class Catalog:
     def all(self) -> list[VideoRecord]:
         return [self._record(r) for r in self._db.execute("SELECT * FROM videos ORDER BY source")]  # type: ignore[misc]
 
+    def metadata_texts(self, key: str) -> list[str]:
+        """The distinct texts the files' metadata hold under a key (a list's text items included)."""
+        path = '$."' + key + '"'  # keys hold no quotes or backslashes (`filters.check_metadata`)
+        return [r[0] for r in self._db.execute(
+            "SELECT DISTINCT each.value FROM videos, json_each(videos.metadata, ?) AS each WHERE each.type = 'text'",
+            (path,))]
+
     def upsert(self, record: VideoRecord) -> None:
         with self._writing():
             self._db.execute("DELETE FROM videos WHERE source = ? OR video_id = ?", (record.source, record.video_id))

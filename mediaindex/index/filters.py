@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,12 +52,12 @@ def metadata_values(value: str) -> list[str | float | bool]:
 
 
 def _same_value(stored: Any, wanted: str | float | bool) -> bool:
-    """Equal as the engine compares payloads: text to text, a number to a number of equal value, a boolean to a
-    boolean (true is not 1)."""
+    """Equal as a search finds payloads: text to text in any case (`metadata_spellings`), a number to a number of
+    equal value, a boolean to a boolean (true is not 1)."""
     if isinstance(stored, bool) or isinstance(wanted, bool):
         return isinstance(stored, bool) and isinstance(wanted, bool) and stored == wanted
     if isinstance(wanted, str):
-        return stored == wanted
+        return isinstance(stored, str) and stored.casefold() == wanted.casefold()
     return not isinstance(stored, str) and stored == wanted
 
 
@@ -68,6 +69,18 @@ def metadata_matches(metadata: dict[str, Any], pairs: tuple[tuple[str, str], ...
         return any(_same_value(stored, v) for v in metadata_values(value))
 
     return all(key in metadata and holds(metadata[key], value) for key, value in pairs)
+
+
+def metadata_spellings(texts: Callable[[str], Iterable[str]],
+                       pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """(key, text) for each way the files spell a condition's value in another case ("Physics" where "physics" is
+    asked for); `texts(key)` gives the texts the files hold under a key. The engine compares text exactly, so a
+    search asks for these spellings too."""
+    out: dict[tuple[str, str], None] = {}
+    for key, value in pairs:
+        wanted = value.casefold()
+        out.update(((key, text), None) for text in texts(key) if text != value and text.casefold() == wanted)
+    return tuple(out)
 
 
 def where_pairs(where: dict[str, str | int | float | bool] | None) -> tuple[tuple[str, str], ...]:
@@ -100,8 +113,10 @@ class SearchFilters:
     start: float | None = None
     end: float | None = None
     # (key, value) conditions on the file's metadata, all of which must hold; a list (tags) holds a value when
-    # one of its items is it.
+    # one of its items is it. Text matches in any case: `spellings` are the other cases the files hold
+    # (`metadata_spellings`, filled in by the index before a search, `MediaIndex.spelled`).
     metadata: tuple[tuple[str, str], ...] = ()
+    spellings: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("video_id", "source_prefix", "language", "speaker"):
@@ -123,6 +138,9 @@ class SearchFilters:
         if not isinstance(self.metadata, tuple):
             raise ValueError(f"metadata filters are (key, value) pairs, got {self.metadata!r}")
         check_metadata(self.metadata)
+        if not (isinstance(self.spellings, tuple) and all(
+                isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in self.spellings)):
+            raise ValueError(f"metadata spellings are (key, text) pairs, got {self.spellings!r}")
 
     @property
     def modalities(self) -> tuple[str, ...] | None:
@@ -162,5 +180,7 @@ def conditions(filters: SearchFilters | None) -> list[Condition]:
     if filters.end is not None:
         out.append(Condition("start", "at_most", filters.end))
     # "one_of": the payload value is one of these (text or a boolean equal, a number of equal value, int or float).
-    out += [Condition(f'extra."{key}"', "one_of", metadata_values(value)) for key, value in filters.metadata]
+    out += [Condition(f'extra."{key}"', "one_of",
+                      [*metadata_values(value), *(text for k, text in filters.spellings if k == key)])
+            for key, value in filters.metadata]
     return out

@@ -12,7 +12,7 @@ import numpy as np
 from mediaindex.config import IndexSettings, Settings
 from mediaindex.errors import ConfigError, IndexBusyError, MediaIndexError
 from mediaindex.index.catalog import Catalog, VideoRecord
-from mediaindex.index.filters import SearchFilters
+from mediaindex.index.filters import SearchFilters, metadata_spellings
 from mediaindex.index.holder import Holder, read_holder
 from mediaindex.index.integrity import reconcile
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
@@ -194,6 +194,13 @@ class MediaIndex:
         if values:
             self.store.set_metadata(video_id, values)  # a key taken away (None) is null there: it matches nothing
         self.catalog.upsert(replace(record, metadata=given_metadata({**record.metadata, **metadata})))
+
+    def spelled(self, filters: SearchFilters | None) -> SearchFilters | None:
+        """The filters with the other cases in which the files spell their metadata values (text matches in any
+        case; the engine compares it exactly)."""
+        if filters is None or not filters.metadata:
+            return filters
+        return replace(filters, spellings=metadata_spellings(self.catalog.metadata_texts, filters.metadata))
 
     def remove_video(self, video_id: str) -> None:
         """Take a file out of the index: its entry first (a stop after it leaves points the next open removes),
