@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from search_sets import SETS, Labelled, load_set, relevant
+from search_sets import SETS, Labelled, load_set, made_up, relevant
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import brier_score_loss, log_loss
 from sklearn.model_selection import GroupKFold
@@ -121,10 +121,12 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[dict]:
     return out
 
 
-def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: list[Labelled], cut: float) -> dict:
+def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: list[Labelled], cut: float,
+                  first_queries: int | None = None) -> dict:
     """Per query, its candidates as the searcher lists them (most probable first, ties in fused order; a candidate
     in both parts takes the higher probability, as the searcher does): the right one in the top 5 and first among
-    those at `cut` or above, and whether an off-archive query has none there."""
+    those at `cut` or above, and whether an off-archive query has none there; over the first `first_queries`
+    (the set's own, before made-up ones), else all."""
     by_query: dict[int, dict[int, tuple[float, bool]]] = {i: {} for i in range(len(queries))}
     for rows, p in zip(judged, probabilities, strict=True):
         for r, (i, rank) in enumerate(zip(rows.owner, rows.rank, strict=True)):
@@ -132,6 +134,8 @@ def query_metrics(judged: list[Rows], probabilities: list[np.ndarray], queries: 
             by_query[i][rank] = (max(before, float(p[r])), bool(rows.y[r]))
     top5 = first = empty = labelled = off = 0
     for i, found in by_query.items():
+        if first_queries is not None and i >= first_queries:
+            continue
         kept = sorted((-p, rank, y) for rank, (p, y) in found.items() if p >= cut)
         if queries[i].off_archive:
             off += 1
@@ -161,11 +165,16 @@ def main() -> None:
                         help="also print the fitted model's reliability on another set (nothing is fitted there)")
     parser.add_argument("--check-index", type=Path, default=None, help="that set's index")
     parser.add_argument("--config", default=None, help="config profile or YAML file (with --pictures: vision.clip)")
+    parser.add_argument("--made-up", type=int, default=0, metavar="N",
+                        help="also fit on N strings with no meaning made at random (`search_sets.made_up`) as "
+                             "off-archive queries; the metrics printed are the set's own queries'")
     parser.add_argument("--pictures", action="store_true",
                         help="fit the picture model of the configured CLIP model (needs --out)")
     args = parser.parse_args()
 
     queries = load_set(args.set)
+    own = len(queries)
+    queries += made_up(args.made_up)
     settings = load_settings(args.config, index_dir=args.index)
     embedder = load_text_embedder(settings.embed)
     clip, names = None, NAMES
@@ -201,7 +210,7 @@ def main() -> None:
     for name, chosen, cut in (("fused order, no cut", [text], 0.0), ("text part alone, at low", [text], LEVELS["low"]),
                               ("the searcher, at low", parts, LEVELS["low"])):
         fused = [np.ones(len(r.y)) for r in chosen] if cut == 0.0 else probabilities[:len(chosen)]
-        m = query_metrics(chosen, fused, queries, cut)
+        m = query_metrics(chosen, fused, queries, cut, own)
         cv[name] = m
         print(f"CV, {name}: segment top5 {m['top5']:.2f}, rank1 {m['rank1']:.2f}, "
               f"off-archive empty {m['off_empty']:.2f}")

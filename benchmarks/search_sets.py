@@ -8,6 +8,7 @@ it is off-archive (no right answer) and, for off-archive ones, whether it is a n
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,38 @@ def _val_queries(root: Path) -> list[Labelled]:
         text = yaml.safe_load(line)[0]  # the comment goes
         out.append(Labelled(text, (), 0.0, 0.0, "off_archive", near_miss=bool(re.search(r"#\s*near miss", line))))
     return out
+
+
+# What made-up strings are made of: syllables of consonants and vowels, runs along a keyboard's rows, letters
+# mixed with digits, Hangul syllables.
+_CONSONANTS, _VOWELS = "bcdfghjklmnprstvwxz", "aeiouy"
+_KEYBOARD_ROWS = ("qwertyuiop", "asdfghjkl", "zxcvbnm")
+_HANGUL = (0xAC00, 0xD7A3)
+
+
+def made_up(n: int, seed: int = 0) -> list[Labelled]:
+    """`n` strings with no meaning, made at random (seeded) in four ways in turn, as off-archive queries: more
+    of what people type by mistake or to try the search than a hand-written list holds, for fitting only."""
+    rng = random.Random(seed)
+
+    def pseudo_word() -> str:
+        return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) + rng.choice(("", "", rng.choice(_CONSONANTS)))
+                       for _ in range(rng.randint(1, 3)))
+
+    def key_run() -> str:
+        row = rng.choice(_KEYBOARD_ROWS)
+        start = rng.randrange(len(row) - 2)
+        return row[start:start + rng.randint(3, len(row) - start)]
+
+    def mixed() -> str:
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rng.randint(2, 5)))
+
+    def hangul() -> str:
+        return "".join(chr(rng.randint(*_HANGUL)) for _ in range(rng.randint(1, 3)))
+
+    makers = (pseudo_word, key_run, mixed, hangul)
+    return [Labelled(" ".join(makers[i % len(makers)]() for _ in range(rng.randint(1, 3))), (), 0.0, 0.0,
+                     "off_archive_made_up") for i in range(n)]
 
 
 def load_set(name: str) -> list[Labelled]:
