@@ -316,6 +316,15 @@ def test_discovery_reads_subtitles_with_their_file(talk: Path) -> None:
     assert [p.name for p in found.files] == ["talk.mp4"]
     assert found.skipped == [(str(talk.with_name("lost.srt")),
                               "unsupported type (.srt: subtitles of no media file found here)")]
+    # Subtitles beside a link to the file, in another folder: not read, and the reason says where they would be.
+    shelf = talk.parent / "shelf"
+    shelf.mkdir()
+    (shelf / "Talk.mp4").symlink_to(talk)
+    shutil.copy(media(SRT), shelf / "Talk.de.srt")
+    found = discover([shelf])
+    assert [p.name for p in found.files] == ["talk.mp4"]
+    assert found.skipped == [(str(shelf / "Talk.de.srt"), f"unsupported type (.srt: subtitles of Talk.mp4, a link to "
+                                                          f"{talk}: subtitles are read beside the file itself)")]
 
 
 @pytest.mark.slow

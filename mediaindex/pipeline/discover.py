@@ -198,7 +198,15 @@ def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequ
     folders = {file.resolve().parent for file in walk.subtitles}
     read_with = {file.resolve() for media in walk.found.files if media.parent in folders
                  for file in subtitle_files(media)}
+    # Files found through a link to a file in another folder: subtitles named after the link are not read (a
+    # file's subtitles are looked for beside the file itself), and the reason says so.
+    linked = [(path, real) for real, path in walk.first.items() if path.parent.resolve() != real.parent]
     for file in walk.subtitles:
-        if file.resolve() not in read_with:
-            walk.skip(file, f"{UNSUPPORTED_TYPE} ({shown(file.suffix)}: subtitles of no media file found here)")
+        if file.resolve() in read_with:
+            continue
+        link = next(((path, real) for path, real in linked if path.parent.resolve() == file.resolve().parent
+                     and file.name.casefold().startswith(path.stem.casefold() + ".")), None)
+        whose = "no media file found here" if link is None else (
+            f"{shown(link[0].name)}, a link to {shown(link[1])}: subtitles are read beside the file itself")
+        walk.skip(file, f"{UNSUPPORTED_TYPE} ({shown(file.suffix)}: subtitles of {whose})")
     return walk.found
