@@ -149,6 +149,42 @@ def test_odd_queries_make_unit_vectors(gemma_onnx: object) -> None:
     assert gemma_onnx.embed_passages([]).shape == (0, 768)
 
 
+def test_the_tokenizer_read_from_its_sentencepiece_model_gives_the_ids_of_tokenizer_json(gemma_folder: Path,
+                                                                                         tmp_path: Path) -> None:
+    """What the converted model reads (`SentencePieceTokens`) is what it was converted and checked with
+    (`tokenizer.json`): the same ids and masks for real subtitles in English, German and Korean with the prompts,
+    odd text, and text cut at MAX_TOKENS; a marker such as "<eos>" written in a text stays text. A missing or
+    damaged model file is a clear error."""
+    from mediaindex.errors import ModelLoadError
+    from mediaindex.models.gemma_export import (
+        CHECK_SENTENCES,
+        MAX_TOKENS,
+        load_tokenizer,
+        read_prompts,
+        tokenize,
+    )
+    from mediaindex.models.gemma_onnx import SentencePieceTokens
+
+    ours, theirs = SentencePieceTokens(gemma_folder / "tokenizer.model"), load_tokenizer(gemma_folder / "tokenizer.json")
+    lines = _srt_lines(media("groundtruth/manifesto.srt"))
+    for path in sorted((media("groundtruth").parent.parent / "media-val" / "groundtruth").glob("*.txt")):
+        lines += path.read_text(encoding="utf-8").splitlines()  # transcripts in English, German and Korean
+    prompts = read_prompts(gemma_folder)
+    texts = [prompts.query + t for t in lines] + [prompts.document + t for t in lines] + list(CHECK_SENTENCES) + [
+        "", "   \n\t", "🦌🌲✈️", "Straße ① ﬁ ｆｕｌｌ zero\u200bwidth e\u0301 \x00 \r\n", " ".join(lines) * 3]
+    assert len(lines) > 60 and len(theirs.encode(texts[-1]).ids) == MAX_TOKENS
+    for start in range(0, len(texts), 50):
+        batch = texts[start:start + 50]
+        got, want = ours(batch), tokenize(theirs, batch)
+        assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), batch
+    ids, mask = ours(["a <eos> b"])
+    assert mask.sum() == ids.shape[1] > 5 and list(ids[0]).count(1) == 1 and ids[0, -1] == 1
+    (tmp_path / "damaged.model").write_bytes((gemma_folder / "tokenizer.model").read_bytes()[:1000])
+    for path in (tmp_path / "damaged.model", tmp_path / "missing.model"):
+        with pytest.raises(ModelLoadError, match=f"cannot read the tokenizer {re.escape(str(path))}"):
+            SentencePieceTokens(path)
+
+
 @pytest.mark.slow
 def test_queries_embedded_at_once_are_each_query(gemma_onnx: object) -> None:
     """A query's words go through the graph in one padded batch; each row is that word's query vector."""
