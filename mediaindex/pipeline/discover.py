@@ -200,10 +200,9 @@ def discover(paths: list[str | Path], include: Sequence[str] = (), exclude: Sequ
                  for file in subtitle_files(media)}
     # Files found through a link to a file in another folder: subtitles named after the link are not read (a
     # file's subtitles are looked for beside the file itself), and the reason says so.
-    linked = [(path, real) for real, path in walk.first.items() if path.parent.resolve() != real.parent]
-    for file in walk.subtitles:
-        if file.resolve() in read_with:
-            continue
+    unread = [file for file in walk.subtitles if file.resolve() not in read_with]
+    linked = [(path, real) for real, path in walk.first.items() if path.parent.resolve() != real.parent] if unread else []
+    for file in unread:
         link = next(((path, real) for path, real in linked if path.parent.resolve() == file.resolve().parent
                      and file.name.casefold().startswith(path.stem.casefold() + ".")), None)
         whose = "no media file found here" if link is None else (
