@@ -63,10 +63,10 @@ def test_a_job_downloads_its_addresses_and_indexes_what_they_give(trusting: Test
     assert detail["title"] == hits["hits"][0]["title"] == "Inaugural"  # a manifest's title is the file's
     ask = {"q": "ask not what your country can do", "min_confidence": "none"}
     for where, found in ((["year=1961"], True), (["year=1961.0", f"source_url={flac}"], True), (["year=1962"], False),
-                         (["title=inaugural"], False)):
+                         (["title=inaugural"], True), (["title=inaugura"], False)):  # text in any case, but whole
         hits = trusting.get("/search", params={**ask, "where": where}).json()["hits"]
         assert bool(hits) is found and all(h["video_id"] == stored["video_id"] for h in hits), (where, hits)
-    for where, files in (("year=1961", 1), ("year=1962", 0)):
+    for where, files in (("year=1961", 1), ("year=1962", 0), ("title=INAUGURAL", 1)):
         library = trusting.get("/library", params={"where": where}).json()
         assert (library["files"], len(library["videos"])) == (files, files), library
     assert_error(trusting.get("/library", params={"where": "year"}), 422, "a metadata filter is KEY=VALUE")

@@ -55,8 +55,8 @@ MetadataValue = Annotated[str, Field(min_length=1, max_length=1000)] | StrictBoo
 Where = Annotated[dict[Annotated[str, Field(min_length=1, max_length=200)], MetadataValue] | None, Field(
     max_length=20, description=(
         "Only files whose metadata has these values, e.g. {\"tags\": \"physics\", \"reviewed\": true} (what they were indexed with: "
-        "a manifest's columns, a downloaded file's source_url); a list (tags) has a value when one of its items "
-        "is it; all must hold"))]
+        "a manifest's columns, a downloaded file's source_url), text in any case; a list (tags) has a value when "
+        "one of its items is it; all must hold"))]
 MinConfidence = Annotated[Literal["high", "medium", "low", "none"] | None, Field(description=(
     "Leave out moments the search is less sure of than this"))]
 
