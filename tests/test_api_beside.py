@@ -83,6 +83,9 @@ def test_commands_go_through_the_server_that_holds_the_index(served, env: dict[s
     assert {Path(h["source"]).name for h in json.loads(only.stdout)} == {"jfk.flac"}, said(only)
     none = cli("search", "country", "--where", "tags=1962", env=env)
     assert none.stdout == "no moments match: nothing indexed passes these filters\n", said(none)
+    misspelt = cli("search", "country", "--where", "Tag=1961", env=env)  # the keys come from the server's files
+    assert " ".join(misspelt.stdout.split()) == ("no moments match: no indexed file has the metadata key 'Tag' (the "
+                                                 "keys they have: tags)"), said(misspelt)
     listed = cli("index", "list", "--where", "tags=1961", "--json", env=env)
     assert [(Path(f["source"]).name, f["metadata"]) for f in json.loads(listed.stdout)] == [
         ("jfk.flac", {"tags": ["inaugural", "1961"]})], said(listed)

@@ -84,6 +84,19 @@ def test_counts_read_as_sentences() -> None:
                     "(-v lists them) (job j)")
 
 
+def test_a_metadata_key_no_file_has_is_named_with_the_keys_they_have() -> None:
+    from mediaindex.cli.render import unknown_keys
+
+    files = [{"tags": ["politics"], "title": "Inaugural"}, {"source_url": "https://example.org/a", "year": None}]
+    assert unknown_keys(files, (("tags", "x"), ("title", "y"))) is None  # each key is held: the values decide
+    assert unknown_keys(files, (("Tags", "x"),)) == ("no indexed file has the metadata key 'Tags' (the keys they "
+                                                      "have: source_url, tags, title)")  # a key taken away is not held
+    assert unknown_keys(files, (("year", "1"), ("tags", "x"), ("Lang", "de"))) == (
+        "no indexed file has the metadata keys 'year', 'Lang' (the keys they have: source_url, tags, title)")
+    assert unknown_keys([{}, {}], (("tags", "x"),)) == ("no indexed file has the metadata key 'tags' (no file was "
+                                                         "indexed with metadata)")
+
+
 def test_ingest_names_every_file_and_counts_once(archive: tuple[Path, dict[str, str]]) -> None:
     folder, env = archive
     result = run("ingest", str(folder), "-v", env=env)

@@ -436,6 +436,12 @@ def test_ingest_takes_web_addresses(server: str, tmp_path: Path, cache_dir: Path
                              "none", "--where", "tags=history", "--where", "title=in 1813"], capture_output=True,
                             text=True, env=env, cwd=REPO, timeout=300)
     assert {Path(h["source"]).name for h in json.loads(tagged.stdout)} == {"LJ002-0020.wav"}, tagged.stderr
+    # A key no file has (a misspelt one) is named, with the keys the files have.
+    misspelt = subprocess.run([sys.executable, "-m", "mediaindex", "search", "prison", "--where", "Tags=history"],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert misspelt.returncode == 0 and " ".join(misspelt.stdout.split()) == (
+        "no moments match: no indexed file has the metadata key 'Tags' (the keys they have: source_url, tags, "
+        "title)"), misspelt.stdout
 
 
 def test_serve_takes_downloaded_files_as_media(server: str, tmp_path: Path) -> None:

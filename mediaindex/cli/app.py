@@ -495,15 +495,19 @@ def search(
             if not found and not as_json and min_confidence != "none" and picture is None and like is None:
                 closest = archive.moments(query, CLOSEST, filters, mode=mode, moments=not segments,
                                           min_confidence="none")
+            unmatched = render.unknown_keys((f.metadata for f in archive.files()), filters.metadata) \
+                if not found and not closest and not as_json and filters.metadata else None
     except (MediaIndexError, ValueError) as exc:
         raise fail(str(exc)) from exc
     # A full list may go on: the table says how to see more (JSON lists what was asked for, no more).
     more = min(2 * limit, MAX_HITS) if found and len(found) >= limit and limit < MAX_HITS and not as_json else None
     if by_file:
-        render.files(found, as_json, settings.thumbs_dir, closest, more=more, filtered=not filters.is_empty())
+        render.files(found, as_json, settings.thumbs_dir, closest, more=more, filtered=not filters.is_empty(),
+                     unmatched=unmatched)
     else:
         render.hits(found, as_json, settings.thumbs_dir, closest, by_picture=image is not None or like is not None,
-                    more=more, noun="segment" if segments else "moment", filtered=not filters.is_empty())
+                    more=more, noun="segment" if segments else "moment", filtered=not filters.is_empty(),
+                    unmatched=unmatched)
 
 
 def _like(archive, like: str, limit: int, filters: SearchFilters, min_confidence: str) -> list[dict]:
@@ -861,7 +865,8 @@ def index_list(
             chosen = select_files(files, refs) if refs else files
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
-    render.listed([f for f in chosen if metadata_matches(f.metadata, pairs)], as_json)
+    render.listed([f for f in chosen if metadata_matches(f.metadata, pairs)], as_json,
+                  render.unknown_keys((f.metadata for f in files), pairs))
 
 
 @index_app.command("optimize")

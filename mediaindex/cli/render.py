@@ -12,7 +12,7 @@ import math
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,9 +57,11 @@ def timestamp(t: float) -> str:
 
 
 def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
-         by_picture: bool = False, more: int | None = None, noun: str = "moment", filtered: bool = False) -> None:
+         by_picture: bool = False, more: int | None = None, noun: str = "moment", filtered: bool = False,
+         unmatched: str | None = None) -> None:
     """Moments as a table (the search's confidence where it gives one), or as JSON with absolute thumbnails;
-    `more`: the list is full, and this --limit lists more; `filtered`: the search had filters."""
+    `more`: the list is full, and this --limit lists more; `filtered`: the search had filters; `unmatched`: why
+    they match nothing, where that is known (`unknown_keys`)."""
     if as_json:
         print(json.dumps(_absolute_thumbnails(found, thumbs_dir), ensure_ascii=False, indent=2))
         return
@@ -68,7 +70,8 @@ def hits(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict]
             out.print("no shot looks like it closely enough (--min-confidence none lists the closest)", highlight=False)
             return
         if not closest and filtered:  # not even the closest moments: none passes the filters
-            out.print("no moments match: nothing indexed passes these filters", highlight=False)
+            out.print(f"no moments match: {unmatched or 'nothing indexed passes these filters'}", highlight=False,
+                      markup=False)
             return
         if not closest:
             out.print("no moments match: try fewer words, another language, or another --modality", highlight=False)
@@ -133,7 +136,7 @@ def _absolute_thumbnails(moments: list[dict], thumbs_dir: Path) -> list[dict]:
 
 
 def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict] | None = None,
-          more: int | None = None, filtered: bool = False) -> None:
+          more: int | None = None, filtered: bool = False, unmatched: str | None = None) -> None:
     """Files that hold a match, each under one heading line (its best moment's confidence, its name, how many of
     its moments match) with its best moments beneath; or as JSON."""
     if as_json:
@@ -142,7 +145,7 @@ def files(found: list[dict], as_json: bool, thumbs_dir: Path, closest: list[dict
         print(json.dumps(found, ensure_ascii=False, indent=2))
         return
     if not found:
-        hits([], False, thumbs_dir, closest, filtered=filtered)
+        hits([], False, thumbs_dir, closest, filtered=filtered, unmatched=unmatched)
         return
     for f in found:
         count = plural(f["count"], "moment")
@@ -216,9 +219,22 @@ def file_list(files: Sequence[Any], shown: int = 10) -> None:
         out.print(f"  … and {len(files) - shown} more", highlight=False)
 
 
-def listed(files: Sequence[Any], as_json: bool) -> None:
+def unknown_keys(metadata: Iterable[dict[str, Any]], pairs: tuple[tuple[str, str], ...]) -> str | None:
+    """Why metadata conditions match no file, where a key they name is held by none of the files (`metadata`:
+    theirs): the keys they do hold, so that a misspelt one is seen; None where every key is held."""
+    held = sorted({key for given in metadata for key, value in given.items() if value is not None})
+    missing = [key for key, _ in pairs if key not in held]
+    if not missing:
+        return None
+    named = f"{'key' if len(missing) == 1 else 'keys'} {', '.join(repr(key) for key in missing)}"
+    return f"no indexed file has the metadata {named} (" + (
+        f"the keys they have: {', '.join(held)})" if held else "no file was indexed with metadata)")
+
+
+def listed(files: Sequence[Any], as_json: bool, unmatched: str | None = None) -> None:
     """Indexed files (catalog records, or a server's): path, length, language, segments and id on a line, then
-    what it was indexed with (a manifest's columns, a downloaded file's address); or as JSON."""
+    what it was indexed with (a manifest's columns, a downloaded file's address); or as JSON. `unmatched`: why
+    none is listed, where that is known."""
     if as_json:
         print(json.dumps([{"video_id": f.video_id, "source": f.source, "duration": f.duration, "language": f.language,
                            "segments": f.segments, "metadata": f.metadata, "on_disk": not gone(f.source)}
@@ -234,6 +250,8 @@ def listed(files: Sequence[Any], as_json: bool) -> None:
             given = " · ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
                                for k, v in f.metadata.items())
             out.print(f"    {shown(given)}", highlight=False, markup=False, soft_wrap=True)
+    if not files and unmatched:
+        out.print(unmatched, highlight=False, markup=False)
     out.print(plural(len(files), "file"), highlight=False)
 
 
