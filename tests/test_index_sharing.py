@@ -104,7 +104,8 @@ def test_a_writer_waits_for_the_holder_says_for_whom_and_goes_before_readers(
         assert holder.stdout.readline().strip() == "open"
         writer.start()
         deadline = time.monotonic() + 30
-        while not writer_waiting(settings.index_dir):
+        # The writer says it waits (so that readers let it go first) a moment before it looks whom it waits for.
+        while not (writer_waiting(settings.index_dir) and waited_for):
             assert time.monotonic() < deadline and writer.is_alive()
             time.sleep(0.05)
         assert waited_for == [holder.pid]
