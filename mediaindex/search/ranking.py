@@ -186,7 +186,6 @@ def candidates(index: MediaIndex, q: Query, filters: SearchFilters | None, mode:
     if not retrievers:
         return []
     retrievers = [r for r in retrievers if r.weight > 0] or retrievers[:1]
-    filters = index.spelled(filters)
     found = store.query(retrievers, pool, filters, candidates=pool, rrf_k=cfg.rrf_k, with_vectors=wanted)
     placed = sum(not judgeable(s) for s in found)
     if q.text and placed and len(found) == pool:

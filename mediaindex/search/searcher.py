@@ -109,6 +109,7 @@ def judged(
     a picture alone: most similar first); nothing dropped. `picture_model` judges the shots met through
     `clip_query` (their probability is the higher of its and the relevance model's)."""
     query = _check(query, limit, filters, mode)
+    filters = index.spelled(filters)  # once: the candidates are asked for up to twice with them
     clip_text = clip_query(query) if clip_query is not None and query else None
     q = prepare(index, embedder, query, mode, image_vectors, clip_text)
     pool = index.settings.candidates  # the pool the model was fitted on: its distributions are this pool's
