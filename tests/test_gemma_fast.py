@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from mediaindex.models.bundled import EMBEDDINGGEMMA, assembled_dir
+from mediaindex.models.digest import file_sha256
 from mediaindex.models.gemma_export import (
     FP32_MIN_COSINE,
     INT8_MIN_COSINE,
@@ -24,7 +25,6 @@ from mediaindex.models.gemma_export import (
     MODEL_FILE,
     conversion_dir,
     converted_model,
-    file_sha256,
     verified_model,
 )
 from tests.conftest import REPO, media

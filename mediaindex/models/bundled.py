@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.gemma_export import converted_model, file_sha256
+from mediaindex.models.digest import file_sha256
+from mediaindex.models.gemma_export import converted_model
 
 
 def package_dir(package: str) -> Path:

@@ -9,13 +9,13 @@ the fp32 export is kept instead, and if that disagrees too the conversion fails.
 
 The result lives in the model cache under a folder named by the source weights' digest and `CONVERSION_VERSION`,
 written in a staging folder and renamed into place, with each file's SHA-256 in `conversion.json`; a file whose
-digest differs on load (truncated, corrupted) is converted again, never loaded.
+digest differs on load (truncated, corrupted) is converted again, never loaded (a file unchanged since its last check
+is not read again: `models.digest`).
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from mediaindex.errors import ModelLoadError
+from mediaindex.models.digest import file_sha256, has_sha256
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,6 @@ def source_digest(folder: Path) -> str:
     return file_sha256(folder / "model.safetensors")
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as src:
-        while block := src.read(8 * 1024**2):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def conversion_dir(folder: Path, cache_dir: Path) -> Path:
     return cache_dir / "converted" / folder.name / f"{source_digest(folder)[:16]}-v{CONVERSION_VERSION}"
 
@@ -108,7 +101,7 @@ def verified_model(target: Path) -> Path | None:
         return None
     for name, want in files.items():
         path = target / name
-        if not path.is_file() or file_sha256(path) != want:
+        if not path.is_file() or not has_sha256(path, want):
             log.warning("converted embedder file %s is missing or corrupt: converting again", path)
             return None
     return target / MODEL_FILE

@@ -25,7 +25,7 @@ import numpy as np
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import MEDIAPIPE_DETECTORS, wheel_files_dir
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.models.gemma_export import file_sha256
+from mediaindex.models.digest import file_sha256, has_sha256
 from mediaindex.models.images import check_image
 
 # Boxes overlapping more than this (intersection over union) are one detection (MediaPipe's graphs use 0.3).
@@ -218,6 +218,8 @@ def _checked(folder: Path, spec: DetectorSpec) -> Path:
     """The model file, refused unless it is the pinned one."""
     path = folder / spec.file
     want = dict((Path(member).name, sha) for member, sha in MEDIAPIPE_DETECTORS.files)[spec.file]
+    if has_sha256(path, want):
+        return path
     try:
         got = file_sha256(path)
     except OSError as exc:
