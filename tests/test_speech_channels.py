@@ -70,3 +70,28 @@ def test_speech_heard_by_both_channels_is_kept_once(stage: SpeechStage) -> None:
     joined = _join_channels([SpeechResult(segments=[heard], language="en"),
                              SpeechResult(segments=[quieter], language="en")], speakers=True)
     assert joined.segments == [replace(heard, speaker="S1")]
+
+
+@pytest.mark.slow  # Whisper base, loaded by the stage
+def test_stages_of_one_process_share_whisper_and_the_voice_encoder_and_transcribe_side_by_side(
+        stage: SpeechStage, session_settings: Settings) -> None:
+    """A second stage (another small job of `ingest --watch`) loads nothing; two files transcribed at once on two
+    threads, one per stage, give what each gives alone."""
+    import threading
+
+    other = SpeechStage(session_settings)
+    assert other.model.model is stage.model.model and other.model is not stage.model
+    assert other.speakers is stage.speakers
+    paths = [str(media("audio/stereo_diarization.wav")), str(media("audio/jfk.flac"))]
+    alone = [s.transcribe_file(p, probe(p)).segments for s, p in zip((stage, other), paths, strict=True)]
+    together: list[list] = [[], []]
+
+    def run(n: int, s: SpeechStage) -> None:
+        together[n] = s.transcribe_file(paths[n], probe(paths[n])).segments
+
+    threads = [threading.Thread(target=run, args=(n, s)) for n, s in enumerate((stage, other))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert together == alone and [len(a) for a in alone] == [2, 1]

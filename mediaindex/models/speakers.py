@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mediaindex.errors import ConfigError
+from mediaindex.models.cache import cached
 
 SAMPLE_RATE = 16_000
 WINDOWS_PER_SECOND = 1.3  # Resemblyzer's partial utterances are 1.6 s long; ~0.77 s apart
@@ -47,7 +48,8 @@ def check_speakers(n: int | None) -> int | None:
 
 
 class SpeakerEncoder:
-    """Resemblyzer's voice encoder (its weights, run in numpy: `voice_encoder`), loaded once per process.
+    """Resemblyzer's voice encoder (its weights, run in numpy: `voice_encoder`), loaded once per process
+    (`shared_speaker_encoder`).
 
     It runs on the CPU whatever the speech model's device: a window is a few small matrix products, and
     torch (seconds to import, for this alone) is not needed."""
@@ -86,6 +88,11 @@ class SpeakerEncoder:
         partials = self.net.embed(np.array([mel[s] for s in mel_slices]), self.threads)
         centres = [min(len(wav), (s.start + s.stop) / 2) / SAMPLE_RATE for s in slices]
         return partials, centres
+
+
+def shared_speaker_encoder(threads: int = 1) -> SpeakerEncoder:
+    """The process's voice encoder for `threads` threads, loaded (and warmed up) by its first caller."""
+    return cached(("speaker-encoder", threads), lambda: SpeakerEncoder("cpu", threads=threads))
 
 
 # Resemblyzer's mel spectrogram: 25 ms windows every 10 ms, 40 mel bands (its hparams), power 2, not log.

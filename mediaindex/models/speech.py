@@ -31,6 +31,7 @@ import numpy as np
 from mediaindex.config import SpeechSettings
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
+from mediaindex.models.cache import cached
 from mediaindex.models.sentences import TimedWord, sentence_text, sentences
 from mediaindex.models.whisper_adapter import WhisperInternals, vad_regions
 from mediaindex.segments import UNSPACED_LANGUAGES, join_words
@@ -322,7 +323,11 @@ def detection_groups(regions: Sequence[Region], start: int, end: int) -> list[in
 
 
 class SpeechModel:
-    """faster-whisper behind `transcribe(audio)` and `transcribe_stream(chunks)`; loads the model once."""
+    """faster-whisper behind `transcribe(audio)` and `transcribe_stream(chunks)`.
+
+    The Whisper weights are loaded once per process and shared (CTranslate2 takes concurrent calls on one model):
+    each small job of `ingest --watch` reuses the copy loaded first. What holds a transcription's state (the batched
+    pipeline, the decoding options) is this object's own."""
 
     def __init__(self, settings: SpeechSettings, cache_dir: Path) -> None:
         from faster_whisper import BatchedInferencePipeline, WhisperModel
@@ -336,9 +341,9 @@ class SpeechModel:
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         threads = settings.cpu_threads or min(4, os.cpu_count() or 1)
         try:
-            self.model = WhisperModel(
-                model_path, device=device, compute_type=settings.compute_type, cpu_threads=threads
-            )
+            self.model = cached(("whisper", str(model_path), device, settings.compute_type, threads),
+                                lambda: WhisperModel(model_path, device=device, compute_type=settings.compute_type,
+                                                     cpu_threads=threads))
         except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError/OSError variants
             raise ModelLoadError(f"cannot load speech model {settings.model!r}: {exc}") from exc
         self.batched = BatchedInferencePipeline(self.model)

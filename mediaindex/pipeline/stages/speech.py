@@ -74,11 +74,11 @@ class SpeechStage:
         # CTranslate2, which leaves the interpreter free for the encoder's imports.
         speakers: Future[SpeakerEncoder] | None = None
         if settings.speech.diarize:
-            from mediaindex.models.speakers import SpeakerEncoder
+            from mediaindex.models.speakers import shared_speaker_encoder
 
             speakers = Future()
-            threading.Thread(target=_load_into, args=(speakers, lambda: SpeakerEncoder(
-                "cpu", threads=settings.speech.cpu_threads or 1)), daemon=True, name="load-speakers").start()
+            threading.Thread(target=_load_into, args=(speakers, lambda: shared_speaker_encoder(
+                settings.speech.cpu_threads or 1)), daemon=True, name="load-speakers").start()
         try:
             self.model = SpeechModel(settings.speech, settings.cache_dir)
         finally:
