@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from mediaindex.models.bundled import EMBEDDINGGEMMA, assembled_dir
-from mediaindex.models.digest import file_sha256
 from mediaindex.models.gemma_export import (
     FP32_MIN_COSINE,
     INT8_MIN_COSINE,
@@ -27,6 +26,7 @@ from mediaindex.models.gemma_export import (
     converted_model,
     verified_model,
 )
+from mediaindex.serving.digest import file_sha256
 from tests.conftest import REPO, media
 
 

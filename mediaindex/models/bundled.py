@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.digest import file_sha256
 from mediaindex.models.gemma_export import converted_model
+from mediaindex.serving.digest import file_sha256
 
 
 def package_dir(package: str) -> Path:

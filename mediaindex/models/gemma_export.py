@@ -10,7 +10,7 @@ the fp32 export is kept instead, and if that disagrees too the conversion fails.
 The result lives in the model cache under a folder named by the source weights' digest and `CONVERSION_VERSION`,
 written in a staging folder and renamed into place, with each file's SHA-256 in `conversion.json`; a file whose
 digest differs on load (truncated, corrupted) is converted again, never loaded (a file unchanged since its last check
-is not read again: `models.digest`).
+is not read again: `serving.digest`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from mediaindex.errors import ModelLoadError
-from mediaindex.models.digest import file_sha256, has_sha256
+from mediaindex.serving.digest import file_sha256, has_sha256
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import numpy as np
 from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import MEDIAPIPE_DETECTORS, wheel_files_dir
 from mediaindex.models.classifier import DESCRIPTION_PREFIX
-from mediaindex.models.digest import file_sha256, has_sha256
 from mediaindex.models.images import check_image
+from mediaindex.serving.digest import file_sha256, has_sha256
 
 # Boxes overlapping more than this (intersection over union) are one detection (MediaPipe's graphs use 0.3).
 SUPPRESSION_IOU = 0.3

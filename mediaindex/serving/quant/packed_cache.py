@@ -2,7 +2,8 @@
 
 One entry is a safetensors file of the packed tensors plus a JSON sidecar holding the file's SHA-256, its size and
 what it was built from. An entry is used only when the sidecar describes the same build and the file's bytes hash
-to the recorded SHA-256: a truncated, changed or half-written file is reported (logged) and rebuilt, never loaded.
+to the recorded SHA-256 (read again only when the file changed since it last matched: `digest`): a truncated, changed
+or half-written file is reported (logged) and rebuilt, never loaded.
 Both files are written under temporary names and renamed into place, the data file first.
 """
 
@@ -21,6 +22,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from mediaindex.serving.digest import file_sha256, has_sha256
+
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 1  # bump when what the tensors mean changes
@@ -38,14 +41,6 @@ def packed_cache_path(cache_dir: Path, build: dict[str, Any]) -> Path:
 
 def _sidecar(path: Path) -> Path:
     return path.with_suffix(".json")
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(8 * 1024 * 1024):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_packed(path: Path, build: dict[str, Any]) -> dict[str, Tensor] | None:
@@ -68,10 +63,9 @@ def load_packed(path: Path, build: dict[str, Any]) -> dict[str, Tensor] | None:
         log.warning("packed weights cache %s is %d bytes, %d were written (truncated or changed); rebuilding it",
                     path, actual_size, size)
         return None
-    actual = file_sha256(path)
-    if actual != expected:
-        log.warning("packed weights cache %s is corrupt (SHA-256 %s, recorded %s); rebuilding it",
-                    path, actual[:16], expected[:16])
+    if not has_sha256(path, expected):
+        log.warning("packed weights cache %s is corrupt (its SHA-256 is not the recorded %s); rebuilding it",
+                    path, expected[:16])
         return None
     try:
         return load_file(str(path))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex.models import digest
+from mediaindex.serving import digest
 from tests.conftest import media
 
 
