@@ -294,3 +294,15 @@ def test_a_lower_vad_threshold_lets_more_of_noisy_radio_through() -> None:
     assert default < 0.6 * len(middles) < lower  # measured: 78 and 95 of 146 words
     with pytest.raises(ValueError, match="vad_threshold"):
         SpeechSettings(vad_threshold=0)
+
+
+def test_speech_after_a_short_sentence_and_a_pause_is_not_skipped(whisper_base: SpeechModel) -> None:
+    """Whisper ends its text after "in 1813." (a timestamp alone: "nothing more here") though eleven seconds of
+    another reader follow the pause: the VAD heard them, so they are decoded, not lost."""
+    short, long = decode_audio(media("audio/LJ002-0020.wav")), decode_audio(media("audio/2412-153948-0000.flac"))
+    audio = np.concatenate([short, np.zeros(16_000, np.float32), long])
+    text = " ".join(s.text for s in whisper_base.transcribe(audio).segments)
+    said = _words(text)
+    assert text.strip().startswith("in 1813.")
+    assert "if the reader will excuse me i will say nothing of my antecedents" in said
+    assert said.endswith("the narrative would be tedious to him and painful to myself")

@@ -227,6 +227,10 @@ WINDOW_SAMPLES = 30 * SAMPLE_RATE  # whisper's encoder always looks at 30 s
 # (an encoder pass costs the same for 30 s of speech or of silence).
 JOIN_GAP_SAMPLES = 1 * SAMPLE_RATE
 DETECT_SAMPLES = 4 * SAMPLE_RATE  # an unsure window is re-checked in stretches of about this much speech
+# Speech the VAD heard after a window's last decoded word that is decoded again, not skipped: more than a second
+# (less is a breath or the last word's tail), counted from a little after the word's end (its timestamp is early).
+SKIPPED_SPEECH_S = 1.0
+WORD_END_SLACK_S = 0.5
 Region = tuple[int, int]  # sample range of speech within a part
 PartHook = Callable[[np.ndarray, float, list[Region]], None]
 
@@ -320,6 +324,18 @@ def detection_groups(regions: Sequence[Region], start: int, end: int) -> list[in
     if len(starts) > 1 and speech < DETECT_SAMPLES // 2:
         starts.pop()  # a last stretch too short to name joins the one before
     return starts
+
+
+def _skipped_speech(regions: Sequence[Region], last_word_end: float, next_seek: int,
+                    seconds_per_frame: float) -> int | None:
+    """The frame to decode again from when whisper ended a window before speech the VAD heard in it (a timestamp
+    alone at the end of its text means "nothing more here", and it is sometimes wrong: a short sentence, a pause,
+    then a long one lost whole); None when what follows its last word is no more than SKIPPED_SPEECH_S of speech."""
+    after = last_word_end + WORD_END_SLACK_S
+    until = next_seek * seconds_per_frame
+    heard = sum(max(0.0, min(b / SAMPLE_RATE, until) - max(a / SAMPLE_RATE, after)) for a, b in regions)
+    resume = round(last_word_end / seconds_per_frame)
+    return resume if heard > SKIPPED_SPEECH_S and resume < next_seek else None
 
 
 class SpeechModel:
@@ -534,6 +550,8 @@ class SpeechModel:
                     if _reads_better(instead[0], decoded[0]):
                         language, p, decoded = other, dict(probs).get(other, p), instead
             segments, next_seek, last_word_end = decoded
+            if segments and (resume := _skipped_speech(regions, last_word_end, next_seek, whisper.seconds_per_frame)):
+                next_seek = resume
             next_seek = min(content, max(next_seek, seek + 1))  # always forward
             out.count_language(language, (next_seek - seek) * whisper.seconds_per_frame, p)
             # After a cut the next window begins in the language found there (already named: no re-check).
