@@ -89,7 +89,30 @@ def test_each_track_is_transcribed_and_the_others_are_named(stage: SpeechStage, 
     assert {s.language for s in other} == {"en"} and result.language == "fr"  # the file's: its default track's
     assert result.notes == ["2 audio tracks: each transcribed"]  # no track "ends early": each has its length
     assert [s.start for s in result.segments] == sorted(s.start for s in result.segments)
-    assert all(s.speaker is None for s in other)  # speakers are told apart on the default track only
+    # Each track's voices are told apart; another track's are numbered after the default track's.
+    assert {s.speaker for s in default} == {"S1"} and {s.speaker for s in other} == {"S2"}
+
+
+@pytest.mark.slow  # Whisper base, loaded by the stage
+def test_two_voices_on_another_track_are_two_speakers_numbered_after_the_default_tracks(
+        stage: SpeechStage, tmp_path: Path) -> None:
+    # A commentary: two people in turn (a LibriSpeech reader, then Kennedy) beside a French reading.
+    talk = tmp_path / "two voices.wav"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-i", str(media("audio/2412-153948-0000.flac")), "-i",
+                    str(media("audio/jfk.flac")), "-filter_complex",
+                    "[0:a]aresample=16000,apad=pad_dur=2[a];[1:a]aresample=16000,pan=mono|c0=c0[b];"
+                    "[a][b]concat=n=2:v=0:a=1", "-ac", "1", str(talk)], check=True)
+    both = _mux(tmp_path / "with commentary.mkv",
+                [("audio/french.aiff", "fra", None), (str(talk), "eng", "Commentary")], default=0)
+    result = stage.transcribe_file(str(both), probe(both))
+    default = [s for s in result.segments if TRACK_FIELD not in s.extra]
+    other = [s for s in result.segments if TRACK_FIELD in s.extra]
+    assert "dictée" in _words(" ".join(s.text for s in default)) and {s.speaker for s in default} == {"S1"}
+    assert other and {s.extra[TRACK_FIELD] for s in other} == {"audio 2 (en, Commentary)"}
+    reader = probe(media("audio/2412-153948-0000.flac")).duration
+    assert {s.speaker for s in other if s.end <= reader + 1} == {"S2"}
+    assert {s.speaker for s in other if s.start >= reader + 1} == {"S3"}
+    assert JFK in _words(" ".join(s.text for s in other if s.start >= reader + 1))
 
 
 @pytest.mark.slow  # Whisper base, loaded by the stage
@@ -204,7 +227,8 @@ def test_an_indexed_dub_is_found_in_each_language_and_read_in_its_default_one(
 
     said = CliRunner().invoke(app, ["transcript", "dubbed film.mkv", "-f", "txt", "--track", "1",
                                     "--index", str(settings.index_dir)])
-    assert said.exit_code == 0 and _words(said.stdout) == JFK
+    # Its voice is numbered after the default track's (S1, the French reader).
+    assert said.exit_code == 0 and said.stdout.startswith("S2: ") and _words(said.stdout[4:]) == JFK
     lacking = CliRunner().invoke(app, ["transcript", str(dub), "--track", "5", "--index", str(settings.index_dir)])
     assert lacking.exit_code != 0 and "it has 2 audio tracks: a track is a number from 1 to 2" in lacking.stderr
     zero = CliRunner().invoke(app, ["transcript", str(dub), "--track", "0", "--index", str(settings.index_dir)])

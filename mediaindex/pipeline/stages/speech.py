@@ -137,7 +137,7 @@ class SpeechStage:
         for n, track in enumerate(chosen):
             # Together the tracks' passes transcribe the file's length once.
             done = functools.partial(_part, on_progress, n * info.duration, len(chosen)) if on_progress else None
-            results.append(self._transcribe_track(path, info, track, done, diarize=n == 0))
+            results.append(self._transcribe_track(path, info, track, done, diarize=True))
         return _join_tracks(results, chosen, info)
 
     def _transcribe_track(self, path: str, info: MediaInfo, track: int,
@@ -263,7 +263,9 @@ def _join_channels(results: list[SpeechResult], speakers: bool) -> SpeechResult:
 def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo) -> SpeechResult:
     """The default track's transcript, with each other track's sentences beside it named by their track (`TRACK_
     FIELD`), but for those the default track said too (a description or commentary mixed over the original
-    sound). A default track that cannot be read fails the transcript as a file's only track does."""
+    sound); another track's speakers are numbered after those already named (its voices are other people: a
+    dub's actors, a commentary's speakers). A default track that cannot be read fails the transcript as a file's
+    only track does."""
     main = results[0]
     if main.failure is not None or len(results) == 1:
         _say_tracks(main, len(tracks), info.audio_streams)
@@ -279,6 +281,7 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
         beside = [s for s in result.segments if not any(_same_speech(s, k) for k in said)]
         for seg in beside:
             seg.extra[TRACK_FIELD] = label
+        _number_speakers_after(beside, said)
         joined.segments = said + beside
         if not main.segments:  # nothing heard on the default track: the file's language is the first one heard
             joined.language = joined.language or result.language
@@ -288,6 +291,16 @@ def _join_tracks(results: list[SpeechResult], tracks: list[int], info: MediaInfo
         joined.notes.append(NO_SPEECH)
     _say_tracks(joined, len(tracks), info.audio_streams)
     return joined
+
+
+def _number_speakers_after(segments: list[Segment], named: list[Segment]) -> None:
+    """`segments`' speakers (S1, S2, … of their own track) renamed, in order of first appearance, to follow the
+    highest number among `named`."""
+    taken = [int(s.speaker[1:]) for s in named if s.speaker and s.speaker[1:].isdigit()]
+    start, names = max(taken, default=0), dict[str, str]()
+    for seg in segments:
+        if seg.speaker:
+            seg.speaker = names.setdefault(seg.speaker, f"S{start + len(names) + 1}")
 
 
 def _say_tracks(result: SpeechResult, transcribed: int, streams: int) -> None:
