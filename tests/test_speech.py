@@ -306,3 +306,35 @@ def test_speech_after_a_short_sentence_and_a_pause_is_not_skipped(whisper_base: 
     assert text.strip().startswith("in 1813.")
     assert "if the reader will excuse me i will say nothing of my antecedents" in said
     assert said.endswith("the narrative would be tedious to him and painful to myself")
+
+
+def test_uncovered_speech_is_what_no_decoded_word_is_near() -> None:
+    from mediaindex.models.speech import _uncovered
+
+    second = 16_000
+    regions = [(0, 3 * second), (4 * second, 9 * second), (20 * second, 20 * second + second // 2)]
+    # Words over 0.5-2.5 s and 7-8 s: 0-3 s is heard (within half a second of a word); 4-6.5 s is not; 8.5-9 s is
+    # too short to be more than a word's tail; the last region lasts half a second.
+    assert _uncovered(regions, [(0.5, 2.5), (7.0, 8.0)], 0.0, 30.0) == [(4.0, 6.5)]
+    assert _uncovered(regions, [(0.5, 2.5), (7.0, 8.0)], 0.0, 5.0) == []  # only the window's own frames count
+    assert _uncovered(regions, [], 0.0, 30.0) == [(0.0, 3.0), (4.0, 9.0)]
+
+
+def test_speech_in_another_language_after_a_pause_is_not_skipped(whisper_base: SpeechModel) -> None:
+    """A French sentence, a pause, then Kennedy in English: whisper's French window ended at "numéro 1", taking the
+    English after it for nothing more; it is decoded, in English."""
+    french, english = decode_audio(media("audio/french.aiff")), decode_audio(media("audio/jfk.flac"))
+    transcript = whisper_base.transcribe(np.concatenate([french, np.zeros(24_000, np.float32), english]))
+    by_language = {lang: _words(" ".join(s.text for s in transcript.segments if s.language == lang))
+                   for lang in ("fr", "en")}
+    assert "c'est la dict" in by_language["fr"] and by_language["en"] == JFK
+
+
+def test_a_quiet_voice_before_a_loud_one_is_not_skipped(whisper_base: SpeechModel) -> None:
+    """A title read quietly (a tenth of its level), half a second, then a loud reader: whisper's text began with the
+    loud voice; the quiet stretch the VAD heard before it is decoded on its own."""
+    quiet, loud = decode_audio(media("audio/LJ002-0035.wav")) * 0.1, decode_audio(media("audio/2412-153948-0000.flac"))
+    transcript = whisper_base.transcribe(np.concatenate([quiet, np.zeros(8_000, np.float32), loud]))
+    said = _words(" ".join(s.text for s in transcript.segments))
+    assert "the press yard" in said and said.index("the press yard") < said.index("if the reader will excuse me")
+    assert [s.start for s in transcript.segments] == sorted(s.start for s in transcript.segments)

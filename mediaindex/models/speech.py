@@ -326,6 +326,20 @@ def detection_groups(regions: Sequence[Region], start: int, end: int) -> list[in
     return starts
 
 
+def _uncovered(regions: Sequence[Region], heard: Sequence[tuple[float, float]], start: float,
+               end: float) -> list[tuple[float, float]]:
+    """The stretches (seconds) of speech `regions` (samples) between `start` and `end` that lie more than
+    WORD_END_SLACK_S from every `heard` word and last over SKIPPED_SPEECH_S."""
+    out: list[tuple[float, float]] = []
+    for a, b in regions:
+        pieces = [(max(a / SAMPLE_RATE, start), min(b / SAMPLE_RATE, end))]
+        for w0, w1 in heard:
+            cut_a, cut_b = w0 - WORD_END_SLACK_S, w1 + WORD_END_SLACK_S
+            pieces = [q for p0, p1 in pieces for q in ((p0, min(p1, cut_a)), (max(p0, cut_b), p1)) if q[1] > q[0]]
+        out += [(p0, p1) for p0, p1 in pieces if p1 - p0 > SKIPPED_SPEECH_S]
+    return out
+
+
 def _skipped_speech(regions: Sequence[Region], last_word_end: float, next_seek: int,
                     seconds_per_frame: float) -> int | None:
     """The frame to decode again from when whisper ended a window before speech the VAD heard in it (a timestamp
@@ -442,6 +456,7 @@ class SpeechModel:
                     out.dropped += 1
                     continue
                 kept.append(piece)
+        kept.sort(key=lambda piece: piece.start)  # stretches decoded on their own come after their window's text
         kept, looped = without_loops(kept)
         out.looped_words += looped
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
@@ -553,12 +568,32 @@ class SpeechModel:
             if segments and (resume := _skipped_speech(regions, last_word_end, next_seek, whisper.seconds_per_frame)):
                 next_seek = resume
             next_seek = min(content, max(next_seek, seek + 1))  # always forward
+            if segments:
+                yield from self._unheard(features, regions, segments, seek, next_seek, language, options, out)
             out.count_language(language, (next_seek - seek) * whisper.seconds_per_frame, p)
             # After a cut the next window begins in the language found there (already named: no re-check).
             seek, previous, following = next_seek, following or language, None
             if segments:
                 spoken = language
                 yield language, segments
+
+    def _unheard(self, features: np.ndarray, regions: Sequence[Region], segments: list, seek: int, end: int,
+                 language: str, options, out: Transcript) -> Iterator[tuple[str, list]]:
+        """(language, segments) of each stretch of VAD speech in the window (frames `seek` to `end`) that no
+        decoded word covers, decoded on its own: whisper's text may begin late or jump over a quiet voice among
+        louder ones, and such a stretch is lost otherwise. Its language is named again where it is not fixed."""
+        whisper = self.whisper
+        spf = whisper.seconds_per_frame
+        heard = [(float(w.start), float(w.end)) for seg in segments for w in seg.words or []]
+        for a, b in _uncovered(regions, heard, seek * spf, end * spf):
+            start, frames = round(a / spf), min(whisper.max_frames, round((b - a) / spf))
+            encoded = self._encode(features, start, frames, out)
+            fixed = self._fixed_language()
+            spoken, p = (fixed, 1.0) if fixed else self._choose(self._languages(encoded), language)
+            found, _, _ = whisper.decode_window(encoded, start, frames, spoken, options, a, True)
+            if found:
+                out.count_language(spoken, frames * spf, p)
+                yield spoken, found
 
     def _first_language(self, features: np.ndarray, regions: Sequence[Region], seek: int, frames: int,
                         preferred: str, detected: str | None,
