@@ -58,12 +58,12 @@ def join_words(words: list[str], language: str | None) -> str:
 # likeliest image classes and are placed in the text space (1: every file indexed before). 3: the classifier sees a
 # wide frame edge to edge, not only its centre. 4: a file's own subtitle streams are read, and Chinese and Japanese
 # text is indexed by pairs of characters too (subtitle files beside a file are read again whenever they change).
-# 5: speech whisper skipped after a short sentence and a pause is transcribed, and every audio track's voices are told
+# 5: speech whisper skipped is transcribed (VAD speech no decoded word covers), and every audio track's voices are told
 # apart.
 ANALYSIS_VERSION = 5
 # What re-indexing an earlier version's file gives.
-ANALYSIS_ADDS = ("speech after a short sentence and a pause is no longer skipped, each audio track's voices are told "
-                 "apart, subtitle streams inside it are read, words inside Chinese and Japanese sentences are found, "
+ANALYSIS_ADDS = ("speech whisper skipped (after a pause, or a quiet voice before a loud one) is transcribed, each "
+                 "audio track's voices are told apart, subtitle streams inside it are read, words inside Chinese and Japanese sentences are found, "
                  "pictures without words are searchable, wide frames are classified edge to edge, and each audio "
                  "track of a file with several is transcribed")
 

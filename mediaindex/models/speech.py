@@ -227,8 +227,9 @@ WINDOW_SAMPLES = 30 * SAMPLE_RATE  # whisper's encoder always looks at 30 s
 # (an encoder pass costs the same for 30 s of speech or of silence).
 JOIN_GAP_SAMPLES = 1 * SAMPLE_RATE
 DETECT_SAMPLES = 4 * SAMPLE_RATE  # an unsure window is re-checked in stretches of about this much speech
-# Speech the VAD heard after a window's last decoded word that is decoded again, not skipped: more than a second
-# (less is a breath or the last word's tail), counted from a little after the word's end (its timestamp is early).
+# VAD speech that no decoded word covers (after a window's last word, or before or between its words) is decoded
+# again, not skipped, where it lasts more than a second (less is a breath or a word's tail), counted from half a
+# second off the nearest word (word timestamps are a little early or late).
 SKIPPED_SPEECH_S = 1.0
 WORD_END_SLACK_S = 0.5
 Region = tuple[int, int]  # sample range of speech within a part
@@ -456,7 +457,7 @@ class SpeechModel:
                     out.dropped += 1
                     continue
                 kept.append(piece)
-        kept.sort(key=lambda piece: piece.start)  # stretches decoded on their own come after their window's text
+        kept.sort(key=lambda piece: piece.start)  # a stretch decoded on its own may lie before its window's text
         kept, looped = without_loops(kept)
         out.looped_words += looped
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
