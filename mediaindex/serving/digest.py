@@ -22,11 +22,8 @@ SETTLED_NS = 2_000_000_000  # a file younger than this is read in full at every 
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as src:
-        while block := src.read(8 * 1024**2):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(src, "sha256").hexdigest()
 
 
 def _note_path(path: Path) -> Path:

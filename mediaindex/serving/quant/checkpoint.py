@@ -16,7 +16,6 @@ set, shapes, dtypes, model config) raises :class:`QuantCheckpointError`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from mediaindex.serving.digest import file_sha256
 from mediaindex.serving.quant.config import (
     QuantCheckpointError,
     QuantConfig,
@@ -46,14 +46,6 @@ META_FILE = "quant_config.json"
 WEIGHTS_FILE = "model.safetensors"
 # Config keys that differ between otherwise identical models (bookkeeping, not architecture).
 _CONFIG_KEYS_IGNORED = {"transformers_version", "_name_or_path", "dtype", "torch_dtype", "architectures"}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _named_tensors(model: nn.Module) -> list[tuple[str, torch.Tensor, bool]]:
@@ -142,7 +134,7 @@ def save_quantized(model: nn.Module, path: str | os.PathLike[str]) -> Path:
         "aliases": aliases,
         "weights_file": WEIGHTS_FILE,
         "weights_bytes": weights.stat().st_size,
-        "weights_sha256": _sha256(weights),
+        "weights_sha256": file_sha256(weights),
     }
     meta_tmp = out_dir / (META_FILE + ".tmp")
     meta_tmp.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
@@ -330,7 +322,7 @@ def load_quantized(
         raise QuantCheckpointError(
             f"{weights}: {size} bytes on disk, {meta.get('weights_bytes')} recorded; the file is truncated or was replaced"
         )
-    if verify and _sha256(weights) != meta["weights_sha256"]:
+    if verify and file_sha256(weights) != meta["weights_sha256"]:
         raise QuantCheckpointError(f"{weights}: checksum mismatch; the checkpoint is corrupt")
     if expected_config is not None:
         _check_config(meta["model_config"], expected_config)

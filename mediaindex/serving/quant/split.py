@@ -169,7 +169,8 @@ def _attach_quantized(
 ) -> nn.Module:
     """A clone of ``base`` whose quantized modules come from the checkpoint at ``path``; all other
     modules are shared with ``base``. Only the quantized tensors of the checkpoint are read."""
-    from mediaindex.serving.quant.checkpoint import WEIGHTS_FILE, _sha256
+    from mediaindex.serving.digest import file_sha256
+    from mediaindex.serving.quant.checkpoint import WEIGHTS_FILE
 
     meta = read_checkpoint_meta(path)
     config = getattr(base, "config", None)
@@ -180,7 +181,7 @@ def _attach_quantized(
         raise QuantCheckpointError(f"{path}: weights file is missing")
     if os.path.getsize(weights) != meta.get("weights_bytes"):
         raise QuantCheckpointError(f"{weights}: size differs from the recorded one; the file is truncated")
-    if verify and _sha256(Path(weights)) != meta["weights_sha256"]:
+    if verify and file_sha256(Path(weights)) != meta["weights_sha256"]:
         raise QuantCheckpointError(f"{weights}: checksum mismatch; the checkpoint is corrupt")
     names = list(meta["modules"])
     clone = _clone_along(base, names)
