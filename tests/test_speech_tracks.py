@@ -112,7 +112,8 @@ def test_two_voices_on_another_track_are_two_speakers_numbered_after_the_default
     reader = probe(media("audio/2412-153948-0000.flac")).duration
     assert {s.speaker for s in other if s.end <= reader + 1} == {"S2"}
     assert {s.speaker for s in other if s.start >= reader + 1} == {"S3"}
-    assert JFK in _words(" ".join(s.text for s in other if s.start >= reader + 1))
+    # Whisper can drop Kennedy's opening "And" after the reader (it does on some CPUs: their numerics differ).
+    assert JFK.removeprefix("and ") in _words(" ".join(s.text for s in other if s.start >= reader + 1))
 
 
 @pytest.mark.slow  # Whisper base, loaded by the stage
