@@ -173,3 +173,24 @@ def test_media_in_the_formats_archives_hold_are_found_and_read(tmp_path: Path) -
         info = probe(path)
         assert info.has_video == ARCHIVE_FORMATS[path.name][1], path.name
         assert info.duration == pytest.approx(3.0, abs=0.3), path.name
+
+
+def test_an_animated_gif_is_a_clip_and_a_single_picture_gif_is_left_out_of_a_walk(tmp_path: Path) -> None:
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.media.probe import probe
+
+    folder = tmp_path / "web"
+    folder.mkdir()
+    source = str(media("video/cockatoo.mp4"))
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-ss", "2", "-t", "2", "-i", source, "-vf",
+                    "fps=8,scale=160:-1", str(folder / "parrot loop.gif")], check=True)
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-ss", "2", "-i", source, "-frames:v", "1", "-vf",
+                    "scale=160:-1", str(folder / "logo.gif")], check=True)
+    (folder / "damaged.gif").write_bytes(b"GIF89a" + os.urandom(64))  # the decoder judges it, with its reason
+    found = discover([folder])
+    assert sorted(p.name for p in found.files) == ["damaged.gif", "parrot loop.gif"]
+    assert found.skipped == [(str(folder / "logo.gif"), "unsupported type (.gif: a still picture, not a clip)")]
+    info = probe(folder / "parrot loop.gif")
+    assert info.has_video and not info.has_audio and info.duration == pytest.approx(2.0, abs=0.2)
+    # Given by name, a single picture is taken as given.
+    assert [p.name for p in discover([folder / "logo.gif"]).files] == ["logo.gif"]

@@ -4,11 +4,13 @@ or refused with a specific reason, and nothing half-made reaches the index."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from mediaindex.index.index import MediaIndex
+from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 from mediaindex.service import IngestRequest, Pipeline, ingest
 from tests.conftest import make_settings, media
 
@@ -30,6 +32,9 @@ def _broken_variants(folder: Path) -> None:
     (folder / "cut in half.mp4").write_bytes(whole[: len(whole) // 2])
     webm = media("video/big_buck_bunny_0_30.webm").read_bytes()
     (folder / "cut webm.webm").write_bytes(webm[: len(webm) // 2])
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-t", "3", "-i", str(media("video/cockatoo.mp4")),
+                    "-vf", "fps=8,scale=480:-1", str(folder / "parrot loop.gif")], check=True)
+    (folder / "damaged.gif").write_bytes(b"GIF89a" + bytes(range(256)))
 
 
 def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pipeline: Pipeline, embedder,
@@ -40,7 +45,7 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
     with MediaIndex(settings, embedder.dim, embedder.name) as index:
         report = ingest(IngestRequest(settings, [folder]), index, pipeline)
         out = {Path(o.path).name: o for o in report.outcomes}
-        assert len(out) == 10
+        assert len(out) == 12
 
         def indexed(name: str):
             o = out[name]
@@ -53,6 +58,16 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
         assert out["readme.mp4"].reason.startswith("not a readable media file")
         assert out["cut in half.mp4"].status == "failed"
         assert "truncated MP4/MOV file" in out["cut in half.mp4"].reason
+
+        assert out["damaged.gif"].status == "failed"
+        assert out["damaged.gif"].reason.startswith("video cannot be decoded"), out["damaged.gif"].reason
+
+        # An animated GIF: a silent clip, whose shots are seen.
+        o, rec = indexed("parrot loop.gif")
+        assert rec.probe["has_video"] and not rec.probe["has_audio"]
+        labels = [name for s in index.store.segments_of(o.video_id, "visual")
+                  for name, _ in (s.get("extra") or {}).get("labels") or []]
+        assert "sulphur-crested cockatoo" in labels, labels
 
         # A cut WebM keeps its readable first half, and says so.
         o, rec = indexed("cut webm.webm")
@@ -85,7 +100,7 @@ def test_every_odd_file_is_indexed_or_refused_with_its_reason(tmp_path: Path, pi
 
         # Nothing half-made: the store holds exactly the segments the catalog records.
         records = index.catalog.all()
-        assert len(records) == 7
+        assert len(records) == 8
         assert index.store.count() == sum(r.segments for r in records)
         for r in records:
             assert len(index.store.segments_of(r.video_id)) == r.segments

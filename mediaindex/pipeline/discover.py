@@ -16,6 +16,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from pathlib import Path
 
 from mediaindex.errors import is_utf8, written_out
@@ -30,7 +31,11 @@ MEDIA_SUFFIXES = {
     ".m2ts", ".m2t", ".vob", ".3g2", ".f4v", ".asf", ".divx", ".mxf", ".dv", ".rm", ".rmvb",
     ".wav", ".flac", ".mp3", ".m4a", ".aac", ".ogg", ".opus", ".aiff", ".aif", ".wma",
     ".aifc", ".mka", ".m4b", ".oga", ".weba", ".amr", ".ac3", ".eac3", ".mp2", ".wv", ".ape", ".au", ".caf", ".spx",
+    ".gif",
 }
+# A GIF is a silent clip when it is animated (the web's short loops); a single picture is left out of a folder's
+# walk as other pictures are. Given by name, either is indexed.
+STILL_OR_CLIP_SUFFIXES = {".gif"}
 # Entries of a walked folder that are simply not media (pictures, subtitles, notes, dotfiles): the CLI counts
 # them and lists them only when asked (-v), where every other skip gets its line.
 UNSUPPORTED_TYPE = "unsupported type"
@@ -91,6 +96,20 @@ def _undecodable(path: Path) -> str | None:
     """Why a path cannot be kept: a name in another encoding than UTF-8 (an old Latin-1 archive) has no text form
     that the job store, the catalog and the index could hold."""
     return None if is_utf8(str(path)) else NOT_UTF8_NAME
+
+
+@lru_cache(maxsize=4096)
+def _still_picture(path: Path, size: int, mtime_ns: int) -> bool:
+    """Whether a GIF holds one picture only, read from its blocks without decoding them (a watched folder is
+    looked at again and again: each version of a file is read once). A file Pillow cannot read is left to the
+    decoder, which gives the reason."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            return not getattr(image, "is_animated", False)
+    except Exception:  # damaged data raises all kinds (OSError, DecompressionBombError, EOFError, ...)
+        return False
 
 
 def _not_a_file(path: Path, mode: int) -> str | None:
@@ -178,6 +197,8 @@ class _Walk:
             self.subtitles.append(path)
         elif path.suffix.lower() not in MEDIA_SUFFIXES:
             self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix) or 'no suffix'})")
+        elif path.suffix.lower() in STILL_OR_CLIP_SUFFIXES and _still_picture(path, st.st_size, st.st_mtime_ns):
+            self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix)}: a still picture, not a clip)")
         elif not _selected(path.relative_to(top).as_posix(), self.include, self.exclude):
             self.found.left_out += 1
         else:
