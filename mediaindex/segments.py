@@ -63,8 +63,8 @@ def join_words(words: list[str], language: str | None) -> str:
 ANALYSIS_VERSION = 5
 # What re-indexing an earlier version's file gives.
 ANALYSIS_ADDS = ("speech whisper skipped (after a pause, or a quiet voice before a loud one) is transcribed, each "
-                 "audio track's voices are told apart, subtitle streams inside it are read, words inside Chinese and Japanese sentences are found, "
-                 "pictures without words are searchable, wide frames are classified edge to edge, and each audio "
+                 "audio track's voices are told apart, subtitle streams inside it are read, words inside Chinese and "
+                 "Japanese sentences are found, pictures without words are searchable, wide frames are classified edge to edge, and each audio "
                  "track of a file with several is transcribed")
 
 # The payload field of a picture's most probable image classes.

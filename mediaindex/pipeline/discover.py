@@ -197,10 +197,10 @@ class _Walk:
             self.subtitles.append(path)
         elif path.suffix.lower() not in MEDIA_SUFFIXES:
             self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix) or 'no suffix'})")
-        elif path.suffix.lower() in STILL_OR_CLIP_SUFFIXES and _still_picture(path, st.st_size, st.st_mtime_ns):
-            self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix)}: a still picture, not a clip)")
         elif not _selected(path.relative_to(top).as_posix(), self.include, self.exclude):
             self.found.left_out += 1
+        elif path.suffix.lower() in STILL_OR_CLIP_SUFFIXES and _still_picture(path, st.st_size, st.st_mtime_ns):
+            self.skip(path, f"{UNSUPPORTED_TYPE} ({shown(path.suffix)}: a still picture, not a clip)")
         else:
             self.add(path)
 
