@@ -20,7 +20,7 @@ from tests.conftest import MEDIA, make_settings
 from tests.test_api import assert_error
 from tests.test_api_jobs import wait_for_job
 from tests.test_api_support import Sample, sample  # noqa: F401  (fixture)
-from tests.test_download import HANG_S, HANGING, server  # noqa: F401  (fixture)
+from tests.test_download import HANG_S, HANGING, server, serving  # noqa: F401  (fixture)
 
 
 def _client(sample: Sample, tmp: Path, cache_dir: Path, **api: object) -> TestClient:  # noqa: F811
@@ -260,6 +260,79 @@ def test_a_connection_is_checked_by_the_address_it_reached(server: str, tmp_path
     monkeypatch.setenv("http_proxy", server)
     with pytest.raises(DownloadError, match="the server answered 404"):
         download("http://93.184.215.14/talk.mp4", tmp_path, MEDIA_SUFFIXES, check=public_only, peer_check=public_peer)
+
+
+def test_a_pages_video_is_checked_by_the_address_its_connection_reached(server: str, tmp_path: Path,  # noqa: F811
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """yt-dlp's connections for a page's video are checked as a file's own are: the page (at an address the check
+    trusts) names its video at a name that resolves, once connected to, to another address of this machine
+    (DNS rebinding); that connection is refused before its request is sent, and nothing is saved. Without the
+    connection's check, the video would have been downloaded from there."""
+    import socket
+
+    with serving(tmp_path / "elsewhere", host="127.0.0.2") as other:
+        port = urllib.parse.urlsplit(other).port
+        resolve = socket.getaddrinfo
+
+        def rebinding(host: str, *args: object, **kwargs: object) -> object:
+            return resolve("127.0.0.2" if host == "media.example" else host, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        page = f"{server}/elsewhere/media.example:{port}"
+
+        def the_page_only(address: str, host: str) -> None:
+            if address != "127.0.0.1":  # the page's server: every other connection must reach a public address
+                public_peer(address, host)
+
+        with pytest.raises(PrivateAddress, match=r"127\.0\.0\.2 is on a private network or this machine"):
+            download(page, tmp_path / "checked", MEDIA_SUFFIXES, peer_check=the_page_only)
+        assert not [p for p in (tmp_path / "checked").rglob("*") if p.is_file()]
+        [got] = download(page, tmp_path / "unchecked", MEDIA_SUFFIXES)  # the hole the connection's check closes
+        assert got.path.read_bytes() == (MEDIA / "video" / "cockatoo.mp4").read_bytes()  # type: ignore[union-attr]
+
+
+def test_connections_to_a_proxy_pass_and_others_are_checked_while_checking(server: str,  # noqa: F811
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a thread that checks (`peers.checking`), a connection to the proxy the environment names reaches the
+    proxy, whose policy decides; any other is refused and closed; other threads, and the thread afterwards,
+    connect as before."""
+    import socket
+    import threading
+
+    from mediaindex.media.peers import checking
+
+    address = urllib.parse.urlsplit(server)
+    target = (str(address.hostname), int(address.port or 80))
+    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    refused: list[str] = []
+
+    def refuse(peer: str, host: str) -> None:
+        refused.append(peer)
+        raise PrivateAddress(f"{host} refused")
+
+    monkeypatch.setenv("http_proxy", "http://127.0.0.9:3128")  # another proxy: this server is not it
+    with checking(refuse), pytest.raises(PrivateAddress, match="127.0.0.1 refused"):
+        socket.create_connection(target, timeout=5)
+    assert refused == ["127.0.0.1"]
+    elsewhere: list[BaseException] = []
+
+    def connect_alone() -> None:
+        try:
+            socket.create_connection(target, timeout=5).close()
+        except BaseException as exc:  # noqa: BLE001 (what the thread met is asserted on)
+            elsewhere.append(exc)
+
+    with checking(refuse):
+        thread = threading.Thread(target=connect_alone)
+        thread.start()
+        thread.join(10)
+    assert elsewhere == [] and refused == ["127.0.0.1"]  # another thread is not checked
+    monkeypatch.setenv("http_proxy", server)  # the server as the proxy: its connection passes
+    with checking(refuse):
+        socket.create_connection(target, timeout=5).close()
+    socket.create_connection(target, timeout=5).close()  # after checking: as before
+    assert refused == ["127.0.0.1"]
 
 
 def test_a_server_that_downloads_from_public_addresses_refuses_a_rebound_name(

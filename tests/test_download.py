@@ -89,6 +89,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                                          b'<audio src="/files/gone.flac"></audio>')
         elif self.path == "/lost":
             self._send(200, "text/html", b'<title>Lost</title><video src="/files/gone.mp4"></video>')
+        elif self.path.startswith("/elsewhere/"):  # a page whose video is at another host: /elsewhere/HOST:PORT
+            video = f'<video src="http://{self.path.removeprefix("/elsewhere/")}/files/cockatoo.mp4"></video>'
+            self._send(200, "text/html", b"<title>Elsewhere</title>" + video.encode())
         elif self.path == "/about":
             self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>About</title><p>Nothing to see.</p>")
         elif self.path == "/get/1234":  # no name in the path: the server names the file
@@ -156,9 +159,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serving(root: Path) -> Iterator[str]:
-    """A loopback server's address: /files/ holds cockatoo.mp4, jfk.flac, manifesto.mp4 and its captions, copied
-    from the shared media into `root`."""
+def serving(root: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    """A loopback server's address (`host`: 127.0.0.1, or another of 127/8): /files/ holds cockatoo.mp4, jfk.flac,
+    manifesto.mp4 and its captions, copied from the shared media into `root`."""
     (root / "files").mkdir(parents=True)
     shutil.copy(media("video/cockatoo.mp4"), root / "files" / "cockatoo.mp4")
     shutil.copy(media("audio/jfk.flac"), root / "files" / "jfk speech.flac")
@@ -169,11 +172,11 @@ def serving(root: Path) -> Iterator[str]:
     def handler(*args: object) -> _Handler:
         return _Handler(*args, directory=str(root))  # type: ignore[arg-type]
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        yield f"http://{host}:{httpd.server_address[1]}"
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -12,11 +12,11 @@ beside it; a page of several videos (a playlist, a channel) gives each of them s
 
 A server that downloads the addresses its clients give checks each address it is about to read (`check`: e.g.
 `public_only`, which refuses hosts on private networks and the server's own): the address given, every redirect of
-a file's download, and each request yt-dlp makes for a page (the address it reads and where it ended up). A file's
-own connections are checked once made too (`peer_check`: e.g. `public_peer`), against the address they reached:
-a name that resolved to a public address when it was checked and to a private one when it was connected to (DNS
-rebinding) is refused before a byte of the request is sent. A connection through a proxy reaches the proxy, whose
-own policy decides.
+a file's download, and each request yt-dlp makes for a page (the address it reads and where it ended up). The
+connections are checked once made too (`peer_check`: e.g. `public_peer`), against the address they reached, a
+file's own and those yt-dlp makes for a page and its videos (`peers`): a name that resolved to a public address
+when it was checked and to a private one when it was connected to (DNS rebinding) is refused before a byte of the
+request is sent. A connection through a proxy reaches the proxy, whose own policy decides.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
+
+from mediaindex.media.peers import PeerCheck, checking
 
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
@@ -97,7 +99,6 @@ class Missed:
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
 Check = Callable[[str], None]  # raises DownloadError for an address that must not be read
 Stopped = Callable[[], bool]  # whether the caller wants the download stopped (a cancelled job)
-PeerCheck = Callable[[str, str], None]  # (address a connection reached, host it was for); raises DownloadError
 
 
 def public_only(url: str) -> None:
@@ -240,9 +241,9 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
     """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
     downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
     why one video of several gave none. `check` is asked about every address read on the way (see the module's
-    notes), and `peer_check` about every connection a file's download makes. A file's download asks `stopped` a few
-    times a second, while it connects, waits for the server's answer or for bytes, and ends with DownloadStopped
-    when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
+    notes), and `peer_check` about every connection made (yt-dlp's for a page too). A file's download asks
+    `stopped` a few times a second, while it connects, waits for the server's answer or for bytes, and ends with
+    DownloadStopped when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
@@ -254,13 +255,13 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
     with _watched(stopped, connections):
         return _download_file(url, parts, opener, request, folder, media_suffixes, progress, timeout, check,
-                              max_videos, connections.shut)
+                              max_videos, connections.shut, peer_check)
 
 
 def _download_file(url: str, parts: urllib.parse.SplitResult, opener: urllib.request.OpenerDirector,
                    request: urllib.request.Request, folder: Path, media_suffixes: Collection[str],
                    progress: Progress | None, timeout: float, check: Check | None, max_videos: int,
-                   shut: threading.Event) -> list[Downloaded | Missed]:
+                   shut: threading.Event, peer_check: PeerCheck | None) -> list[Downloaded | Missed]:
     """`download`'s work once its opener is made; `shut`: the caller stopped it and its connections were shut."""
     try:
         response = opener.open(request, timeout=timeout)
@@ -273,7 +274,7 @@ def _download_file(url: str, parts: urllib.parse.SplitResult, opener: urllib.req
         kind = headers.get_content_type()
         if kind in ("text/html", "application/xhtml+xml"):
             response.close()
-            return _from_page(url, folder / _host_folder(parts), progress, check, max_videos)
+            return _from_page(url, folder / _host_folder(parts), progress, check, max_videos, peer_check)
         if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
             raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
                                 "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
@@ -467,7 +468,7 @@ def page_options(folder: Path, hook: Callable[[dict], None], max_videos: int) ->
 
 
 def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None,
-               max_videos: int) -> list[Downloaded | Missed]:
+               max_videos: int, peer_check: PeerCheck | None = None) -> list[Downloaded | Missed]:
     """The videos of a web page, by yt-dlp (which knows the pages of video sites, a playlist's or a channel's
     among them, and finds <video> elements in others): the first `max_videos`, each saved once."""
     import yt_dlp
@@ -502,8 +503,9 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
     # cannot be had costs that track alone.
     subtitles = {**options, "skip_download": True, "writesubtitles": True, "subtitleslangs": ["all", "-live_chat"],
                  "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
+    refused: list[BaseException] = []  # connections refused (`peers`), which yt-dlp reports as errors of its own
     try:
-        with checked(yt_dlp.YoutubeDL(options)) as loader:
+        with checking(peer_check, refused), checked(yt_dlp.YoutubeDL(options)) as loader:
             info = loader.extract_info(url, download=False)
             if info is None:
                 raise DownloadError("a web page with no video found in it: give the address of the media file itself")
@@ -515,16 +517,19 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             out: list[Downloaded | Missed] = []
             for entry in entries[:max_videos]:
                 address = next((a for a in (entry.get("url"), entry.get("webpage_url")) if a and is_url(a)), url)
+                refused.clear()
                 try:
                     video = loader.process_ie_result(entry, download=False)
                     out.append(_save_video(loader, video, address, folder, check, subtitles, checked))
                 except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
-                    out.append(Missed(address, _page_reason(exc, yt_dlp)))
+                    out.append(Missed(address, _page_reason(refused[-1] if refused else exc, yt_dlp)))
             if len(entries) > max_videos:
                 out.append(Missed(url, f"the page's videos after the first {max_videos} are left out "
                                        "(ingest.max_page_videos)"))
             return out
     except (yt_dlp.utils.YoutubeDLError, OSError) as exc:
+        if refused:  # the refusal says why
+            raise refused[-1] from exc
         raise DownloadError(_page_reason(exc, yt_dlp)) from exc
 
 
