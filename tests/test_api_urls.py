@@ -278,7 +278,7 @@ def test_a_pages_video_is_checked_by_the_address_its_connection_reached(server: 
             return resolve("127.0.0.2" if host == "media.example" else host, *args, **kwargs)  # type: ignore[arg-type]
 
         monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-        page = f"{server}/elsewhere/media.example:{port}"
+        page = f"{server}/page/media.example:{port}/files/cockatoo.mp4"
 
         def the_page_only(address: str, host: str) -> None:
             if address != "127.0.0.1":  # the page's server: every other connection must reach a public address
@@ -291,30 +291,28 @@ def test_a_pages_video_is_checked_by_the_address_its_connection_reached(server: 
         assert got.path.read_bytes() == (MEDIA / "video" / "cockatoo.mp4").read_bytes()  # type: ignore[union-attr]
 
 
-def test_connections_to_a_proxy_pass_and_others_are_checked_while_checking(server: str,  # noqa: F811
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a thread that checks (`peers.checking`), a connection to the proxy the environment names reaches the
-    proxy, whose policy decides; any other is refused and closed; other threads, and the thread afterwards,
-    connect as before."""
+def test_a_thread_that_hands_its_connections_gives_each_once_made(server: str,  # noqa: F811
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a thread that hands its connections (`peers.handing`), each is given to the caller once connected and is
+    closed when refused; other threads, and the thread afterwards, connect as before. The proxies the environment
+    names are known by the addresses their connections reach."""
     import socket
     import threading
 
-    from mediaindex.media.peers import checking
+    from mediaindex.media.peers import handing, proxy_addresses
 
-    address = urllib.parse.urlsplit(server)
-    target = (str(address.hostname), int(address.port or 80))
-    for name in ("no_proxy", "NO_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    refused: list[str] = []
+    parts = urllib.parse.urlsplit(server)
+    target = (str(parts.hostname), int(parts.port or 80))
+    given: list[socket.socket] = []
 
-    def refuse(peer: str, host: str) -> None:
-        refused.append(peer)
-        raise PrivateAddress(f"{host} refused")
+    def refuse(sock: socket.socket) -> None:
+        given.append(sock)
+        raise PrivateAddress(f"{sock.getpeername()[0]} refused")
 
-    monkeypatch.setenv("http_proxy", "http://127.0.0.9:3128")  # another proxy: this server is not it
-    with checking(refuse), pytest.raises(PrivateAddress, match="127.0.0.1 refused"):
+    with handing(refuse), pytest.raises(PrivateAddress, match=r"127\.0\.0\.1 refused"):
         socket.create_connection(target, timeout=5)
-    assert refused == ["127.0.0.1"]
+    [sock] = given
+    assert sock.fileno() == -1  # closed
     elsewhere: list[BaseException] = []
 
     def connect_alone() -> None:
@@ -323,16 +321,18 @@ def test_connections_to_a_proxy_pass_and_others_are_checked_while_checking(serve
         except BaseException as exc:  # noqa: BLE001 (what the thread met is asserted on)
             elsewhere.append(exc)
 
-    with checking(refuse):
+    with handing(refuse):
         thread = threading.Thread(target=connect_alone)
         thread.start()
         thread.join(10)
-    assert elsewhere == [] and refused == ["127.0.0.1"]  # another thread is not checked
-    monkeypatch.setenv("http_proxy", server)  # the server as the proxy: its connection passes
-    with checking(refuse):
-        socket.create_connection(target, timeout=5).close()
-    socket.create_connection(target, timeout=5).close()  # after checking: as before
-    assert refused == ["127.0.0.1"]
+    assert elsewhere == [] and len(given) == 1  # another thread's connection is not handed
+    socket.create_connection(target, timeout=5).close()  # and after the block, none is
+    assert len(given) == 1
+    for name in ("no_proxy", "NO_PROXY", "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server)
+    monkeypatch.setenv("all_proxy", "socks5://127.0.0.9")
+    assert proxy_addresses() == {target, ("127.0.0.9", 1080)}
 
 
 def test_a_server_that_downloads_from_public_addresses_refuses_a_rebound_name(

@@ -89,8 +89,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                                          b'<audio src="/files/gone.flac"></audio>')
         elif self.path == "/lost":
             self._send(200, "text/html", b'<title>Lost</title><video src="/files/gone.mp4"></video>')
-        elif self.path.startswith("/elsewhere/"):  # a page whose video is at another host: /elsewhere/HOST:PORT
-            video = f'<video src="http://{self.path.removeprefix("/elsewhere/")}/files/cockatoo.mp4"></video>'
+        elif self.path.startswith("/page/"):  # a page whose video is at an address of its own: /page/HOST:PORT/PATH
+            video = f'<video src="http://{self.path.removeprefix("/page/")}"></video>'
             self._send(200, "text/html", b"<title>Elsewhere</title>" + video.encode())
         elif self.path == "/about":
             self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>About</title><p>Nothing to see.</p>")
@@ -262,6 +262,26 @@ def test_a_stalled_transfer_ends_as_soon_as_its_caller_stops_it(server: str, tmp
     # A caller that never stops it: the file comes whole, as without one.
     got = download(f"{server}/files/cockatoo.mp4", tmp_path, MEDIA_SUFFIXES, stopped=lambda: False)
     assert isinstance(got[0], Downloaded) and got[0].path.read_bytes() == media("video/cockatoo.mp4").read_bytes()
+
+
+def test_a_pages_stalled_video_ends_as_soon_as_its_caller_stops_it(server: str, tmp_path: Path) -> None:
+    """yt-dlp's transfer of a page's video is stopped as a file's is: its connection is shut within a second of the
+    caller's stop, not when the stall would time out, and nothing is left behind."""
+    stopped_at: list[float] = []
+
+    def stopped() -> bool:
+        if HANGING.is_set() and not stopped_at:
+            stopped_at.append(time.monotonic())
+        return bool(stopped_at)
+
+    HANGING.clear()
+    began = time.monotonic()
+    page = f"{server}/page/{server.removeprefix('http://')}/hangs.mp4"
+    with pytest.raises(DownloadStopped, match="stopped while it downloaded the page's video"):
+        download(page, tmp_path, MEDIA_SUFFIXES, stopped=stopped)
+    assert stopped_at and time.monotonic() - stopped_at[0] < 1.0
+    assert time.monotonic() - began < HANG_S / 2
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_the_video_of_a_web_page_is_saved_once(server: str, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-from mediaindex.media.peers import PeerCheck, checking
+from mediaindex.media.peers import PeerCheck, handing, proxy_addresses
 
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
@@ -241,9 +241,9 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
     """The media file at `url`, or the videos of the page there (a playlist's first `max_videos`), each
     downloaded into `folder` unless it is there already; DownloadError says why the address gives none, a Missed
     why one video of several gave none. `check` is asked about every address read on the way (see the module's
-    notes), and `peer_check` about every connection made (yt-dlp's for a page too). A file's download asks
-    `stopped` a few times a second, while it connects, waits for the server's answer or for bytes, and ends with
-    DownloadStopped when it says so (a page's videos are yt-dlp's to transfer: `progress` may raise to stop them)."""
+    notes), and `peer_check` about every connection made (yt-dlp's for a page too). A download asks `stopped` a
+    few times a second, while it connects, waits for the server's answer or for bytes, and ends with
+    DownloadStopped when it says so (a page's video too: its connections are shut)."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise DownloadError("not a web address of a file (http:// or https:// with a host)")
@@ -255,14 +255,15 @@ def download(url: str, folder: Path, media_suffixes: Collection[str], progress: 
     request = urllib.request.Request(url, headers={"User-Agent": "mediaindex", "Accept-Encoding": "identity"})
     with _watched(stopped, connections):
         return _download_file(url, parts, opener, request, folder, media_suffixes, progress, timeout, check,
-                              max_videos, connections.shut, peer_check)
+                              max_videos, connections)
 
 
 def _download_file(url: str, parts: urllib.parse.SplitResult, opener: urllib.request.OpenerDirector,
                    request: urllib.request.Request, folder: Path, media_suffixes: Collection[str],
                    progress: Progress | None, timeout: float, check: Check | None, max_videos: int,
-                   shut: threading.Event, peer_check: PeerCheck | None) -> list[Downloaded | Missed]:
-    """`download`'s work once its opener is made; `shut`: the caller stopped it and its connections were shut."""
+                   connections: _Connections) -> list[Downloaded | Missed]:
+    """`download`'s work once its opener is made, its `connections` made through it."""
+    shut = connections.shut  # set: the caller stopped it and its connections were shut
     try:
         response = opener.open(request, timeout=timeout)
     except (OSError, ValueError) as exc:  # urllib's errors, HTTPError among them, are OSErrors
@@ -274,7 +275,7 @@ def _download_file(url: str, parts: urllib.parse.SplitResult, opener: urllib.req
         kind = headers.get_content_type()
         if kind in ("text/html", "application/xhtml+xml"):
             response.close()
-            return _from_page(url, folder / _host_folder(parts), progress, check, max_videos, peer_check)
+            return _from_page(url, folder / _host_folder(parts), progress, check, max_videos, connections)
         if kind in _PLAYLISTS or parts.path.lower().endswith((".m3u8", ".mpd")):
             raise DownloadError("a streaming playlist (HLS or DASH), not a media file: save the stream as one "
                                 "file first (ffmpeg -i ADDRESS -c copy talk.mp4), then ingest that")
@@ -468,7 +469,7 @@ def page_options(folder: Path, hook: Callable[[dict], None], max_videos: int) ->
 
 
 def _from_page(url: str, folder: Path, progress: Progress | None, check: Check | None,
-               max_videos: int, peer_check: PeerCheck | None = None) -> list[Downloaded | Missed]:
+               max_videos: int, connections: _Connections) -> list[Downloaded | Missed]:
     """The videos of a web page, by yt-dlp (which knows the pages of video sites, a playlist's or a channel's
     among them, and finds <video> elements in others): the first `max_videos`, each saved once."""
     import yt_dlp
@@ -503,9 +504,21 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
     # cannot be had costs that track alone.
     subtitles = {**options, "skip_download": True, "writesubtitles": True, "subtitleslangs": ["all", "-live_chat"],
                  "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
-    refused: list[BaseException] = []  # connections refused (`peers`), which yt-dlp reports as errors of its own
+    # yt-dlp's connections are the download's too (`peers`): checked by the address each reached (one to a proxy
+    # reaches the proxy), and shut when the caller stops the download.
+    proxies = proxy_addresses() if connections.peer_check is not None else set()
+    refused: list[BaseException] = []  # connections refused, which yt-dlp reports as errors of its own
+
+    def made(sock: socket.socket) -> None:
+        address, port = sock.getpeername()[:2]
+        try:
+            connections.made(sock, str(address), checked=(str(address), int(port)) not in proxies)
+        except BaseException as exc:
+            refused.append(exc)
+            raise
+
     try:
-        with checking(peer_check, refused), checked(yt_dlp.YoutubeDL(options)) as loader:
+        with handing(made), checked(yt_dlp.YoutubeDL(options)) as loader:
             info = loader.extract_info(url, download=False)
             if info is None:
                 raise DownloadError("a web page with no video found in it: give the address of the media file itself")
@@ -522,12 +535,18 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
                     video = loader.process_ie_result(entry, download=False)
                     out.append(_save_video(loader, video, address, folder, check, subtitles, checked))
                 except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
+                    if connections.shut.is_set():
+                        raise
                     out.append(Missed(address, _page_reason(refused[-1] if refused else exc, yt_dlp)))
             if len(entries) > max_videos:
                 out.append(Missed(url, f"the page's videos after the first {max_videos} are left out "
                                        "(ingest.max_page_videos)"))
             return out
-    except (yt_dlp.utils.YoutubeDLError, OSError) as exc:
+    except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
+        if connections.shut.is_set():
+            raise DownloadStopped("stopped while it downloaded the page's video") from exc
+        if isinstance(exc, DownloadError):
+            raise
         if refused:  # the refusal says why
             raise refused[-1] from exc
         raise DownloadError(_page_reason(exc, yt_dlp)) from exc
