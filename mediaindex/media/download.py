@@ -544,7 +544,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             return out
     except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
         if connections.shut.is_set():
-            raise DownloadStopped("stopped while it downloaded the page's video") from exc
+            raise DownloadStopped("stopped while it fetched the page or its video") from exc
         if isinstance(exc, DownloadError):
             raise
         if refused:  # the refusal says why

@@ -32,7 +32,7 @@ def _connect_and_hand(sock: socket.socket, address: Any) -> None:
     assert _connect is not None
     _connect(sock, address)
     made: Made | None = getattr(_active, "made", None)
-    if made is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+    if made is not None and sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
         made(sock)
 
 
@@ -48,7 +48,7 @@ def _install() -> None:
 
 @contextmanager
 def handing(made: Made) -> Iterator[None]:
-    """While active, each connection this thread makes is given to `made` once connected; one `made` refuses
+    """While active, each TCP connection this thread makes is given to `made` once connected; one `made` refuses
     (raises) is closed."""
     _install()
 
