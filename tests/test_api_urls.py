@@ -236,6 +236,18 @@ def _rebinding(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
 
 
+def _resolving(monkeypatch: pytest.MonkeyPatch, name: str, address: str) -> None:
+    """`name` resolves to `address` (another of this machine's, 127.0.0.2: a server of its own listens there)."""
+    import socket
+
+    resolve = socket.getaddrinfo
+
+    def to_address(host: str, *args: object, **kwargs: object) -> object:
+        return resolve(address if host == name else host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", to_address)
+
+
 def test_a_connection_is_checked_by_the_address_it_reached(server: str, tmp_path: Path,  # noqa: F811
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A name that passed the check as public and then resolves to this machine (DNS rebinding) is refused once
@@ -268,16 +280,10 @@ def test_a_pages_video_is_checked_by_the_address_its_connection_reached(server: 
     trusts) names its video at a name that resolves, once connected to, to another address of this machine
     (DNS rebinding); that connection is refused before its request is sent, and nothing is saved. Without the
     connection's check, the video would have been downloaded from there."""
-    import socket
 
     with serving(tmp_path / "elsewhere", host="127.0.0.2") as other:
         port = urllib.parse.urlsplit(other).port
-        resolve = socket.getaddrinfo
-
-        def rebinding(host: str, *args: object, **kwargs: object) -> object:
-            return resolve("127.0.0.2" if host == "media.example" else host, *args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        _resolving(monkeypatch, "media.example", "127.0.0.2")
         page = f"{server}/page/media.example:{port}/files/cockatoo.mp4"
 
         def the_page_only(address: str, host: str) -> None:
@@ -289,6 +295,38 @@ def test_a_pages_video_is_checked_by_the_address_its_connection_reached(server: 
         assert not [p for p in (tmp_path / "checked").rglob("*") if p.is_file()]
         [got] = download(page, tmp_path / "unchecked", MEDIA_SUFFIXES)  # the hole the connection's check closes
         assert got.path.read_bytes() == (MEDIA / "video" / "cockatoo.mp4").read_bytes()  # type: ignore[union-attr]
+
+
+def test_a_streams_parts_are_checked_by_the_address_their_connections_reached(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page's HLS stream, fetched part by part by yt-dlp itself: its playlist lies at the address the check trusts,
+    its parts at a name that reaches another address of this machine. Their connections are refused, and nothing
+    is left behind (no part, fragment or state file). Without the check the stream is saved as one video."""
+    import shutil
+    import subprocess
+
+    from mediaindex.media.ffmpeg_bin import ffmpeg_exe
+    from mediaindex.media.probe import probe
+
+    _resolving(monkeypatch, "media.example", "127.0.0.2")
+    with serving(tmp_path / "trusted") as trusted, serving(tmp_path / "parts", host="127.0.0.2") as parts:
+        port = urllib.parse.urlsplit(parts).port
+        subprocess.run([ffmpeg_exe(), "-v", "error", "-nostdin", "-t", "4", "-i", str(MEDIA / "video" / "cockatoo.mp4"),
+                        "-c", "copy", "-f", "hls", "-hls_time", "2", "-hls_list_size", "0",
+                        "-hls_base_url", f"http://media.example:{port}/files/",
+                        str(tmp_path / "parts" / "files" / "bird.m3u8")], check=True)
+        shutil.move(tmp_path / "parts" / "files" / "bird.m3u8", tmp_path / "trusted" / "files" / "bird.m3u8")
+        page = f"{trusted}/page/{trusted.removeprefix('http://')}/files/bird.m3u8"
+
+        def the_playlist_only(address: str, host: str) -> None:
+            if address != "127.0.0.1":
+                public_peer(address, host)
+
+        with pytest.raises(PrivateAddress, match=r"127\.0\.0\.2 is on a private network or this machine"):
+            download(page, tmp_path / "checked", MEDIA_SUFFIXES, peer_check=the_playlist_only)
+        assert not [p for p in (tmp_path / "checked").rglob("*") if p.is_file()]
+        [got] = download(page, tmp_path / "unchecked", MEDIA_SUFFIXES)
+    assert got.path.suffix == ".mp4" and 3.5 < probe(got.path).duration < 4.5  # type: ignore[union-attr]
 
 
 def test_a_thread_that_hands_its_connections_gives_each_once_made(server: str,  # noqa: F811

@@ -574,9 +574,10 @@ def _save_video(loader: Any, info: dict, url: str, folder: Path, check: Check | 
                 subtitle_loader.process_ie_result(info, download=True)
         return Downloaded(url, saved[0] if saved else target, fetched=True)
     finally:
-        if not target.is_file():  # what an interrupted or failed download left
-            for left in folder.glob(f"{glob_escape(target.stem)}*.part"):
-                left.unlink(missing_ok=True)
+        if not target.is_file():  # what an interrupted or failed download left: parts, a stream's fragments and state
+            for pattern in ("*.part", "*.part-Frag*", "*.ytdl"):
+                for left in folder.glob(glob_escape(target.stem) + pattern):
+                    left.unlink(missing_ok=True)
 
 
 def _page_reason(exc: BaseException, yt_dlp: Any) -> str:
