@@ -329,6 +329,30 @@ def test_a_streams_parts_are_checked_by_the_address_their_connections_reached(tm
     assert got.path.suffix == ".mp4" and 3.5 < probe(got.path).duration < 4.5  # type: ignore[union-attr]
 
 
+def test_where_connections_are_checked_no_stream_goes_to_another_program(server: str, tmp_path: Path) -> None:  # noqa: F811
+    """yt-dlp hands some streams to another program (ffmpeg for HLS, rtmpdump for RTMP), whose connections no
+    check here sees. Where connections are checked, an HLS stream is fetched by yt-dlp itself, and a stream only
+    another program fetches is refused with the reason; elsewhere yt-dlp's own choice stands."""
+    import yt_dlp
+
+    from mediaindex.media.download import other_program, page_options
+
+    hls = {"protocol": "m3u8", "url": "https://media.example/bird.m3u8"}
+    for in_process, hls_by in ((False, "FFmpeg"), (True, None)):
+        with yt_dlp.YoutubeDL(page_options(tmp_path, lambda status: None, 5, in_process)) as loader:
+            assert other_program(hls, loader.params) == hls_by
+            assert other_program({**hls, "is_live": True}, loader.params) == "FFmpeg"  # yt-dlp's choice, always
+            assert other_program({"protocol": "rtmp", "url": "rtmp://media.example/live"}, loader.params) == "Rtmp"
+            assert other_program({"protocol": "https", "url": "https://media.example/a.mp4"}, loader.params) is None
+    with pytest.raises(DownloadError, match=r"would be fetched by another program \(Rtmp\), whose connections cannot "
+                                            r"be checked"):
+        download(f"{server}/live", tmp_path, MEDIA_SUFFIXES, peer_check=lambda address, host: None)
+    with pytest.raises(DownloadError) as unchecked:  # without checks, yt-dlp tries rtmpdump, not installed here
+        download(f"{server}/live", tmp_path, MEDIA_SUFFIXES)
+    assert "another program" not in str(unchecked.value)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
 def test_a_thread_that_hands_its_connections_gives_each_once_made(server: str,  # noqa: F811
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """In a thread that hands its connections (`peers.handing`), each is given to the caller once connected and is

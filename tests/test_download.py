@@ -92,6 +92,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         elif self.path.startswith("/page/"):  # a page whose video is at an address of its own: /page/HOST:PORT/PATH
             video = f'<video src="http://{self.path.removeprefix("/page/")}"></video>'
             self._send(200, "text/html", b"<title>Elsewhere</title>" + video.encode())
+        elif self.path == "/live":  # a stream that yt-dlp hands to another program (rtmpdump)
+            self._send(200, "text/html", b'<title>Live</title><video src="rtmp://media.example/live/bird"></video>')
         elif self.path == "/about":
             self._send(200, "text/html; charset=utf-8", b"<!doctype html><title>About</title><p>Nothing to see.</p>")
         elif self.path == "/get/1234":  # no name in the path: the server names the file

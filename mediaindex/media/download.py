@@ -454,14 +454,17 @@ class _Quiet:
     def error(self, message: str) -> None: ...
 
 
-def page_options(folder: Path, hook: Callable[[dict], None], max_videos: int) -> dict[str, Any]:
+def page_options(folder: Path, hook: Callable[[dict], None], max_videos: int,
+                 in_process: bool = False) -> dict[str, Any]:
     """How yt-dlp saves a page's videos into `folder`. A playlist's videos are listed, not opened, until each is
     saved (`extract_flat`), and no further than the limit and one more, which tells that there are more. The
     chapters a site gives a video (a watch page's) are written into the saved file, whose chapter markers the index
-    reads; a video without them is left as it came."""
+    reads; a video without them is left as it came. With `in_process` (a download whose connections are checked),
+    yt-dlp fetches an HLS stream's parts itself rather than handing the stream to ffmpeg (`other_program`)."""
     from mediaindex.media.ffmpeg_bin import ffmpeg_exe
 
-    return {"outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
+    return {**({"hls_prefer_native": True} if in_process else {}),
+            "outtmpl": str(folder / "%(title).120B [%(id)s].%(ext)s"), "noplaylist": True, "logger": _Quiet(),
             "quiet": True, "noprogress": True, "ffmpeg_location": ffmpeg_exe(), "progress_hooks": [hook],
             "socket_timeout": TIMEOUT_S, "extract_flat": "in_playlist", "playlistend": max_videos + 1,
             "postprocessors": [{"key": "FFmpegMetadata", "add_chapters": True, "add_metadata": False,
@@ -498,7 +501,8 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             loader.urlopen = urlopen
         return loader
 
-    options = page_options(folder, hook, max_videos)
+    in_process = connections.peer_check is not None  # every transfer made by connections that are checked
+    options = page_options(folder, hook, max_videos, in_process)
     # The page's own subtitles (not the site's automatic captions: speech is transcribed here), saved beside the
     # video as "<title> [<id>].<language>.vtt", the name they are read with it by (media.subtitles); a track that
     # cannot be had costs that track alone.
@@ -523,7 +527,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
             if info is None:
                 raise DownloadError("a web page with no video found in it: give the address of the media file itself")
             if info.get("_type") not in ("playlist", "multi_video"):
-                return [_save_video(loader, info, url, folder, check, subtitles, checked)]
+                return [_save_video(loader, info, url, folder, check, subtitles, checked, in_process)]
             entries = [e for e in info.get("entries") or [] if e]
             if not entries:
                 raise DownloadError("a web page of no videos: give the address of a page with one")
@@ -533,7 +537,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
                 refused.clear()
                 try:
                     video = loader.process_ie_result(entry, download=False)
-                    out.append(_save_video(loader, video, address, folder, check, subtitles, checked))
+                    out.append(_save_video(loader, video, address, folder, check, subtitles, checked, in_process))
                 except (DownloadError, yt_dlp.utils.YoutubeDLError, OSError) as exc:
                     if connections.shut.is_set():
                         raise
@@ -552,11 +556,31 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
         raise DownloadError(_page_reason(exc, yt_dlp)) from exc
 
 
+def other_program(chosen: dict, params: dict) -> str | None:
+    """The program yt-dlp would hand a format's transfer to (ffmpeg, rtmpdump, ...), whose connections are not
+    this process's; None where yt-dlp fetches it itself (a file, or a stream part by part)."""
+    from yt_dlp.downloader import get_suitable_downloader
+    from yt_dlp.downloader.external import ExternalFD
+    from yt_dlp.downloader.fragment import FragmentFD
+    from yt_dlp.downloader.http import HttpFD
+
+    downloader = get_suitable_downloader(chosen, params)
+    if issubclass(downloader, HttpFD | FragmentFD) and not issubclass(downloader, ExternalFD):
+        return None
+    return downloader.__name__.removesuffix("FD")
+
+
 def _save_video(loader: Any, info: dict, url: str, folder: Path, check: Check | None, subtitles: dict,
-                checked: Callable[[Any], Any]) -> Downloaded:
-    """One video of a page, saved with its subtitles unless it is there already."""
+                checked: Callable[[Any], Any], in_process: bool = False) -> Downloaded:
+    """One video of a page, saved with its subtitles unless it is there already; `in_process`: only where yt-dlp
+    fetches it itself."""
     import yt_dlp
 
+    for chosen in (info.get("requested_formats") or [info]) if in_process else ():
+        if program := other_program(chosen, loader.params):
+            raise DownloadError(f"its stream would be fetched by another program ({program}), whose connections "
+                                "cannot be checked by the address they reach; this server downloads from public "
+                                "addresses only (api.fetch_urls)")
     if check is not None:  # media fetched by ffmpeg (a stream's parts) is not read through the loader
         for chosen in info.get("requested_formats") or [info]:
             for address in (chosen.get("url"), chosen.get("manifest_url")):

@@ -7,7 +7,8 @@ rebinding): the page's video at a public name then reaches this machine or a pri
 transfer notices a stop only between the bytes it reads. While `handing` is active in a thread, every connection
 that thread makes is given to the caller once connected, before a byte is sent on it: the library's connections
 are made with `socket.socket.connect`, whatever it builds them with (urllib3, http.client, its own). Processes the
-library starts (ffmpeg, for a stream's parts) are not covered: their addresses are checked by name before.
+library starts (ffmpeg, for a live stream) are not covered: a download that checks its connections refuses to
+hand a transfer to one (`download.other_program`).
 """
 
 from __future__ import annotations
