@@ -42,7 +42,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
-from mediaindex.media.peers import PeerCheck, handing, proxy_addresses
+from mediaindex.media.peers import handing, proxy_addresses
 
 SCHEMES = ("http", "https")
 CHUNK_BYTES = 1 << 20
@@ -99,6 +99,7 @@ class Missed:
 Progress = Callable[[int, int | None], None]  # (bytes so far, bytes in all if the server said)
 Check = Callable[[str], None]  # raises DownloadError for an address that must not be read
 Stopped = Callable[[], bool]  # whether the caller wants the download stopped (a cancelled job)
+PeerCheck = Callable[[str, str], None]  # (address a connection reached, host it was for); raises DownloadError
 
 
 def public_only(url: str) -> None:
@@ -510,7 +511,7 @@ def _from_page(url: str, folder: Path, progress: Progress | None, check: Check |
                  "subtitlesformat": "vtt/srt/ass/ttml/best", "ignoreerrors": True, "progress_hooks": []}
     # yt-dlp's connections are the download's too (`peers`): checked by the address each reached (one to a proxy
     # reaches the proxy), and shut when the caller stops the download.
-    proxies = proxy_addresses() if connections.peer_check is not None else set()
+    proxies = proxy_addresses() if in_process else set()
     refused: list[BaseException] = []  # connections refused, which yt-dlp reports as errors of its own
 
     def made(sock: socket.socket) -> None:

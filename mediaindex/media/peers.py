@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-PeerCheck = Callable[[str, str], None]  # (address a connection reached, host it was for); raises to refuse it
 Made = Callable[[socket.socket], None]  # a connection just made; raises to refuse it
 
 _active = threading.local()  # this thread's `Made`, while `handing` runs
