@@ -21,7 +21,8 @@ from mediaindex.api.keys import KeyStore
 from tests.conftest import MEDIA, make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.slow
+# The server's agent and searches do the work and the client waits: beside the session (tests/beside.py).
+pytestmark = [pytest.mark.slow, pytest.mark.beside]
 
 JFK = "ask not what your country can do for you"
 TOOLS = {"search", "search_files", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"}
