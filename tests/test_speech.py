@@ -104,6 +104,25 @@ def test_a_real_change_of_language_stands_when_every_window_is_checked(whisper_b
     assert "genehmigung" in " ".join(s.text for s in german).lower()
 
 
+def test_a_sentence_written_in_another_language_than_its_window_is_tagged_with_it(whisper_base: SpeechModel) -> None:
+    """Kennedy, then 0.4 s later the German half of multilingual.mp3: the one window is named German, and whisper
+    writes Kennedy's "ask not ..." in English under that tag; the sentence is tagged English by its words, and
+    its seconds count for English. A language the settings fix is kept."""
+    german = decode_audio(media("audio/multilingual.mp3"))[30 * 16_000 : 44 * 16_000]
+    audio = np.concatenate([decode_audio(media("audio/jfk.flac")), np.zeros(6_400, np.float32), german])
+    transcript = whisper_base.transcribe(audio)
+    kennedy = [s for s in transcript.segments if s.end < 11.5]
+    after = [s for s in transcript.segments if s.start > 11.5]
+    assert "ask not what your country can do for you" in _words(" ".join(s.text for s in kennedy))
+    assert [s.language for s in kennedy if "country" in s.text] == ["en"]
+    assert after and {s.language for s in after} == {"de"} and "software" in " ".join(s.text for s in after).lower()
+    assert set(transcript.languages) == {"en", "de"} and transcript.language == "de"
+
+    fixed = copy.copy(whisper_base)  # the loaded model, the language fixed
+    fixed.settings = whisper_base.settings.model_copy(update={"language": "de"})
+    assert {s.language for s in fixed.transcribe(audio).segments} == {"de"}
+
+
 def test_an_accent_does_not_turn_speech_into_another_language(whisper_base: SpeechModel) -> None:
     """A physics lecture in English with a Dutch accent (media-val's pendulum_lecture.webm, 100-141 s): Whisper
     base names stretches of it Dutch (over the whole file, half a minute from 111 s, after English before it),

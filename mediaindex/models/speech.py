@@ -33,6 +33,7 @@ from mediaindex.errors import ModelLoadError
 from mediaindex.models.bundled import whisper_model_dir
 from mediaindex.models.cache import cached
 from mediaindex.models.sentences import TimedWord, sentence_text, sentences
+from mediaindex.models.text_language import LANGUAGES, query_language
 from mediaindex.models.whisper_adapter import WhisperInternals, vad_regions
 from mediaindex.segments import UNSPACED_LANGUAGES, join_words
 
@@ -456,11 +457,29 @@ class SpeechModel:
                 if is_hallucination(piece, s):
                     out.dropped += 1
                     continue
-                kept.append(piece)
+                kept.append(self._named_by_its_words(piece, out))
         kept.sort(key=lambda piece: piece.start)  # a stretch decoded on its own may lie before its window's text
         kept, looped = without_loops(kept)
         out.looped_words += looped
         out.segments.extend(regroup(kept, s.segment_seconds) if s.segment_seconds > 0 else kept)
+
+    def _named_by_its_words(self, piece: SpeechSegment, out: Transcript) -> SpeechSegment:
+        """The segment tagged with the language its words are plainly in, where that is another of the languages
+        whose words are judged (`text_language.LANGUAGES`): a window is decoded in one language, and where two meet
+        in it whisper mostly writes the other one's sentence as it was spoken, under the window's tag. Its
+        seconds are counted for the language it is in. A language the settings fix is kept."""
+        said = piece.language
+        if self._fixed_language() is not None or said not in LANGUAGES:
+            return piece
+        written = query_language(piece.text)
+        if written is None or written == said or written not in LANGUAGES:
+            return piece
+        seconds, weighted = out.language_seconds.get(said, [0.0, 0.0])
+        moved = min(piece.end - piece.start, seconds)
+        probability = weighted / seconds if seconds > 0 else 0.0
+        out.count_language(said, -moved, probability)
+        out.count_language(written, moved, probability)
+        return replace(piece, language=written)
 
     def _options(self, narrowband: bool = False):
         """faster-whisper's decoding options for these settings, as its own `transcribe` builds them (once
