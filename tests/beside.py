@@ -25,7 +25,7 @@ import pytest
 
 MARK = "beside"
 CHILD_REPORTS = "MEDIAINDEX_TEST_BESIDE_REPORTS"  # set in the child: where it writes its reports
-TIMEOUT_S = 1800  # a hung child, not a slow one: its tests run 10 to 12 minutes on two busy cores
+TIMEOUT_S = 1800  # a hung child, not a slow one: on a slow, busy machine its tests have run near 15 minutes
 
 
 class _Child:

@@ -35,8 +35,6 @@ SPEECH = "video/manifesto.mp4"  # 88 s of continuous speech
 SILENT = "video/cockatoo.mp4"  # 14 s, digitally silent audio, no on-screen text: pictures only
 LATER = "audio/jfk.flac"  # 11 s of speech: indexed first without summaries, summarised by a later run
 SLACK = 0.5  # seconds: container durations and segment ends differ by a few frames
-# The language model runs in Ray actors and the tests wait for it: they run beside the session (tests/beside.py).
-pytestmark = pytest.mark.beside
 
 
 # -- the switch, without Ray ---------------------------------------------------------------------------------------

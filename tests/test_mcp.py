@@ -21,8 +21,7 @@ from mediaindex.api.keys import KeyStore
 from tests.conftest import MEDIA, make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixtures)
 
-# The server's agent and searches do the work and the client waits: beside the session (tests/beside.py).
-pytestmark = [pytest.mark.slow, pytest.mark.beside]
+pytestmark = pytest.mark.slow
 
 JFK = "ask not what your country can do for you"
 TOOLS = {"search", "search_files", "get_transcript", "ask", "list_files", "file_info", "ingest", "job_status"}

@@ -21,8 +21,7 @@ from mediaindex.api.keys import KeyStore
 from tests.conftest import REPO, frame_at, make_settings, media
 from tests.test_api_support import LiveServer, Sample, sample  # noqa: F401  (fixture)
 
-# Chromium does the work and the test waits: they run beside the session (tests/beside.py).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.beside]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 SHOTS = REPO / "test-artifacts" / "web"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Chromium started for tests only: no outbound connections, no sandbox (root), sound allowed without a gesture.
