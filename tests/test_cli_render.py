@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from mediaindex.cli import render
 
@@ -28,7 +27,7 @@ def shown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, width: int, moments: 
         if on_disk:
             Path(m["source"]).write_bytes(b"")
     with open(tmp_path / "out.txt", "w") as sink:
-        console = Console(width=width, record=True, color_system=None, file=sink)
+        console = render.console(width=width, record=True, color_system=None, file=sink)
         monkeypatch.setattr(render, "out", console)
         render.hits(placed, False, tmp_path)
     return console.export_text()
@@ -54,6 +53,8 @@ def test_a_narrow_terminal_lists_each_moment_under_a_heading_line(monkeypatch: p
     assert "high 0.91  [bold]odd name.mp4  0:00.0–0:37.7  visual" in lines
     assert lines[-1] == "    (picture without words; looks like limousine, golf cart)"
     assert "    S1: [Music] la la" in shown_with(monkeypatch, tmp_path, 80, "[Music] la la").splitlines()
+    assert "    S1: reply with :x: or :thumbs_up:" in shown_with(  # words, never emoji codes
+        monkeypatch, tmp_path, 80, "reply with :x: or :thumbs_up:").splitlines()
 
 
 def test_a_wide_terminal_gets_a_table_with_one_line_per_short_field(monkeypatch: pytest.MonkeyPatch,
@@ -78,15 +79,18 @@ def test_errors_and_job_tables_show_bracketed_names_as_written(monkeypatch: pyte
     from mediaindex.jobs import Job, JobFile
 
     with open(tmp_path / "out.txt", "w") as sink, open(tmp_path / "err.txt", "w") as err_sink:
-        console = Console(width=160, record=True, color_system=None, file=sink)
-        errors = Console(width=160, record=True, color_system=None, file=err_sink)
+        console = render.console(width=160, record=True, color_system=None, file=sink)
+        errors = render.console(width=160, record=True, color_system=None, file=err_sink)
         monkeypatch.setattr(render, "out", console)
         monkeypatch.setattr(render, "err", errors)
         render.fail("/tmp/[bold]clip.mp4: image file not found")
+        render.fail("/tmp/take :x: 10:30.mp4: image file not found")
         job = Job("j1", "ingest", "done", {}, None, None, 0.0, 0.0)
         render.job_files(job, {"failed": 1}, [JobFile("/media/[red]take 2.mp4", "failed", "no audio [dim]", 1, None, {})],
                          False)
-    assert "error: /tmp/[bold]clip.mp4: image file not found" in errors.export_text()
+    said = errors.export_text()
+    assert "error: /tmp/[bold]clip.mp4: image file not found" in said
+    assert "error: /tmp/take :x: 10:30.mp4: image file not found" in said  # a name, never emoji codes
     table = console.export_text()
     assert "/media/[red]take 2.mp4" in table and "no audio [dim]" in table
 
@@ -101,7 +105,7 @@ def test_the_closest_moment_just_under_the_low_line_does_not_read_as_on_it(monke
                                                                           tmp_path: Path) -> None:
     closest = [{**MOMENTS[0], "source": str(tmp_path / "pendulum_lecture.webm"), "score": 0.148, "band": None}]
     with open(tmp_path / "out.txt", "w") as sink:
-        console = Console(width=80, record=True, color_system=None, file=sink)
+        console = render.console(width=80, record=True, color_system=None, file=sink)
         monkeypatch.setattr(render, "out", console)
         render.hits([], False, tmp_path, closest)
     lines = console.export_text().splitlines()

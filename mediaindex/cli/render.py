@@ -29,8 +29,15 @@ from mediaindex.segments import ANALYSIS_ADDS, MODALITIES
 if TYPE_CHECKING:
     from mediaindex.pipeline.run import IngestReport
 
-out = Console()
-err = Console(stderr=True)
+
+def console(**options: Any) -> Console:
+    """A console that prints text as written: file names and spoken words such as ":x:" or ":smile:" are not
+    emoji codes here (markup is escaped where text is printed)."""
+    return Console(emoji=False, **options)
+
+
+out = console()
+err = console(stderr=True)
 # Below this many columns moments are listed, not tabled.
 NARROW = 100
 
