@@ -7,10 +7,12 @@ e.g. ``MEDIAINDEX_SPEECH__MODEL=tiny.en``.
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -466,8 +468,11 @@ class _YamlSource(PydanticBaseSettingsSource):
         return dict(self._data)
 
 
+ENV_PREFIX = "MEDIAINDEX_"
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MEDIAINDEX_", env_nested_delimiter="__", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
 
     profile: str = "cpu"
     index_dir: Path = Field(default_factory=lambda: _default_data_dir() / "index")
@@ -656,11 +661,28 @@ def resolve_config_path(config: str | Path | None) -> Path | None:
                       f"{sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
 
 
+def _check_sections_named(environ: Mapping[str, str]) -> None:
+    """Refuses a MEDIAINDEX_SECTION__KEY variable whose SECTION is none of the settings' sections: the environment
+    source passes such a name over in silence, so a misspelt section would change nothing."""
+    sections = sorted(name for name, f in Settings.model_fields.items()
+                      if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+    for name in environ:
+        if not name.upper().startswith(ENV_PREFIX) or "__" not in name[len(ENV_PREFIX):]:
+            continue
+        section = name[len(ENV_PREFIX):].split("__", 1)[0].lower()
+        if section not in sections:
+            near = difflib.get_close_matches(section, sections, n=1)
+            meant = f"; did you mean {ENV_PREFIX}{near[0].upper()}__…?" if near else ""
+            raise ConfigError(f"invalid configuration: the environment variable {name} names no settings section "
+                              f"({section!r} is not one of {', '.join(sections)}){meant}")
+
+
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Load settings from a profile or YAML file, the environment, then explicit overrides."""
     path = resolve_config_path(config)
     data = _read_yaml(path) if path else {}
     given = {k: v for k, v in overrides.items() if v is not None}
+    _check_sections_named(os.environ)
     token = _YAML_DATA.set(data)
     try:
         return Settings(**given)

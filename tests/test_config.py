@@ -103,6 +103,24 @@ def test_a_bad_variable_is_named_not_the_profile(monkeypatch: pytest.MonkeyPatch
     assert "cpu.yaml" not in unknown_key  # the profile holds a speech section, but not this key
 
 
+def test_a_variable_naming_no_section_is_refused_with_the_nearest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIAINDEX_SERCH__X", "1")  # passed over in silence, it would change nothing
+    with pytest.raises(ConfigError) as info:
+        load_settings("cpu")
+    assert str(info.value) == (
+        "invalid configuration: the environment variable MEDIAINDEX_SERCH__X names no settings section ('serch' is "
+        "not one of api, embed, frames, index, ingest, llm, ray, speech, vision); did you mean MEDIAINDEX_SPEECH__…?")
+    monkeypatch.delenv("MEDIAINDEX_SERCH__X")
+    monkeypatch.setenv("mediaindex_zzz__key", "1")
+    with pytest.raises(ConfigError, match="mediaindex_zzz__key names no settings section \\('zzz' is not one of "
+                                          "api, .*vision\\)$"):
+        load_settings("cpu")
+    monkeypatch.delenv("mediaindex_zzz__key")
+    monkeypatch.setenv("MEDIAINDEX_INGEST__SUMMARIES", "true")  # a section's key, and names that are no section's
+    monkeypatch.setenv("MEDIAINDEX_TEST_ANYTHING", "1")
+    assert load_settings("cpu").ingest.summaries is True
+
+
 def test_a_profile_named_by_the_environment_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEDIAINDEX_CONFIG", "nosuchprofile")
     with pytest.raises(ConfigError, match="'nosuchprofile' \\(from the environment variable MEDIAINDEX_CONFIG\\)"):
