@@ -71,6 +71,17 @@ def test_serve_with_keys_created_and_revoked_from_the_cli(server: str, env: dict
     assert again.returncode != 0 and "no active key" in again.stderr
 
 
+def test_serve_on_a_port_in_use_says_so_before_it_opens_anything(server: str, env: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    port = server.rsplit(":", 1)[1]
+    result = cli("serve", "--port", port, "--index", str(tmp_path / "index"), env=env)
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 2 and "Traceback" not in said, said
+    assert said == f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there: " \
+                   "pick another --port)"
+    assert not (tmp_path / "index").exists()  # nothing was opened or made
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["keys", "create", "  "], "needs a name"), (["serve", "--media-root", "/nonexistent-root"], "not a folder")],

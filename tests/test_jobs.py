@@ -234,6 +234,30 @@ def test_cli_cancels_a_running_summary_and_says_when_it_stops(tmp_path: Path) ->
     assert "│ ask " in row and "Who spoke first?" in row  # what it asked, where an ingest counts its files
 
 
+def test_cli_shows_a_job_by_its_id_or_show_and_its_id_and_names_the_forms_it_takes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mediaindex.cli.app import app as cli_app
+
+    store = JobStore(tmp_path / "jobs.db")
+    asked = store.create("ask", {"question": "Who spoke first?", "video": None})
+    store.close()
+    runner = CliRunner()
+
+    def jobs(*args: str):
+        return runner.invoke(cli_app, ["jobs", *args, "--index", str(tmp_path)])
+
+    by_id, shown = jobs(asked.id), jobs("show", asked.id)
+    assert by_id.exit_code == shown.exit_code == 0 and shown.stdout == by_id.stdout
+    assert shown.stdout.splitlines()[:2] == [f"job {asked.id} (ask): pending", "question: Who spoke first?"]
+    for args, said in ((("show",), "to show a job: mediaindex jobs show ID"),
+                       (("look", asked.id), "jobs takes one job id (mediaindex jobs ID), or cancel and an id"),
+                       (("cancel",), "to cancel a job: mediaindex jobs cancel ID"),
+                       (("show", "0" * 12), "no job with id '000000000000'")):
+        refused = jobs(*args)
+        assert refused.exit_code == 2 and said in " ".join(refused.stderr.split()), (args, refused.stderr)
+
+
 def test_the_api_shows_a_killed_run_as_interrupted(tmp_path: Path) -> None:
     from mediaindex.api.routes.jobs import job_out
     from mediaindex.api.state import ApiState

@@ -7,9 +7,11 @@ are the server, the models and the agents: they pull in heavy libraries, and `me
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -363,8 +365,9 @@ def _run_ingest(archive: Archive, display, settings: Settings, paths: list[Path]
 @app.command()
 def jobs(
     job_id: Annotated[str | None, typer.Argument(
-        help="Show this job's files; or `cancel` followed by the id of the job to cancel.", metavar="[ID | cancel ID]")] = None,
-    cancel_id: Annotated[str | None, typer.Argument(hidden=True)] = None,
+        help="Show this job's files (also `show ID`); or `cancel` followed by the id of the job to cancel.",
+        metavar="[ID | show ID | cancel ID]")] = None,
+    verb_id: Annotated[str | None, typer.Argument(hidden=True)] = None,  # the id after `cancel` or `show`
     index: IndexOpt = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
@@ -378,11 +381,18 @@ def jobs(
 
     A running summary or question stops before its next language-model call."""
     settings = _settings(config, index)
-    if job_id == "cancel" or cancel_id is not None:
-        if job_id != "cancel" or not cancel_id:
+    if job_id == "cancel":
+        if not verb_id:
             raise fail("to cancel a job: mediaindex jobs cancel ID")
-        _cancel_job(settings, cancel_id)
+        _cancel_job(settings, verb_id)
         return
+    if job_id == "show" and verb_id is None:
+        raise fail("to show a job: mediaindex jobs show ID (or mediaindex jobs ID)")
+    if verb_id is not None:
+        if job_id != "show":
+            raise fail(f"jobs takes one job id (mediaindex jobs ID), or cancel and an id (mediaindex jobs cancel ID); "
+                       f"got {job_id!r} and {verb_id!r}")
+        job_id = verb_id
     db = jobs_db_path(settings)
     if not db.exists():
         if job_id:
@@ -996,6 +1006,7 @@ def serve(
         if api.watch_s is not None and not roots:
             raise fail("--watch watches the media roots: give --media-root FOLDER (or set api.media_roots)")
         settings = settings.model_copy(update={"api": api})
+        listening = _listening_socket(api.host, api.port)
         # Recorded in the index folder: CLI commands run beside this server send their requests here.
         local = "127.0.0.1" if api.host in ("0.0.0.0", "", "::") else api.host
         app_ = create_app(settings, advertise_url=f"http://{'[' + local + ']' if ':' in local else local}:{api.port}")
@@ -1005,7 +1016,26 @@ def serve(
     err.print(f"serving {settings.index_dir} on http://{api.host}:{api.port}/ "
               f"(media roots: {', '.join(str(r) for r in roots) or 'none'}{watching})", highlight=False,
               soft_wrap=True)
-    uvicorn.run(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
+    served = uvicorn.Config(app_, host=api.host, port=api.port, log_level="warning", server_header=False)
+    uvicorn.Server(served).run(sockets=[listening])
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port for the server: a port in use or an address that is not this machine's fails
+    here, at once, before the index and the models are opened."""
+    try:
+        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart need not wait
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = " (another server is there: pick another --port)" if exc.errno == errno.EADDRINUSE else ""
+        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from exc
+    return sock
 
 
 @app.command("mcp")
