@@ -76,3 +76,17 @@ def test_an_upload_name_over_the_limit_is_a_422(app_client: TestClient) -> None:
     r = app_client.post("/ingest/upload", params={"filename": "z" * 300 + ".wav"}, content=b"RIFF")
     assert_error(r, 422, "255 characters")
     assert not any(p.is_file() for p in app_client.app.state.api.upload_dir.rglob("*"))  # type: ignore[attr-defined]
+
+
+def test_a_query_parameter_an_endpoint_does_not_read_is_a_422_naming_those_it_reads(app_client: TestClient) -> None:
+    # Passed over, a misspelt filter would answer as if there were none.
+    body = assert_error(app_client.get("/search", params={"q": "dog", "from": "30"}), 422)
+    assert body["message"] == ("unknown query parameter 'from': /search reads from_seconds, language, limit, "
+                               "min_confidence, modality, q, speaker, to_seconds, under, video_id, where")
+    body = assert_error(app_client.get("/search/files", params={"q": "dog", "perfile": "2", "x": "1"}), 422)
+    assert body["message"].startswith("unknown query parameters 'perfile', 'x': /search/files reads ")
+    assert "per_file" in body["message"]
+    assert assert_error(app_client.get("/videos", params={"limit": "2"}), 422)["message"] == (
+        "unknown query parameter 'limit': /videos takes none")
+    assert app_client.get("/search", params={"q": "dog", "from_seconds": "3", "where": "tags=x"}).status_code == 200
+    assert app_client.get("/jobs", params={"kind": "ingest"}).status_code == 200

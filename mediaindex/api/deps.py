@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Request, Security
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from mediaindex.api.errors import ApiError
@@ -17,6 +19,33 @@ _bearer = HTTPBearer(auto_error=False, description="The same API key as a bearer
 
 def get_state(request: Request) -> ApiState:
     return request.app.state.api
+
+
+def known_query(request: Request) -> None:
+    """Refuses a query parameter the endpoint does not read: passed over, a misspelt filter (`from=30` for
+    `from_seconds=30`) would answer as if there were none, as the JSON bodies' unknown keys are refused."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    known = _QUERY_NAMES.get(id(route))
+    if known is None:
+        known = _QUERY_NAMES[id(route)] = frozenset(_query_names(route.dependant))
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        reads = f"reads {', '.join(sorted(known))}" if known else "takes none"
+        raise ApiError(422, f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(repr(u) for u in unknown)}: {request.url.path} {reads}")
+
+
+_QUERY_NAMES: dict[int, frozenset[str]] = {}  # by route
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters an endpoint reads, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for inner in dependant.dependencies:
+        names |= _query_names(inner)
+    return names
 
 
 def authorize(

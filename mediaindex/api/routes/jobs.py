@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from mediaindex.agents.ask import AgentInputError
 from mediaindex.agents.jobs import ask_params
-from mediaindex.api.deps import authorize, get_state
+from mediaindex.api.deps import authorize, get_state, known_query
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import (
     SUMMARIES_DOC,
@@ -43,7 +43,7 @@ from mediaindex.media.download import DownloadError, PrivateAddress, is_url, pub
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES, discover
 from mediaindex.pipeline.inputs import ManifestError, Meta, check_meta
 
-router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize)],
+router = APIRouter(tags=["jobs"], dependencies=[Depends(authorize), Depends(known_query)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
 _SAFE_NAME = re.compile(r"[^\w.\- ]+", re.UNICODE)
 

@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from mediaindex.api.deps import authorize, get_state
+from mediaindex.api.deps import authorize, get_state, known_query
 from mediaindex.api.errors import ApiError
 from mediaindex.api.highlight import highlights
 from mediaindex.api.models import (
@@ -32,7 +32,7 @@ from mediaindex.segments import Hit
 if TYPE_CHECKING:
     from mediaindex.api.state import ApiState
 
-router = APIRouter(tags=["search"], dependencies=[Depends(authorize)],
+router = APIRouter(tags=["search"], dependencies=[Depends(authorize), Depends(known_query)],
                    responses={401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut}})
 _IMAGE_TYPES = {"image/jpeg": ".jpg", "image/png": ".png", "image/webp": ".webp", "image/gif": ".gif"}
 
