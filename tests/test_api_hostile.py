@@ -90,3 +90,11 @@ def test_a_query_parameter_an_endpoint_does_not_read_is_a_422_naming_those_it_re
         "unknown query parameter 'limit': /videos takes none")
     assert app_client.get("/search", params={"q": "dog", "from_seconds": "3", "where": "tags=x"}).status_code == 200
     assert app_client.get("/jobs", params={"kind": "ingest"}).status_code == 200
+
+
+def test_a_body_that_is_not_json_is_a_422_saying_where_it_breaks(app_client: TestClient) -> None:
+    for path in ("/search", "/ingest", "/ask"):
+        r = app_client.post(path, content=b'{"q": "dog",', headers={"content-type": "application/json"})
+        body = assert_error(r, 422)
+        assert body["message"].startswith("body: not valid JSON at character 12"), body
+        assert body["details"][0]["where"] == "body"

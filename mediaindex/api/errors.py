@@ -66,6 +66,14 @@ def _where(loc: tuple) -> str:
     return ".".join(str(p) for p in loc if p != "body") or "request"
 
 
+def _json_invalid(error: dict) -> dict[str, str]:
+    """A body that is not JSON, said so with where it breaks (its loc holds the character's place)."""
+    at = next((p for p in error.get("loc", ()) if isinstance(p, int)), None)
+    why = str((error.get("ctx") or {}).get("error") or "").strip()
+    return {"where": "body", "problem": "not valid JSON" + (f" at character {at}" if at is not None else "")
+            + (f" ({why})" if why else "")}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -73,7 +81,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        details = [{"where": _where(tuple(e.get("loc", ()))), "problem": public(request, e.get("msg", "invalid"))}
+        details = [_json_invalid(e) if e.get("type") == "json_invalid" else
+                   {"where": _where(tuple(e.get("loc", ()))), "problem": public(request, e.get("msg", "invalid"))}
                    for e in exc.errors()]
         message = "; ".join(f"{d['where']}: {d['problem']}" for d in details) or "invalid request"
         return error_response(422, message, details=details)
