@@ -109,6 +109,9 @@ def test_tools_are_listed_with_schemas_and_search_gives_moments_that_play(keyed:
                  if m["file"] == "jfk.flac"]))
             assert [m["start"] for m in first["moments"]] == [best["start"]]
             assert "per_file" in await refusal(session, "search_files", {"query": JFK, "per_file": 0})
+            misspelt = await refusal(session, "search", {"query": JFK, "from": 30})  # as if unfiltered, passed over
+            assert misspelt.startswith("bad arguments for search: unknown argument 'from'; it takes "), misspelt
+            assert "from_seconds" in misspelt, misspelt
         # The play URL is the API's own media route, behind the same key.
         played = httpx.get(best["play_url"].split("#")[0], headers={"X-API-Key": key, "Range": "bytes=0-3"})
         assert played.status_code == 206 and played.content == b"fLaC"

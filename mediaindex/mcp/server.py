@@ -54,6 +54,12 @@ class ArchiveServer(MCPServer[Any]):
         return listed
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        tool = next((t for t in await self.list_tools() if t.name == name), None)
+        takes = set((tool.input_schema or {}).get("properties", {})) if tool is not None else set()
+        if tool is not None and (unknown := sorted(set(arguments) - takes)):
+            # Passed over, a misspelt filter would answer as if there were none (the HTTP API refuses them too).
+            raise ToolError(f"bad arguments for {name}: unknown argument{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(repr(u) for u in unknown)}; it takes {', '.join(sorted(takes))}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
