@@ -27,9 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import mediaindex.raylib  # noqa: F401  (Ray's environment is set before Ray is imported)
-from mediaindex.agents import ask, summarize
+from mediaindex.agents.ask import ask
 from mediaindex.agents.citations import CitationRef, check, strip_citations
 from mediaindex.agents.grounding import unsupported
+from mediaindex.agents.summarize import summarize
 from mediaindex.config import load_settings
 
 REPO = Path(__file__).resolve().parents[1]

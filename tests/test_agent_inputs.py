@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mediaindex import agents
-from mediaindex.agents import AgentInputError
-from mediaindex.agents.ask import MAX_QUESTION_CHARS
+from mediaindex.agents import jobs as agent_jobs
+from mediaindex.agents.ask import MAX_QUESTION_CHARS, AgentInputError
 from mediaindex.jobs import JobStore
 from tests.conftest import make_settings
 
@@ -25,7 +24,7 @@ def test_bad_questions_are_refused_and_leave_no_job(tmp_path: Path, cache_dir: P
     kept = store.create("ask", {"question": "an earlier job", "video": None}).id
     store.close()
     with pytest.raises(AgentInputError, match=reason.replace("(", r"\(").replace(")", r"\)")):
-        agents.submit_ask(settings, question)
+        agent_jobs.submit_ask(settings, question)
     store = JobStore.of(settings)
     try:
         assert [j.id for j in store.list()] == [kept]  # nothing added, nothing lost
@@ -36,7 +35,7 @@ def test_bad_questions_are_refused_and_leave_no_job(tmp_path: Path, cache_dir: P
 
 def test_no_video_is_refused(tmp_path: Path, cache_dir: Path) -> None:
     with pytest.raises(AgentInputError, match="no video given"):
-        agents.submit_summarize(make_settings(tmp_path / "index", cache_dir), "  ")
+        agent_jobs.submit_summarize(make_settings(tmp_path / "index", cache_dir), "  ")
 
 
 def test_an_answer_loses_the_internal_video_ids_it_copied_but_keeps_its_citations() -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from mediaindex import agents
-from mediaindex.agents import Archive, ask, summarize
+from mediaindex.agents import jobs as agent_jobs
+from mediaindex.agents.ask import AgentInputError, ask
 from mediaindex.agents.citations import CitationRef, check, parse_citations
 from mediaindex.agents.grounding import (
     content_words,
@@ -31,9 +31,9 @@ from mediaindex.agents.grounding import (
 from mediaindex.agents.guides import MAX_QUERY_CHARS, first_turn_grammar, later_turn_grammar
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import Answer, VideoSummary, validate_output
-from mediaindex.agents.summarize import clean_title, keyword_title
+from mediaindex.agents.summarize import clean_title, keyword_title, summarize
 from mediaindex.agents.toolcall import ToolCallError, close_truncated, parse_reply
-from mediaindex.agents.tools import ToolError
+from mediaindex.agents.tools import Archive, ToolError
 from mediaindex.config import LLMSettings, Settings
 from mediaindex.index.catalog import VideoRecord, now
 from mediaindex.index.index import MediaIndex
@@ -654,7 +654,7 @@ def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_d
         ans = ask(QUESTION, arc, model, FAST, where=(("tags", "SPEECH"),))
         # JFK's file has the value, in another case: its transcript is given.
         assert "ask not what your country can do for you" in next(s.content for s in ans.trace if s.kind == "tool_result")
-        with pytest.raises(agents.AgentInputError, match="is given twice"):
+        with pytest.raises(AgentInputError, match="is given twice"):
             ask(QUESTION, arc, ScriptedModel([]), FAST, where=(("tags", "a"), ("tags", "b")))
 
 
@@ -664,7 +664,7 @@ def test_questions_scoped_to_files_with_a_metadata_value(tmp_path: Path, cache_d
      ("what?", "no-such-video.mp4", "no video"), ("what?", "", "no video")],
 )
 def test_bad_questions_are_refused(archive: Archive, question: str, video: str | None, message: str) -> None:
-    with pytest.raises(agents.AgentInputError, match=message):
+    with pytest.raises(AgentInputError, match=message):
         ask(question, archive, ScriptedModel([]), FAST, video=video)
 
 
@@ -943,32 +943,32 @@ def test_moments_never_run_past_the_duration(tmp_path: Path, cache_dir: Path, em
 
 @pytest.mark.parametrize("video", ["", "nope.mp4", "0000000000000000"])
 def test_summary_of_an_unknown_video_is_refused(archive: Archive, video: str) -> None:
-    with pytest.raises(agents.AgentInputError, match="no video"):
+    with pytest.raises(AgentInputError, match="no video"):
         summarize(video, archive, ScriptedModel([]), FAST)
 
 
 # -- jobs and the command line -------------------------------------------------------------------------------------
 def test_jobs_store_validated_results(archive: Archive, agent_settings: Settings) -> None:
-    job_id = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")
+    job_id = agent_jobs.submit_ask(agent_settings, QUESTION, video="jfk.flac")
     model = ScriptedModel([search_call("country"), cite_first_result])
-    job = agents.run_ask_job(agent_settings, job_id, llm=model, archive=archive)
+    job = agent_jobs.run_ask_job(agent_settings, job_id, llm=model, archive=archive)
     assert job.state == "done", job.error
     out = Answer.model_validate(job.result["output"])
     assert out.status == "answered" and "## Moments" in job.result["markdown"]
 
-    job_id = agents.submit_summarize(agent_settings, "testvideo.mp4")
-    job = agents.run_summarize_job(agent_settings, job_id, llm=model, archive=archive)
+    job_id = agent_jobs.submit_summarize(agent_settings, "testvideo.mp4")
+    job = agent_jobs.run_summarize_job(agent_settings, job_id, llm=model, archive=archive)
     assert job.state == "done" and job.result["output"]["status"] == "summarised"  # its on-screen text
 
-    bad = agents.submit_summarize(agent_settings, "missing.mp4")
-    job = agents.run_summarize_job(agent_settings, bad, llm=model, archive=archive)
+    bad = agent_jobs.submit_summarize(agent_settings, "missing.mp4")
+    job = agent_jobs.run_summarize_job(agent_settings, bad, llm=model, archive=archive)
     assert job.state == "failed" and "no video" in job.error
-    with pytest.raises(agents.AgentInputError, match="not 'ask'"):  # wrong kind: the job is left alone
-        agents.run_ask_job(agent_settings, bad, llm=model, archive=archive)
+    with pytest.raises(AgentInputError, match="not 'ask'"):  # wrong kind: the job is left alone
+        agent_jobs.run_ask_job(agent_settings, bad, llm=model, archive=archive)
     with pytest.raises(JobNotFound):
-        agents.run_ask_job(agent_settings, "nope", llm=model, archive=archive)
-    with pytest.raises(agents.AgentInputError):
-        agents.submit_ask(agent_settings, "  ")
+        agent_jobs.run_ask_job(agent_settings, "nope", llm=model, archive=archive)
+    with pytest.raises(AgentInputError):
+        agent_jobs.submit_ask(agent_settings, "  ")
     store = JobStore.of(agent_settings)
     assert {"ask", "summarize"} <= {j.kind for j in store.list()}  # ingest jobs share the store
     store.close()
@@ -988,15 +988,15 @@ def test_a_job_cancelled_while_it_runs_stops_before_its_next_model_call(archive:
             return reply
         return answer
 
-    asked = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")
+    asked = agent_jobs.submit_ask(agent_settings, QUESTION, video="jfk.flac")
     model = ScriptedModel([cancelling(asked, search_call("country")), cite_first_result])
-    job = agents.run_ask_job(agent_settings, asked, llm=model, archive=archive)
+    job = agent_jobs.run_ask_job(agent_settings, asked, llm=model, archive=archive)
     assert (job.state, len(model.calls)) == ("cancelled", 1), job
     assert job.error == "stopped before its next language-model call" and job.result is None
 
-    summary = agents.submit_summarize(agent_settings, "jfk.flac", recompute=True)
+    summary = agent_jobs.submit_summarize(agent_settings, "jfk.flac", recompute=True)
     model = ScriptedModel([cancelling(summary, "The speaker asks what citizens can do for their country.")])
-    job = agents.run_summarize_job(agent_settings, summary, llm=model, archive=archive)
+    job = agent_jobs.run_summarize_job(agent_settings, summary, llm=model, archive=archive)
     assert (job.state, len(model.calls)) == ("cancelled", 1), job
     with pytest.raises(JobFinished):
         store.request_cancel(summary)
@@ -1004,9 +1004,9 @@ def test_a_job_cancelled_while_it_runs_stops_before_its_next_model_call(archive:
     def ctrl_c(conversation: list[Message]) -> str:
         raise KeyboardInterrupt
 
-    stopped = agents.submit_ask(agent_settings, QUESTION, video="jfk.flac")  # Ctrl-C in the command running it
+    stopped = agent_jobs.submit_ask(agent_settings, QUESTION, video="jfk.flac")  # Ctrl-C in the command running it
     with pytest.raises(KeyboardInterrupt):
-        agents.run_ask_job(agent_settings, stopped, llm=ScriptedModel([ctrl_c]), archive=archive)
+        agent_jobs.run_ask_job(agent_settings, stopped, llm=ScriptedModel([ctrl_c]), archive=archive)
     assert (store.get(stopped).state, store.get(stopped).error) == ("cancelled", "stopped by Ctrl-C")
     store.close()
 

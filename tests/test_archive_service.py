@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mediaindex.agents import AgentInputError
+from mediaindex.agents.ask import AgentInputError
 from mediaindex.api import create_app
 from mediaindex.cli import app as cli_app
 from mediaindex.index.filters import SearchFilters

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mediaindex import agents
-from mediaindex.agents import Archive
+from mediaindex.agents import jobs as agent_jobs
 from mediaindex.agents.citations import CitationRef, check
 from mediaindex.agents.llm import Completion, Message
 from mediaindex.agents.schema import VideoSummary
 from mediaindex.agents.stored import CHAPTER, STORED_NOTE, SUMMARY, stored_summary
+from mediaindex.agents.tools import Archive
 from mediaindex.config import Settings, load_settings
 from mediaindex.errors import ConfigError, MediaIndexError
 from mediaindex.index.catalog import VideoRecord
@@ -96,7 +96,7 @@ def test_a_quote_of_the_source_is_supported_even_without_content_words() -> None
 def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    import mediaindex.service.archive as ingest_module
+    import mediaindex.service.run as ingest_module
     from mediaindex.cli import app
     from mediaindex.pipeline.run import FileOutcome, IngestReport
 
@@ -107,7 +107,7 @@ def test_cli_flag_turns_the_stage_on(monkeypatch, tmp_path: Path) -> None:
         seen.append(request.settings.ingest.summaries)
         return IngestReport(job_id="x", outcomes=[FileOutcome(path, "summarised", segments=2)])
 
-    monkeypatch.setattr(ingest_module, "run_ingest", fake_ingest)
+    monkeypatch.setattr(ingest_module, "ingest", fake_ingest)
     runner = CliRunner()
     for flag, expected in (("--summaries", True), ("--no-summaries", False)):
         result = runner.invoke(app, ["ingest", path, "--index", str(tmp_path / "idx"), flag])
@@ -281,15 +281,15 @@ def test_summarize_returns_the_stored_summary(archive: Archive, summary_settings
     assert stored_summary(archive, "nope.mp4") is None
 
     model = NoModel()
-    job_id = agents.submit_summarize(summary_settings, Path(SPEECH).name)
-    job = agents.run_summarize_job(summary_settings, job_id, llm=model, archive=archive)
+    job_id = agent_jobs.submit_summarize(summary_settings, Path(SPEECH).name)
+    job = agent_jobs.run_summarize_job(summary_settings, job_id, llm=model, archive=archive)
     assert job.state == "done", job.error
     assert model.calls == 0 and job.result["output"]["summary"] == stored.summary
     assert "## Chapters" in job.result["markdown"]
 
     # --recompute runs the summariser again over the indexed segments (not over its own summary segments).
-    job_id = agents.submit_summarize(summary_settings, Path(SPEECH).name, recompute=True)
-    job = agents.run_summarize_job(summary_settings, job_id, llm=model, archive=archive)
+    job_id = agent_jobs.submit_summarize(summary_settings, Path(SPEECH).name, recompute=True)
+    job = agent_jobs.run_summarize_job(summary_settings, job_id, llm=model, archive=archive)
     assert job.state == "done", job.error
     out = VideoSummary.model_validate(job.result["output"])
     assert model.calls >= 1 and out.model == "none" and STORED_NOTE not in out.notes
@@ -304,8 +304,8 @@ def test_a_summary_of_pictures_alone_starts_no_language_model(archive: Archive, 
     def no_ray(_: Settings) -> None:
         raise AssertionError("Ray was started for a summary that needs no language model")
 
-    job_id = agents.submit_summarize(summary_settings, Path(SILENT).name, recompute=True)
-    job = agents.run_summarize_job(summary_settings, job_id, archive=archive, start_ray=no_ray,
+    job_id = agent_jobs.submit_summarize(summary_settings, Path(SILENT).name, recompute=True)
+    job = agent_jobs.run_summarize_job(summary_settings, job_id, archive=archive, start_ray=no_ray,
                                    on_event=lambda e: events.append(e.text))
     assert job.state == "done", job.error
     assert job.result["output"]["summary"].startswith("No speech or on-screen text; from the visual concepts only")

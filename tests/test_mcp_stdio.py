@@ -31,8 +31,9 @@ def env(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path, embedder) -> 
     """A jfk.flac index, made by `mediaindex ingest` (a small job: in its own process, without Ray), with a
     summary stored as the summary stage stores it (the summariser's own extractive summary: a model that says
     nothing usable stands in for the language model)."""
-    from mediaindex.agents import Archive, summarize
     from mediaindex.agents.stored import summary_segments
+    from mediaindex.agents.summarize import summarize
+    from mediaindex.agents.tools import Archive
     from mediaindex.index.index import MediaIndex
     from tests.test_agents import FAST, ScriptedModel
 

@@ -6,25 +6,3 @@ The language model runs in the serving engine (`mediaindex.serving.LLMEngine`) i
 service's `Archive` (`mediaindex.service.archive`). `VideoSummary.model_json_schema()` /
 `Answer.model_json_schema()` describe a job's output.
 """
-
-from mediaindex.agents.ask import AgentInputError, ask
-from mediaindex.agents.events import AgentEvent
-from mediaindex.agents.jobs import (
-    ASK,
-    SUMMARIZE,
-    get_llm,
-    run_ask_job,
-    run_summarize_job,
-    submit_ask,
-    submit_summarize,
-)
-from mediaindex.agents.schema import Answer, VideoSummary
-from mediaindex.agents.stored import stored_summary
-from mediaindex.agents.summarize import summarize
-from mediaindex.agents.tools import Archive
-
-__all__ = [
-    "ASK", "SUMMARIZE", "AgentEvent", "AgentInputError", "Answer", "Archive", "VideoSummary", "ask", "get_llm",
-    "run_ask_job", "run_summarize_job", "stored_summary", "submit_ask", "submit_summarize",
-    "summarize",
-]

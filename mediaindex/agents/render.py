@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mediaindex.agents.schema import Answer, Citation, VideoSummary
+if TYPE_CHECKING:
+    from mediaindex.agents.schema import Answer, Citation, VideoSummary
 
 
 def ts(t: float) -> str:

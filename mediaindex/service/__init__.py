@@ -1,51 +1,41 @@
 """The service under the faces: the `Archive` the CLI, the API and the MCP server call (`service/archive.py`;
-through a running server, `service/remote.py`), and here, the ingest it runs.
+through a running server, `service/remote.py`), and the ingest it runs (`service/run.py`: where a job's stages run).
 
-This module picks where an ingest's stages run, once: a small job on threads of this process, any other on Ray's
-actor pools (`mediaindex.workers`). The pipeline itself (`mediaindex.pipeline`) knows only the `Executor` protocol.
+The names below are imported when first asked for: a command that only reads the index does not load the
+pipeline's stages (their media libraries take a quarter of a second to import).
 """
 
 from __future__ import annotations
 
-import logging
-import time
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from mediaindex.config import Settings
-from mediaindex.index.index import MediaIndex
-from mediaindex.pipeline.plan import Plan
-from mediaindex.pipeline.run import (
-    FileOutcome,
-    IngestHooks,
-    IngestReport,
-    IngestRequest,
-    StagePipeline,
-    Status,
-    start_in_process,
-    with_choices,
-)
-from mediaindex.pipeline.run import ingest as run_ingest
-from mediaindex.pipeline.small import in_process
-from mediaindex.workers.pool import Pipeline
+if TYPE_CHECKING:
+    from mediaindex.pipeline.run import (
+        FileOutcome,
+        IngestHooks,
+        IngestReport,
+        IngestRequest,
+        StagePipeline,
+        Status,
+        with_choices,
+    )
+    from mediaindex.service.run import ingest, start_pipeline
+    from mediaindex.workers.pool import Pipeline
 
-log = logging.getLogger(__name__)
+_FROM = {
+    **dict.fromkeys(("FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "StagePipeline", "Status",
+                     "with_choices"), "mediaindex.pipeline.run"),
+    "ingest": "mediaindex.service.run", "start_pipeline": "mediaindex.service.run",
+    "Pipeline": "mediaindex.workers.pool",
+}
 
 __all__ = ["FileOutcome", "IngestHooks", "IngestReport", "IngestRequest", "Pipeline", "StagePipeline", "Status",
            "ingest", "start_pipeline", "with_choices"]
 
 
-def start_pipeline(settings: Settings, todo: list[Plan]) -> StagePipeline:
-    """The stages for a run over `todo`: in this process for a small job (`ingest.in_process_*`), else on Ray."""
-    choice = in_process(settings, todo)
-    if choice.local:
-        return start_in_process(settings, todo, choice.why)
-    log.info("ingest: %s: the stages run on Ray", choice.why)
-    began = time.monotonic()
-    pipeline = Pipeline(settings)
-    log.info("ingest: Ray pipeline ready in %.1f s", time.monotonic() - began)
-    return pipeline
-
-
-def ingest(request: IngestRequest, index: MediaIndex, pipeline: StagePipeline | None = None,
-           hooks: IngestHooks | None = None) -> IngestReport:
-    """`mediaindex.pipeline.run.ingest`, its pipeline (when none is given) started by `start_pipeline`."""
-    return run_ingest(request, index, pipeline, hooks, start=start_pipeline)
+def __getattr__(name: str) -> Any:
+    module = _FROM.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

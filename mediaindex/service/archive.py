@@ -39,8 +39,6 @@ from mediaindex.segments import (
     of_audio_track,
     standing_for_speech,
 )
-from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
-from mediaindex.service import ingest as run_ingest
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +52,7 @@ if TYPE_CHECKING:
     from mediaindex.index.per_thread_catalog import PerThreadCatalog
     from mediaindex.models.text_embed import TextEmbedder
     from mediaindex.search.moments import FileMoments
+    from mediaindex.service import IngestHooks, IngestReport, IngestRequest, StagePipeline
 
 Transcript = tuple[list[dict[str, Any]], dict[str, Any]]  # speech segments, and the file's facts
 
@@ -284,6 +283,8 @@ class Archive:
     def ingest(self, request: IngestRequest, hooks: IngestHooks | None = None,
                pipeline: StagePipeline | None = None) -> IngestReport:
         """Run an ingest job into this index (the stages on threads here for a small job, else on Ray)."""
+        from mediaindex.service.run import ingest as run_ingest
+
         return run_ingest(request, self.index, pipeline, hooks)
 
     def remove(self, video_ids: Sequence[str]) -> list[VideoRecord]:
