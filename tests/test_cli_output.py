@@ -258,3 +258,20 @@ def test_narrow_lists_wrap_wide_characters_within_the_terminal(monkeypatch: pyte
         assert len(heading) == 2 and all(lines[i].startswith("    ") for i in range(len(lines)) if i not in heading)
         shown = "".join(line.strip() for line in lines)
         assert "콜센터에대한프로젝트를" in shown.replace(" ", "") and "图书馆见面" in shown
+
+
+_READING_IMPORTS = """
+import sys
+import mediaindex.cli.app, mediaindex.service.archive, mediaindex.service.remote
+print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in ("scenedetect", "cv2", "ray")
+                      or m.startswith(("mediaindex.pipeline.stages", "mediaindex.workers", "mediaindex.agents.ask",
+                                       "mediaindex.agents.schema", "mediaindex.agents.jobs")))))
+"""
+
+
+def test_the_modules_a_reading_command_imports_leave_the_stages_the_agents_and_ray_out() -> None:
+    # Each costs a one-shot command a part of its start (index stats ~0.5 s with them out, ~0.7 s with them in).
+    done = subprocess.run([sys.executable, "-c", _READING_IMPORTS], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
