@@ -27,17 +27,12 @@ def known_query(request: Request) -> None:
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return
-    known = _QUERY_NAMES.get(id(route))
-    if known is None:
-        known = _QUERY_NAMES[id(route)] = frozenset(_query_names(route.dependant))
+    known = _query_names(route.dependant)  # a walk over a few parameters: not worth a cache
     unknown = sorted(set(request.query_params) - known)
     if unknown:
         reads = f"reads {', '.join(sorted(known))}" if known else "takes none"
         raise ApiError(422, f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
                             f"{', '.join(repr(u) for u in unknown)}: {request.url.path} {reads}")
-
-
-_QUERY_NAMES: dict[int, frozenset[str]] = {}  # by route
 
 
 def _query_names(dependant: Dependant) -> set[str]:
