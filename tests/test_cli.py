@@ -174,6 +174,11 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["serve", "--watch", "5"], "--watch watches the media roots: give --media-root FOLDER"),
         (["index", "list", "--where", "tags"], "a metadata filter is KEY=VALUE (e.g. tags=physics), got 'tags'"),
         (["ask", "what?", "--where", "a\\b=1"], "without quotes, '=', backslashes or control characters"),
+        (["ingest", str(media("audio/jfk.flac")), "--index", str(REPO / "pyproject.toml")],
+         f"the index path {REPO / 'pyproject.toml'} is a file, not a folder: give --index"),
+        (["ingest", str(media("audio/jfk.flac")), "--index", str(REPO / "pyproject.toml" / "index")],
+         f"cannot make the index folder {REPO / 'pyproject.toml' / 'index'} (Not a directory)"),
+        (["serve", "--index", str(REPO / "pyproject.toml")], "is a file, not a folder: give --index"),
     ],
 )
 def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:

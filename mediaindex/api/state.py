@@ -18,6 +18,7 @@ from mediaindex.api.ratelimit import RateLimiter
 from mediaindex.api.runner import JobRunner
 from mediaindex.api.watcher import RootWatcher
 from mediaindex.config import Settings
+from mediaindex.index.index import make_index_folder
 from mediaindex.index.per_thread_catalog import PerThreadCatalog
 from mediaindex.jobs import JobStore
 from mediaindex.service.archive import Archive, load_embedder
@@ -70,6 +71,7 @@ class ApiState:
         self.advertise_url = advertise_url  # recorded in the index folder: commands run beside go through it
         api = settings.api
         self.upload_dir = settings.upload_dir
+        make_index_folder(settings.index_dir)  # a file there, or a folder that cannot be made, is said so
         self.upload_dir.mkdir(parents=True, exist_ok=True)
         # Uploaded and downloaded files are media too: their folders are always roots.
         self.roots = MediaRoots([*api.media_roots, self.upload_dir, settings.download_dir])

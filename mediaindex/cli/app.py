@@ -1006,10 +1006,10 @@ def serve(
         if api.watch_s is not None and not roots:
             raise fail("--watch watches the media roots: give --media-root FOLDER (or set api.media_roots)")
         settings = settings.model_copy(update={"api": api})
-        listening = _listening_socket(api.host, api.port)
         # Recorded in the index folder: CLI commands run beside this server send their requests here.
         local = "127.0.0.1" if api.host in ("0.0.0.0", "", "::") else api.host
         app_ = create_app(settings, advertise_url=f"http://{'[' + local + ']' if ':' in local else local}:{api.port}")
+        listening = _listening_socket(api.host, api.port)  # before the index and the models open (at start-up)
     except MediaIndexError as exc:
         raise fail(str(exc)) from exc
     watching = f", watched every {api.watch_s:g} s" if api.watch_s is not None else ""

@@ -50,6 +50,22 @@ class IndexMissingError(MediaIndexError):
     """A reading command was pointed at a folder that holds no index."""
 
 
+class IndexFolderError(MediaIndexError):
+    """The index's path cannot be its folder: a file is there, or the folder cannot be made."""
+
+
+def make_index_folder(index_dir: Path) -> None:
+    """The index's folder, made where it is missing; a clear error where it cannot be."""
+    if index_dir.exists() and not index_dir.is_dir():
+        raise IndexFolderError(f"the index path {index_dir} is a file, not a folder: give --index (or "
+                               "MEDIAINDEX_INDEX_DIR) a folder")
+    try:
+        index_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise IndexFolderError(f"cannot make the index folder {index_dir} ({exc.strerror or exc}): give --index (or "
+                               "MEDIAINDEX_INDEX_DIR) a folder that can be written") from exc
+
+
 def index_exists(index_dir: Path) -> bool:
     return (Path(index_dir) / SCHEMA_FILE).exists()
 
@@ -81,6 +97,8 @@ def open_index(settings: Settings, text_dim: int, embedder_name: str, extra_dims
     `repair` (an ingest) forgets files whose segments were lost so that they are indexed again, else such an
     index is refused with the fix."""
     index_dir = Path(settings.index_dir)
+    if not must_exist:
+        make_index_folder(index_dir)
     holder = read_holder(index_dir)
     if holder is not None and holder.url and settings.index.backend != "server":
         raise IndexHeldError(index_dir, holder)  # a server holds it for as long as it runs: do not wait
