@@ -179,6 +179,8 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["ingest", str(media("audio/jfk.flac")), "--index", str(REPO / "pyproject.toml" / "index")],
          f"cannot make the index folder {REPO / 'pyproject.toml' / 'index'} (Not a directory)"),
         (["serve", "--index", str(REPO / "pyproject.toml")], "is a file, not a folder: give --index"),
+        (["keys", "create", "ci", "--index", str(REPO / "pyproject.toml")],
+         f"cannot open the API key store {REPO / 'pyproject.toml' / 'api_keys.db'} (File exists): give --index"),
     ],
 )
 def test_bad_flags_are_refused_clearly(cli_env: dict[str, str], args: list[str], message: str) -> None:

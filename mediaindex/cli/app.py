@@ -1079,7 +1079,12 @@ def mcp_server(
 def _key_store(config: str | None, index: Path | None) -> KeyStore:
     from mediaindex.api.keys import KeyStore, keys_db_path
 
-    return KeyStore(keys_db_path(_settings(config, index)))
+    path = keys_db_path(_settings(config, index))
+    try:
+        return KeyStore(path)
+    except OSError as exc:  # a file where its folder should be, a folder that cannot be made
+        raise fail(f"cannot open the API key store {path} ({exc.strerror or exc}): give --index a folder (or set "
+                   "api.keys_db)") from exc
 
 
 @keys_app.command("create")
