@@ -366,8 +366,8 @@ def _run_ingest(archive: Archive, display, settings: Settings, paths: list[Path]
 def jobs(
     job_id: Annotated[str | None, typer.Argument(
         help="Show this job's files (also `show ID`); or `cancel` followed by the id of the job to cancel.",
-        metavar="[ID | show ID | cancel ID]")] = None,
-    verb_id: Annotated[str | None, typer.Argument(hidden=True)] = None,  # the id after `cancel` or `show`
+        metavar="ID | show | cancel")] = None,
+    verb_id: Annotated[str | None, typer.Argument(hidden=True, metavar="ID")] = None,  # the id after `cancel` or `show`
     index: IndexOpt = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
