@@ -79,7 +79,7 @@ def test_serve_on_a_port_in_use_says_so_before_it_opens_anything(server: str, en
     assert result.returncode == 2 and "Traceback" not in said, said
     assert said == f"error: cannot listen on 127.0.0.1:{port}: Address already in use (another server is there: " \
                    "pick another --port)"
-    assert not (tmp_path / "index").exists()  # nothing was opened or made
+    assert not (tmp_path / "index" / "schema.json").exists()  # the index was not opened (nor made)
 
 
 @pytest.mark.parametrize(

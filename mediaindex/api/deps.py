@@ -23,7 +23,8 @@ def get_state(request: Request) -> ApiState:
 
 def known_query(request: Request) -> None:
     """Refuses a query parameter the endpoint does not read: passed over, a misspelt filter (`from=30` for
-    `from_seconds=30`) would answer as if there were none, as the JSON bodies' unknown keys are refused."""
+    `from_seconds=30`) would answer as if there were none, as the JSON bodies' unknown keys are refused. (The
+    routes that serve files and pictures take what links and players add.)"""
     route = request.scope.get("route")
     if not isinstance(route, APIRoute):
         return

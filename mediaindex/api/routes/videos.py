@@ -21,7 +21,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.responses import MalformedRangeHeader, RangeNotSatisfiable
 
-from mediaindex.api.deps import authorize, get_state, known_query
+from mediaindex.api.deps import authorize, get_state
 from mediaindex.api.errors import ApiError
 from mediaindex.api.models import (
     ChapterOut,
@@ -43,7 +43,7 @@ from mediaindex.media.clip import check_span, clip_name, clip_suffix, cut
 from mediaindex.media.probe import copied_track
 from mediaindex.pipeline.discover import MEDIA_SUFFIXES
 
-router = APIRouter(tags=["videos"], dependencies=[Depends(authorize), Depends(known_query)],
+router = APIRouter(tags=["videos"], dependencies=[Depends(authorize)],
                    responses={401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 429: {"model": ErrorOut}})
 VideoId = PathParam(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z_-]+$")
 _MEDIA_RESPONSE = {"content": {"video/*": {}, "audio/*": {}}, "description": "The bytes (206 for a range)"}
