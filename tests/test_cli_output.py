@@ -82,6 +82,9 @@ def test_counts_read_as_sentences() -> None:
     line = summary_line(indexed=2, segments=84, summarised=0, unchanged=0, skipped=1, failed=1, left_out=1, job_id="j")
     assert line == ("done: 2 files indexed (84 segments), 1 skipped, 1 failed, 1 file left out as not media "
                     "(-v lists them) (job j)")
+    line = summary_line(indexed=0, segments=0, summarised=0, unchanged=0, skipped=0, failed=0, left_out=0, job_id="j",
+                        globbed=12)
+    assert line == "done: 12 media files left out by --include/--exclude (job j)"  # not a bare "nothing to index"
 
 
 def test_a_metadata_key_no_file_has_is_named_with_the_keys_they_have() -> None:

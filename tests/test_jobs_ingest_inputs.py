@@ -11,6 +11,7 @@ from mediaindex.config import load_settings
 from mediaindex.errors import ConfigError
 from mediaindex.jobs import JobStore
 from mediaindex.pipeline.inputs import InputError, ManifestError, plan_inputs, read_manifest
+from mediaindex.pipeline.job import GLOBS_LEFT_OUT
 from mediaindex.pipeline.run import create_job
 from tests.conftest import MEDIA, make_settings, media
 
@@ -42,6 +43,9 @@ def test_folders_are_walked_with_include_and_exclude_globs(archive: Path) -> Non
     assert _names(plan_inputs([archive], exclude=["talks/drafts/*"])) == ["chaplin.mp4", "cockatoo.mp4", "jfk.flac"]
     assert _names(plan_inputs([archive], include=["talks/*"], exclude=["english.*"])) == ["jfk.flac"]
     assert _names(plan_inputs([archive], include=["*.mkv"])) == []  # matches nothing: an empty job, no error
+    # What the globs leave out is counted, so that an empty job can say why.
+    assert [plan_inputs([archive], **globs).left_out for globs in (
+        {}, {"include": ["*.mp4"]}, {"include": ["*.mkv"]}, {"include": ["talks/*"], "exclude": ["english.*"]})] == [0, 2, 4, 3]
 
 
 def test_plain_manifest_resolves_relative_paths_and_reports_missing_ones(archive: Path) -> None:
@@ -123,6 +127,7 @@ def test_a_bad_manifest_creates_no_job(tmp_path: Path, cache_dir: Path, archive:
     assert states == {"jfk.flac": ("pending", ""), "gone.mp4": ("skipped", "file not found"),
                       "notes.txt": ("skipped", "unsupported type (.txt)")}
     assert jobs.get(job_id).params["include"] == ["*.flac"]
+    assert jobs.get(job_id).params[GLOBS_LEFT_OUT] == 3  # chaplin.mp4, cockatoo.mp4, english.wav
 
 
 def test_stage_resources_come_from_the_profile(cache_dir: Path, tmp_path: Path) -> None:

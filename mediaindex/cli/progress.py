@@ -24,7 +24,7 @@ def not_media(o: FileOutcome) -> bool:
 
 
 def summary_line(indexed: int, segments: int | None, summarised: int, unchanged: int, skipped: int, failed: int,
-                 left_out: int, job_id: str, verbose: bool = False) -> str:
+                 left_out: int, job_id: str, verbose: bool = False, globbed: int = 0) -> str:
     """The last line of an ingest: every count named once, in the words of the lines above it, parts with
     nothing to say left out (segments: None when not known, as for a job run by a server)."""
     counted = f" ({plural(segments, 'segment')})" if segments is not None else ""
@@ -39,6 +39,8 @@ def summary_line(indexed: int, segments: int | None, summarised: int, unchanged:
         parts.append(f"{failed} failed")
     if left_out:
         parts.append(f"{plural(left_out, 'file')} left out as not media" + ("" if verbose else " (-v lists them)"))
+    if globbed:
+        parts.append(f"{plural(globbed, 'media file')} left out by --include/--exclude")
     return f"done: {', '.join(parts) or 'nothing to index'} (job {job_id})"
 
 

@@ -339,6 +339,7 @@ def job_lines(job: dict, verbose: bool = False) -> list[str]:
     """A server's ingest job in the words of a local ingest: one line per file, then the counts."""
     from mediaindex.cli.progress import summary_line
     from mediaindex.pipeline.discover import NOT_MEDIA, shown
+    from mediaindex.pipeline.job import GLOBS_LEFT_OUT
 
     lines: list[str] = []
     tally = {"indexed": 0, "unchanged": 0, "skipped": 0, "failed": 0, "left out": 0}
@@ -354,7 +355,7 @@ def job_lines(job: dict, verbose: bool = False) -> list[str]:
         if label != "left out" or verbose:
             lines.append(f"{label:<10} {shown(f['path'])}" + (f": {shown(reason)}" if reason else ""))
     done = summary_line(tally["indexed"], None, 0, tally["unchanged"], tally["skipped"], tally["failed"],
-                        tally["left out"], job["id"], verbose)
+                        tally["left out"], job["id"], verbose, (job.get("params") or {}).get(GLOBS_LEFT_OUT, 0))
     state = "" if job["state"] == "done" else f" ({job['state']})"
     return [*lines, done + state]
 
@@ -367,7 +368,7 @@ def ingest_report(report: IngestReport, verbose: bool) -> None:
     err.print(summary_line(len(report.indexed), sum(o.segments for o in report.indexed),
                            len(report.by_status("summarised")), len(report.by_status("unchanged")),
                            len(report.by_status("skipped")) - left_out, len(report.by_status("failed")), left_out,
-                           report.job_id, verbose), highlight=False, markup=False, soft_wrap=True)
+                           report.job_id, verbose, report.left_out), highlight=False, markup=False, soft_wrap=True)
 
 
 def agent_result(job_id: str, output: dict[str, Any], markdown: str, as_json: bool, on_server: bool) -> None:

@@ -36,6 +36,7 @@ class ManifestError(InputError):
 class Plan:
     files: list[tuple[str, Meta]] = field(default_factory=list)  # absolute path, metadata
     skipped: list[tuple[str, str]] = field(default_factory=list)  # path, reason
+    left_out: int = 0  # media files in the folders walked that the include/exclude globs leave out
 
 
 def check_meta(where: str, meta: Meta) -> Meta:
@@ -145,6 +146,7 @@ def plan_inputs(
     for target, meta in entries:
         found = discover([target], include, exclude)
         plan.skipped += found.skipped
+        plan.left_out += found.left_out
         for f in found.files:
             if str(f) not in seen:
                 seen.add(str(f))

@@ -9,6 +9,9 @@ from mediaindex.config import Settings
 from mediaindex.jobs import JobStore
 from mediaindex.pipeline.inputs import InputError, Meta, plan_inputs
 
+# A job's parameter saying how many media files of the folders it walked its include/exclude globs left out.
+GLOBS_LEFT_OUT = "left_out_by_globs"
+
 
 def jobs_store(settings: Settings) -> JobStore:
     """The job records of an index live beside it."""
@@ -33,6 +36,7 @@ def create_job(jobs: JobStore, settings: Settings, paths: Sequence[str | Path] =
         "paths": [str(p) for p in paths], "manifests": [str(m) for m in manifests],
         "include": list(include), "exclude": list(exclude), "index_dir": str(settings.index_dir),
         "summaries": settings.ingest.summaries, "reindex": settings.ingest.reindex,
+        GLOBS_LEFT_OUT: plan.left_out,
     }
     files = plan.files + [(path, {}) for path, _ in plan.skipped]
     job = jobs.create("ingest", params, files=files)

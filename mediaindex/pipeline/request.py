@@ -47,6 +47,7 @@ class IngestReport:
     job_id: str = ""
     outcomes: list[FileOutcome] = field(default_factory=list)
     cancelled: bool = False  # the run stopped on a cancel request; the job's open files wait for a resume
+    left_out: int = 0  # media files the job's include/exclude globs left out of the folders it walked
 
     def by_status(self, status: str) -> list[FileOutcome]:
         return [o for o in self.outcomes if o.status == status]

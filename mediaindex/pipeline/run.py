@@ -34,7 +34,7 @@ from mediaindex.errors import StageError, reason_of
 from mediaindex.index.index import MediaIndex
 from mediaindex.jobs import FileState, JobStore, crash_record, this_runner
 from mediaindex.pipeline.executor import Executor
-from mediaindex.pipeline.job import create_job, jobs_store, resumable, with_choices
+from mediaindex.pipeline.job import GLOBS_LEFT_OUT, create_job, jobs_store, resumable, with_choices
 from mediaindex.pipeline.plan import Outcome, Plan, plan_file
 from mediaindex.pipeline.progress import IngestStats, StageStats
 from mediaindex.pipeline.request import IngestHooks, IngestReport, IngestRequest
@@ -124,7 +124,7 @@ class _Run:
                                      request.exclude, request.given)
             skipped = jobs.files(self.job_id, states=("skipped",))
         hooks.on_job(self.job_id)
-        self.report = IngestReport(job_id=self.job_id)
+        self.report = IngestReport(job_id=self.job_id, left_out=jobs.get(self.job_id).params.get(GLOBS_LEFT_OUT, 0))
         for f in skipped:
             self._record(FileOutcome(f.path, Status.SKIPPED, f.reason))
         self.stats: IngestStats | None = None
