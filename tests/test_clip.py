@@ -103,6 +103,11 @@ def test_the_clip_command_writes_the_moment_and_never_overwrites(tmp_path: Path,
         ([str(media("audio/jfk.flac")), "30", "40"], "after the file ends"),
         (["talk.mp4", "1", "2"], "no index"),
         ([str(media("audio/jfk.flac")), "1", "2", "-o", str(tmp_path / "none" / "x.m4a")], "is not a folder"),
+        # The data is M4A (MP4 with video) whatever the name: another suffix would name a format it is not.
+        ([str(media("audio/jfk.flac")), "1", "2", "-o", str(tmp_path / "ask.mp3")],
+         "a clip is written as M4A (AAC): name it .m4a or .mp4 or .m4b, not ask.mp3"),
+        ([str(media("video/cockatoo.mp4")), "1", "2", "-o", str(tmp_path / "bird.mkv")],
+         "a clip is written as MP4 (H.264 + AAC): name it .mp4 or .m4v or .mov, not bird.mkv"),
     ]:
         refused = run("clip", *args, env=env)
         assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr, args

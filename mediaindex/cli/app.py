@@ -624,7 +624,7 @@ def clip(
     """Cut a moment out of a media file into a file of its own: MP4 (H.264 + AAC) with video, M4A for sound alone.
 
     At most ten minutes; the cut is exact (re-encoded), not at the nearest keyframe."""
-    from mediaindex.media.clip import check_span, clip_name, cut
+    from mediaindex.media.clip import CLIP_SUFFIXES, check_span, clip_name, cut
     from mediaindex.media.probe import copied_track, probe
 
     try:
@@ -635,6 +635,9 @@ def clip(
         info = probe(source)
         first, last = check_span(*span, info.duration)
         target = output or Path(clip_name(source, first, last, info.has_video))
+        if target.suffix.lower() not in (names := CLIP_SUFFIXES[info.has_video]):
+            kind = "MP4 (H.264 + AAC)" if info.has_video else "M4A (AAC)"
+            raise fail(f"a clip is written as {kind}: name it {' or '.join(names)}, not {target.name}")
         if target.exists():
             raise fail(f"{target} exists: choose another --output")
         if not target.parent.is_dir():

@@ -39,8 +39,12 @@ def check_span(start: float, end: float, duration: float | None = None) -> tuple
     return float(start), float(end)
 
 
+# The names a clip may be written under: its data is MP4 (H.264 + AAC), or M4A for sound alone, whatever the name.
+CLIP_SUFFIXES = {True: (".mp4", ".m4v", ".mov"), False: (".m4a", ".mp4", ".m4b")}
+
+
 def clip_suffix(has_video: bool) -> str:
-    return ".mp4" if has_video else ".m4a"
+    return CLIP_SUFFIXES[has_video][0]
 
 
 def clip_name(source: str | Path, start: float, end: float, has_video: bool) -> str:
