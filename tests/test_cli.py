@@ -179,6 +179,8 @@ def test_nothing_indexable_exits_non_zero(cli_env: dict[str, str], tmp_path: Pat
         (["ingest", str(media("audio/jfk.flac")), "--index", str(REPO / "pyproject.toml" / "index")],
          f"cannot make the index folder {REPO / 'pyproject.toml' / 'index'} (Not a directory)"),
         (["serve", "--index", str(REPO / "pyproject.toml")], "is a file, not a folder: give --index"),
+        (["ingest", "rtsp://camera.local/stream"],  # taken as a path, it was "file not found"
+         "rtsp://camera.local/stream: rtsp:// addresses are not read; give a file, a folder or an http(s) address"),
         (["keys", "create", "ci", "--index", str(REPO / "pyproject.toml")],
          f"cannot open the API key store {REPO / 'pyproject.toml' / 'api_keys.db'} (File exists): give --index"),
     ],

@@ -86,6 +86,8 @@ def test_csv_and_jsonl_manifests_carry_metadata(tmp_path: Path) -> None:
         ("web.csv", "path,title\na.mp4,A\nhttps://example.org/b.mp4,B\n",
          "lists a web address (https://example.org/b.mp4): it is downloaded first, by `mediaindex ingest "
          "--manifest` or a server's ingest job"),
+        ("ftp.txt", "a.mp4\nftp://example.org/b.mp4\n",
+         "lists ftp://example.org/b.mp4: ftp:// addresses are not read; give files, folders or http(s) addresses"),
     ],
 )
 def test_bad_manifests_are_refused_with_file_and_line(tmp_path: Path, name: str, content: str, message: str) -> None:

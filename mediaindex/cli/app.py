@@ -158,8 +158,11 @@ def ingest(
 
     # Before any thread starts (the index's among the first): glibc fixes its arena limit once 8 arenas exist.
     limit_malloc_arenas()
-    from mediaindex.media.download import is_url
+    from mediaindex.media.download import is_url, other_scheme
 
+    for entry in inputs or []:
+        if (scheme := other_scheme(entry)) is not None and not Path(entry).exists():
+            raise fail(f"{entry}: {scheme}:// addresses are not read; give a file, a folder or an http(s) address")
     urls = [i for i in inputs or [] if is_url(i)]
     paths = [Path(i) for i in inputs or [] if not is_url(i)]
     if watch is not None and urls:

@@ -221,6 +221,16 @@ def is_url(text: str) -> bool:
     return bool(sep) and scheme.lower() in SCHEMES
 
 
+_ADDRESS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def other_scheme(text: str) -> str | None:
+    """The scheme of an address this module does not download from ("ftp" of "ftp://…", "rtsp", "s3"); None for a
+    web address or anything else. Taken as a path, such an address would be "not found" without saying why."""
+    found = _ADDRESS.match(text)
+    return found[1].lower() if found and found[1].lower() not in SCHEMES else None
+
+
 def web_address(text: str) -> str:
     """`text` if it is a web address this module downloads from; ValueError says what one looks like."""
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mediaindex.errors import MediaIndexError
-from mediaindex.media.download import is_url
+from mediaindex.media.download import is_url, other_scheme
 from mediaindex.pipeline.discover import discover
 
 RESERVED_KEYS = {"path", "words"}  # "words" is what the speech stage keeps in extra
@@ -115,6 +115,10 @@ def read_manifest(path: Path) -> list[tuple[str, Meta]]:
     rows = parse(path, text)
     if not rows:
         raise ManifestError(f"manifest {path} lists no files")
+    for target, _ in rows:
+        if (scheme := other_scheme(target)) is not None:
+            raise ManifestError(f"manifest {path} lists {target}: {scheme}:// addresses are not read; give files, "
+                                "folders or http(s) addresses")
     base = path.resolve().parent
     return [(p if is_url(p) else str(base / Path(p).expanduser()), meta) for p, meta in rows]
 
