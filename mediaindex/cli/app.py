@@ -1029,11 +1029,8 @@ def serve(
 def _listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to host:port for the server: a port in use or an address that is not this machine's fails
     here, at once, before the index and the models are opened."""
-    try:
-        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:
-        raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    # The address family as uvicorn picks it: "localhost" is IPv4, as it was before the socket was made here.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart need not wait
         sock.bind((host, port))
